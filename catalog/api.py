@@ -1,0 +1,139 @@
+"""Read-only REST endpoints of the catalog. Query parameters are validated by serializers so
+that a bad filter is a 400 naming the parameter, not an empty list or a 500."""
+
+from __future__ import annotations
+
+from django.db.models import Prefetch, QuerySet
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, viewsets
+from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from catalog.models import (
+    Accelerator,
+    AcceleratorKind,
+    InstanceOffering,
+    InstanceType,
+    OnDemandPrice,
+    SpotPrice,
+)
+from catalog.serializers import AcceleratorSerializer, InstanceTypeSerializer, PriceSerializer
+
+
+def _validated(serializer_class: type[serializers.Serializer], request: Request) -> dict:
+    params = serializer_class(data=request.query_params)
+    params.is_valid(raise_exception=True)  # -> HTTP 400 {"field": ["message"]}
+    return params.validated_data
+
+
+class InstanceTypeFilters(serializers.Serializer):
+    gpu = serializers.CharField(required=False, help_text="Accelerator name, e.g. A100 (case-insensitive)")
+    min_gpus = serializers.FloatField(required=False, min_value=0)
+    region = serializers.CharField(required=False, help_text="Offered in this region; prices shown for it")
+    spot = serializers.BooleanField(required=False, allow_null=True, default=None,
+                                    help_text="true: only types with a spot price (in ?region= if given)")
+    ddp = serializers.BooleanField(required=False, allow_null=True, default=None,
+                                   help_text="true: only NVIDIA CUDA GPUs that can run PyTorch DDP")
+    family = serializers.CharField(required=False)
+
+
+@extend_schema(parameters=[InstanceTypeFilters])
+class InstanceTypeViewSet(viewsets.ReadOnlyModelViewSet):
+    serializer_class = InstanceTypeSerializer
+    lookup_field = "name"
+    lookup_value_regex = r"[^/]+"
+
+    def get_queryset(self) -> QuerySet[InstanceType]:
+        filters = _validated(InstanceTypeFilters, self.request) if self.action == "list" else {}
+        region = filters.get("region")
+        qs = InstanceType.objects.select_related("accelerator").prefetch_related(
+            Prefetch("offerings", queryset=InstanceOffering.objects.select_related("zone__region"))
+        )
+        qs = qs.with_current_prices(region)
+        if "gpu" in filters:
+            qs = qs.filter(accelerator__name__iexact=filters["gpu"])
+        if "min_gpus" in filters:
+            qs = qs.filter(gpu_count__gte=filters["min_gpus"])
+        if "family" in filters:
+            qs = qs.filter(family__iexact=filters["family"])
+        if region:
+            qs = qs.filter(offerings__zone__region__code=region).distinct()
+        if filters.get("spot") is True:
+            qs = qs.filter(spot_usd__isnull=False)
+        elif filters.get("spot") is False:
+            qs = qs.filter(spot_usd__isnull=True)
+        if filters.get("ddp") is True:
+            qs = qs.ddp_capable()
+        elif filters.get("ddp") is False:
+            qs = qs.exclude(accelerator__kind=AcceleratorKind.NVIDIA_GPU)
+        return qs.order_by("name")
+
+
+class AcceleratorFilters(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=AcceleratorKind.choices, required=False)
+
+
+@extend_schema(parameters=[AcceleratorFilters])
+class AcceleratorViewSet(viewsets.ReadOnlyModelViewSet):
+    serializer_class = AcceleratorSerializer
+    lookup_field = "name"
+    lookup_value_regex = r"[^/]+"
+
+    def get_queryset(self) -> QuerySet[Accelerator]:
+        filters = _validated(AcceleratorFilters, self.request) if self.action == "list" else {}
+        qs = Accelerator.objects.all()
+        if "kind" in filters:
+            qs = qs.filter(kind=filters["kind"])
+        return qs
+
+
+class PriceFilters(serializers.Serializer):
+    instance_type = serializers.CharField(required=False)
+    region = serializers.CharField(required=False)
+    zone = serializers.CharField(required=False, help_text="Zone ID, e.g. use1-az2 (spot only)")
+    market = serializers.ChoiceField(choices=["on-demand", "spot", "all"], default="all")
+    since = serializers.DateTimeField(required=False)
+    until = serializers.DateTimeField(required=False)
+    current = serializers.BooleanField(default=False, help_text="Only the latest observation per key")
+
+    def validate(self, attrs: dict) -> dict:
+        if attrs.get("since") and attrs.get("until") and attrs["since"] > attrs["until"]:
+            raise serializers.ValidationError({"since": "must not be after until"})
+        return attrs
+
+
+class PriceListView(APIView):
+    """Price observations with history, newest first: on-demand per region, spot per zone."""
+
+    @extend_schema(parameters=[PriceFilters], responses=PriceSerializer(many=True))
+    def get(self, request: Request) -> Response:
+        f = _validated(PriceFilters, request)
+        rows: list[dict] = []
+        if f["market"] in ("on-demand", "all") and "zone" not in f:
+            qs = OnDemandPrice.objects.select_related("instance_type", "region")
+            qs = _filter_prices(qs.current() if f["current"] else qs, f, region_field="region__code")
+            rows += [PriceSerializer.from_on_demand(p) for p in qs]
+        if f["market"] in ("spot", "all"):
+            qs = SpotPrice.objects.select_related("instance_type", "zone__region")
+            qs = _filter_prices(qs.current() if f["current"] else qs, f, region_field="zone__region__code")
+            if "zone" in f:
+                qs = qs.filter(zone__zone_id=f["zone"])
+            rows += [PriceSerializer.from_spot(p) for p in qs]
+        rows.sort(key=lambda r: (r["observed_at"], r["instance_type"]), reverse=True)
+        paginator = LimitOffsetPagination()
+        page = paginator.paginate_queryset(rows, request, view=self)
+        return paginator.get_paginated_response(PriceSerializer(page, many=True).data)
+
+
+def _filter_prices(qs: QuerySet, f: dict, *, region_field: str) -> QuerySet:
+    if "instance_type" in f:
+        qs = qs.filter(instance_type__name=f["instance_type"])
+    if "region" in f:
+        qs = qs.filter(**{region_field: f["region"]})
+    if "since" in f:
+        qs = qs.filter(observed_at__gte=f["since"])
+    if "until" in f:
+        qs = qs.filter(observed_at__lte=f["until"])
+    return qs

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class CatalogConfig(AppConfig):
+    verbose_name = "GPU catalog"
+    name = "catalog"

@@ -1,0 +1,41 @@
+// Catalog page: client-side column sort (the server sorts too, via ?sort=) and the price chart.
+(function () {
+  "use strict";
+  const table = document.getElementById("catalog-table");
+  if (table) {
+    table.querySelectorAll("thead th[data-key]").forEach((th, col) => {
+      th.querySelector("a").addEventListener("click", (ev) => {
+        ev.preventDefault();
+        const asc = th.getAttribute("aria-sort") !== "ascending";
+        table.querySelectorAll("thead th").forEach((h) => h.removeAttribute("aria-sort"));
+        th.setAttribute("aria-sort", asc ? "ascending" : "descending");
+        const numeric = th.dataset.numeric === "1";
+        const body = table.tBodies[0];
+        const rows = Array.from(body.rows);
+        rows.sort((a, b) => {
+          const x = a.cells[col].dataset.v, y = b.cells[col].dataset.v;
+          if (x === "" && y !== "") return 1;   // unknown prices last, whatever the direction
+          if (y === "" && x !== "") return -1;
+          const c = numeric ? parseFloat(x) - parseFloat(y) : x.localeCompare(y);
+          return asc ? c : -c;
+        });
+        rows.forEach((r) => body.appendChild(r));
+        const url = new URL(window.location);
+        url.searchParams.set("sort", (asc ? "" : "-") + th.dataset.key);
+        history.replaceState(null, "", url);
+      });
+    });
+  }
+  const dataEl = document.getElementById("history-data");
+  const chart = document.getElementById("history-chart");
+  const data = dataEl ? JSON.parse(dataEl.textContent) : null;
+  if (!data || !chart || typeof Plotly === "undefined") return;
+  const traces = Object.entries(data.series).map(([name, s]) => ({
+    name, x: s.x, y: s.y, type: "scatter", mode: s.x.length > 1 ? "lines+markers" : "markers",
+    line: { shape: "hv", dash: s.market === "on-demand" ? "dash" : "solid" },
+  }));
+  Plotly.newPlot(chart, traces, {
+    margin: { t: 10, r: 10 }, yaxis: { title: { text: "USD / hour" }, rangemode: "tozero" },
+    xaxis: { title: { text: "observed" } }, legend: { orientation: "h" },
+  }, { responsive: true, displaylogo: false });
+})();

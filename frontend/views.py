@@ -1,0 +1,46 @@
+"""Page views: thin glue between templates and the apps' read helpers."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from catalog.models import InstanceType, Region
+from catalog.pricing import SORT_KEYS, price_history, price_table
+
+
+@login_required
+def home(request: HttpRequest) -> HttpResponse:
+    return render(request, "frontend/home.html", {
+        "instance_type_count": InstanceType.objects.count(),
+        "region_count": Region.objects.count(),
+    })  # fmt: skip
+
+
+@login_required
+def catalog(request: HttpRequest) -> HttpResponse:
+    regions = list(Region.objects.values_list("code", flat=True))
+    region = request.GET.get("region") or ("us-east-1" if "us-east-1" in regions else (regions or [""])[0])
+    if region not in regions:
+        region = regions[0] if regions else ""
+    sort = request.GET.get("sort", "od_per_gpu")
+    descending = sort.startswith("-")
+    sort = sort.lstrip("-")
+    if sort not in SORT_KEYS:
+        sort, descending = "od_per_gpu", False
+    show_all = request.GET.get("all") == "1"
+    rows = price_table(region, ddp_only=not show_all, sort=sort, descending=descending) if region else []
+    chosen = request.GET.get("type") or next((r.name for r in rows if r.spot_usd is not None), "")
+    return render(request, "frontend/catalog.html", {
+        "regions": regions, "region": region, "rows": rows, "sort": sort, "descending": descending,
+        "show_all": show_all, "chosen": chosen, "type_names": [r.name for r in rows],
+        "history": price_history(chosen, region) if chosen else None,
+        "columns": [
+            ("name", "Instance type", False), ("accelerator", "GPU", False), ("gpu_count", "GPUs", True),
+            ("vcpus", "vCPUs", True), ("baseline_gbps", "Network Gbps", True),
+            ("on_demand_usd", "On-demand $/h", True), ("od_per_gpu", "On-demand $/GPU-h", True),
+            ("spot_usd", "Spot $/h", True), ("spot_per_gpu", "Spot $/GPU-h", True),
+            ("spot_saving_pct", "Spot saving", True),
+        ],
+    })  # fmt: skip

@@ -1,0 +1,10 @@
+from django.apps import AppConfig
+
+
+class PlannerAppConfig(AppConfig):
+    """The Django side of the planner. It lives in ``planner.app`` because ``planner.models`` is
+    the pure package of performance models (compute, transfer, communication), not ORM models."""
+
+    name = "planner.app"
+    label = "plans"
+    verbose_name = "Planner"

@@ -1,0 +1,3 @@
+"""Websocket routes of the profiler app."""
+
+websocket_urlpatterns: list = []

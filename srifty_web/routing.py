@@ -1,0 +1,5 @@
+"""Websocket routes of all apps, collected in one place."""
+
+from profiler.routing import websocket_urlpatterns as profiler_ws
+
+websocket_urlpatterns = [*profiler_ws]
