@@ -1,0 +1,96 @@
+"""Facts about the machine a profile was taken on."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+from datetime import UTC, datetime
+from pathlib import Path
+
+
+def utc_now_iso() -> str:
+    """``2026-12-02T13:00:00Z``: the profile's ``created_at``."""
+    return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's marketing name from /proc/cpuinfo, falling back to ``platform.processor()``."""
+    try:
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() in ("model name", "Model", "cpu model") and value.strip():
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def available_memory_bytes(meminfo: Path = Path("/proc/meminfo")) -> int | None:
+    """MemAvailable from /proc/meminfo (bytes), or None where it cannot be read."""
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024  # the file says kB, meaning KiB
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _cuda_facts() -> dict:
+    import torch
+
+    facts: dict = {"cuda": torch.version.cuda, "cudnn": None, "gpu_count": 0, "gpus": [], "nccl": None}
+    try:
+        if torch.backends.cudnn.is_available():
+            facts["cudnn"] = torch.backends.cudnn.version()
+    except Exception:  # a broken CUDA install must not stop a CPU profile
+        pass
+    try:
+        if torch.cuda.is_available():
+            facts["gpu_count"] = torch.cuda.device_count()
+            facts["gpus"] = [torch.cuda.get_device_name(i) for i in range(facts["gpu_count"])]
+            version = torch.cuda.nccl.version()
+            facts["nccl"] = ".".join(str(part) for part in version) if isinstance(version, tuple) else str(version)
+    except Exception:
+        pass
+    return facts
+
+
+def environment() -> dict:
+    """The profile's ``environment`` block."""
+    import torch
+
+    return {
+        "torch": torch.__version__,
+        **_cuda_facts(),
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "hostname": socket.gethostname(),
+    }
+
+
+def device_info(device: str, precision: str | None = None) -> dict:
+    """The compute profile's ``device`` block for ``cpu`` or ``cuda[:N]``."""
+    import torch
+
+    dev = torch.device(device)
+    info: dict = {"type": dev.type, "name": cpu_model(), "precision": precision}
+    if dev.type == "cuda":
+        index = dev.index if dev.index is not None else torch.cuda.current_device()
+        props = torch.cuda.get_device_properties(index)
+        info.update(
+            {
+                "name": props.name,
+                "index": index,
+                "total_memory_bytes": props.total_memory,
+                "capability": f"{props.major}.{props.minor}",
+                "multiprocessors": props.multi_processor_count,
+            }
+        )
+    if precision is None:
+        info.pop("precision")
+    return info

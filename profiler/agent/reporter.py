@@ -1,0 +1,275 @@
+"""Posting progress and results to the Srifty server while a profile runs.
+
+Every event is ``POST {url}`` with ``Authorization: Bearer {token}`` and a JSON body
+``{"seq": n, "type": "progress"|"sample"|"result"|"error", ...}``. ``seq`` starts at 1 and
+grows by one per event actually sent, in order, so the server can drop duplicates (a retried
+post keeps its seq).
+
+Rules that keep the measurements honest and the result safe:
+
+* Posts happen on a background thread, never inside a timed region: the profiler wraps each
+  timed region in :meth:`Reporter.hold`, which waits for an in-flight post to finish and keeps
+  new ones from starting until the region ends. Before a hold starts, the poster gets a short
+  window to drain what is queued, so progress still arrives live.
+* Failed posts (connection errors, 408/429/5xx) are retried with bounded exponential
+  backoff. Once an event has used up its retries the server counts as unreachable: later
+  progress events are dropped (they do not use a seq), while ``result`` and ``error`` are
+  still tried with their full retries.
+* The caller writes the result file *before* calling :meth:`result`; :meth:`close` waits a
+  bounded time, so a dead server can delay the exit but never lose the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import queue
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger("profiler.agent.reporter")
+
+_RETRYABLE = {408, 425, 429, 500, 502, 503, 504}
+_ESSENTIAL = {"result", "error"}
+_STOP = object()
+
+
+class PostError(Exception):
+    def __init__(self, message: str, retryable: bool) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+def _post_requests(url: str, body: bytes, headers: dict[str, str], timeout: float) -> int:
+    import requests
+
+    try:
+        response = requests.post(url, data=body, headers=headers, timeout=timeout)
+    except requests.RequestException as exc:
+        raise PostError(str(exc), retryable=True) from exc
+    return response.status_code
+
+
+def _post_urllib(url: str, body: bytes, headers: dict[str, str], timeout: float) -> int:
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except (urllib.error.URLError, OSError) as exc:
+        raise PostError(str(exc), retryable=True) from exc
+
+
+def default_transport() -> Callable[[str, bytes, dict[str, str], float], int]:
+    """``requests`` when installed, else the standard library (a bare GPU VM may lack requests)."""
+    try:
+        import requests  # noqa: F401
+    except ImportError:
+        return _post_urllib
+    return _post_requests
+
+
+@dataclass
+class RetryPolicy:
+    attempts: int = 6  # first try plus 5 retries
+    initial_delay_s: float = 0.5
+    max_delay_s: float = 8.0
+    timeout_s: float = 10.0  # per request
+
+    def delays(self) -> Iterator[float]:
+        delay = self.initial_delay_s
+        for _ in range(self.attempts - 1):
+            yield delay
+            delay = min(delay * 2, self.max_delay_s)
+
+
+class SharedSeq:
+    """A seq counter that several processes can share (``multiprocessing.Value('q')``)."""
+
+    def __init__(self, value: Any) -> None:
+        self._value = value
+
+    def next(self) -> int:
+        with self._value.get_lock():
+            self._value.value += 1
+            return int(self._value.value)
+
+
+class _LocalSeq:
+    def __init__(self) -> None:
+        self._n = 0
+
+    def next(self) -> int:
+        self._n += 1
+        return self._n
+
+
+class NullReporter:
+    """What the profiler talks to without ``--report-to``: does nothing."""
+
+    def emit(self, event_type: str, **fields: Any) -> None:
+        pass
+
+    def progress(self, **fields: Any) -> None:
+        pass
+
+    def sample(self, **fields: Any) -> None:
+        pass
+
+    def result(self, profile: dict) -> None:
+        pass
+
+    def error(self, message: str) -> None:
+        pass
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        yield
+
+    def close(self, timeout_s: float | None = None) -> None:
+        pass
+
+
+class Reporter(NullReporter):
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        *,
+        retry: RetryPolicy | None = None,
+        seq: SharedSeq | None = None,
+        transport: Callable[[str, bytes, dict[str, str], float], int] | None = None,
+        drain_window_s: float = 0.25,
+        close_timeout_s: float = 120.0,
+    ) -> None:
+        self.url = url
+        self.token = token
+        self.retry = retry or RetryPolicy()
+        self._seq = seq or _LocalSeq()
+        self._transport = transport or default_transport()
+        self._drain_window_s = drain_window_s
+        self._close_timeout_s = close_timeout_s
+        self._queue: queue.Queue = queue.Queue()
+        self._cv = threading.Condition()
+        self._holding = False  # a timed region is running: no post may start
+        self._posting = False  # a request is in flight
+        self._pending = 0  # events queued or being sent
+        self._backing_off = False
+        self.unreachable = False
+        self.sent = 0
+        self.dropped = 0
+        self._thread = threading.Thread(target=self._run, name="srifty-reporter", daemon=True)
+        self._thread.start()
+
+    # -- the profiler's side ------------------------------------------------------------
+    def emit(self, event_type: str, **fields: Any) -> None:
+        with self._cv:
+            self._pending += 1
+        self._queue.put((event_type, fields))
+
+    def progress(self, **fields: Any) -> None:
+        self.emit("progress", **fields)
+
+    def sample(self, **fields: Any) -> None:
+        self.emit("sample", **fields)
+
+    def result(self, profile: dict) -> None:
+        self.emit("result", profile=profile)
+
+    def error(self, message: str) -> None:
+        self.emit("error", message=message)
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        """Keep the network quiet for the duration of a timed region."""
+        with self._cv:
+            if not self.unreachable and not self._backing_off:
+                # Let queued events out first, briefly, so progress stays live.
+                self._cv.wait_for(lambda: self._pending == 0 or self._backing_off, timeout=self._drain_window_s)
+            self._holding = True
+            # A post that already started must finish before timing begins.
+            self._cv.wait_for(lambda: not self._posting, timeout=self.retry.timeout_s + 1)
+        try:
+            yield
+        finally:
+            with self._cv:
+                self._holding = False
+                self._cv.notify_all()
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Send what is queued (bounded by ``timeout_s``) and stop the thread."""
+        self._queue.put(_STOP)
+        self._thread.join(self._close_timeout_s if timeout_s is None else timeout_s)
+        if self._thread.is_alive():
+            log.warning("reporter: gave up waiting for %d unsent event(s)", self._pending)
+
+    # -- the background thread ----------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return
+            event_type, fields = item
+            try:
+                self._deliver(event_type, fields)
+            except Exception:  # the reporter must never kill the profile
+                log.exception("reporter: unexpected failure sending %s", event_type)
+            finally:
+                with self._cv:
+                    self._pending -= 1
+                    self._cv.notify_all()
+
+    def _deliver(self, event_type: str, fields: dict) -> None:
+        if self.unreachable and event_type not in _ESSENTIAL:
+            self.dropped += 1
+            return
+        seq = self._seq.next()  # assigned once: retries reuse it
+        body = json.dumps({"seq": seq, "type": event_type, **fields}, default=str).encode()
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        delays = self.retry.delays()
+        while True:
+            retryable, detail = self._attempt(body, headers)
+            if detail is None:
+                self.sent += 1
+                return
+            delay = next(delays, None) if retryable else None
+            if delay is None:
+                log.warning("reporter: dropped %s event seq=%d: %s", event_type, seq, detail)
+                self.unreachable = self.unreachable or retryable
+                return
+            with self._cv:
+                self._backing_off = True
+                self._cv.notify_all()
+            time.sleep(delay)  # outside the lock: timed regions may run meanwhile
+            with self._cv:
+                self._backing_off = False
+
+    def _attempt(self, body: bytes, headers: dict[str, str]) -> tuple[bool, str | None]:
+        """One POST, started only outside timed regions. Returns (retryable, error or None)."""
+        with self._cv:
+            self._cv.wait_for(lambda: not self._holding)
+            self._posting = True
+        try:
+            status = self._transport(self.url, body, headers, self.retry.timeout_s)
+        except PostError as exc:
+            return exc.retryable, str(exc)
+        finally:
+            with self._cv:
+                self._posting = False
+                self._cv.notify_all()
+        if 200 <= status < 300:
+            return False, None
+        return status in _RETRYABLE, f"HTTP {status}"
+
+
+def make_reporter(url: str | None, token: str | None, **kwargs: Any) -> NullReporter:
+    return Reporter(url, token, **kwargs) if url else NullReporter()
