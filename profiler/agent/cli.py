@@ -14,6 +14,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from profiler.agent.reporter import RetryPolicy
 from profiler.agent.units import ArgumentValueError, parse_int_list, parse_shape, parse_size, parse_size_range
 
 log = logging.getLogger("profiler.agent")
@@ -80,6 +81,9 @@ def _add_reporting(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--out", required=True, help="profile JSON file to write (always written first)")
     group.add_argument("--report-to", metavar="URL", help="POST progress/sample/result/error events here")
     group.add_argument("--token", help="bearer token for --report-to (default: $SRIFTY_TOKEN)")
+    group.add_argument("--report-retries", type=_nonneg_int, default=5, help="retries per failed post (default 5)")
+    group.add_argument("--report-backoff", type=float, default=0.5, metavar="SECONDS",
+                       help="first retry delay, doubled per retry up to 8 s (default 0.5)")
     group.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors on stderr")
 
 
@@ -142,6 +146,10 @@ def _token(args: argparse.Namespace) -> str | None:
     return args.token or os.environ.get("SRIFTY_TOKEN")
 
 
+def _retry_policy(args: argparse.Namespace) -> RetryPolicy:
+    return RetryPolicy(attempts=args.report_retries + 1, initial_delay_s=max(args.report_backoff, 0.0))
+
+
 def _resolve_device(requested: str | None) -> str:
     import torch
 
@@ -165,7 +173,7 @@ def run_compute(args: argparse.Namespace) -> int:
     from profiler.agent.schema import validate_profile
     from profiler.agent.specs import SpecError, parse_spec
 
-    reporter = make_reporter(args.report_to, _token(args))
+    reporter = make_reporter(args.report_to, _token(args), retry=_retry_policy(args))
     try:
         try:
             parse_spec(args.model)
@@ -231,6 +239,7 @@ def run_comm_command(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         report_to=args.report_to,
         token=_token(args),
+        report_retry=_retry_policy(args),
         log_level=logging.WARNING if args.quiet else logging.INFO,
     )
     try:

@@ -26,7 +26,7 @@ import logging
 import os
 import socket
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -70,10 +70,11 @@ class CommOptions:
     timeout_s: float = 600.0
     report_to: str | None = None
     token: str | None = None
+    report_retry: RetryPolicy | None = None
     log_level: int = logging.INFO
 
     def resolved(self) -> CommOptions:
-        out = CommOptions(**asdict(self))
+        out = CommOptions(**{**self.__dict__})
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}")
         low, high = DEFAULT_SIZES[self.backend]
@@ -260,7 +261,7 @@ def _make_reporter(options: CommOptions, seq_value: Any | None) -> NullReporter:
     if not options.report_to:
         return NullReporter()
     seq = SharedSeq(seq_value) if seq_value is not None else None
-    return Reporter(options.report_to, options.token, seq=seq, retry=RetryPolicy())
+    return Reporter(options.report_to, options.token, seq=seq, retry=options.report_retry)
 
 
 def run_rank(
@@ -356,7 +357,7 @@ def _spawn_local(options: CommOptions) -> dict | None:
         )
     except Exception as exc:
         if options.report_to and options.node_rank == 0:
-            reporter = Reporter(options.report_to, options.token, seq=SharedSeq(seq_value))
+            reporter = Reporter(options.report_to, options.token, seq=SharedSeq(seq_value), retry=options.report_retry)
             reporter.error(f"comm profile failed: {_last_line(exc)}")
             reporter.close(timeout_s=60)
         raise CommError(f"a rank failed: {_last_line(exc)}") from exc

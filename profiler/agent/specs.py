@@ -113,7 +113,11 @@ def _call_factory(factory: Callable[..., Any], num_classes: int, input_shape: tu
         kwargs["num_classes"] = num_classes
     if "input_shape" in params or takes_kwargs:
         kwargs["input_shape"] = tuple(input_shape)
-    return factory(**kwargs)
+    try:
+        return factory(**kwargs)
+    except Exception as exc:  # a factory that rejects these arguments is a bad spec for them
+        name = getattr(factory, "__qualname__", repr(factory))
+        raise SpecError(f"model factory {name}({', '.join(kwargs)}) failed: {type(exc).__name__}: {exc}") from exc
 
 
 def load_model(spec: str | ModelSpec, num_classes: int = 1000, input_shape: tuple[int, ...] = (3, 224, 224)) -> Any:

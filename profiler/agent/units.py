@@ -54,7 +54,10 @@ def parse_size_range(text: str) -> tuple[int, int]:
         return size, size
     if len(parts) != 2 or not parts[0].strip() or not parts[1].strip():
         raise ArgumentValueError(f"bad size range {text!r}: expected MIN..MAX, e.g. 1KB..256MB")
-    low, high = parse_size(parts[0]), parse_size(parts[1])
+    try:
+        low, high = parse_size(parts[0]), parse_size(parts[1])
+    except ArgumentValueError as exc:
+        raise ArgumentValueError(f"bad size range {text!r}: {exc}") from None
     if low > high:
         raise ArgumentValueError(f"bad size range {text!r}: MIN is larger than MAX")
     return low, high

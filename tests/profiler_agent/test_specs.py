@@ -1,0 +1,66 @@
+"""Turning --model specs into modules: torchvision names, user factories, and errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from profiler.agent.specs import SpecError, load_model, logits_of, parse_spec
+
+
+def test_torchvision_spec_builds_an_untrained_model_with_the_requested_classes():
+    model = load_model("torchvision:resnet18", num_classes=7)
+    assert model.fc.out_features == 7
+    assert model.training
+
+
+def test_user_factory_spec_gets_num_classes_and_input_shape():
+    import torch
+
+    model = load_model("examples.tiny_model:build_transformer", num_classes=5, input_shape=(16, 24))
+    out = model(torch.randn(2, 16, 24))
+    assert out.shape == (2, 5)
+    cnn = load_model("examples.tiny_model:build", num_classes=3, input_shape=(1, 28, 28))
+    assert cnn(torch.randn(2, 1, 28, 28)).shape == (2, 3)
+
+
+def test_factory_can_be_loaded_from_a_file_path(tmp_path):
+    path = tmp_path / "my_model.py"
+    path.write_text("import torch\ndef make():\n    return torch.nn.Linear(4, 2)\n")
+    model = load_model(f"{path}:make")
+    assert model.out_features == 2
+
+
+def test_unknown_torchvision_model_is_an_error_with_suggestions():
+    with pytest.raises(SpecError, match="unknown torchvision classification model 'resnet19'.*resnet18"):
+        load_model("torchvision:resnet19")
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("resnet18", "bad model spec"),
+        ("torchvision:", "bad model spec"),
+        ("no_such_module_xyz:build", "cannot import model module"),
+        ("examples.tiny_model:nope", "has no attribute"),
+        ("examples.tiny_model:TinyCNN.__doc__", "not callable"),
+        ("json:dumps", "model factory dumps.*failed: TypeError"),
+        ("collections:OrderedDict", "not a torch.nn.Module"),
+    ],
+)
+def test_bad_specs_are_rejected_with_a_clear_message(spec, message):
+    with pytest.raises(SpecError, match=message):
+        load_model(spec)
+
+
+def test_spec_parsing_keeps_the_kind_and_target():
+    assert str(parse_spec("torchvision:vit_b_16")) == "torchvision:vit_b_16"
+    assert parse_spec("pkg.mod:factory").kind == "factory"
+
+
+def test_logits_are_found_in_tuples_and_named_outputs():
+    import torch
+
+    t = torch.zeros(2, 3)
+    assert logits_of(t) is t
+    assert logits_of((t, torch.ones(1))) is t
+    assert logits_of({"logits": t}) is t
