@@ -375,6 +375,19 @@ class Trainer:
             ready_ms={i: clock.elapsed_ms(marks["forward"], s) for i, s in recorder.stamps.items()},
         )
 
+    def ensure_optimizer_state(self) -> None:
+        """Make SGD's momentum buffers exist even if no step was taken yet.
+
+        A zero buffer gives the same update as SGD's first step (which sets the buffer to
+        the gradient when there is no dampening), so this changes memory, not results.
+        """
+        if self.options.momentum == 0:
+            return
+        for param in self.params:
+            state = self.optimizer.state[param]
+            if state.get("momentum_buffer") is None:
+                state["momentum_buffer"] = self.torch.zeros_like(param, memory_format=self.torch.preserve_format)
+
     def saved_activations_forward(self, size: int, budget_bytes: int | None = None) -> Any:
         """Forward only, under a meter: the activations a step at ``size`` saves."""
         x, y = self.batch(size)
@@ -576,6 +589,9 @@ class ComputeProfiler:
         torch.manual_seed(options.seed)
         device = torch.device(options.device)
         if device.type == "cuda":
+            if device.index is None:  # set_device and the memory calls want an explicit index
+                device = torch.device("cuda", torch.cuda.current_device())
+                options.device = str(device)
             torch.cuda.set_device(device)
             if options.max_memory is not None:
                 total = torch.cuda.get_device_properties(device).total_memory
@@ -591,8 +607,10 @@ class ComputeProfiler:
         options = self.options
         trainer.probe_output()
         forward_flops, train_flops = count_flops(trainer)
-        # One untimed step creates the optimizer state, so every probe and sample includes it.
+        # One untimed step (and, should GradScaler skip it, explicit buffers) creates the
+        # optimizer state, so every probe and sample includes its memory.
         trainer.step(*trainer.batch(max(2, options.min_batch)))
+        trainer.ensure_optimizer_state()
         probes: list[Probe] = []
         max_batch: int | None = None
         memory_budget = self._memory_budget(trainer)

@@ -11,6 +11,8 @@ Rules that keep the measurements honest and the result safe:
   timed region in :meth:`Reporter.hold`, which waits for an in-flight post to finish and keeps
   new ones from starting until the region ends. Before a hold starts, the poster gets a short
   window to drain what is queued, so progress still arrives live.
+* A progress event still waiting to be sent is replaced by a newer one, so a slow server
+  sees fewer progress events instead of an ever-growing backlog.
 * Failed posts (connection errors, 408/429/5xx) are retried with bounded exponential
   backoff. Once an event has used up its retries the server counts as unreachable: later
   progress events are dropped (they do not use a seq), while ``result`` and ``error`` are
@@ -24,11 +26,11 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import queue
 import threading
 import time
 import urllib.error
 import urllib.request
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -37,7 +39,6 @@ log = logging.getLogger("profiler.agent.reporter")
 
 _RETRYABLE = {408, 425, 429, 500, 502, 503, 504}
 _ESSENTIAL = {"result", "error"}
-_STOP = object()
 
 
 class PostError(Exception):
@@ -156,7 +157,8 @@ class Reporter(NullReporter):
         self._transport = transport or default_transport()
         self._drain_window_s = drain_window_s
         self._close_timeout_s = close_timeout_s
-        self._queue: queue.Queue = queue.Queue()
+        self._items: deque[tuple[str, dict]] = deque()
+        self._stopping = False
         self._cv = threading.Condition()
         self._holding = False  # a timed region is running: no post may start
         self._posting = False  # a request is in flight
@@ -165,14 +167,22 @@ class Reporter(NullReporter):
         self.unreachable = False
         self.sent = 0
         self.dropped = 0
+        self.coalesced = 0
         self._thread = threading.Thread(target=self._run, name="srifty-reporter", daemon=True)
         self._thread.start()
 
     # -- the profiler's side ------------------------------------------------------------
     def emit(self, event_type: str, **fields: Any) -> None:
         with self._cv:
-            self._pending += 1
-        self._queue.put((event_type, fields))
+            if event_type == "progress" and self._items and self._items[-1][0] == "progress":
+                # Still unsent: the newer progress supersedes it, so a slow server cannot
+                # build up a backlog (samples, results and errors are never coalesced).
+                self._items[-1] = (event_type, fields)
+                self.coalesced += 1
+            else:
+                self._items.append((event_type, fields))
+                self._pending += 1
+            self._cv.notify_all()
 
     def progress(self, **fields: Any) -> None:
         self.emit("progress", **fields)
@@ -205,7 +215,9 @@ class Reporter(NullReporter):
 
     def close(self, timeout_s: float | None = None) -> None:
         """Send what is queued (bounded by ``timeout_s``) and stop the thread."""
-        self._queue.put(_STOP)
+        with self._cv:
+            self._stopping = True
+            self._cv.notify_all()
         self._thread.join(self._close_timeout_s if timeout_s is None else timeout_s)
         if self._thread.is_alive():
             log.warning("reporter: gave up waiting for %d unsent event(s)", self._pending)
@@ -213,10 +225,11 @@ class Reporter(NullReporter):
     # -- the background thread ----------------------------------------------------------
     def _run(self) -> None:
         while True:
-            item = self._queue.get()
-            if item is _STOP:
-                return
-            event_type, fields = item
+            with self._cv:
+                self._cv.wait_for(lambda: self._items or self._stopping)
+                if not self._items:
+                    return  # stopping, and everything was sent
+                event_type, fields = self._items.popleft()
             try:
                 self._deliver(event_type, fields)
             except Exception:  # the reporter must never kill the profile

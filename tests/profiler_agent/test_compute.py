@@ -58,7 +58,8 @@ def test_compute_profile_of_the_tiny_cnn_on_cpu_validates_and_is_reported(tmp_pa
     samples = [e for e in events if e["type"] == "sample"]
     assert [e["batch_size"] for e in samples] == [4, 8]
     timed = [e for e in events if e["type"] == "progress" and e["phase"] == "compute"]
-    assert len(timed) == 6 and all(e["time_ms"] > 0 for e in timed)
+    # One per timed step, unless the poster fell behind and a newer one replaced an unsent one.
+    assert 2 <= len(timed) <= 6 and all(e["time_ms"] > 0 for e in timed)
     fractions = [e["fraction"] for e in events if "fraction" in e]
     assert fractions == sorted(fractions) and fractions[-1] == 1.0
 
@@ -75,8 +76,8 @@ def test_transformer_example_profiles_without_warmup(tmp_path):
 
 def test_auto_batch_search_on_cpu_finds_a_max_batch_within_max_memory(tmp_path):
     out = tmp_path / "auto.json"
-    budget = 48 * 1024**2
-    code = main(["compute", *TINY, "--batch-sizes", "auto", "--max-memory", "48MB", "--max-batch", "4096",
+    budget = 32 * 1024**2
+    code = main(["compute", *TINY, "--batch-sizes", "auto", "--max-memory", "32MB", "--max-batch", "4096",
                  "--iters", "1", "--warmup", "1", "--min-iters", "1", "--out", str(out), "-q"])
     assert code == 0
     doc = _load(out)

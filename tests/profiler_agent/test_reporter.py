@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -50,7 +51,7 @@ def test_client_errors_are_not_retried(event_server):
     assert not reporter.unreachable
 
 
-def test_unreachable_server_drops_progress_but_still_tries_the_result(closed_port_url):
+def test_unreachable_server_drops_later_events_but_still_tries_the_result(closed_port_url):
     calls: list[str] = []
 
     def transport(url, body, headers, timeout):
@@ -59,10 +60,10 @@ def test_unreachable_server_drops_progress_but_still_tries_the_result(closed_por
 
     reporter = Reporter(closed_port_url, "t", retry=FAST, transport=transport)
     reporter.progress(phase="compute")
-    reporter.progress(phase="compute")
+    reporter.sample(phase="compute", batch_size=8)
     reporter.result({"kind": "compute"})
     reporter.close(timeout_s=10)
-    assert reporter.unreachable and reporter.dropped == 1
+    assert reporter.unreachable and reporter.dropped == 1  # the sample, once the server was given up
     assert len(calls) == 2 * FAST.attempts  # first progress, then the result, each fully retried
     assert '"seq": 2' in calls[-1] and '"type": "result"' in calls[-1]
 
@@ -78,7 +79,7 @@ def test_no_post_starts_while_a_timed_region_is_held(event_server):
     with reporter.hold():
         began = time.perf_counter()
         for i in range(5):
-            reporter.progress(phase="compute", iteration=i)
+            reporter.sample(phase="compute", batch_size=i)
         time.sleep(0.3)  # the "timed region"
         ended = time.perf_counter()
     reporter.close(timeout_s=10)
@@ -104,18 +105,25 @@ def test_the_standard_library_transport_posts_too(event_server):
     assert event_server.received[0].headers["Authorization"] == "Bearer tok"
 
 
-def test_emitting_never_blocks_the_caller_on_a_slow_server(event_server):
+def test_emitting_never_blocks_and_unsent_progress_is_coalesced_on_a_slow_server(event_server):
     gate = threading.Event()
+    bodies: list[dict] = []
 
     def slow(url, body, headers, timeout):
         gate.wait(5)
+        bodies.append(json.loads(body))
         return 200
 
     reporter = Reporter(event_server.url, "t", retry=FAST, transport=slow)
     began = time.perf_counter()
+    reporter.sample(batch_size=1)
     for i in range(50):
         reporter.progress(iteration=i)
+    reporter.result({"kind": "compute"})
     assert time.perf_counter() - began < 0.5
     gate.set()
     reporter.close(timeout_s=10)
-    assert reporter.sent == 50
+    # The sample was in flight; the 50 progress events collapsed into the latest one.
+    assert [(b["seq"], b["type"]) for b in bodies] == [(1, "sample"), (2, "progress"), (3, "result")]
+    assert bodies[1]["iteration"] == 49
+    assert reporter.coalesced == 49
