@@ -20,9 +20,13 @@ models, so it runs anywhere without profiles:
 
 from __future__ import annotations
 
+import argparse
 import csv
 import math
+import random
+import statistics
 import sys
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -31,7 +35,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from planner.candidates import Candidate, load_candidates, load_network  # noqa: E402
-from planner.solver import Estimate  # noqa: E402
+from planner.solver import Estimate, Infeasible, PlanRequest, solve  # noqa: E402
 
 FIXTURES = ROOT / "catalog" / "fixtures"
 PCIE_GBYTES_S = 12.0  # effective all-reduce bandwidth between GPUs without NVLink
@@ -86,6 +90,7 @@ class AnalyticalOracle:
         self.model = model
         self.specs = specs if specs is not None else load_gpu_specs()
         self.calls = 0
+        self._node: dict[str, tuple[float, float, float] | None] = {}
 
     def gpu(self, c: Candidate) -> GpuSpec | None:
         spec = self.specs.get(c.gpu_model) or self.specs.get(c.gpu_model.split("-")[0])
@@ -93,6 +98,24 @@ class AnalyticalOracle:
             return None
         mem = c.gpu_memory_gib or spec.memory_gib
         return replace(spec, memory_gib=mem)
+
+    def node(self, c: Candidate) -> tuple[float, float, float] | None:
+        """``(per-GPU peak samples/s, per-node batch capacity, intra-node all-reduce s)`` or None."""
+        key = c.instance_type
+        if key not in self._node:
+            g = self.gpu(c)
+            m = self.model
+            if g is None:
+                self._node[key] = None
+            else:
+                peak = g.fp16_tflops * 1e12 * m.efficiency / (3.0 * m.forward_flops)
+                max_b = math.floor((g.memory_gib * 0.9 - m.params * 16 / 2**30) / m.activation_gib)
+                gp = c.gpus_per_node
+                intra = 0.0
+                if gp > 1:
+                    intra = 2 * (gp - 1) / gp * m.params * 4 / ((g.nvlink_gbytes_s or PCIE_GBYTES_S) * 1e9)
+                self._node[key] = (peak, float(max_b * gp), intra) if max_b >= 1 else None
+        return self._node[key]
 
     def __call__(self, config: tuple[tuple[Candidate, int], ...], global_batch: int) -> Estimate | None:
         self.calls += 1
@@ -108,52 +131,34 @@ class AnalyticalOracle:
         gpus = sum(c.gpus_per_node * n for c, n in groups)
         if global_batch < gpus:
             return None
-        peak, cap, hw = [], [], []
-        state_gib = m.params * 16 / 2**30
-        for c, _n in groups:
-            g = self.gpu(c)
-            if g is None:
-                return None
-            per_gpu_peak = g.fp16_tflops * 1e12 * m.efficiency / (3.0 * m.forward_flops)
-            max_b = math.floor((g.memory_gib * 0.9 - state_gib) / m.activation_gib)
-            if max_b < 1:
-                return None
-            peak.append(per_gpu_peak)
-            cap.append(max_b * c.gpus_per_node)  # per node
-            hw.append(g)
+        info = [self.node(c) for c, _ in groups]
+        if any(x is None for x in info):
+            return None
+        peak = [x[0] for x in info]  # type: ignore[index]
+        cap = [x[1] for x in info]  # type: ignore[index]
+        speed = [peak[i] * groups[i][0].gpus_per_node for i in range(len(groups))]  # per node
         # water-filling split of the global batch, proportional to node peak speed, capped by memory
-        share = [0.0] * len(groups)
+        share = [0.0] * len(groups)  # per node
         free = set(range(len(groups)))
         left = float(global_batch)
         while free and left > 1e-9:
-            w = sum(peak[i] * groups[i][0].gpus_per_node * groups[i][1] for i in free)
-            capped = False
-            for i in list(free):
-                want = left * peak[i] * groups[i][0].gpus_per_node * groups[i][1] / w
-                if want / groups[i][1] > cap[i] - share[i] + 1e-9:
-                    left -= (cap[i] - share[i]) * groups[i][1]
-                    share[i] = cap[i]
-                    free.discard(i)
-                    capped = True
+            w = sum(speed[i] * groups[i][1] for i in free)
+            capped = [i for i in free if left * speed[i] / w > cap[i] - share[i] + 1e-9]
             if not capped:
                 for i in free:
-                    share[i] += left * peak[i] * groups[i][0].gpus_per_node * groups[i][1] / w / groups[i][1]
+                    share[i] += left * speed[i] / w
                 left = 0.0
+                break
+            for i in capped:
+                left -= (cap[i] - share[i]) * groups[i][1]
+                share[i] = cap[i]
+                free.discard(i)
         if left > 1e-6:
             return None  # does not fit in GPU memory
-        t_compute = 0.0
-        for i, (c, _n) in enumerate(groups):
-            b = share[i] / c.gpus_per_node
-            if b <= 0:
-                continue
-            t_compute = max(t_compute, (b + m.b_half) / peak[i])
+        t_compute = max((share[i] / groups[i][0].gpus_per_node + m.b_half) / peak[i]
+                        for i in range(len(groups)) if share[i] > 0)
         grad_bytes = m.params * 4
-        intra = 0.0
-        for i, (c, _n) in enumerate(groups):
-            gp = c.gpus_per_node
-            if gp > 1:
-                bw = hw[i].nvlink_gbytes_s or PCIE_GBYTES_S
-                intra = max(intra, 2 * (gp - 1) / gp * grad_bytes / (bw * 1e9))
+        intra = max(x[2] for x in info)  # type: ignore[index]
         inter = 0.0
         if nodes > 1:
             bw = min(c.network_gbps for c, _ in groups) or 1.0
@@ -172,8 +177,187 @@ class AnalyticalOracle:
             bottleneck = "GPU memory (batch capped)"
         else:
             bottleneck = "compute"
-        per_node = tuple(int(round(share[i])) for i in range(len(groups)))
-        # report per config entry (the solver may have passed same-type groups separately)
-        by_type = {groups[i][0].instance_type: per_node[i] for i in range(len(groups))}
+        # per config entry (the solver may pass same-type groups separately)
+        by_type = {groups[i][0].instance_type: int(round(share[i])) for i in range(len(groups))}
         return Estimate(iter_time_s=it, iter_time_p90_s=p90, throughput_sps=global_batch / it,
                         bottleneck=bottleneck, per_node_batch=tuple(by_type[c.instance_type] for c, _ in config))
+
+
+# ----------------------------------------------------------------------------------- optimality
+def _supported_pool(catalog: list[Candidate], oracle: AnalyticalOracle) -> list[Candidate]:
+    return [c for c in catalog if oracle.gpu(c) is not None]
+
+
+def random_problem(rng: random.Random, catalog: list[Candidate]) -> tuple[PlanRequest, list[Candidate], AnalyticalOracle]:
+    """A small seeded random instance (few candidates, few nodes) with constraints on a sensible scale."""
+    from planner.solver import OBJECTIVES, evaluate_config
+
+    model = rng.choice([RESNET50, VGG19])
+    oracle = AnalyticalOracle(model)
+    pool = _supported_pool(catalog, oracle)
+    regions = sorted({c.region for c in pool})
+    chosen = rng.sample(regions, rng.choice([1, 1, 2]))
+    local = [c for c in pool if c.region in chosen]
+    cands = rng.sample(local, min(len(local), rng.randint(3, 6)))
+    out = []
+    for c in cands:
+        if c.is_spot:
+            c = replace(c, interruption_bucket=rng.randint(0, 4))
+        if rng.random() < 0.2:
+            c = replace(c, max_count=rng.randint(1, 3))
+        out.append(c)
+    cands = out
+    objective = rng.choice(OBJECTIVES)
+    lo, hi = rng.choice([(256, 256), (128, 1024), (64, 512), (512, 2048)])
+    base = PlanRequest(objective="cost", total_samples=rng.choice([2e6, 2e7, 1e8]), deadline_hours=1e6,
+                       max_nodes=rng.randint(2, 6), max_types=rng.choice([1, 2, 2, 3]), global_batch_min=lo,
+                       global_batch_max=hi, startup_overhead_h=rng.choice([0.0, 0.05, 0.2]),
+                       checkpoint_interval_h=rng.choice([0.25, 0.5, 1.0]), restart_overhead_h=rng.choice([0.05, 0.2]),
+                       checkpoint_write_s=rng.choice([0.0, 30.0]))
+    ref = [m for c in cands for n in (1, base.max_nodes)
+           if (m := evaluate_config(((c, n),), base, oracle)) is not None]
+    if not ref:
+        return random_problem(rng, catalog)
+    times = sorted(m.time_h for m in ref)
+    costs = sorted(m.total_usd for m in ref)
+    rates = sorted(m.hourly_usd for m in ref)
+    pick = lambda xs: xs[rng.randrange(len(xs))] * rng.uniform(0.7, 1.5)  # noqa: E731
+    kw: dict = {"objective": objective, "deadline_hours": None}
+    if objective == "cost" or rng.random() < 0.3:
+        kw["deadline_hours"] = max(pick(times), base.startup_overhead_h + 0.01)
+    if objective == "time" or rng.random() < 0.3:
+        kw["budget_usd"] = pick(costs)
+    if objective == "throughput" or rng.random() < 0.3:
+        kw["max_hourly_usd"] = pick(rates)
+    if kw["deadline_hours"] is not None and rng.random() < 0.2:
+        kw["max_miss_risk"] = rng.choice([0.05, 0.2, 0.5])
+    if rng.random() < 0.3:
+        vc = rng.choice(cands).vcpus
+        kw["quotas_on_demand"] = {"P": vc * rng.randint(1, 3), "G": vc * rng.randint(1, 4)}
+        kw["quotas_spot"] = {"G": vc * rng.randint(1, 4)}
+    return replace(base, **kw), cands, oracle
+
+
+def bench_optimality(catalog: list[Candidate], n: int = 60, seed: int = 2022) -> None:
+    from planner.solver import exhaustive_search
+
+    rng = random.Random(seed)
+    matched = feasible = 0
+    by_obj: dict[str, list[int]] = {}
+    worst = 0.0
+    for _ in range(n):
+        req, cands, oracle = random_problem(rng, catalog)
+        ref = exhaustive_search(req, cands, oracle)
+        try:
+            got = solve(req, cands, oracle).best
+            val = {"cost": got.total_usd, "time": got.time_h, "throughput": -got.effective_throughput_sps}[req.objective]
+        except Infeasible:
+            val = None
+        if ref is None:
+            ok = val is None
+        else:
+            feasible += 1
+            ok = val is not None and abs(val - ref[0]) <= 1e-9 * max(1.0, abs(ref[0]))
+            if val is not None:
+                worst = max(worst, abs(val - ref[0]) / max(1.0, abs(ref[0])))
+        matched += ok
+        by_obj.setdefault(req.objective, [0, 0])
+        by_obj[req.objective][0] += ok
+        by_obj[req.objective][1] += 1
+    print(f"optimality: solver == exhaustive search on {matched}/{n} seeded random problems "
+          f"({feasible} feasible, {n - feasible} infeasible; worst relative gap {worst:.1e})")
+    print("  per objective: " + ", ".join(f"{k} {v[0]}/{v[1]}" for k, v in sorted(by_obj.items())))
+
+
+# ----------------------------------------------------------------------------------- speed
+def speed_problems() -> tuple[list[tuple[str, ModelSpec, dict]], float]:
+    s = 90 * IMAGENET_SAMPLES
+    return [
+        ("ResNet-50 90 ep, min cost, 24 h deadline", RESNET50, {"objective": "cost", "deadline_hours": 24.0}),
+        ("ResNet-50 90 ep, min cost, 2 h deadline", RESNET50, {"objective": "cost", "deadline_hours": 2.0}),
+        ("VGG-19 90 ep, min time, $500 budget", VGG19, {"objective": "time", "budget_usd": 500.0}),
+        ("VGG-19 90 ep, max throughput, $100/h", VGG19, {"objective": "throughput", "max_hourly_usd": 100.0}),
+        ("ResNet-50 90 ep, min cost, 6 h, quotas P=192 G=384", RESNET50,
+         {"objective": "cost", "deadline_hours": 6.0, "quotas_on_demand": {"P": 192, "G": 384},
+          "quotas_spot": {"P": 96, "G": 192}}),
+    ], s
+
+
+def bench_speed(catalog: list[Candidate], repeats: int = 3) -> None:
+    problems, s = speed_problems()
+    times: list[float] = []
+    print(f"speed: full catalog, {len({c.instance_type for c in catalog})} NVIDIA instance types, "
+          f"{len({c.region for c in catalog})} regions, spot + on-demand, max 64 nodes, mixes of 2 types, "
+          f"global batch 256..4096")
+    for name, model, kw in problems:
+        req = PlanRequest(total_samples=s, max_nodes=64, max_types=2, global_batch_min=256, global_batch_max=4096, **kw)
+        run_times = []
+        res = None
+        for _ in range(repeats):
+            oracle = AnalyticalOracle(model)
+            t0 = time.perf_counter()
+            res = solve(req, catalog, oracle)
+            run_times.append(time.perf_counter() - t0)
+        times.extend(run_times)
+        st = res.stats
+        print(f"  {name}: median {statistics.median(run_times):.2f} s; candidates {st.candidates_in} -> "
+              f"{st.candidates_supported} runnable -> {st.candidates_kept} after dominance pruning; "
+              f"{st.homogeneous_configs} homogeneous configs; pair subsets {st.mixed_subsets} -> "
+              f"{st.mixed_subsets - st.mixed_subsets_pruned} after bounds; {st.mixed_vectors_bounded} count vectors "
+              f"bounded, {st.mixed_configs_evaluated} mixes evaluated; {st.milp_columns} MILP columns; "
+              f"{st.oracle_calls} oracle calls; best: {res.best.label} ${res.best.total_usd:,.0f} {res.best.time_h:.2f} h")
+    print(f"  median solve time over {len(times)} runs: {statistics.median(times):.2f} s "
+          f"(max {max(times):.2f} s; target < 2 s)")
+
+
+# ----------------------------------------------------------------------------------- gain
+def _fmt_plan(p) -> str:
+    return (f"{p.label}: ${p.total_usd:,.0f}, {p.time_h:.1f} h (p90 {p.time_p90_h:.1f} h), "
+            f"{p.effective_throughput_sps:,.0f} samples/s, ${p.hourly_usd:,.2f}/h")
+
+
+def bench_gain(catalog: list[Candidate]) -> None:
+    from planner.baselines import evaluate_baselines
+
+    s = 90 * IMAGENET_SAMPLES
+    scenarios = [
+        ("ResNet-50, 90 epochs ImageNet-1k, min cost with a 24 h deadline", RESNET50,
+         PlanRequest(objective="cost", total_samples=s, deadline_hours=24.0, max_nodes=64, max_types=2,
+                     global_batch_min=256, global_batch_max=4096), ("V100", 8)),
+        ("VGG-19, 90 epochs ImageNet-1k, min time with a $1,000 budget", VGG19,
+         PlanRequest(objective="time", total_samples=s, budget_usd=1000.0, max_nodes=64, max_types=2,
+                     global_batch_min=256, global_batch_max=4096), ("A100", 8)),
+        ("ResNet-50, max throughput under $25/h", RESNET50,
+         PlanRequest(objective="throughput", total_samples=s, max_hourly_usd=25.0, max_nodes=64, max_types=2,
+                     global_batch_min=256, global_batch_max=4096), ("A10G", 4)),
+    ]
+    for title, model, req, (gpu, per_node) in scenarios:
+        oracle = AnalyticalOracle(model)
+        res = solve(req, catalog, oracle)
+        print(f"gain: {title}")
+        print(f"  Srifty        {_fmt_plan(res.best)}")
+        print(f"                why: {res.best.why}")
+        for b in evaluate_baselines(req, catalog, oracle, res, requested_gpu=gpu, requested_gpus_per_node=per_node):
+            if b.plan is None or b.infeasible_reason:
+                print(f"  {b.name:<13} {b.description}: infeasible ({b.infeasible_reason})")
+                continue
+            print(f"  {b.name:<13} {_fmt_plan(b.plan)}")
+            print(f"                Srifty: {b.throughput_gain_pct:+.0f}% throughput, {b.cost_gain_pct:+.0f}% cost saving, "
+                  f"{b.time_gain_pct:+.0f}% time saving")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer random problems and repeats")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    catalog = load_catalog()
+    bench_optimality(catalog, n=20 if args.quick else 60)
+    bench_speed(catalog, repeats=1 if args.quick else 3)
+    bench_gain(catalog)
+    print(f"bench done in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -15,6 +15,9 @@ into candidates:
 * one **spot** candidate per (type, region), priced at the cheapest AZ's ``SpotPrice``; its ``zone``
   names that AZ;
 * rows with an empty/zero price are skipped for that market;
+* rows in AWS Local Zones / Wavelength Zones (zone ids like ``use1-atl2-az1``, i.e. anything but
+  ``<region-code>-az<N>``) are skipped unless ``include_local_zones``: they need opt-in, have
+  little capacity and odd spot prices, and do not offer the placement groups DDP wants;
 * only NVIDIA (CUDA) accelerators are kept, because the plans are for PyTorch DDP over NCCL.  The
   vendor is read from ``GpuInfo`` (``Manufacturer``); when that is missing the accelerator name is
   checked against known non-CUDA names (Gaudi, Inferentia, Trainium, Virtex FPGAs, Radeon) and known
@@ -93,6 +96,8 @@ MARKETS = (ON_DEMAND, SPOT)
 
 #: Accelerator names that are not CUDA devices (PyTorch DDP/NCCL cannot use them).
 NON_CUDA_PATTERNS = ("gaudi", "inferentia", "trainium", "virtex", "radeon", "fpga", "habana", "neuron")
+#: A standard AZ id (``use1-az2``); Local/Wavelength Zones have an extra segment (``use1-atl2-az1``).
+_STANDARD_AZ = re.compile(r"^[a-z]+\d+-az\d+$")
 #: Known NVIDIA accelerator names, used when ``GpuInfo`` carries no manufacturer.
 NVIDIA_PATTERNS = (
     r"^t4g?$", r"^v100", r"^a10g?$", r"^a100", r"^l4$", r"^l40s?$", r"^h100", r"^h200", r"^b200",
@@ -282,6 +287,7 @@ def load_candidates(
     interruption_buckets: Mapping[tuple[str, str], int] | None = None,
     default_spot_bucket: int = 2,
     max_counts: Mapping[tuple[str, str, str], int] | None = None,
+    include_local_zones: bool = False,
 ) -> list[Candidate]:
     """Build candidates from catalog rows (one row per instance type x availability zone).
 
@@ -320,6 +326,9 @@ def load_candidates(
             continue
         arch = str(_get(r, "Arch") or "x86_64")
         if allowed_archs is not None and arch.lower() not in allowed_archs:
+            continue
+        zone_id = str(_get(r, "AvailabilityZone", "zone") or "")
+        if zone_id and not include_local_zones and not _STANDARD_AZ.match(zone_id):
             continue
         od = _float(_get(r, "Price", "price_per_hour", "on_demand_price"))
         spot = _float(_get(r, "SpotPrice", "spot_price"))

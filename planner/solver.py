@@ -158,6 +158,7 @@ class PlanRequest:
     checkpoint_write_s: float = 0.0
     max_miss_risk: float | None = None
     top_k: int = 5
+    tie_tolerance: float = 0.0
 
     @staticmethod
     def samples_for(samples_per_epoch: float | None = None, epochs: float | None = None,
@@ -224,6 +225,8 @@ class PlanRequest:
                                f"{self.startup_overhead_h} h startup overhead")
         if int(self.top_k) < 1:
             raise RequestError("top_k", "must be >= 1")
+        if not 0 <= self.tie_tolerance < 1:
+            raise RequestError("tie_tolerance", "must be in [0, 1)")
 
 
 @dataclass(frozen=True)
@@ -385,6 +388,13 @@ def _metrics(thr: Any, rate: Any, hazard: Any, request: PlanRequest) -> tuple[An
     if np.ndim(base) == 0:
         return float(base), float(t), float(cost), float(good)
     return base, t, cost, good
+
+
+def _lim(theta: float, tol: float = 0.0) -> float:
+    """Bounds at or above this cannot beat (or, with a tie tolerance, tie) the incumbent ``theta``."""
+    if not math.isfinite(theta):
+        return math.inf
+    return theta + abs(theta) * (_REL + tol) + 1e-12
 
 
 def _value(objective: str, t: Any, cost: Any, good: Any, rate: Any) -> Any:
@@ -575,6 +585,7 @@ class _Spec:
     risk: float | None
     quotas: dict[tuple[str, str], float]
     top_k: int
+    tie_tol: float = 0.0
     bound_pruning: bool = True
 
 
@@ -912,7 +923,7 @@ class _Engine:
             keep &= cost_lb <= spec.budget * (1 + _REL)
         theta = top.threshold
         if math.isfinite(theta):
-            lim = theta * (1 + _REL) + 1e-12
+            lim = _lim(theta, spec.tie_tol)
             lb = {"cost": cost_lb, "time": t_lb, "throughput": -good_ub}.get(spec.objective, min_rate)
             keep &= lb < lim
         return [tuple(x) for x in combos[keep].tolist()], int((~keep).sum())
@@ -959,7 +970,7 @@ class _Engine:
                         lb = _value(spec.objective, t, cost, good, rate)
                         ok = self._feasible_mask(spec, t, cost, rate)
                         if math.isfinite(top.threshold):
-                            ok &= lb < top.threshold * (1 + _REL) + 1e-12
+                            ok &= lb < _lim(top.threshold, spec.tie_tol)
                         sel = np.flatnonzero(ok)
                         lbs = lb[sel].tolist()
                     else:
@@ -973,7 +984,7 @@ class _Engine:
         out: list[_Col] = []
         points: list[Point] = []
         for lb, _, region, subset, counts in queue:
-            if bound_pruning and lb > top.threshold * (1 + _REL) + 1e-12:
+            if bound_pruning and lb >= _lim(top.threshold, spec.tie_tol):
                 break
             groups = tuple(zip(subset, counts, strict=True))
             thr, g, _est = self.memo.best(groups, self.grid)
@@ -1000,10 +1011,15 @@ class _Engine:
 # ----------------------------------------------------------------------------------- MILP
 def _milp_pick(cols: Sequence[_Col], spec: _Spec, max_nodes: int) -> tuple[int | None, str]:
     """Solve the one-hot column-selection MILP of the module docstring with CBC."""
+    import warnings
+
     import pulp
 
     prob = pulp.LpProblem("srifty_plan", pulp.LpMinimize)
-    y = [pulp.LpVariable(f"y{j}", cat=pulp.LpBinary) for j in range(len(cols))]
+    if hasattr(prob, "add_variable"):  # PuLP >= 3.3 (LpVariable(...) is deprecated there)
+        y = [prob.add_variable(f"y{j}", cat=pulp.LpBinary) for j in range(len(cols))]
+    else:  # pragma: no cover - older PuLP
+        y = [pulp.LpVariable(f"y{j}", cat=pulp.LpBinary) for j in range(len(cols))]
     prob += pulp.LpAffineExpression([(y[j], cols[j].value) for j in range(len(cols))])
     prob += pulp.LpAffineExpression([(v, 1.0) for v in y]) == 1, "one_plan"
     if spec.deadline is not None:
@@ -1022,7 +1038,10 @@ def _milp_pick(cols: Sequence[_Col], spec: _Spec, max_nodes: int) -> tuple[int |
                 usage[qk].append((y[j], v))
     for (market, cls), terms in sorted(usage.items()):
         prob += pulp.LpAffineExpression(terms) <= spec.quotas[(market, cls)] + 1e-9, f"quota_{market}_{cls}".replace("-", "_")
-    prob.solve(pulp.PULP_CBC_CMD(msg=False))
+    with warnings.catch_warnings():
+        # the bundled CBC is deprecated for PuLP 4.0; it is what ships with the wheel today
+        warnings.simplefilter("ignore", DeprecationWarning)
+        prob.solve(pulp.PULP_CBC_CMD(msg=False))
     status = pulp.LpStatus[prob.status]
     if status != "Optimal":
         return None, status
@@ -1031,26 +1050,28 @@ def _milp_pick(cols: Sequence[_Col], spec: _Spec, max_nodes: int) -> tuple[int |
 
 
 # ----------------------------------------------------------------------------------- plans
-def _split_batch(groups: Sequence[tuple[Candidate, int]], g: int, est: Estimate,
-                 engine: _Engine) -> list[tuple[int, ...]]:
-    if est.per_node_batch is not None:
-        hw = _Memo.hw_key(groups)
-        by_type = {t: b for (t, _), b in zip(hw, est.per_node_batch, strict=False)}
-        out = []
-        for c, n in groups:
-            b = int(by_type.get(c.instance_type, 0))
-            out.append(tuple([b] * n))
-        return out
-    weights = [engine.per_node_best.get(c.instance_type, 1.0) for c, _ in groups]
+def _split_batch(groups: Sequence[tuple[Candidate, int]], g: int, weights: Sequence[float]) -> list[tuple[int, ...]]:
+    """Per-node batches summing exactly to ``g``: shares proportional to the per-node ``weights``
+    of each group, rounded by largest remainder."""
     total_w = sum(w * n for w, (_, n) in zip(weights, groups, strict=True)) or 1.0
     exact = [g * w / total_w for w in weights]
     nodes = [(i, k) for i, (_, n) in enumerate(groups) for k in range(n)]
-    base = {nd: int(math.floor(exact[nd[0]])) for nd in nodes}
+    base = {nd: int(math.floor(exact[nd[0]] + 1e-9)) for nd in nodes}
     rem = g - sum(base.values())
-    order = sorted(nodes, key=lambda nd: (-(exact[nd[0]] - math.floor(exact[nd[0]])), nd))
+    order = sorted(nodes, key=lambda nd: (-(exact[nd[0]] - base[nd]), nd))
     for nd in order[:max(0, rem)]:
         base[nd] += 1
     return [tuple(base[(i, k)] for k in range(n)) for i, (_, n) in enumerate(groups)]
+
+
+def _batch_weights(groups: Sequence[tuple[Candidate, int]], est: Estimate,
+                   single_node: Callable[[Candidate], float]) -> list[float]:
+    if est.per_node_batch is not None:
+        hw = _Memo.hw_key(groups)
+        by_type = {t: float(b) for (t, _), b in zip(hw, est.per_node_batch, strict=False)}
+        if all(by_type.get(c.instance_type, 0) > 0 for c, _ in groups):
+            return [by_type[c.instance_type] for c, _ in groups]
+    return [max(single_node(c), 1e-12) for c, _ in groups]
 
 
 def _pct(a: float, b: float) -> float:
@@ -1079,23 +1100,29 @@ def _why(rank: int, col: _Col, cols: Sequence[_Col], spec: _Spec, req: PlanReque
         if len(cols) > 1:
             nxt = cols[1]
             if obj == "cost":
-                parts.append(f"{_fp(_pct(col.cost, nxt.cost))} cheaper than the next option ({nxt.label()})")
+                word = "cheaper" if col.cost <= nxt.cost else "dearer"
+                parts.append(f"{_fp(_pct(col.cost, nxt.cost))} {word} than the next option ({nxt.label()})")
             elif obj == "time":
-                parts.append(f"{_fp(_pct(col.time, nxt.time))} faster than the next option ({nxt.label()})")
+                word = "faster" if col.time <= nxt.time else "slower"
+                parts.append(f"{_fp(_pct(col.time, nxt.time))} {word} than the next option ({nxt.label()})")
             else:
-                parts.append(f"{_fp(_pct(col.good, nxt.good))} more throughput than the next option ({nxt.label()})")
+                word = "more" if col.good >= nxt.good else "less"
+                parts.append(f"{_fp(_pct(col.good, nxt.good))} {word} throughput than the next option ({nxt.label()})")
     else:
         best = cols[0]
         if obj == "cost":
-            parts.append(f"#{rank + 1}: {_fp(_pct(col.cost, best.cost))} dearer than #1")
+            word = "dearer" if col.cost >= best.cost else "cheaper"
+            parts.append(f"#{rank + 1}: {_fp(_pct(col.cost, best.cost))} {word} than #1")
             if col.time < best.time:
                 parts.append(f"{best.time - col.time:.1f} h faster")
         elif obj == "time":
-            parts.append(f"#{rank + 1}: {_fp(_pct(col.time, best.time))} slower than #1")
+            word = "slower" if col.time >= best.time else "faster"
+            parts.append(f"#{rank + 1}: {_fp(_pct(col.time, best.time))} {word} than #1")
             if col.cost < best.cost:
                 parts.append(f"${best.cost - col.cost:,.0f} cheaper")
         else:
-            parts.append(f"#{rank + 1}: {_fp(_pct(col.good, best.good))} less throughput than #1")
+            word = "less" if col.good <= best.good else "more"
+            parts.append(f"#{rank + 1}: {_fp(_pct(col.good, best.good))} {word} throughput than #1")
             if col.rate < best.rate:
                 parts.append(f"${best.rate - col.rate:,.2f}/h cheaper")
         if not any(c.is_spot for c, _ in col.groups) and any(c.is_spot for c, _ in best.groups):
@@ -1125,31 +1152,58 @@ def _binding(col: _Col, spec: _Spec, req: PlanRequest) -> list[str]:
 
 
 def _make_plan(rank: int, col: _Col, ranked: Sequence[_Col], spec: _Spec, engine: _Engine) -> Plan:
-    req = engine.request
     est = engine.memo.get(engine.memo.hw_key(col.groups), col.g)
     assert est is not None
+    why = _why(rank, col, ranked, spec, engine.request, _binding(col, spec, engine.request))
+    weights = _batch_weights(col.groups, est, lambda c: engine.per_node_best.get(c.instance_type, 1.0))
+    return _build_plan(rank, col, est, engine.request, why, weights)
+
+
+def _build_plan(rank: int, col: _Col, est: Estimate, req: PlanRequest, why: str, weights: Sequence[float]) -> Plan:
     params = req.spot_params
     jitter = _jitter_sd_h(req, est, col.g)
     deadline_left = None if req.deadline_hours is None else req.deadline_hours - req.startup_overhead_h
     comp = spotmodel.completion(col.base, col.hazard, params, deadline_left, jitter)
-    batches = _split_batch(col.groups, col.g, est, engine)
+    batches = _split_batch(col.groups, col.g, weights)
     groups = tuple(
         NodeGroup(instance_type=c.instance_type, market=c.market, zone=c.zone, count=n, gpus_per_node=c.gpus_per_node,
                   gpu_model=c.gpu_model, price_per_hour=c.price_per_hour, batch_per_node=b,
                   interruption_bucket=c.interruption_bucket)
         for (c, n), b in zip(col.groups, batches, strict=True)
     )
-    why = _why(rank, col, ranked, spec, req, _binding(col, spec, req))
     if col.hazard > 0:
-        why += (f"; spot: {comp.expected_interruptions:.2f} expected interruptions"
-                + (f", {100 * comp.miss_probability:.1f}% risk of missing the deadline" if comp.miss_probability is not None else ""))
+        why += (f"; spot: {comp.expected_interruptions:.2g} expected interruptions"
+                + (f", {100 * comp.miss_probability:.1f}% risk of missing the deadline"
+                   if comp.miss_probability is not None else ""))
     return Plan(rank=rank + 1, region=col.region, groups=groups, global_batch=col.g, nodes=col.nodes,
                 gpus=sum(c.gpus_per_node * n for c, n in col.groups), hourly_usd=col.rate, total_usd=col.cost,
                 time_h=col.time, time_p90_h=req.startup_overhead_h + comp.p90_h, base_time_h=col.base,
                 throughput_sps=col.thr, effective_throughput_sps=col.good, iter_time_s=est.iter_time_s,
                 iter_time_p90_s=est.iter_time_p90_s, bottleneck=est.bottleneck,
                 deadline_miss_risk=comp.miss_probability, expected_interruptions=comp.expected_interruptions,
-                why=why)
+                why=why.lstrip("; "))
+
+
+def plan_for_config(config: Config, request: PlanRequest, perf: PerfOracle, *, global_batch: int | None = None,
+                    why: str = "") -> Plan | None:
+    """A :class:`Plan` for a user-given configuration (what-if analysis, baselines); ``None`` when
+    the oracle cannot run it.  Constraints are not enforced: see :func:`evaluate_config` for
+    ``feasible`` / ``violated``."""
+    m = evaluate_config(config, request, perf, global_batch)
+    if m is None:
+        return None
+    col = _Col(m.region, m.config, m.estimate.throughput_sps, m.global_batch, m.hourly_usd, m.hazard_per_h,
+               m.base_time_h, m.time_h, m.total_usd, m.goodput_sps, m.nodes, m.objective_value(request.objective),
+               m.feasible)
+
+    def single(c: Candidate) -> float:
+        e = perf(((c, 1),), m.global_batch)
+        return e.throughput_sps if e is not None else 1.0
+
+    weights = _batch_weights(m.config, m.estimate, single)
+    if not why and not m.feasible:
+        why = "violates: " + ", ".join(m.violated)
+    return _build_plan(0, col, m.estimate, request, why, weights)
 
 
 def pareto_frontier(points: Iterable[Point]) -> tuple[Point, ...]:
@@ -1167,7 +1221,8 @@ def pareto_frontier(points: Iterable[Point]) -> tuple[Point, ...]:
 
 def _spec_of(req: PlanRequest, **over: Any) -> _Spec:
     base = _Spec(objective=req.objective, deadline=req.deadline_hours, budget=req.budget_usd,
-                 cap=req.max_hourly_usd, risk=req.max_miss_risk, quotas=_quota_table(req), top_k=int(req.top_k))
+                 cap=req.max_hourly_usd, risk=req.max_miss_risk, quotas=_quota_table(req), top_k=int(req.top_k),
+                 tie_tol=float(req.tie_tolerance))
     return replace(base, **over)
 
 
@@ -1187,6 +1242,20 @@ def solve(request: PlanRequest, candidates: Sequence[Candidate], perf: PerfOracl
         ranked_all.insert(0, ranked_all.pop(pick))
     elif pick is not None:
         status = f"{status} (disagreed with sorted columns; sorted order used)"
+    tie_note = ""
+    if spec.tie_tol > 0 and len(ranked_all) > 1:
+        strict = ranked_all[0]
+        lim = strict.value + abs(strict.value) * spec.tie_tol
+        secondary: dict[str, Callable[[_Col], tuple[float, float]]] = {
+            "cost": lambda c: (c.time, c.cost), "time": lambda c: (c.cost, c.time),
+            "throughput": lambda c: (c.cost, -c.good)}
+        choice = min((c for c in ranked_all if c.value <= lim), key=secondary[spec.objective])
+        if choice is not strict:
+            ranked_all.remove(choice)
+            ranked_all.insert(0, choice)
+            better = "faster" if spec.objective == "cost" else "cheaper"
+            tie_note = (f"within the {100 * spec.tie_tol:g}% tie tolerance of "
+                        f"the strict optimum ({strict.label()} in {strict.region}) and {better}; ")
     # best column per distinct type set
     seen: set[tuple[tuple[str, str], ...]] = set()
     ranked: list[_Col] = []
@@ -1198,6 +1267,8 @@ def solve(request: PlanRequest, candidates: Sequence[Candidate], perf: PerfOracl
         if len(ranked) >= request.top_k:
             break
     plans = tuple(_make_plan(i, col, ranked, spec, engine) for i, col in enumerate(ranked))
+    if tie_note:
+        plans = (replace(plans[0], why=tie_note + plans[0].why),) + plans[1:]
     points = tuple(out.points)
     stats = SolveStats(
         candidates_in=engine.candidates_in, candidates_supported=len(engine.supported),
