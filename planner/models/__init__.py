@@ -1,0 +1,1 @@
+"""Performance models: compute (per device), transfer (across devices), comm (all-reduce)."""

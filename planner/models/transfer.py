@@ -1,0 +1,424 @@
+"""Cross-device transfer: predict a model's phase times on a GPU that was never profiled.
+
+Workload cost.  :func:`count_workload` runs one training step of the model on the ``meta``
+device (no memory, no arithmetic) under a dispatch mode that records, for every aten operator
+``i`` of forward, backward and optimizer, its floating-point operations ``F_i`` (the formulas of
+``torch.utils.flop_counter``, i.e. what ``FlopCounterMode`` counts) and the bytes it touches
+``M_i = Σ |inputs| + Σ |outputs|`` (view operators move nothing and are skipped).  It does so at
+two batch sizes and keeps ``F_i(b) = F_i⁰ + F_i¹·b``, ``M_i(b) = M_i⁰ + M_i¹·b`` — weights
+are batch independent, activations proportional to the batch.
+
+Roofline.  On GPU ``g`` with dense peak ``P_g`` (FLOP/s at the training precision) and memory
+bandwidth ``W_g`` (bytes/s) a phase takes::
+
+    t_phase(b, g) = k_g · Σ_{i ∈ phase} max( F_i(b) / (η_c · P_g),  M_i(b) / (η_m,prec · W_g) )
+
+a per-operator ("per-layer") roofline with two global efficiencies — ``η_c`` for arithmetic,
+``η_m`` for memory traffic (one per precision family: 32-bit, 16-bit) — and a per-GPU factor
+``k_g``.  Calibration (:func:`calibrate`) on published ResNet-50 training throughputs:
+
+1. ``η_c, η_m`` minimise ``Σ_groups (ln t̂ − ln t)²`` over (GPU, precision) groups, each group
+   the median of its published rows, by a log-spaced grid search;
+2. ``k_g = exp(mean ln(t/t̂))`` over the groups of GPU ``g``, and per architecture the geometric
+   mean of its GPUs' ``k_g``.  An uncalibrated GPU uses its architecture's factor, else 1.
+
+Transfer.  With a measured phase time ``T_s`` on source GPU ``s``::
+
+    T_target = T_s · t_phase(b, target) / t_phase(b, s)              source = "transferred"
+
+which keeps whatever the roofline misses about the model (kernel mix, framework overhead) from
+the measurement.  Without a usable source measurement (none, or measured on a CPU) the bare
+roofline is returned with ``source = "analytical"``.  A profile of the target device itself is
+``"measured"`` (:mod:`planner.models.compute`).
+
+Calibration GPU names.  ``calibration_resnet50_single_gpu.csv`` names boards ("A100-SXM4-40GB",
+"A10", "H100-PCIe-80GB") while ``gpu_specs.csv`` names the AWS chips ("A100", "A10G", "H100").
+:data:`CALIBRATION_ALIASES` maps the boards that AWS sells onto spec rows: V100-SXM2-16/32GB →
+V100; A100-SXM4-40GB → A100; A100-SXM4-80GB → A100-80GB; H100-SXM5-80GB → H100;
+H200-SXM-141GB → H200; A10 → A10G (the A10G row carries the A10 datasheet figures, so the A10
+is treated as the same chip — the real A10G is clocked slightly differently, a few % at most).
+Boards without a spec row (A100-PCIe-40/80GB, H100-PCIe-80GB, A40, GH200) get
+:data:`SUPPLEMENTARY_SPECS` (NVIDIA datasheet dense figures); they calibrate ``η`` and their
+architecture factors but are not offered by the catalog.  PCIe boards are kept apart from SXM
+ones: same peaks on paper but a lower power limit, hence a lower sustained clock.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from planner.hardware import GpuSpec
+from planner.models.compute import PhaseSpread, PhaseTimes
+
+PHASES = ("forward", "backward", "optimizer")
+
+CALIBRATION_ALIASES: dict[str, str] = {
+    "V100-SXM2-16GB": "V100",
+    "V100-SXM2-32GB": "V100",
+    "A100-SXM4-40GB": "A100",
+    "A100-SXM4-80GB": "A100-80GB",
+    "H100-SXM5-80GB": "H100",
+    "H200-SXM-141GB": "H200",
+    "A10": "A10G",
+}
+
+SUPPLEMENTARY_SPECS: dict[str, GpuSpec] = {
+    "A100-PCIe-40GB": GpuSpec("A100-PCIe-40GB", "Ampere", 108, 19.5, 156, 312, 1555, 40, 0.0),
+    "A100-PCIe-80GB": GpuSpec("A100-PCIe-80GB", "Ampere", 108, 19.5, 156, 312, 1935, 80, 0.0),
+    "H100-PCIe-80GB": GpuSpec("H100-PCIe-80GB", "Hopper", 114, 51.2, 378, 756, 2000, 80, 0.0),
+    "A40": GpuSpec("A40", "Ampere", 84, 37.4, 74.8, 149.7, 696, 48, 0.0),
+    "GH200": GpuSpec("GH200", "Hopper", 132, 67, 494.5, 989.5, 4000, 96, 900),
+}
+
+ETA_GRID = tuple(math.exp(math.log(0.05) + i * (math.log(1.0) - math.log(0.05)) / 79) for i in range(80))
+
+
+def precision_family(precision: str) -> str:
+    """``"half"`` for fp16/bf16/amp (16-bit activations), else ``"full"``."""
+    return "half" if precision.lower() in ("fp16", "bf16", "amp") else "full"
+
+
+def spec_name_for(calibration_gpu: str) -> str:
+    return CALIBRATION_ALIASES.get(calibration_gpu, calibration_gpu)
+
+
+# --------------------------------------------------------------------------- workload cost
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """One operator: ``flops(b) = f0 + f1·b``, ``bytes(b) = m0 + m1·b``."""
+
+    name: str
+    f0: float
+    f1: float
+    m0: float
+    m1: float
+
+
+@dataclass(frozen=True)
+class WorkloadCost:
+    """Per-operator FLOPs and bytes of one training step, linear in the batch size."""
+
+    model_spec: str
+    precision: str
+    ops: Mapping[str, tuple[OpCost, ...]]
+    param_count: int = 0
+
+    def arrays(self, phase: str, batch: float) -> tuple[Any, Any]:
+        import numpy as np
+
+        ops = self.ops[phase]
+        flops = np.array([max(o.f0 + o.f1 * batch, 0.0) for o in ops])
+        nbytes = np.array([max(o.m0 + o.m1 * batch, 0.0) for o in ops])
+        return flops, nbytes
+
+    def totals(self, batch: float) -> dict[str, tuple[float, float]]:
+        """``{phase: (FLOPs, bytes)}`` at ``batch``."""
+        out = {}
+        for p in PHASES:
+            f, m = self.arrays(p, batch)
+            out[p] = (float(f.sum()), float(m.sum()))
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": 1, "model_spec": self.model_spec, "precision": self.precision,
+                "param_count": self.param_count,
+                "ops": {p: [[o.name, o.f0, o.f1, o.m0, o.m1] for o in ops] for p, ops in self.ops.items()}}
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> WorkloadCost:
+        if doc.get("version") != 1:
+            raise ValueError(f"workload cost: version must be 1, got {doc.get('version')!r}")
+        return cls(doc["model_spec"], doc["precision"],
+                   {p: tuple(OpCost(*o) for o in ops) for p, ops in doc["ops"].items()},
+                   int(doc.get("param_count", 0)))
+
+
+def count_workload(builder: Callable[[], Any], input_shape: Sequence[int], *, precision: str = "fp32",
+                   model_spec: str = "", optimizer: str = "sgd", num_classes: int | None = None,
+                   batch_sizes: tuple[int, int] = (2, 4),
+                   make_batch: Callable[[int], tuple[Any, Any]] | None = None) -> WorkloadCost:
+    """Count per-operator FLOPs and bytes of one training step on the ``meta`` device.
+
+    ``builder()`` must create the model (it is called under ``torch.device("meta")``);
+    ``make_batch(b) -> (inputs, targets)`` overrides the default random float inputs of
+    ``input_shape`` with integer class targets and a cross-entropy loss.
+    """
+    per_batch = [_trace_step(builder, input_shape, b, precision, optimizer, num_classes, make_batch)
+                 for b in batch_sizes]
+    (b1, (ops1, params)), (b2, (ops2, _)) = zip(batch_sizes, per_batch, strict=True)
+    phases = {}
+    for p in PHASES:
+        a, c = ops1[p], ops2[p]
+        if len(a) != len(c) or any(x[0] != y[0] for x, y in zip(a, c, strict=True)):
+            a = [("aggregate", sum(x[1] for x in a), sum(x[2] for x in a))]
+            c = [("aggregate", sum(x[1] for x in c), sum(x[2] for x in c))]
+        phases[p] = tuple(_linear_op(x, y, b1, b2) for x, y in zip(a, c, strict=True))
+    return WorkloadCost(model_spec, precision, phases, params)
+
+
+def _linear_op(x: tuple[str, float, float], y: tuple[str, float, float], b1: int, b2: int) -> OpCost:
+    f1 = (y[1] - x[1]) / (b2 - b1)
+    m1 = (y[2] - x[2]) / (b2 - b1)
+    return OpCost(x[0], x[1] - f1 * b1, f1, x[2] - m1 * b1, m1)
+
+
+def _trace_step(builder: Callable[[], Any], input_shape: Sequence[int], batch: int, precision: str,
+                optimizer: str, num_classes: int | None,
+                make_batch: Callable[[int], tuple[Any, Any]] | None) -> tuple[dict[str, list[tuple[str, float, float]]], int]:
+    import torch
+    import torch.nn.functional as fn
+
+    dtype = torch.float16 if precision_family(precision) == "half" else torch.float32
+    with torch.device("meta"):
+        model = builder().to(dtype)
+        if make_batch is not None:
+            x, y = make_batch(batch)
+        else:
+            x = torch.randn(batch, *input_shape, dtype=dtype)
+            y = None
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = (torch.optim.Adam(params, lr=1e-3, foreach=False) if optimizer == "adam"
+           else torch.optim.SGD(params, lr=0.1, momentum=0.9, foreach=False))
+    recorder = _CostRecorder()
+    with recorder.phase("forward"):
+        out = model(x)
+        if isinstance(out, tuple | list):
+            out = out[0]
+        if y is None and out.dim() == 2:
+            classes = num_classes or out.shape[1]
+            y = torch.zeros(batch, dtype=torch.long, device="meta").clamp_(0, classes - 1)
+        loss = fn.cross_entropy(out, y) if y is not None and out.dim() == 2 else out.float().mean()
+    with recorder.phase("backward"):
+        loss.backward()
+    with recorder.phase("optimizer"):
+        opt.step()
+    return recorder.ops, sum(p.numel() for p in params)
+
+
+class _CostRecorder:
+    """Collects ``(op name, FLOPs, bytes)`` per phase through a ``TorchDispatchMode``."""
+
+    def __init__(self) -> None:
+        self.ops: dict[str, list[tuple[str, float, float]]] = {p: [] for p in PHASES}
+
+    def phase(self, name: str) -> Any:
+        import torch
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from torch.utils._pytree import tree_flatten
+        from torch.utils.flop_counter import flop_registry
+
+        sink = self.ops[name]
+
+        def nbytes(obj: Any) -> float:
+            return float(sum(t.numel() * t.element_size() for t in tree_flatten(obj)[0]
+                             if isinstance(t, torch.Tensor)))
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+                kwargs = kwargs or {}
+                packet = func._overloadpacket
+                if packet not in flop_registry and not func.is_view:
+                    decomposed = func.decompose(*args, **kwargs)
+                    if decomposed is not NotImplemented:
+                        return decomposed
+                out = func(*args, **kwargs)
+                if func.is_view:
+                    return out
+                flops = float(flop_registry[packet](*args, **kwargs, out_val=out)) if packet in flop_registry else 0.0
+                sink.append((str(packet), flops, nbytes((args, kwargs)) + nbytes(out)))
+                return out
+
+        return Mode()
+
+
+# --------------------------------------------------------------------------- roofline model
+
+
+@dataclass(frozen=True)
+class RooflineParams:
+    eta_compute: float = 0.5
+    eta_memory: Mapping[str, float] = field(default_factory=lambda: {"full": 0.5, "half": 0.5})
+
+    def memory(self, precision: str) -> float:
+        fam = precision_family(precision)
+        return self.eta_memory.get(fam) or statistics.fmean(self.eta_memory.values())
+
+
+def roofline_ms(cost: WorkloadCost, batch: float, gpu: GpuSpec, params: RooflineParams,
+                precision: str | None = None) -> dict[str, float]:
+    """``Σ_i max(F_i/(η_c·P), M_i/(η_m·W))`` per phase, in ms, without the GPU factor."""
+    import numpy as np
+
+    prec = precision or cost.precision
+    peak = gpu.peak_tflops(prec)
+    if not peak or not gpu.memory_bandwidth_gb_s:
+        raise ValueError(f"gpu {gpu.name}: no {prec} peak or memory bandwidth in its spec")
+    flops_per_ms = peak * 1e12 * params.eta_compute / 1e3
+    bytes_per_ms = gpu.memory_bandwidth_gb_s * 1e9 * params.memory(prec) / 1e3
+    out = {}
+    for p in PHASES:
+        f, m = cost.arrays(p, batch)
+        out[p] = float(np.maximum(f / flops_per_ms, m / bytes_per_ms).sum())
+    return out
+
+
+@dataclass(frozen=True)
+class CalibrationRow:
+    gpu: str
+    precision: str
+    batch: int
+    images_per_s: float
+    source: str = ""
+
+
+def load_calibration_csv(path: str | Path) -> list[CalibrationRow]:
+    with open(path, newline="") as fh:
+        return [CalibrationRow(r["gpu"], r["precision"], int(r["per_gpu_batch"]), float(r["value"]), r["source"])
+                for r in csv.DictReader(fh) if r.get("metric", "images_per_s") == "images_per_s"]
+
+
+@dataclass
+class TransferModel:
+    """Calibrated roofline: global efficiencies plus per-GPU / per-architecture factors."""
+
+    params: RooflineParams
+    specs: dict[str, GpuSpec]
+    gpu_factors: dict[str, float] = field(default_factory=dict)
+    arch_factors: dict[str, float] = field(default_factory=dict)
+
+    def spec(self, gpu: str | GpuSpec) -> GpuSpec:
+        if isinstance(gpu, GpuSpec):
+            return gpu
+        name = spec_name_for(gpu)
+        if name in self.specs:
+            return self.specs[name]
+        if name in SUPPLEMENTARY_SPECS:
+            return SUPPLEMENTARY_SPECS[name]
+        raise KeyError(f"gpu {gpu!r}: no spec")
+
+    def factor(self, gpu: str | GpuSpec) -> tuple[float, str]:
+        """``(k_g, level)`` with level ``"gpu"``, ``"architecture"`` or ``"global"``."""
+        spec = self.spec(gpu)
+        if spec.name in self.gpu_factors:
+            return self.gpu_factors[spec.name], "gpu"
+        if spec.architecture in self.arch_factors:
+            return self.arch_factors[spec.architecture], "architecture"
+        return 1.0, "global"
+
+    def phase_ms(self, cost: WorkloadCost, batch: float, gpu: str | GpuSpec, precision: str | None = None) -> dict[str, float]:
+        spec = self.spec(gpu)
+        k, _ = self.factor(spec)
+        return {p: k * t for p, t in roofline_ms(cost, batch, spec, self.params, precision).items()}
+
+    def analytical(self, cost: WorkloadCost, batch: int, gpu: str | GpuSpec, precision: str | None = None,
+                   spread: PhaseSpread | None = None) -> PhaseTimes:
+        t = self.phase_ms(cost, batch, gpu, precision)
+        return PhaseTimes(t["forward"], t["backward"], t["optimizer"], spread=spread or PhaseSpread(),
+                          source="analytical", batch_size=batch)
+
+    def transfer(self, measured: PhaseTimes, cost: WorkloadCost, batch: int, source_gpu: str | GpuSpec,
+                 target_gpu: str | GpuSpec, precision: str | None = None) -> PhaseTimes:
+        """Scale phase times measured on ``source_gpu`` to ``target_gpu`` by the roofline ratio."""
+        src = self.phase_ms(cost, batch, source_gpu, precision)
+        dst = self.phase_ms(cost, batch, target_gpu, precision)
+        ratio = {p: dst[p] / src[p] if src[p] > 0 else 1.0 for p in PHASES}
+        return measured.scaled(ratio["forward"], ratio["backward"], ratio["optimizer"], source="transferred")
+
+    def predict(self, cost: WorkloadCost, batch: int, target_gpu: str | GpuSpec, *,
+                measured: PhaseTimes | None = None, measured_on: str | GpuSpec | None = None,
+                precision: str | None = None) -> PhaseTimes:
+        """Measured if the target itself was profiled, transferred from a GPU profile, else analytical."""
+        target = self.spec(target_gpu)
+        if measured is not None and measured_on is not None:
+            try:
+                source = self.spec(measured_on)
+            except KeyError:
+                source = None
+            if source is not None and source.name == target.name:
+                return measured
+            if source is not None:
+                return self.transfer(measured, cost, batch, source, target, precision)
+        spread = measured.spread if measured is not None else None
+        return self.analytical(cost, batch, target, precision, spread)
+
+    def images_per_s(self, cost: WorkloadCost, batch: int, gpu: str | GpuSpec, precision: str | None = None) -> float:
+        return batch / sum(self.phase_ms(cost, batch, gpu, precision).values()) * 1e3
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": 1, "eta_compute": self.params.eta_compute, "eta_memory": dict(self.params.eta_memory),
+                "gpu_factors": self.gpu_factors, "arch_factors": self.arch_factors}
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any], specs: Mapping[str, GpuSpec]) -> TransferModel:
+        if doc.get("version") != 1:
+            raise ValueError(f"transfer model: version must be 1, got {doc.get('version')!r}")
+        return cls(RooflineParams(doc["eta_compute"], dict(doc["eta_memory"])), dict(specs),
+                   dict(doc.get("gpu_factors", {})), dict(doc.get("arch_factors", {})))
+
+
+def calibrate(rows: Sequence[CalibrationRow], costs: Mapping[str, WorkloadCost], specs: Mapping[str, GpuSpec],
+              *, batch: int = 256, per_gpu_factors: bool = True) -> TransferModel:
+    """Fit ``η_c``, ``η_m`` (per precision family) and the ``k_g`` factors; see the module docstring.
+
+    ``costs`` maps a precision family (``"full"``, ``"half"``) to the workload cost of the
+    calibration model counted at that precision.
+    """
+    import numpy as np
+
+    groups = _group_rows(rows)
+    model = TransferModel(RooflineParams(), dict(specs))
+    prepared = []
+    for (gpu, prec), target_ms in groups.items():
+        spec = model.spec(gpu)
+        cost = costs[precision_family(prec)]
+        arrays = [cost.arrays(p, batch) for p in PHASES]
+        flops = np.concatenate([a[0] for a in arrays]) / (spec.peak_tflops(prec) * 1e9) / batch
+        mem = np.concatenate([a[1] for a in arrays]) / (spec.memory_bandwidth_gb_s * 1e6) / batch
+        prepared.append((precision_family(prec), flops, mem, math.log(target_ms)))
+    families = sorted({p[0] for p in prepared})
+    best = (math.inf, 0.5, {f: 0.5 for f in families})
+    for eta_c in ETA_GRID:
+        etas, loss = {}, 0.0
+        for fam in families:
+            fam_best = (math.inf, 0.5)
+            for eta_m in ETA_GRID:
+                err = sum((math.log(float(np.maximum(f / eta_c, m / eta_m).sum())) - y) ** 2
+                          for pf, f, m, y in prepared if pf == fam)
+                fam_best = min(fam_best, (err, eta_m))
+            loss += fam_best[0]
+            etas[fam] = fam_best[1]
+        best = min(best, (loss, eta_c, etas), key=lambda x: x[0])
+    model.params = RooflineParams(best[1], best[2])
+    if per_gpu_factors:
+        _fit_factors(model, groups, costs, batch)
+    return model
+
+
+def _group_rows(rows: Sequence[CalibrationRow]) -> dict[tuple[str, str], float]:
+    """``{(gpu, precision): median ms per image}`` over the published rows of each group."""
+    by: dict[tuple[str, str], list[float]] = {}
+    for r in rows:
+        by.setdefault((r.gpu, r.precision), []).append(1e3 / r.images_per_s)
+    return {k: statistics.median(v) for k, v in by.items()}
+
+
+def _fit_factors(model: TransferModel, groups: Mapping[tuple[str, str], float],
+                 costs: Mapping[str, WorkloadCost], batch: int) -> None:
+    logs: dict[str, list[float]] = {}
+    for (gpu, prec), ms_per_image in groups.items():
+        spec = model.spec(gpu)
+        pred = sum(roofline_ms(costs[precision_family(prec)], batch, spec, model.params, prec).values()) / batch
+        logs.setdefault(spec.name, []).append(math.log(ms_per_image / pred))
+    model.gpu_factors = {g: math.exp(statistics.fmean(v)) for g, v in logs.items()}
+    by_arch: dict[str, list[float]] = {}
+    for g, k in model.gpu_factors.items():
+        by_arch.setdefault(model.spec(g).architecture, []).append(math.log(k))
+    model.arch_factors = {a: math.exp(statistics.fmean(v)) for a, v in by_arch.items() if a}

@@ -1,0 +1,380 @@
+"""DDP iteration simulator (steady state), deterministic core plus Monte-Carlo over the spreads.
+
+Timeline of one steady-state iteration of ``W`` workers and ``K`` gradient buckets
+(bucket 0 is all-reduced first).  Worker ``w`` runs its optimizer step of the previous
+iteration, then forward, then backward::
+
+    b_w        = opt_w + fwd_w                       (backward start)
+    r_{w,k}    = b_w + f_{w,k} · bwd_w                (bucket k ready on w; f = ready fraction)
+    R_k        = max_w r_{w,k}                        (the slowest worker gates every bucket)
+    s_k        = max(R_k, e_{k−1}),  e_k = s_k + c_k  (all-reduces run one at a time, in order)
+    T          = max(max_w (b_w + bwd_w), e_{K−1}) + tail
+
+``c_k`` is the all-reduce time of bucket ``k`` on the cluster and ``tail`` the DDP work after
+the last all-reduce (averaging and copying gradients back; default 0).  ``T`` is the time
+between two consecutive "all gradients reduced" instants, i.e. the iteration period; for
+identical workers it equals ``fwd + [backward ∥ all-reduce] + opt``.  Starting the clock at
+the optimizer rather than at forward lets a worker with a short optimizer step start its
+forward earlier, as it does in a real run.
+
+Shared-processor communication.  On GPUs (NCCL) the all-reduce runs beside the compute
+kernels, ``comm_cpu_share = 0``.  On CPUs (gloo) the all-reduce is executed by a thread that
+competes for the same core as the backward pass.  With share ``σ ∈ (0, 1]`` (the fraction of
+a core the all-reduce uses when it runs alone — 1 on loopback, ≈ t_loopback/t_link over a
+slow link) and a fair scheduler, while both run the all-reduce progresses at
+``min(σ, ½)/σ`` of its solo speed and the backward at ``1 − min(σ, ½)``; this is simulated
+event by event.  ``σ = 1`` conserves work: backward and all-reduce then cost their sum.
+
+Monte-Carlo.  Each phase of each worker is scaled by ``exp(s·z)`` with ``z ~ N(0, 1)`` and
+``s`` the phase's relative spread (median preserving); each all-reduce is log-normal with
+median ``p50`` and ``σ = ln(p90/p50) / 1.2816``.  Draws use ``numpy.random.default_rng(seed)``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from planner.models.compute import BucketSpec, ComputeModel, ComputeRangeError, PhaseTimes
+
+Z90 = 1.2815515655446004
+COMM_BOUND_SHARE = 0.2  # exposed communication ≥ 20 % of the iteration → "communication"
+
+
+@dataclass(frozen=True)
+class WorkerLoad:
+    """What one worker computes in an iteration."""
+
+    phases: PhaseTimes
+    buckets: tuple[BucketSpec, ...]
+    batch_size: int
+    device: str = ""
+    tail_ms: float = 0.0
+
+
+@dataclass(frozen=True)
+class CommTime:
+    """All-reduce time of one bucket: median and 90th percentile (ms)."""
+
+    p50_ms: float
+    p90_ms: float | None = None
+    link: str = ""
+
+    @property
+    def sigma(self) -> float:
+        if not self.p90_ms or self.p50_ms <= 0 or self.p90_ms <= self.p50_ms:
+            return 0.0
+        return math.log(self.p90_ms / self.p50_ms) / Z90
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Where the (median-input) iteration goes, ms; the parts add up to the iteration time."""
+
+    forward: float
+    backward: float
+    optimizer: float
+    exposed_communication: float
+    tail: float = 0.0
+    total_communication: float = 0.0
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    iteration_ms_p50: float
+    iteration_ms_p90: float
+    iteration_ms_mean: float
+    throughput_samples_s: float
+    breakdown: Breakdown
+    bottleneck: str
+    bottleneck_link: str
+    per_worker_batch: tuple[int, ...]
+    global_batch: int
+    slowest_worker: int
+    deterministic_ms: float
+    samples: int = 0
+    sources: tuple[str, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Deterministic timeline: the iteration period and the all-reduce schedule."""
+
+    iteration_ms: float
+    backward_end_ms: float
+    comm_start_ms: tuple[float, ...]
+    comm_end_ms: tuple[float, ...]
+    critical_worker: int
+
+
+# --------------------------------------------------------------------------- core
+
+
+def timeline(workers: Sequence[WorkerLoad], comm_ms: Sequence[float], *, comm_cpu_share: float = 0.0) -> Timeline:
+    """Deterministic iteration with the median phase and all-reduce times."""
+    opt = [w.phases.optimizer for w in workers]
+    fwd = [w.phases.forward for w in workers]
+    bwd = [w.phases.backward for w in workers]
+    tail = max((w.tail_ms for w in workers), default=0.0)
+    fractions = _ready_fractions(workers)
+    return _run(opt, fwd, bwd, fractions, list(comm_ms), tail, comm_cpu_share)
+
+
+def simulate_iteration(workers: Sequence[WorkerLoad], comm: Sequence[CommTime | float], *,
+                       samples: int = 2000, seed: int = 0, comm_cpu_share: float = 0.0) -> SimulationResult:
+    """Monte-Carlo simulation of one DDP iteration; ``comm`` has one entry per bucket."""
+    if not workers:
+        raise ValueError("simulate: at least one worker is needed")
+    comm_t = [c if isinstance(c, CommTime) else CommTime(float(c)) for c in comm]
+    n_buckets = len(workers[0].buckets)
+    if len(comm_t) != n_buckets:
+        raise ValueError(f"simulate: {len(comm_t)} comm times given for {n_buckets} buckets")
+    det = timeline(workers, [c.p50_ms for c in comm_t], comm_cpu_share=comm_cpu_share)
+    draws = _monte_carlo(workers, comm_t, samples, seed, comm_cpu_share) if samples > 0 else [det.iteration_ms]
+    return _result(workers, comm_t, det, draws, comm_cpu_share)
+
+
+def simulate_ddp(models: Sequence[ComputeModel] | ComputeModel, batches: Sequence[int],
+                 comm_fn: Callable[[int], CommTime], *, samples: int = 2000, seed: int = 0,
+                 comm_cpu_share: float = 0.0, tail_ms: float = 0.0,
+                 predict: Callable[[int, int], PhaseTimes] | None = None) -> SimulationResult:
+    """Build worker loads from compute models and simulate.
+
+    ``models`` is one model per worker (or one shared by all), ``batches`` the per-worker batch
+    sizes, ``comm_fn(size_bytes)`` the all-reduce time of one bucket on the target cluster
+    (e.g. from :class:`planner.models.comm.CommModel`).  ``predict(worker, batch)`` overrides
+    the phase-time prediction (used for transferred devices).
+    """
+    per_worker = [models] * len(batches) if isinstance(models, ComputeModel) else list(models)
+    if len(per_worker) != len(batches):
+        raise ValueError(f"simulate: {len(per_worker)} models for {len(batches)} batch sizes")
+    loads = []
+    for i, (model, batch) in enumerate(zip(per_worker, batches, strict=True)):
+        phases = predict(i, batch) if predict else model.predict(batch)
+        loads.append(WorkerLoad(phases, model.buckets(batch), batch, model.device, tail_ms))
+    comm = [comm_fn(b.size_bytes) for b in loads[0].buckets]
+    return simulate_iteration(loads, comm, samples=samples, seed=seed, comm_cpu_share=comm_cpu_share)
+
+
+def balance_batch(global_batch: int, time_fns: Sequence[Callable[[int], float]],
+                  max_batches: Sequence[int | None] | None = None,
+                  min_batches: Sequence[int] | None = None) -> tuple[int, ...]:
+    """Split ``global_batch`` into integer per-worker batches minimising the slowest worker.
+
+    Solves ``min_b max_w t_w(b_w)`` s.t. ``Σ b_w = B`` and ``lo_w ≤ b_w ≤ hi_w`` for
+    nondecreasing ``t_w``: binary search on the time ``τ`` for the smallest one whose
+    per-worker capacities ``b_w(τ) = max{b : t_w(b) ≤ τ}`` sum to ``≥ B``, then remove the
+    surplus from the workers whose last sample costs the most.  ``t_w`` may raise
+    :class:`ComputeRangeError` (or return ``inf``) for infeasible batches.
+    """
+    n = len(time_fns)
+    if n == 0:
+        raise ValueError("balance: no workers")
+    lo = list(min_batches) if min_batches else [1] * n
+    hi = [m if m is not None else global_batch for m in (max_batches or [None] * n)]
+    hi = [min(h, global_batch) for h in hi]
+    if sum(lo) > global_batch:
+        raise ValueError(f"balance: global batch {global_batch} below the workers' minimum {sum(lo)}")
+    if sum(hi) < global_batch:
+        raise ValueError(f"balance: global batch {global_batch} above the workers' maximum {sum(hi)}")
+    cost = [_safe_time(f) for f in time_fns]
+    for w in range(n):
+        if math.isinf(cost[w](lo[w])):
+            raise ValueError(f"balance: worker {w} cannot run its minimum batch {lo[w]}")
+    t_lo = max(cost[w](lo[w]) for w in range(n))
+    t_hi = max(cost[w](hi[w]) for w in range(n) if not math.isinf(cost[w](hi[w]))) if n else t_lo
+    caps = _capacities(cost, lo, hi, t_hi)
+    if sum(caps) < global_batch:
+        raise ValueError("balance: the workers cannot take the global batch within their feasible ranges")
+    for _ in range(60):
+        if t_hi - t_lo <= 1e-9 * max(t_hi, 1.0):
+            break
+        mid = (t_lo + t_hi) / 2
+        if sum(_capacities(cost, lo, hi, mid)) >= global_batch:
+            t_hi = mid
+        else:
+            t_lo = mid
+    batches = _capacities(cost, lo, hi, t_hi)
+    surplus = sum(batches) - global_batch
+    heap = [(-cost[w](batches[w]), w) for w in range(n) if batches[w] > lo[w]]
+    heapq.heapify(heap)
+    while surplus > 0:
+        _, w = heapq.heappop(heap)
+        batches[w] -= 1
+        surplus -= 1
+        if batches[w] > lo[w]:
+            heapq.heappush(heap, (-cost[w](batches[w]), w))
+    return tuple(batches)
+
+
+# --------------------------------------------------------------------------- internals
+
+
+def _safe_time(fn: Callable[[int], float]) -> Callable[[int], float]:
+    cache: dict[int, float] = {}
+
+    def wrapped(b: int) -> float:
+        if b not in cache:
+            try:
+                cache[b] = float(fn(b))
+            except ComputeRangeError:
+                cache[b] = math.inf
+        return cache[b]
+
+    return wrapped
+
+
+def _capacities(cost: Sequence[Callable[[int], float]], lo: Sequence[int], hi: Sequence[int], tau: float) -> list[int]:
+    """Largest batch per worker whose time is ≤ τ (at least the minimum), by bisection."""
+    out = []
+    for w, f in enumerate(cost):
+        a, b = lo[w], hi[w]
+        if f(a) > tau:
+            out.append(lo[w])
+            continue
+        while a < b:
+            m = (a + b + 1) // 2
+            if f(m) <= tau:
+                a = m
+            else:
+                b = m - 1
+        out.append(a)
+    return out
+
+
+def _ready_fractions(workers: Sequence[WorkerLoad]) -> list[list[float]]:
+    k = len(workers[0].buckets)
+    for w in workers:
+        if len(w.buckets) != k:
+            raise ValueError("simulate: all workers must have the same bucket layout")
+    return [[b.ready_fraction for b in w.buckets] for w in workers]
+
+
+def _run(opt: Sequence[float], fwd: Sequence[float], bwd: Sequence[float], fractions: Sequence[Sequence[float]],
+         comm: Sequence[float], tail: float, share: float) -> Timeline:
+    if share > 0 and comm:
+        return _run_shared(opt, fwd, bwd, fractions, comm, tail, share)
+    n_w = len(opt)
+    starts = [opt[w] + fwd[w] for w in range(n_w)]
+    ends = [starts[w] + bwd[w] for w in range(n_w)]
+    prev = 0.0
+    c_start, c_end = [], []
+    for k, d in enumerate(comm):
+        ready = max(starts[w] + fractions[w][k] * bwd[w] for w in range(n_w))
+        s = max(ready, prev)
+        prev = s + d
+        c_start.append(s)
+        c_end.append(prev)
+    bwd_end = max(ends)
+    critical = max(range(n_w), key=lambda w: ends[w])
+    return Timeline(max(bwd_end, prev) + tail, bwd_end, tuple(c_start), tuple(c_end), critical)
+
+
+def _run_shared(opt: Sequence[float], fwd: Sequence[float], bwd: Sequence[float],
+                fractions: Sequence[Sequence[float]], comm: Sequence[float], tail: float, share: float) -> Timeline:
+    """Event simulation with the all-reduce sharing each worker's core (see module docstring)."""
+    eps = 1e-12
+    share = min(max(share, 1e-9), 1.0)
+    grant = min(share, 0.5)
+    slow_comm, slow_compute = grant / share, 1.0 - grant
+    n_w, n_k = len(opt), len(comm)
+    start = [opt[w] + fwd[w] for w in range(n_w)]
+    thr = [[fractions[w][k] * bwd[w] for k in range(n_k)] for w in range(n_w)]
+    done = [0.0] * n_w
+    bwd_end = [start[w] + bwd[w] if bwd[w] <= eps else math.inf for w in range(n_w)]
+    t, k_next, in_flight, remaining = 0.0, 0, False, 0.0
+    c_start: list[float] = []
+    c_end: list[float] = []
+    for _ in range(10 * (n_k + 2) * (n_w + 2)):
+        if (not in_flight and k_next < n_k
+                and all(t >= start[w] - eps and done[w] >= thr[w][k_next] - eps for w in range(n_w))):
+            in_flight, remaining = True, comm[k_next]
+            c_start.append(t)
+        active = [w for w in range(n_w) if t >= start[w] - eps and done[w] < bwd[w] - eps]
+        if not in_flight and k_next >= n_k and not active and t >= max(start) - eps:
+            break
+        rate = slow_compute if in_flight else 1.0
+        c_rate = slow_comm if active else 1.0
+        dt = remaining / c_rate if in_flight else math.inf
+        for w in range(n_w):
+            if t < start[w] - eps:
+                dt = min(dt, start[w] - t)
+            elif w in active:
+                nxt = min([thr[w][j] for j in range(k_next, n_k) if thr[w][j] > done[w] + eps] + [bwd[w]])
+                dt = min(dt, (nxt - done[w]) / rate)
+        dt = max(dt, 0.0)
+        for w in active:
+            done[w] = min(bwd[w], done[w] + dt * rate)
+            if done[w] >= bwd[w] - eps:
+                bwd_end[w] = t + dt
+        if in_flight:
+            remaining -= dt * c_rate
+            if remaining <= eps:
+                in_flight = False
+                c_end.append(t + dt)
+                k_next += 1
+        t += dt
+    last = c_end[-1] if c_end else 0.0
+    ends = [e if not math.isinf(e) else start[w] + bwd[w] for w, e in enumerate(bwd_end)]
+    critical = max(range(n_w), key=lambda w: ends[w])
+    return Timeline(max(max(ends), last) + tail, max(ends), tuple(c_start), tuple(c_end), critical)
+
+
+def _monte_carlo(workers: Sequence[WorkerLoad], comm: Sequence[CommTime], samples: int, seed: int,
+                 share: float) -> list[float]:
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    n_w, n_k = len(workers), len(comm)
+    base = {p: np.array([w.phases.get(p) for w in workers]) for p in ("optimizer", "forward", "backward")}
+    spread = {p: np.array([w.phases.spread.get(p) for w in workers]) for p in base}
+    draws = {p: base[p][None, :] * np.exp(spread[p][None, :] * rng.standard_normal((samples, n_w))) for p in base}
+    c50 = np.array([c.p50_ms for c in comm])
+    csig = np.array([c.sigma for c in comm])
+    comm_draws = c50[None, :] * np.exp(csig[None, :] * rng.standard_normal((samples, n_k)))
+    tail = max((w.tail_ms for w in workers), default=0.0)
+    fractions = np.array(_ready_fractions(workers)) if n_k else np.zeros((n_w, 0))
+    if share > 0 and n_k:
+        frac_list = fractions.tolist()
+        return [_run(draws["optimizer"][i], draws["forward"][i], draws["backward"][i], frac_list,
+                     comm_draws[i].tolist(), tail, share).iteration_ms for i in range(samples)]
+    starts = draws["optimizer"] + draws["forward"]                      # (S, W)
+    ends = (starts + draws["backward"]).max(axis=1)
+    prev = np.zeros(samples)
+    for k in range(n_k):
+        ready = (starts + fractions[None, :, k] * draws["backward"]).max(axis=1)
+        prev = np.maximum(ready, prev) + comm_draws[:, k]
+    return (np.maximum(ends, prev) + tail).tolist()
+
+
+def _result(workers: Sequence[WorkerLoad], comm: Sequence[CommTime], det: Timeline, draws: Sequence[float],
+            share: float) -> SimulationResult:
+    import numpy as np
+
+    arr = np.asarray(draws, dtype=float)
+    crit = workers[det.critical_worker].phases
+    tail = max((w.tail_ms for w in workers), default=0.0)
+    compute_only = max(w.phases.total for w in workers)
+    exposed = max(det.iteration_ms - tail - compute_only, 0.0)
+    total_comm = sum(c.p50_ms for c in comm)
+    global_batch = sum(w.batch_size for w in workers)
+    comm_bound = exposed >= COMM_BOUND_SHARE * det.iteration_ms
+    links = [c.link for c in comm if c.link]
+    mean = float(arr.mean())
+    return SimulationResult(
+        iteration_ms_p50=float(np.quantile(arr, 0.5)),
+        iteration_ms_p90=float(np.quantile(arr, 0.9)),
+        iteration_ms_mean=mean,
+        throughput_samples_s=global_batch / mean * 1e3 if mean > 0 else 0.0,
+        breakdown=Breakdown(crit.forward, crit.backward, crit.optimizer, exposed, tail, total_comm),
+        bottleneck="communication" if comm_bound else "compute",
+        bottleneck_link=links[0] if comm_bound and links else "",
+        per_worker_batch=tuple(w.batch_size for w in workers),
+        global_batch=global_batch,
+        slowest_worker=det.critical_worker,
+        deterministic_ms=det.iteration_ms,
+        samples=len(draws),
+        sources=tuple(sorted({w.phases.source for w in workers})),
+    )
