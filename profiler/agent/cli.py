@@ -119,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     comm.add_argument("--world-size", required=True, type=_positive_int, help="total ranks over all nodes")
     comm.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
     comm.add_argument("--sizes", type=_size_range, metavar="MIN..MAX",
-                      help="message sizes, e.g. 1KB..256MB (default: gloo 1KB..256MB, nccl 1KB..1GB)")
+                      help="message sizes, e.g. 1KB..256MB (default: gloo 1KB..64MB, nccl 1KB..1GB)")
     comm.add_argument("--factor", type=int, choices=(2, 4), default=2, help="ratio between successive sizes")
     comm.add_argument("--repeats", type=_positive_int, help="timed collectives per size (default: gloo 10, nccl 20)")
     comm.add_argument("--warmup", type=_nonneg_int, help="untimed collectives per size (default: gloo 2, nccl 5)")

@@ -42,7 +42,7 @@ log = logging.getLogger("profiler.agent.comm")
 BACKENDS = ("gloo", "nccl")
 # Default ladders: gloo on a CPU host is slow and has few cores to spare; NCCL on GPUs
 # is fast enough to go to 1 GiB in seconds.
-DEFAULT_SIZES = {"gloo": (1024, 256 * 1024**2), "nccl": (1024, 1024**3)}
+DEFAULT_SIZES = {"gloo": (1024, 64 * 1024**2), "nccl": (1024, 1024**3)}
 DEFAULT_REPEATS = {"gloo": 10, "nccl": 20}
 DEFAULT_WARMUP = {"gloo": 2, "nccl": 5}
 DTYPE_BYTES = 4  # float32 buffers
@@ -203,6 +203,16 @@ class _Collective:
             self.dist.destroy_process_group()
 
 
+def _first_contact(coll: _Collective, rounds: int = 10) -> None:
+    """A few tiny collectives before anything is timed: the first ones pay for connection
+    setup (NCCL communicator and channels, gloo pairs), which belongs to no message size."""
+    tiny = coll.torch.zeros(1, dtype=coll.torch.float32, device=coll.device)
+    for _ in range(rounds):
+        coll.dist.all_reduce(tiny)
+    coll.dist.barrier()
+    coll.sync()
+
+
 def _measure_size(coll: _Collective, size: int, reporter: NullReporter, progress: dict) -> dict:
     options = coll.options
     torch = coll.torch
@@ -280,6 +290,7 @@ def run_rank(
     try:
         coll = _Collective(options, setup)
         sizes = options.sizes()
+        _first_contact(coll)
         progress = {"done": 0, "total": sum(sizes) * (options.repeats or 1)}
         samples = []
         for size in sizes:

@@ -55,7 +55,7 @@ def test_message_ladder_is_geometric_and_whole_float32_elements():
     options = CommOptions(world_size=2, out="x", min_size=1000, max_size=70000, factor=4).resolved()
     assert options.sizes() == [1000, 4000, 16000, 64000, 70000]
     assert all(size % 4 == 0 for size in options.sizes())
-    assert CommOptions(world_size=2, out="x").resolved().sizes()[-1] == 256 * 1024**2
+    assert CommOptions(world_size=2, out="x").resolved().sizes()[-1] == 64 * 1024**2
 
 
 @pytest.mark.parametrize(
