@@ -1,0 +1,188 @@
+"""Profiling runs and what they measured.
+
+A run's state changes only through ``profiler.actions`` (one function per change). Samples are
+kept per repeat/iteration where the agent sends them, so the variance Srifty plans with is never
+averaged away.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class RunKind(models.TextChoices):
+    COMPUTE = "compute", "Compute (forward/backward/optimizer vs batch)"
+    COMM = "comm", "Communication (AllReduce vs message size)"
+
+
+class RunStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    STARTING = "starting", "Starting"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+FINISHED = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED)
+
+
+class Provider(models.TextChoices):
+    LOCAL = "local", "This machine (subprocess)"
+    EC2 = "ec2", "EC2 instance"
+
+
+class Market(models.TextChoices):
+    ON_DEMAND = "on-demand", "On-demand"
+    SPOT = "spot", "Spot"
+
+
+class ProfilingRun(models.Model):
+    kind = models.CharField(max_length=10, choices=RunKind.choices, default=RunKind.COMPUTE)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="profiling_runs")
+    # What to measure
+    model_spec = models.CharField(max_length=200, blank=True, help_text="torchvision:NAME or package.module:factory")
+    input_shape = models.CharField(max_length=64, blank=True, help_text="e.g. 3,224,224")
+    batch_sizes = models.CharField(max_length=200, default="auto", help_text="auto or a list like 8,16,32")
+    device = models.CharField(max_length=8, default="cpu")
+    precision = models.CharField(max_length=8, default="fp32")
+    iters = models.PositiveIntegerField(default=5)
+    max_memory = models.CharField(max_length=16, blank=True, help_text="CPU batch-search bound, e.g. 2GB")
+    world_size = models.PositiveIntegerField(default=2)
+    backend = models.CharField(max_length=8, default="gloo")
+    sizes = models.CharField(max_length=32, blank=True, help_text="message sizes, e.g. 1KB..16MB")
+    # Where
+    provider = models.CharField(max_length=8, choices=Provider.choices, default=Provider.LOCAL)
+    instance_type = models.CharField(max_length=64, blank=True)
+    region = models.CharField(max_length=32, blank=True)
+    market = models.CharField(max_length=10, choices=Market.choices, default=Market.ON_DEMAND)
+    # State
+    status = models.CharField(max_length=10, choices=RunStatus.choices, default=RunStatus.PENDING, db_index=True)
+    phase = models.CharField(max_length=32, blank=True)
+    progress = models.FloatField(default=0.0, help_text="0..1")
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    deadline_at = models.DateTimeField(help_text="Hard limit: the run is stopped and its VM terminated")
+    # Execution handles
+    pid = models.PositiveIntegerField(null=True, blank=True)
+    instance_ids = models.JSONField(default=list, blank=True)
+    launch_token = models.CharField(max_length=64, blank=True, help_text="EC2 ClientToken: no duplicate launch")
+    # Agent credentials: only the SHA-256 of the token is stored.
+    token_hash = models.CharField(max_length=64, blank=True, db_index=True)
+    token_expires_at = models.DateTimeField(null=True, blank=True)
+    last_seq = models.PositiveIntegerField(default=0)
+    profile = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"run {self.pk} {self.kind} {self.model_spec or self.backend} ({self.status})"
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED
+
+    @property
+    def target(self) -> str:
+        return "local" if self.provider == Provider.LOCAL else f"{self.instance_type} ({self.region}, {self.market})"
+
+    @property
+    def group_name(self) -> str:
+        return f"profiling-run-{self.pk}"
+
+    # --- agent token --------------------------------------------------------------------
+    @staticmethod
+    def hash_token(raw: str) -> str:
+        return hashlib.sha256(raw.encode()).hexdigest()
+
+    def new_token(self) -> str:
+        """A fresh one-run token; the caller gives it to the agent, we keep only its hash."""
+        raw = secrets.token_urlsafe(32)
+        self.token_hash = self.hash_token(raw)
+        self.token_expires_at = self.deadline_at
+        return raw
+
+    def token_matches(self, raw: str) -> bool:
+        if not self.token_hash or not self.token_expires_at or self.token_expires_at <= timezone.now():
+            return False
+        return secrets.compare_digest(self.token_hash, self.hash_token(raw))
+
+
+class ComputeSample(models.Model):
+    """One phase at one batch size: the summary plus every timed iteration."""
+
+    run = models.ForeignKey(ProfilingRun, on_delete=models.CASCADE, related_name="compute_samples")
+    batch_size = models.PositiveIntegerField()
+    phase = models.CharField(max_length=10)  # forward | backward | optimizer
+    median_ms = models.FloatField()
+    p10_ms = models.FloatField()
+    p90_ms = models.FloatField()
+    mean_ms = models.FloatField()
+    std_ms = models.FloatField()
+    cv = models.FloatField()
+    times_ms = models.JSONField(default=list)
+    peak_memory_bytes = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["batch_size", "phase"]
+        constraints = [models.UniqueConstraint(fields=["run", "batch_size", "phase"], name="uniq_compute_sample")]
+
+
+class BucketSample(models.Model):
+    """A DDP gradient bucket at one batch size: its size and when it became ready in backward."""
+
+    run = models.ForeignKey(ProfilingRun, on_delete=models.CASCADE, related_name="bucket_samples")
+    batch_size = models.PositiveIntegerField()
+    index = models.PositiveIntegerField()
+    size_bytes = models.BigIntegerField()
+    num_params = models.PositiveIntegerField()
+    ready_ms = models.FloatField()
+    ready_fraction = models.FloatField()
+
+    class Meta:
+        ordering = ["batch_size", "index"]
+        constraints = [models.UniqueConstraint(fields=["run", "batch_size", "index"], name="uniq_bucket_sample")]
+
+
+class CommSample(models.Model):
+    """AllReduce of one message size at one world size, every repeat kept."""
+
+    run = models.ForeignKey(ProfilingRun, on_delete=models.CASCADE, related_name="comm_samples")
+    size_bytes = models.BigIntegerField()
+    world_size = models.PositiveIntegerField()
+    backend = models.CharField(max_length=8)
+    median_ms = models.FloatField()
+    p10_ms = models.FloatField()
+    p90_ms = models.FloatField()
+    mean_ms = models.FloatField()
+    std_ms = models.FloatField()
+    cv = models.FloatField()
+    times_ms = models.JSONField(default=list)
+    algbw_gbps = models.FloatField()
+    busbw_gbps = models.FloatField()
+
+    class Meta:
+        ordering = ["size_bytes"]
+        constraints = [models.UniqueConstraint(fields=["run", "size_bytes", "world_size"], name="uniq_comm_sample")]
+
+
+class RunEvent(models.Model):
+    """Every event an agent posted, once (by seq): the live chart's history and an audit trail."""
+
+    run = models.ForeignKey(ProfilingRun, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveIntegerField()
+    type = models.CharField(max_length=10)
+    payload = models.JSONField(default=dict)
+    received_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["seq"]
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="uniq_run_event_seq")]

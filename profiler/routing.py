@@ -1,3 +1,9 @@
 """Websocket routes of the profiler app."""
 
-websocket_urlpatterns: list = []
+from django.urls import path
+
+from profiler.consumers import RunConsumer
+
+websocket_urlpatterns = [
+    path("ws/profiling-runs/<int:run_id>/", RunConsumer.as_asgi()),
+]

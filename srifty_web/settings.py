@@ -114,10 +114,14 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # --- Channels -----------------------------------------------------------------------------
 REDIS_URL = env_str("REDIS_URL")
 if REDIS_URL:
+    # The pub/sub layer keeps one Redis connection per event loop. The core RedisChannelLayer
+    # shares one pool across loops, and a send from a second loop in the same process (a
+    # worker thread's async_to_sync while the server loop listens) was lost in our end-to-end
+    # test; pub/sub also fans out to many viewers with one PUBLISH instead of one push each.
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "capacity": 1500, "expiry": 30},
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL]},
         }
     }
 else:

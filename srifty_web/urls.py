@@ -7,6 +7,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 api_v1 = [
     path("", include("catalog.api_urls")),
+    path("", include("profiler.api_urls")),
 ]
 
 urlpatterns = [

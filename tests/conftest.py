@@ -9,6 +9,13 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 
+@pytest.fixture(autouse=True)
+def _private_data_dir(settings, tmp_path):
+    """Run files (agent output, logs) of each test go to its own folder, never to var/."""
+    settings.DATA_DIR = tmp_path / "data"
+    settings.DATA_DIR.mkdir()
+
+
 @pytest.fixture
 def user(django_user_model):
     return django_user_model.objects.create_user(username="alice", password="alice-pass-123")

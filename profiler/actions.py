@@ -1,0 +1,267 @@
+"""Every state change of a profiling run, one function each.
+
+Websocket events go out with ``transaction.on_commit`` so a browser never sees a state that was
+rolled back. Agent events are idempotent by ``seq``: a retried post changes nothing twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from datetime import timedelta
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from profiler.models import (
+    FINISHED,
+    BucketSample,
+    CommSample,
+    ComputeSample,
+    ProfilingRun,
+    RunEvent,
+    RunKind,
+    RunStatus,
+)
+
+log = logging.getLogger(__name__)
+PHASES = ("forward", "backward", "optimizer")
+
+
+class RunClosed(Exception):
+    """The run has finished; it accepts no more events."""
+
+
+class BadProfile(ValueError):
+    """A result document that cannot be stored (schema or values); nothing was stored."""
+
+
+# --- websocket fan-out --------------------------------------------------------------------
+
+
+def broadcast(run: ProfilingRun, message: dict) -> None:
+    """Send ``message`` to the run's websocket group once the current transaction commits."""
+    group = run.group_name
+
+    def send() -> None:
+        layer = get_channel_layer()
+        if layer is None:
+            return
+        try:
+            async_to_sync(layer.group_send)(group, {"type": "run.message", "message": message})
+        except Exception:  # a full or unreachable channel layer must not fail the request
+            log.exception("websocket fan-out to %s failed", group)
+
+    transaction.on_commit(send)
+
+
+def status_message(run: ProfilingRun) -> dict:
+    return {
+        "type": "status", "run": run.pk, "status": run.status, "phase": run.phase,
+        "progress": round(run.progress, 4), "error": run.error,
+        "started_at": run.started_at.isoformat() if run.started_at else None,
+        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+    }  # fmt: skip
+
+
+# --- lifecycle ----------------------------------------------------------------------------
+
+
+def create_run(owner, *, start: bool = True, **fields) -> ProfilingRun:
+    """Create a pending run; its start is queued as a background task after commit."""
+    from profiler.tasks import start_run_task
+
+    max_minutes = fields.pop("max_minutes", None) or settings.PROFILER_MAX_RUN_MINUTES
+    with transaction.atomic():
+        run = ProfilingRun.objects.create(
+            owner=owner, deadline_at=timezone.now() + timedelta(minutes=max_minutes), **fields
+        )
+        if start:
+            transaction.on_commit(lambda: start_run_task.enqueue(run.pk))
+    return run
+
+
+def issue_token(run: ProfilingRun) -> str:
+    """A fresh one-run agent token (any older one stops working). Only its hash is stored:
+    the raw token goes straight to the agent (command line or user-data), never into a task
+    row or a log."""
+    with transaction.atomic():
+        run = ProfilingRun.objects.select_for_update().get(pk=run.pk)
+        raw = run.new_token()
+        run.save(update_fields=["token_hash", "token_expires_at"])
+    return raw
+
+
+def mark_starting(run: ProfilingRun, *, pid: int | None = None, instance_ids: list[str] | None = None) -> None:
+    with transaction.atomic():
+        run = ProfilingRun.objects.select_for_update().get(pk=run.pk)
+        if run.finished:
+            return
+        run.status = RunStatus.STARTING
+        run.pid = pid if pid is not None else run.pid
+        run.instance_ids = instance_ids if instance_ids is not None else run.instance_ids
+        run.save(update_fields=["status", "pid", "instance_ids"])
+        broadcast(run, status_message(run))
+
+
+def fail_run(run: ProfilingRun, error: str) -> ProfilingRun:
+    return _finish(run, RunStatus.FAILED, error=error)
+
+
+def cancel_run(run: ProfilingRun, reason: str = "cancelled by user") -> ProfilingRun:
+    return _finish(run, RunStatus.CANCELLED, error=reason)
+
+
+def _finish(run: ProfilingRun, status: str, *, error: str = "") -> ProfilingRun:
+    """End a run (first writer wins) and revoke its token; partial samples are kept."""
+    from profiler.tasks import stop_run_task
+
+    with transaction.atomic():
+        run = ProfilingRun.objects.select_for_update().get(pk=run.pk)
+        if run.finished:
+            return run
+        run.status = status
+        run.error = error[:10_000]
+        run.finished_at = timezone.now()
+        run.token_expires_at = run.finished_at
+        run.save(update_fields=["status", "error", "finished_at", "token_expires_at"])
+        broadcast(run, status_message(run))
+        if status != RunStatus.SUCCEEDED:
+            pk = run.pk
+            transaction.on_commit(lambda: stop_run_task.enqueue(pk))
+    return run
+
+
+def complete_run(run: ProfilingRun, profile: dict) -> ProfilingRun:
+    """Store a validated profile and its samples, then end the run as succeeded."""
+    check_profile(run, profile)
+    with transaction.atomic():
+        run = ProfilingRun.objects.select_for_update().get(pk=run.pk)
+        if run.finished:
+            raise RunClosed(f"run {run.pk} is {run.status}")
+        _store_samples(run, profile)
+        run.profile = profile
+        run.progress = 1.0
+        run.phase = "done"
+        run.save(update_fields=["profile", "progress", "phase"])
+        _finish(run, RunStatus.SUCCEEDED)
+        run.refresh_from_db()
+    from profiler.tasks import stop_run_task
+
+    transaction.on_commit(lambda: stop_run_task.enqueue(run.pk))  # e.g. terminate the EC2 VM now
+    return run
+
+
+# --- agent events -------------------------------------------------------------------------
+
+
+def record_event(run: ProfilingRun, event: dict) -> bool:
+    """Apply one agent event. Returns False for a duplicate (same seq already seen).
+
+    ``event`` has been shape-checked by the API serializer: ``seq`` >= 1 and a ``type``.
+    """
+    seq, kind = event["seq"], event["type"]
+    with transaction.atomic():
+        locked = ProfilingRun.objects.select_for_update().get(pk=run.pk)
+        if RunEvent.objects.filter(run=locked, seq=seq).exists():
+            return False
+        if locked.status in FINISHED:
+            raise RunClosed(f"run {locked.pk} is {locked.status}")
+        payload = {k: v for k, v in event.items() if k not in ("seq", "type", "profile")}
+        RunEvent.objects.create(run=locked, seq=seq, type=kind, payload=payload)
+        locked.last_seq = max(locked.last_seq, seq)
+        if locked.status in (RunStatus.PENDING, RunStatus.STARTING):
+            locked.status = RunStatus.RUNNING
+            locked.started_at = locked.started_at or timezone.now()
+            broadcast(locked, status_message(locked))
+        if kind == "progress":
+            _apply_progress(locked, event)
+        locked.save()
+        if kind in ("progress", "sample"):
+            broadcast(locked, {"type": kind, "run": locked.pk, "seq": seq, **_small(payload)})
+        if kind == "result":
+            complete_run(locked, event.get("profile"))
+        elif kind == "error":
+            fail_run(locked, str(event.get("message") or "agent reported an error"))
+    return True
+
+
+def _apply_progress(run: ProfilingRun, event: dict) -> None:
+    if isinstance(event.get("phase"), str):
+        run.phase = event["phase"][:32]
+    fraction = event.get("fraction")
+    if isinstance(fraction, (int, float)) and math.isfinite(fraction):
+        run.progress = min(1.0, max(run.progress, float(fraction)))  # never moves backwards
+
+
+def _small(payload: dict) -> dict:
+    """Websocket messages stay small: scalars only, no long lists."""
+    return {k: v for k, v in payload.items() if isinstance(v, (int, float, str, bool)) or v is None}
+
+
+# --- profile documents --------------------------------------------------------------------
+
+
+def check_profile(run: ProfilingRun, profile) -> None:
+    from profiler.agent.schema import ProfileValidationError, validate_profile
+
+    if not isinstance(profile, dict):
+        raise BadProfile("result has no profile document")
+    try:
+        validate_profile(profile)
+    except ProfileValidationError as exc:
+        raise BadProfile(str(exc)) from exc
+    if profile.get("kind") != run.kind:
+        raise BadProfile(f"profile kind {profile.get('kind')!r} does not match run kind {run.kind!r}")
+    for i, sample in enumerate(profile.get("samples", [])):
+        for where, stats in _timing_blocks(profile["kind"], sample):
+            for key, value in stats.items():
+                values = value if isinstance(value, list) else [value]
+                for v in values:
+                    if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or v > 3.6e6:
+                        raise BadProfile(f"samples[{i}].{where}.{key}: {v!r} is not a time in ms (0..1 h)")
+
+
+def _timing_blocks(kind: str, sample: dict):
+    keys = ("times_ms", "median_ms", "p10_ms", "p90_ms", "mean_ms", "std_ms")
+    if kind == RunKind.COMPUTE:
+        for phase in PHASES:
+            yield phase, {k: sample["phases"][phase][k] for k in keys}
+    else:
+        yield "comm", {k: sample[k] for k in keys}
+
+
+def _store_samples(run: ProfilingRun, profile: dict) -> None:
+    run.compute_samples.all().delete()  # a result replaces partial samples of the same run
+    run.bucket_samples.all().delete()
+    run.comm_samples.all().delete()
+    if profile["kind"] == RunKind.COMPUTE:
+        compute, buckets = [], []
+        for s in profile["samples"]:
+            for phase in PHASES:
+                p = s["phases"][phase]
+                compute.append(ComputeSample(
+                    run=run, batch_size=s["batch_size"], phase=phase, median_ms=p["median_ms"], p10_ms=p["p10_ms"],
+                    p90_ms=p["p90_ms"], mean_ms=p["mean_ms"], std_ms=p["std_ms"], cv=p["cv"], times_ms=p["times_ms"],
+                    peak_memory_bytes=s.get("peak_memory_bytes"),
+                ))  # fmt: skip
+            for b in s.get("buckets", []):
+                buckets.append(BucketSample(
+                    run=run, batch_size=s["batch_size"], index=b["index"], size_bytes=b["size_bytes"],
+                    num_params=b["num_params"], ready_ms=b["ready_ms"], ready_fraction=b["ready_fraction"],
+                ))  # fmt: skip
+        ComputeSample.objects.bulk_create(compute)
+        BucketSample.objects.bulk_create(buckets)
+    else:
+        CommSample.objects.bulk_create([
+            CommSample(
+                run=run, size_bytes=s["size_bytes"], world_size=profile["world_size"], backend=profile["backend"],
+                median_ms=s["median_ms"], p10_ms=s["p10_ms"], p90_ms=s["p90_ms"], mean_ms=s["mean_ms"],
+                std_ms=s["std_ms"], cv=s["cv"], times_ms=s["times_ms"], algbw_gbps=s["algbw_gbps"],
+                busbw_gbps=s["busbw_gbps"],
+            )
+            for s in profile["samples"]
+        ])  # fmt: skip

@@ -1,0 +1,92 @@
+"""Background work of profiling runs (django-tasks; ``manage.py db_worker`` runs them).
+
+start -> watch (re-queued every few seconds until the run ends or passes its deadline) -> stop.
+The web process never waits on an agent, a subprocess or EC2.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.utils import timezone
+from django_tasks import default_task_backend, task
+
+from profiler import actions, providers
+from profiler.models import ProfilingRun, RunStatus
+
+log = logging.getLogger(__name__)
+WATCH_EVERY_S = 3.0
+
+
+@task()
+def start_run_task(run_id: int) -> str:
+    run = ProfilingRun.objects.get(pk=run_id)
+    if run.status != RunStatus.PENDING:
+        return f"run {run_id} is {run.status}; not starting it again"  # a re-delivered task
+    return start_run(run)
+
+
+def start_run(run: ProfilingRun) -> str:
+    provider = providers.for_run(run)
+    token = actions.issue_token(run)
+    try:
+        handle = provider.start(run, token)
+    except Exception as exc:  # any failure to start ends the run with the reason
+        log.exception("starting run %s failed", run.pk)
+        actions.fail_run(run, f"could not start the agent: {exc}")
+        return "failed to start"
+    if isinstance(handle, list):
+        actions.mark_starting(run, instance_ids=handle)
+    else:
+        actions.mark_starting(run, pid=handle)
+    schedule_watch(run.pk)
+    return f"started ({handle})"
+
+
+def schedule_watch(run_id: int, delay_s: float = WATCH_EVERY_S) -> None:
+    if default_task_backend.supports_defer:
+        watch_run_task.using(run_after=timezone.now() + timedelta(seconds=delay_s)).enqueue(run_id)
+
+
+@task()
+def watch_run_task(run_id: int) -> str:
+    run = ProfilingRun.objects.get(pk=run_id)
+    state = watch_run(run)
+    if state == "watching":
+        schedule_watch(run_id)
+    return state
+
+
+def watch_run(run: ProfilingRun) -> str:
+    """One look at a run: end it when past its deadline or when its agent is gone."""
+    if run.finished:
+        return run.status
+    provider = providers.for_run(run)
+    if timezone.now() >= run.deadline_at:
+        actions.fail_run(run, f"stopped at its hard time limit ({run.deadline_at:%H:%M:%S} UTC)")
+        return "timed out"
+    poll = provider.poll(run)
+    if poll.alive:
+        return "watching"
+    run.refresh_from_db()
+    if run.finished:  # the agent's last post landed while we looked
+        return run.status
+    profile = provider.result_file(run)
+    if profile is not None:
+        try:
+            actions.complete_run(run, profile)
+            return "succeeded from the result file"
+        except (actions.BadProfile, actions.RunClosed) as exc:
+            actions.fail_run(run, f"result file rejected: {exc}")
+            return "failed"
+    tail = provider.log_tail(run).strip()
+    actions.fail_run(run, f"{poll.detail} before reporting a result" + (f"\n--- agent log ---\n{tail}" if tail else ""))
+    return "failed"
+
+
+@task()
+def stop_run_task(run_id: int) -> str:
+    run = ProfilingRun.objects.get(pk=run_id)
+    providers.for_run(run).stop(run)
+    return "stopped"
