@@ -1,0 +1,347 @@
+"""cloud-init user-data (bash) for the VMs Srifty launches. Pure functions: no AWS, no ORM.
+
+Every script has the same safety frame:
+
+* The first line after the shebang schedules ``shutdown -h +N``: the VM powers off after the
+  run's hard time limit even if the Srifty server is gone. Instances are launched with
+  ``InstanceInitiatedShutdownBehavior=terminate`` (see ``profiler.ec2``), so powering off
+  *terminates* them and billing stops.
+* ``set -euo pipefail`` and ``trap ... EXIT`` running ``shutdown -h now``: the VM goes away as
+  soon as the work ends, whether it succeeded or failed (a failing command ends the script).
+* Every interpolated value is assigned once, near the top, through ``shlex.quote``; the body only
+  uses the shell variables, always double-quoted. A token like ``'; rm -rf /`` stays a string.
+* No AWS credentials, ever: the VM authenticates to Srifty with the run/job token only (sent as
+  ``Authorization: Bearer``, like ``profiler.agent.reporter``). Whatever the VM itself needs
+  from AWS comes from its instance profile. Anyone who can read the instance's user-data
+  (IMDS on the VM, ``ec2:DescribeInstanceAttribute``) can read the token, so tokens must be
+  scoped to one run/job and expire with it.
+
+cloud-init runs the script once, as root, late in boot, with its output in
+``/var/log/cloud-init-output.log`` and on the serial console (``profiler.ec2.console_output``).
+EC2 caps user-data at 16 KiB; ``check_size`` enforces it.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from email.mime.multipart import MIMEMultipart
+from email.mime.text import MIMEText
+
+MAX_USER_DATA_BYTES = 16 * 1024  # EC2's limit on raw (not base64) user-data
+RENDEZVOUS_PORT = 29500
+RENDEZVOUS_WAIT_S = 1200  # how long workers poll the server for the master's address
+SERVER_DISCOVERY = "server"
+
+_GUARD_RE = re.compile(r"^shutdown -h \+\d+\b")
+_SHELL_SHEBANG_RE = re.compile(r"^#!\s*(/usr)?/bin/(env\s+)?(ba|da|k|z)?sh(\s|$)")
+# cloud-init part types for the first line of non-shell user-data (see ``with_time_limit``).
+_PART_TYPES = (
+    ("#cloud-config", "cloud-config"),
+    ("#cloud-boothook", "cloud-boothook"),
+    ("#include", "x-include-url"),
+    ("#!", "x-shellscript"),
+)
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:-]*$")
+# Never ship these to a VM, not even if a caller passes them in ``env``.
+_FORBIDDEN_ENV = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"}
+
+# Python interpreters that already have torch on AWS Deep Learning AMIs, newest layout first:
+# DLAMI "OSS Nvidia Driver ... PyTorch" (venv in /opt/pytorch), older conda DLAMIs, then PATH.
+_TORCH_PYTHONS = (
+    "/opt/pytorch/bin/python3",
+    "/opt/conda/envs/pytorch/bin/python3",
+    "/opt/conda/bin/python3",
+)
+
+_FIND_PYTHON = """\
+# A Python with torch: the Deep Learning AMI's own environment if there is one, else a fresh venv.
+PY=""
+for cand in {candidates} "$(command -v python3 || true)"; do
+  if [ -n "$cand" ] && [ -x "$cand" ] && "$cand" -c 'import torch' >/dev/null 2>&1; then
+    PY="$cand"
+    break
+  fi
+done
+if [ -z "$PY" ]; then
+  echo "srifty: no Python with torch found; creating a venv"
+  if command -v apt-get >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get -o DPkg::Lock::Timeout=600 update -q
+    apt-get -o DPkg::Lock::Timeout=600 install -yq python3-venv python3-pip curl
+  elif command -v dnf >/dev/null 2>&1; then
+    dnf install -yq python3 python3-pip
+  fi
+  python3 -m venv /opt/srifty/venv
+  /opt/srifty/venv/bin/pip install -q --upgrade pip
+  /opt/srifty/venv/bin/pip install -q torch torchvision requests
+  PY=/opt/srifty/venv/bin/python
+fi
+echo "srifty: using $PY"
+"""
+
+_FETCH_REPO = """\
+if [ -n "$SRIFTY_REPO_URL" ]; then
+  # Send the token only to the Srifty server: a presigned S3 URL rejects a second auth method.
+  REPO_AUTH=()
+  case "$SRIFTY_REPO_URL" in
+    "$SRIFTY_SERVER"/*) REPO_AUTH=(-H "Authorization: Bearer $SRIFTY_TOKEN") ;;
+  esac
+  curl -fsSL --retry 5 --retry-connrefused --retry-delay 5 "${REPO_AUTH[@]}" "$SRIFTY_REPO_URL" -o /opt/srifty/repo.tgz
+  tar -xzf /opt/srifty/repo.tgz -C /opt/srifty/work
+fi
+"""
+
+
+def _q(value: object) -> str:
+    return shlex.quote(str(value))
+
+
+def _int(name: str, value: object, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, not {value!r}")
+    return value
+
+
+def _minutes(max_minutes: int) -> int:
+    return _int("max_minutes", max_minutes)
+
+
+def _server(server_url: str) -> str:
+    if not re.match(r"^https?://[^\s/]+", server_url or ""):
+        raise ValueError(f"server_url must be an http(s) URL, not {server_url!r}")
+    return server_url.rstrip("/")
+
+
+def shutdown_guard(max_minutes: int) -> str:
+    """The line that powers the VM off after ``max_minutes`` (terminating it, see module doc)."""
+    return f"shutdown -h +{_minutes(max_minutes)}"
+
+
+def _header(max_minutes: int, log_name: str) -> list[str]:
+    return [
+        "#!/bin/bash",
+        f"{shutdown_guard(max_minutes)}  # hard time limit, enforced by the VM itself",
+        "set -euo pipefail",
+        # EXIT also fires after a failing command (set -e) and, via the second trap, on signals.
+        "trap 'rc=$?; echo \"srifty: script ended (exit $rc); shutting down\"; shutdown -h now' EXIT",
+        "trap 'exit 143' TERM INT HUP",
+        f"exec > >(tee -a /var/log/{log_name}) 2>&1",
+        "umask 077",
+        "mkdir -p /opt/srifty/work",
+    ]
+
+
+def with_time_limit(user_data: str, max_minutes: int) -> str:
+    """``user_data`` with the ``shutdown -h +N`` guard as its first command.
+
+    A shell script (``#!/bin/bash``, ``#!/bin/sh``, ``#!/usr/bin/env bash``, ...) gets the guard
+    inserted right after its shebang, unless the guard is already there (as in the scripts built
+    here); empty user-data becomes a script with only the guard; anything else (``#cloud-config``,
+    a Python script, ...) is wrapped in a MIME multipart message next to a one-line guard script,
+    and cloud-init runs both parts.
+    """
+    guard = shutdown_guard(max_minutes)
+    if not user_data.strip():
+        return f"#!/bin/bash\n{guard}\n"
+    first, _, rest = user_data.partition("\n")
+    if _SHELL_SHEBANG_RE.match(first):
+        if _GUARD_RE.match(rest.lstrip("\n").split("\n", 1)[0]):
+            return user_data
+        return f"{first}\n{guard}\n{rest}"
+    message = MIMEMultipart()
+    message.attach(MIMEText(f"#!/bin/bash\n{guard}\n", "x-shellscript"))
+    subtype = next((sub for prefix, sub in _PART_TYPES if first.startswith(prefix)), "plain")
+    message.attach(MIMEText(user_data, subtype))
+    return message.as_string()
+
+
+def check_size(user_data: str) -> str:
+    size = len(user_data.encode())
+    if size > MAX_USER_DATA_BYTES:
+        raise ValueError(f"user-data is {size} bytes; EC2 accepts at most {MAX_USER_DATA_BYTES}")
+    return user_data
+
+
+def profiling_user_data(
+    server_url: str,
+    run_id: object,
+    token: str,
+    agent_args: Sequence[str],
+    max_minutes: int,
+    repo_tarball_url: str | None = None,
+) -> str:
+    """Script that fetches the profiler agent from Srifty, runs it once, and powers the VM off.
+
+    The agent comes from ``GET {server}/api/v1/agent.tar.gz`` (a tarball whose root holds
+    ``profiler/agent``) and runs as ``python -m profiler.agent {agent_args} --report-to
+    {server}/api/v1/profiling-runs/{run_id}/events/ --token {token}``. ``repo_tarball_url`` (the
+    user's model code) is unpacked into the agent's working directory, ``/opt/srifty/work``.
+    """
+    server = _server(server_url)
+    events = f"{server}/api/v1/profiling-runs/{run_id}/events/"
+    lines = _header(max_minutes, "srifty-profile.log")
+    lines += [
+        f"SRIFTY_SERVER={_q(server)}",
+        f"SRIFTY_RUN_ID={_q(run_id)}",
+        f"SRIFTY_TOKEN={_q(token)}",
+        f"SRIFTY_EVENTS_URL={_q(events)}",
+        f"SRIFTY_REPO_URL={_q(repo_tarball_url or '')}",
+        f"AGENT_ARGS=({' '.join(_q(a) for a in agent_args)})",
+        "",
+        _FIND_PYTHON.format(candidates=" ".join(_TORCH_PYTHONS)),
+        "mkdir -p /opt/srifty/agent",
+        'curl -fsSL --retry 5 --retry-connrefused --retry-delay 5 -H "Authorization: Bearer $SRIFTY_TOKEN" \\',
+        '  "$SRIFTY_SERVER/api/v1/agent.tar.gz" -o /opt/srifty/agent.tgz',
+        "tar -xzf /opt/srifty/agent.tgz -C /opt/srifty/agent",
+        _FETCH_REPO,
+        "cd /opt/srifty/work",
+        'export PYTHONPATH="/opt/srifty/agent:/opt/srifty/work${PYTHONPATH:+:$PYTHONPATH}"',
+        'echo "srifty: profiling run $SRIFTY_RUN_ID"',
+        '"$PY" -m profiler.agent "${AGENT_ARGS[@]}" --report-to "$SRIFTY_EVENTS_URL" --token "$SRIFTY_TOKEN"',
+    ]
+    return check_size("\n".join(lines) + "\n")
+
+
+_RENDEZVOUS = """\
+# Master discovery: ask the Srifty server for rank 0's private IP (see training_user_data).
+IMDS_TOKEN=$(curl -fsS --retry 5 -X PUT -H "X-aws-ec2-metadata-token-ttl-seconds: 300" http://169.254.169.254/latest/api/token)
+INSTANCE_ID=$(curl -fsS --retry 5 -H "X-aws-ec2-metadata-token: $IMDS_TOKEN" http://169.254.169.254/latest/meta-data/instance-id)
+RDZV_DEADLINE=$(( $(date +%s) + {wait_s} ))
+MASTER_ADDR=""
+while [ -z "$MASTER_ADDR" ]; do
+  CODE=$(curl -sS -o /opt/srifty/rendezvous.json -w '%{{http_code}}' -H "Authorization: Bearer $SRIFTY_TOKEN" \\
+    "$SRIFTY_SERVER/api/v1/jobs/$SRIFTY_JOB_ID/rendezvous/?instance_id=$INSTANCE_ID" || true)
+  case "$CODE" in
+    200)
+      read -r MASTER_ADDR SERVER_NODE_RANK < <("$PY" - /opt/srifty/rendezvous.json <<'PYEOF'
+import json, re, sys
+data = json.load(open(sys.argv[1]))
+addr = str(data.get("master_addr") or "")
+rank = data.get("node_rank")
+ok = re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9.:-]*", addr)
+print(addr if ok else "-", rank if isinstance(rank, int) and rank >= 0 else "-")
+PYEOF
+      ) || true
+      if [ "${{MASTER_ADDR:--}}" = "-" ]; then MASTER_ADDR=""; fi ;;
+    400|401|403|404|410)
+      echo "srifty: rendezvous refused (HTTP $CODE); giving up"
+      exit 1 ;;
+  esac
+  if [ -z "$MASTER_ADDR" ]; then
+    if [ "$(date +%s)" -ge "$RDZV_DEADLINE" ]; then
+      echo "srifty: no master address after {wait_s}s; giving up"
+      exit 1
+    fi
+    sleep 5
+  fi
+done
+if [ -z "$NODE_RANK" ] && [ "${{SERVER_NODE_RANK:--}}" != "-" ]; then NODE_RANK="$SERVER_NODE_RANK"; fi
+"""
+
+
+def training_user_data(
+    server_url: str,
+    job_id: object,
+    token: str,
+    node_rank: int | None,
+    nnodes: int,
+    nproc_per_node: int | str,
+    master_addr_discovery: str,
+    train_command: str | Sequence[str],
+    per_node_batch: int,
+    max_minutes: int,
+    env: Mapping[str, object] | None = None,
+    repo_tarball_url: str | None = None,
+    master_port: int = RENDEZVOUS_PORT,
+) -> str:
+    """Script for one node of a DDP job: ``torchrun`` the user's command, then power off.
+
+    Runs ``python -m torch.distributed.run`` (= ``torchrun``) ``--nnodes N --nproc-per-node G
+    [--node-rank R] --rdzv-backend c10d --rdzv-endpoint $MASTER_ADDR:29500 --rdzv-id {job_id}``
+    followed by ``train_command`` (a script path plus its arguments: a list, or a string split
+    with ``shlex.split``; each word is passed as one argument, never re-parsed by a shell).
+    ``SRIFTY_SERVER``, ``SRIFTY_JOB_ID``, ``SRIFTY_TOKEN``, ``SRIFTY_PER_NODE_BATCH``,
+    ``SRIFTY_NNODES`` and ``SRIFTY_NODE_RANK`` are exported for the training callback, after
+    ``env`` (so ``env`` cannot override them; AWS credential names in ``env`` are refused).
+
+    Master discovery (``master_addr_discovery``), chosen for what works on EC2:
+
+    * ``"server"`` (the default choice for cluster launches): every node, rank 0 included, polls
+      ``GET {server}/api/v1/jobs/{job_id}/rendezvous/?instance_id={its instance id}`` with the
+      job token until the server answers 200 ``{"master_addr": "10.0.1.23", "node_rank": 1}``
+      (``node_rank`` optional); 202 (or 200 without an address) means "not yet, poll again";
+      400/401/403/404/410 mean "stop" (the script fails and the VM powers off). The server knows
+      every node's private IP as soon as ``run_instances`` returns (``profiler.ec2.describe``),
+      so it picks rank 0 and answers at once. This needs no instance profile, no extra IAM
+      permissions on the VM and no ordering between launches, and lets one launch template
+      (identical user-data, ``node_rank=None``) serve all nodes. The rejected alternatives:
+      rank 0 reading its IP from IMDS works only for rank 0; workers describing instances by
+      job tag needs ``ec2:DescribeInstances`` on every VM; launching rank 0 first and baking its
+      IP into the workers' user-data serialises the launch and breaks with a launch template.
+    * anything else is a literal master address (IP or host name) known at build time.
+
+    With the c10d rendezvous torchrun assigns the ranks itself and ignores ``--node-rank``
+    (it only logs a warning); the store is hosted by the node whose address equals the
+    endpoint, i.e. the server's rank 0. ``--node-rank`` is still passed when known (given, or
+    ``node_rank`` from the rendezvous answer) and exported as ``SRIFTY_NODE_RANK`` for logs.
+    The nodes' security group must allow all TCP between them (c10d on ``master_port``, NCCL on
+    ephemeral ports).
+    """
+    server = _server(server_url)
+    _int("nnodes", nnodes)
+    _int("per_node_batch", per_node_batch)
+    if node_rank is not None and _int("node_rank", node_rank, 0) >= nnodes:
+        raise ValueError(f"node_rank {node_rank} is out of range for {nnodes} nodes")
+    if not re.fullmatch(r"[1-9][0-9]*|gpu|cpu|auto", str(nproc_per_node)):
+        raise ValueError(f"nproc_per_node must be a positive int or gpu/cpu/auto, not {nproc_per_node!r}")
+    if _int("master_port", master_port) > 65535:
+        raise ValueError(f"master_port must be a TCP port, not {master_port!r}")
+    discovery = master_addr_discovery.strip()
+    if discovery != SERVER_DISCOVERY and not _HOST_RE.match(discovery):
+        raise ValueError(f"master_addr_discovery must be 'server' or an address, not {discovery!r}")
+    words = shlex.split(train_command) if isinstance(train_command, str) else [str(w) for w in train_command]
+    if not words:
+        raise ValueError("train_command is empty")
+    env = dict(env or {})
+    for name in env:
+        if not _ENV_NAME_RE.match(name):
+            raise ValueError(f"{name!r} is not a valid environment variable name")
+        if name.upper() in _FORBIDDEN_ENV:
+            raise ValueError(f"refusing to put {name} into user-data: VMs get AWS access from their role")
+
+    lines = _header(max_minutes, "srifty-train.log")
+    lines += [f"export {name}={_q(value)}" for name, value in env.items()]
+    lines += [
+        f"export SRIFTY_SERVER={_q(server)}",
+        f"export SRIFTY_JOB_ID={_q(job_id)}",
+        f"export SRIFTY_TOKEN={_q(token)}",
+        f"export SRIFTY_PER_NODE_BATCH={_q(per_node_batch)}",
+        f"export SRIFTY_NNODES={_q(nnodes)}",
+        f"NODE_RANK={_q('' if node_rank is None else node_rank)}",
+        f"MASTER_PORT={_q(master_port)}",
+        f"NPROC_PER_NODE={_q(nproc_per_node)}",
+        f"SRIFTY_REPO_URL={_q(repo_tarball_url or '')}",
+        f"TRAIN_COMMAND=({' '.join(_q(w) for w in words)})",
+        "",
+        _FIND_PYTHON.format(candidates=" ".join(_TORCH_PYTHONS)),
+        _FETCH_REPO,
+    ]
+    if discovery == SERVER_DISCOVERY:
+        lines.append(_RENDEZVOUS.format(wait_s=RENDEZVOUS_WAIT_S))
+    else:
+        lines.append(f"MASTER_ADDR={_q(discovery)}")
+    lines += [
+        'export SRIFTY_NODE_RANK="$NODE_RANK"',
+        "RANK_ARGS=()",
+        'if [ -n "$NODE_RANK" ]; then RANK_ARGS=(--node-rank "$NODE_RANK"); fi',
+        "cd /opt/srifty/work",
+        'echo "srifty: job $SRIFTY_JOB_ID node ${NODE_RANK:-?} of $SRIFTY_NNODES, master $MASTER_ADDR:$MASTER_PORT"',
+        "# python -m torch.distributed.run is torchrun, without relying on PATH",
+        '"$PY" -m torch.distributed.run --nnodes "$SRIFTY_NNODES" --nproc-per-node "$NPROC_PER_NODE" "${RANK_ARGS[@]}" \\',
+        '  --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" --rdzv-id "$SRIFTY_JOB_ID" \\',
+        '  "${TRAIN_COMMAND[@]}"',
+    ]
+    return check_size("\n".join(lines) + "\n")

@@ -1,0 +1,397 @@
+"""The generated cloud-init scripts: checked as text, by ``bash -n``, and by running them in real
+bash against fake ``shutdown``/``curl``/``python3``/``sleep`` commands (paths moved to tmp)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tarfile
+from email import message_from_string
+from pathlib import Path
+
+import pytest
+
+from profiler.userdata import (
+    MAX_USER_DATA_BYTES,
+    check_size,
+    profiling_user_data,
+    training_user_data,
+    with_time_limit,
+)
+
+SERVER = "https://srifty.example.com"
+EVIL = "tok'; rm -rf / #"
+
+
+def profiling(**kw) -> str:
+    args = {"server_url": SERVER, "run_id": 42, "token": "tok-1", "agent_args": ["--kind", "compute"],
+            "max_minutes": 30}  # fmt: skip
+    return profiling_user_data(**{**args, **kw})
+
+
+def training(**kw) -> str:
+    args = {"server_url": SERVER, "job_id": 7, "token": "tok-7", "node_rank": 1, "nnodes": 4,
+            "nproc_per_node": 8, "master_addr_discovery": "server",
+            "train_command": "train.py --epochs 3", "per_node_batch": 64, "max_minutes": 120,
+            "env": {"NCCL_DEBUG": "INFO"}}  # fmt: skip
+    return training_user_data(**{**args, **kw})
+
+
+def bash_syntax(script: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True, timeout=10)
+
+
+# --- As text ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("build", [profiling, training], ids=["profiling", "training"])
+def test_the_time_limit_guard_is_the_first_command_after_the_shebang(build):
+    lines = build(max_minutes=17).splitlines()
+    assert lines[0] == "#!/bin/bash"
+    assert lines[1].startswith("shutdown -h +17 ")
+    assert lines[2] == "set -euo pipefail"
+
+
+@pytest.mark.parametrize("build", [profiling, training], ids=["profiling", "training"])
+def test_an_exit_trap_always_powers_the_vm_off(build):
+    script = build()
+    trap = next(line for line in script.splitlines() if line.startswith("trap ") and line.endswith(" EXIT"))
+    assert "shutdown -h now" in trap
+    assert script.index(trap) < script.index("curl ")  # armed before anything can fail
+
+
+@pytest.mark.parametrize("build", [profiling, training], ids=["profiling", "training"])
+def test_generated_scripts_pass_bash_syntax_check(build):
+    for variant in (build(), build(token=EVIL), build(max_minutes=1)):
+        result = bash_syntax(variant)
+        assert result.returncode == 0, result.stderr
+
+
+def test_training_script_with_a_literal_master_and_no_rank_passes_bash_syntax_check():
+    script = training(master_addr_discovery="10.0.1.5", node_rank=None, env={}, train_command=["a.py"])
+    assert bash_syntax(script).returncode == 0
+    assert "MASTER_ADDR=10.0.1.5" in script
+    assert "rendezvous" not in script
+
+
+def test_profiling_script_fetches_the_agent_and_reports_to_the_run():
+    script = profiling(repo_tarball_url=f"{SERVER}/media/repo.tgz")
+    assert "SRIFTY_SERVER=https://srifty.example.com" in script
+    assert "SRIFTY_EVENTS_URL=https://srifty.example.com/api/v1/profiling-runs/42/events/" in script
+    assert '"$SRIFTY_SERVER/api/v1/agent.tar.gz" -o' in script
+    assert '-H "Authorization: Bearer $SRIFTY_TOKEN"' in script
+    assert (
+        '-m profiler.agent "${AGENT_ARGS[@]}" --report-to "$SRIFTY_EVENTS_URL" --token "$SRIFTY_TOKEN"'
+        in script
+    )
+    assert "pip install -q torch torchvision requests" in script
+    assert "/opt/pytorch/bin/python3" in script  # the DLAMI's torch is tried first
+
+
+def test_interpolated_values_are_shell_quoted():
+    script = profiling(token=EVIL, agent_args=["--model", "x; reboot", "$(id)"])
+    assert f"SRIFTY_TOKEN={shlex.quote(EVIL)}" in script
+    assert "AGENT_ARGS=(--model 'x; reboot' '$(id)')" in script
+    assert EVIL not in script.replace(shlex.quote(EVIL), "")  # never unquoted anywhere
+
+
+def test_no_aws_credentials_in_user_data(monkeypatch):
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "very-secret-key")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE")
+    for script in (profiling(), training()):
+        assert "very-secret-key" not in script and "AKIA" not in script
+        assert "AWS_" not in script
+
+
+def test_aws_credentials_are_refused_as_training_env():
+    with pytest.raises(ValueError, match="AWS_SECRET_ACCESS_KEY"):
+        training(env={"AWS_SECRET_ACCESS_KEY": "x"})
+
+
+def test_bad_env_names_and_values_are_refused_or_quoted():
+    with pytest.raises(ValueError, match="not a valid environment variable"):
+        training(env={"A;B": "1"})
+    assert "export NOTE='a b; c'" in training(env={"NOTE": "a b; c"})
+
+
+def test_torchrun_gets_nodes_gpus_rank_and_c10d_rendezvous():
+    script = training()
+    assert "export SRIFTY_NNODES=4" in script
+    assert "NPROC_PER_NODE=8" in script
+    assert "NODE_RANK=1" in script
+    assert "TRAIN_COMMAND=(train.py --epochs 3)" in script
+    assert (
+        '"$PY" -m torch.distributed.run --nnodes "$SRIFTY_NNODES" --nproc-per-node "$NPROC_PER_NODE" '
+        '"${RANK_ARGS[@]}" \\\n  --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" '
+        '--rdzv-id "$SRIFTY_JOB_ID" \\\n  "${TRAIN_COMMAND[@]}"'
+    ) in script
+    for name in ("SRIFTY_SERVER", "SRIFTY_JOB_ID", "SRIFTY_TOKEN", "SRIFTY_PER_NODE_BATCH"):
+        assert f"export {name}=" in script
+
+
+def test_training_polls_the_server_rendezvous_with_imdsv2():
+    script = training()
+    assert "/api/v1/jobs/$SRIFTY_JOB_ID/rendezvous/?instance_id=$INSTANCE_ID" in script
+    assert "X-aws-ec2-metadata-token-ttl-seconds" in script  # IMDSv2 (HttpTokens=required)
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [{"node_rank": 4}, {"node_rank": -1}, {"nnodes": 0}, {"nproc_per_node": "8; reboot"}, {"per_node_batch": 0},
+     {"master_addr_discovery": "$(curl evil)"}, {"train_command": ""}, {"max_minutes": 0}, {"max_minutes": 2.5},
+     {"server_url": "ftp://x"}],
+)  # fmt: skip
+def test_invalid_training_arguments_are_refused(kw):
+    with pytest.raises(ValueError):
+        training(**kw)
+
+
+def test_with_time_limit_inserts_the_guard_into_a_shell_script_once():
+    script = with_time_limit("#!/bin/sh\necho hi\n", 9)
+    assert script == "#!/bin/sh\nshutdown -h +9\necho hi\n"
+    assert with_time_limit(script, 9) == script
+    assert with_time_limit("", 9) == "#!/bin/bash\nshutdown -h +9\n"
+    assert with_time_limit(profiling(max_minutes=30), 30) == profiling(max_minutes=30)
+
+
+@pytest.mark.parametrize(
+    ("user_data", "part_type"),
+    [("#cloud-config\npackages: [htop]\n", "text/cloud-config"), ("#!/usr/bin/env python3\nprint(1)\n", "text/x-shellscript")],
+)  # fmt: skip
+def test_with_time_limit_wraps_other_user_data_in_multipart(user_data, part_type):
+    message = message_from_string(with_time_limit(user_data, 5))
+    guard, original = message.get_payload()
+    assert guard.get_content_type() == "text/x-shellscript"
+    assert guard.get_payload() == "#!/bin/bash\nshutdown -h +5\n"
+    assert original.get_content_type() == part_type
+    assert original.get_payload() == user_data
+
+
+def test_user_data_over_16_kib_is_refused():
+    with pytest.raises(ValueError, match="16384"):
+        check_size("x" * (MAX_USER_DATA_BYTES + 1))
+    with pytest.raises(ValueError):
+        profiling(agent_args=["x" * MAX_USER_DATA_BYTES])
+
+
+# --- Running them in real bash ------------------------------------------------------------------
+
+FAKE_CURL = """#!{python}
+import json, os, pathlib, shutil, sys
+args = sys.argv[1:]
+log = pathlib.Path(os.environ["FAKE_LOG"])
+with open(log / "curl.log", "a") as f:
+    f.write(json.dumps(args) + "\\n")
+url = next(a for a in args if a.startswith("http"))
+out = args[args.index("-o") + 1] if "-o" in args else None
+if url.endswith("/latest/api/token"):
+    print("imds-token", end="")
+elif url.endswith("/meta-data/instance-id"):
+    print("i-0abc", end="")
+elif url.endswith("/agent.tar.gz"):
+    shutil.copy(os.environ["FAKE_AGENT_TGZ"], out)
+elif "/repo.tgz" in url:
+    shutil.copy(os.environ["FAKE_REPO_TGZ"], out)
+elif "/rendezvous/" in url:
+    answers = json.loads(os.environ["FAKE_RDZV"])
+    counter = log / "rdzv.n"
+    n = int(counter.read_text()) if counter.exists() else 0
+    counter.write_text(str(n + 1))
+    code, body = answers[min(n, len(answers) - 1)]
+    pathlib.Path(out).write_text(body)
+    print(code, end="")
+else:
+    sys.exit(22)
+"""
+
+FAKE_PYTHON = """#!/bin/bash
+if [ "$1" = "-c" ] && [ "$2" = "import torch" ]; then exit 0; fi
+if [ "$1" = "-m" ] && [ "$2" = "torch.distributed.run" ] && [ -z "${{FAKE_REAL_TORCHRUN:-}}" ]; then
+  shift 2
+  {python} -c 'import json, os, sys
+env = {{k: v for k, v in os.environ.items() if k.startswith("SRIFTY_") or k == "NCCL_DEBUG"}}
+open(os.environ["FAKE_LOG"] + "/torchrun.json", "w").write(json.dumps({{"argv": sys.argv[1:], "env": env}}))' "$@"
+  exit "${{FAKE_TRAIN_RC:-0}}"
+fi
+exec {python} "$@"
+"""
+
+FAKE_AGENT = """import json, os, sys
+state = {"argv": sys.argv[1:], "cwd": os.getcwd(), "files": sorted(os.listdir("."))}
+open(os.environ["FAKE_LOG"] + "/agent.json", "w").write(json.dumps(state))
+sys.exit(int(os.environ.get("FAKE_AGENT_RC", "0")))
+"""
+
+
+class Sandbox:
+    def __init__(self, tmp: Path):
+        self.tmp, self.log, self.bin, self.root = tmp, tmp / "log", tmp / "bin", tmp / "root"
+        for d in (self.log, self.bin, self.root / "var" / "log"):
+            d.mkdir(parents=True)
+        fakes = {
+            "curl": FAKE_CURL.format(python=sys.executable),
+            "python3": FAKE_PYTHON.format(python=sys.executable),
+            "shutdown": '#!/bin/bash\necho "$*" >> "$FAKE_LOG/shutdown.log"\n',
+            "sleep": "#!/bin/bash\nexit 0\n",
+        }
+        for name, body in fakes.items():
+            (self.bin / name).write_text(body)
+            (self.bin / name).chmod(0o755)
+        self.agent_tgz, self.repo_tgz = tmp / "agent.tgz", tmp / "repo.tgz"
+        for path, name, text in [(self.agent_tgz, "profiler/agent/__main__.py", FAKE_AGENT),
+                                 (self.repo_tgz, "model.py", "MODEL = 1\n")]:  # fmt: skip
+            with tarfile.open(path, "w:gz") as tar:
+                info = tarfile.TarInfo(name)
+                info.size = len(text.encode())
+                tar.addfile(info, io.BytesIO(text.encode()))
+
+    def run(self, script: str, **env) -> subprocess.CompletedProcess:
+        script = script.replace("/opt/srifty", f"{self.root}/opt/srifty").replace(
+            "/var/log/", f"{self.root}/var/log/"
+        )
+        path = self.tmp / "user-data.sh"
+        path.write_text(script)
+        base = {"PATH": f"{self.bin}:/usr/bin:/bin", "HOME": str(self.tmp), "FAKE_LOG": str(self.log),
+                "FAKE_AGENT_TGZ": str(self.agent_tgz), "FAKE_REPO_TGZ": str(self.repo_tgz)}  # fmt: skip
+        return subprocess.run(
+            ["bash", str(path)], env={**base, **env}, capture_output=True, text=True, timeout=60
+        )
+
+    def shutdowns(self) -> list[str]:
+        file = self.log / "shutdown.log"
+        return file.read_text().splitlines() if file.exists() else []
+
+    def json(self, name: str) -> dict | None:
+        file = self.log / name
+        return json.loads(file.read_text()) if file.exists() else None
+
+    def curls(self) -> list[list[str]]:
+        file = self.log / "curl.log"
+        return [json.loads(line) for line in file.read_text().splitlines()] if file.exists() else []
+
+
+@pytest.fixture
+def sandbox(tmp_path) -> Sandbox:
+    if os.name != "posix":
+        pytest.skip("needs bash")
+    return Sandbox(tmp_path)
+
+
+def test_profiling_script_runs_the_agent_with_its_arguments_then_powers_off(sandbox):
+    canary = sandbox.tmp / "pwned"
+    token = f"{EVIL} $(touch {canary})"
+    result = sandbox.run(profiling(token=token, agent_args=["--kind", "compute", "a b"]))
+    assert result.returncode == 0, result.stdout + result.stderr
+    agent = sandbox.json("agent.json")
+    assert agent["argv"] == ["--kind", "compute", "a b", "--report-to",
+                             f"{SERVER}/api/v1/profiling-runs/42/events/", "--token", token]  # fmt: skip
+    assert agent["cwd"] == f"{sandbox.root}/opt/srifty/work"
+    assert not canary.exists()  # the token stayed a string
+    assert sandbox.shutdowns() == ["-h +30", "-h now"]
+    (fetch,) = [c for c in sandbox.curls() if f"{SERVER}/api/v1/agent.tar.gz" in c]
+    assert fetch[fetch.index("-H") + 1] == f"Authorization: Bearer {token}"
+    assert "srifty: profiling run 42" in (sandbox.root / "var/log/srifty-profile.log").read_text()
+
+
+@pytest.mark.parametrize(
+    ("url", "authorized"),
+    [(f"{SERVER}/media/repo.tgz", True), ("https://b.s3.amazonaws.com/repo.tgz?X-Amz-Signature=abc", False)],
+)
+def test_the_repo_tarball_is_unpacked_for_the_agent_and_only_srifty_gets_the_token(sandbox, url, authorized):
+    result = sandbox.run(profiling(repo_tarball_url=url))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert sandbox.json("agent.json")["files"] == ["model.py"]
+    (fetch,) = [c for c in sandbox.curls() if url in c]
+    assert ("Authorization: Bearer tok-1" in fetch) is authorized
+
+
+def test_profiling_script_powers_off_when_the_agent_fails(sandbox):
+    result = sandbox.run(profiling(), FAKE_AGENT_RC="3")
+    assert result.returncode == 3
+    assert sandbox.shutdowns() == ["-h +30", "-h now"]
+
+
+def test_training_script_waits_for_the_rendezvous_then_runs_torchrun(sandbox):
+    answers = [[202, ""], [200, "{}"], [200, json.dumps({"master_addr": "10.0.1.23", "node_rank": 2})]]
+    script = training(node_rank=None, train_command=["train.py", "--name", "a b; reboot"])
+    result = sandbox.run(script, FAKE_RDZV=json.dumps(answers))
+    assert result.returncode == 0, result.stdout + result.stderr
+    run = sandbox.json("torchrun.json")
+    assert run["argv"] == ["--nnodes", "4", "--nproc-per-node", "8", "--node-rank", "2", "--rdzv-backend", "c10d",
+                           "--rdzv-endpoint", "10.0.1.23:29500", "--rdzv-id", "7",
+                           "train.py", "--name", "a b; reboot"]  # fmt: skip
+    assert run["env"] == {"NCCL_DEBUG": "INFO", "SRIFTY_SERVER": SERVER, "SRIFTY_JOB_ID": "7",
+                          "SRIFTY_TOKEN": "tok-7", "SRIFTY_PER_NODE_BATCH": "64", "SRIFTY_NNODES": "4",
+                          "SRIFTY_NODE_RANK": "2"}  # fmt: skip
+    rdzv = [c for c in sandbox.curls() if any("/rendezvous/" in a for a in c)]
+    assert len(rdzv) == 3
+    assert f"{SERVER}/api/v1/jobs/7/rendezvous/?instance_id=i-0abc" in rdzv[0]
+    assert sandbox.shutdowns() == ["-h +120", "-h now"]
+
+
+def test_training_script_gives_up_and_powers_off_when_the_server_refuses(sandbox):
+    result = sandbox.run(training(), FAKE_RDZV=json.dumps([[410, ""]]))
+    assert result.returncode == 1
+    assert "rendezvous refused (HTTP 410)" in result.stdout
+    assert sandbox.json("torchrun.json") is None
+    assert sandbox.shutdowns() == ["-h +120", "-h now"]
+
+
+def test_training_script_ignores_an_injected_master_address(sandbox):
+    answers = [
+        [200, json.dumps({"master_addr": "$(reboot)"})],
+        [200, json.dumps({"master_addr": "10.0.0.9"})],
+    ]
+    result = sandbox.run(training(), FAKE_RDZV=json.dumps(answers))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "10.0.0.9:29500" in sandbox.json("torchrun.json")["argv"]
+
+
+def test_training_script_with_a_fixed_master_powers_off_when_training_fails(sandbox):
+    script = training(master_addr_discovery="10.0.1.5", node_rank=0)
+    result = sandbox.run(script, FAKE_TRAIN_RC="7")
+    assert result.returncode == 7
+    assert sandbox.json("torchrun.json")["argv"][4:6] == ["--node-rank", "0"]
+    assert not any("/rendezvous/" in arg for call in sandbox.curls() for arg in call)
+    assert sandbox.shutdowns() == ["-h +120", "-h now"]
+
+
+DDP_SCRIPT = """import json, os, sys
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+total = torch.tensor([dist.get_rank() + 1.0])
+dist.all_reduce(total)
+state = {"world": dist.get_world_size(), "sum": total.item(), "local_rank": os.environ["LOCAL_RANK"],
+         "batch": os.environ["SRIFTY_PER_NODE_BATCH"], "arg": sys.argv[1:]}
+open(os.path.join(os.environ["FAKE_LOG"], f"rank{dist.get_rank()}.json"), "w").write(json.dumps(state))
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_the_torchrun_command_line_works_with_real_torch(sandbox):
+    """One node, two CPU workers (gloo): the generated flags are accepted and rendezvous happens."""
+    pytest.importorskip("torch")
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    train = sandbox.tmp / "ddp.py"
+    train.write_text(DDP_SCRIPT)
+    script = training(nnodes=1, node_rank=0, nproc_per_node=2, master_addr_discovery="127.0.0.1", master_port=port,
+                      train_command=[str(train), "--tag", "a b"], env={"OMP_NUM_THREADS": "1"})  # fmt: skip
+    result = sandbox.run(script, FAKE_REAL_TORCHRUN="1")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    ranks = [sandbox.json(f"rank{r}.json") for r in (0, 1)]
+    assert [r["local_rank"] for r in ranks] == ["0", "1"]
+    assert {(r["world"], r["sum"], r["batch"], tuple(r["arg"])) for r in ranks} == {
+        (2, 3.0, "64", ("--tag", "a b"))
+    }
+    assert sandbox.shutdowns() == ["-h +120", "-h now"]
