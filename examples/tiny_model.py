@@ -62,13 +62,24 @@ class TinyTransformer(nn.Module):
     """
 
     def __init__(
-        self, num_classes: int = 10, in_dim: int = 64, width: int = 128, depth: int = 2, heads: int = 4, seq_len: int = 32
+        self,
+        num_classes: int = 10,
+        in_dim: int = 64,
+        width: int = 128,
+        depth: int = 2,
+        heads: int = 4,
+        seq_len: int = 32,
     ) -> None:
         super().__init__()
         self.proj = nn.Linear(in_dim, width)
         self.pos = nn.Parameter(torch.zeros(1, seq_len, width))
         layer = nn.TransformerEncoderLayer(
-            d_model=width, nhead=heads, dim_feedforward=4 * width, dropout=0.0, batch_first=True, norm_first=True
+            d_model=width,
+            nhead=heads,
+            dim_feedforward=4 * width,
+            dropout=0.0,
+            batch_first=True,
+            norm_first=True,
         )
         self.encoder = nn.TransformerEncoder(layer, num_layers=depth, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(width)

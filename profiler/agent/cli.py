@@ -81,9 +81,16 @@ def _add_reporting(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--out", required=True, help="profile JSON file to write (always written first)")
     group.add_argument("--report-to", metavar="URL", help="POST progress/sample/result/error events here")
     group.add_argument("--token", help="bearer token for --report-to (default: $SRIFTY_TOKEN)")
-    group.add_argument("--report-retries", type=_nonneg_int, default=5, help="retries per failed post (default 5)")
-    group.add_argument("--report-backoff", type=float, default=0.5, metavar="SECONDS",
-                       help="first retry delay, doubled per retry up to 8 s (default 0.5)")
+    group.add_argument(
+        "--report-retries", type=_nonneg_int, default=5, help="retries per failed post (default 5)"
+    )
+    group.add_argument(
+        "--report-backoff",
+        type=float,
+        default=0.5,
+        metavar="SECONDS",
+        help="first retry delay, doubled per retry up to 8 s (default 0.5)",
+    )
     group.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors on stderr")
 
 
@@ -94,37 +101,75 @@ def build_parser() -> argparse.ArgumentParser:
     compute = commands.add_parser("compute", help="time training steps of a model per batch size")
     compute.add_argument("--model", required=True, help="torchvision:NAME or package.module:factory")
     compute.add_argument("--input-shape", required=True, type=_shape, help="per-sample shape, e.g. 3,224,224")
-    compute.add_argument("--batch-sizes", type=_batch_sizes, default=None, metavar="N,N,...|auto",
-                         help="batch sizes to time, or 'auto' (default): find the largest that fits, then a ladder")
+    compute.add_argument(
+        "--batch-sizes",
+        type=_batch_sizes,
+        default=None,
+        metavar="N,N,...|auto",
+        help="batch sizes to time, or 'auto' (default): find the largest that fits, then a ladder",
+    )
     compute.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available)")
-    compute.add_argument("--precision", choices=("fp32", "amp", "bf16"), default="fp32",
-                         help="amp: fp16 autocast + GradScaler on CUDA, bf16 autocast on CPU")
-    compute.add_argument("--iters", type=_positive_int, help="timed steps per batch size (default: cpu 5, cuda 20)")
-    compute.add_argument("--warmup", type=_nonneg_int, help="untimed steps per batch size (default: cpu 1, cuda 5)")
-    compute.add_argument("--min-iters", type=_positive_int, default=2,
-                         help="timed steps taken even past --max-seconds-per-size (default 2)")
-    compute.add_argument("--max-seconds-per-size", type=float,
-                         help="stop timing a batch size after this many seconds (default: cpu 8, cuda 30)")
-    compute.add_argument("--max-memory", type=_size, metavar="SIZE",
-                         help="memory bound, e.g. 2GB: on CPU for the estimated peak (default 80%% of MemAvailable), "
-                              "on CUDA a cap on the caching allocator")
-    compute.add_argument("--max-batch", type=_positive_int, default=1024, help="upper bound of the batch search")
+    compute.add_argument(
+        "--precision",
+        choices=("fp32", "amp", "bf16"),
+        default="fp32",
+        help="amp: fp16 autocast + GradScaler on CUDA, bf16 autocast on CPU",
+    )
+    compute.add_argument(
+        "--iters", type=_positive_int, help="timed steps per batch size (default: cpu 5, cuda 20)"
+    )
+    compute.add_argument(
+        "--warmup", type=_nonneg_int, help="untimed steps per batch size (default: cpu 1, cuda 5)"
+    )
+    compute.add_argument(
+        "--min-iters",
+        type=_positive_int,
+        default=2,
+        help="timed steps taken even past --max-seconds-per-size (default 2)",
+    )
+    compute.add_argument(
+        "--max-seconds-per-size",
+        type=float,
+        help="stop timing a batch size after this many seconds (default: cpu 8, cuda 30)",
+    )
+    compute.add_argument(
+        "--max-memory",
+        type=_size,
+        metavar="SIZE",
+        help="memory bound, e.g. 2GB: on CPU for the estimated peak (default 80%% of MemAvailable), "
+        "on CUDA a cap on the caching allocator",
+    )
+    compute.add_argument(
+        "--max-batch", type=_positive_int, default=1024, help="upper bound of the batch search"
+    )
     compute.add_argument("--min-batch", type=_positive_int, default=1, help="lower bound of the batch search")
     compute.add_argument("--num-classes", type=_positive_int, default=1000)
-    compute.add_argument("--threads", type=_positive_int, help="torch intra-op threads (default: torch's choice)")
+    compute.add_argument(
+        "--threads", type=_positive_int, help="torch intra-op threads (default: torch's choice)"
+    )
     compute.add_argument("--seed", type=int, default=0)
     _add_reporting(compute)
 
     comm = commands.add_parser("comm", help="time all_reduce over message sizes")
     comm.add_argument("--world-size", required=True, type=_positive_int, help="total ranks over all nodes")
     comm.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
-    comm.add_argument("--sizes", type=_size_range, metavar="MIN..MAX",
-                      help="message sizes, e.g. 1KB..256MB (default: gloo 1KB..64MB, nccl 1KB..1GB)")
+    comm.add_argument(
+        "--sizes",
+        type=_size_range,
+        metavar="MIN..MAX",
+        help="message sizes, e.g. 1KB..256MB (default: gloo 1KB..64MB, nccl 1KB..1GB)",
+    )
     comm.add_argument("--factor", type=int, choices=(2, 4), default=2, help="ratio between successive sizes")
-    comm.add_argument("--repeats", type=_positive_int, help="timed collectives per size (default: gloo 10, nccl 20)")
-    comm.add_argument("--warmup", type=_nonneg_int, help="untimed collectives per size (default: gloo 2, nccl 5)")
+    comm.add_argument(
+        "--repeats", type=_positive_int, help="timed collectives per size (default: gloo 10, nccl 20)"
+    )
+    comm.add_argument(
+        "--warmup", type=_nonneg_int, help="untimed collectives per size (default: gloo 2, nccl 5)"
+    )
     comm.add_argument("--master-addr", help="rendezvous host (node 0) for multi-node groups")
-    comm.add_argument("--master-port", type=_positive_int, help="rendezvous port (default: a free one locally, else 29500)")
+    comm.add_argument(
+        "--master-port", type=_positive_int, help="rendezvous port (default: a free one locally, else 29500)"
+    )
     comm.add_argument("--rank", type=_nonneg_int, help="run as exactly this global rank, without spawning")
     comm.add_argument("--nnodes", type=_positive_int, default=1)
     comm.add_argument("--node-rank", type=_nonneg_int, default=0)

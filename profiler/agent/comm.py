@@ -105,7 +105,10 @@ class CommOptions:
     def sizes(self) -> list[int]:
         """The message ladder, rounded to whole float32 elements."""
         assert self.min_size is not None and self.max_size is not None
-        rounded = [max(DTYPE_BYTES, size // DTYPE_BYTES * DTYPE_BYTES) for size in geometric_sizes(self.min_size, self.max_size, self.factor)]
+        rounded = [
+            max(DTYPE_BYTES, size // DTYPE_BYTES * DTYPE_BYTES)
+            for size in geometric_sizes(self.min_size, self.max_size, self.factor)
+        ]
         return sorted(set(rounded))
 
 
@@ -126,7 +129,9 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def _torchrun_env() -> bool:
-    return all(key in os.environ for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"))
+    return all(
+        key in os.environ for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+    )
 
 
 # -- one rank ----------------------------------------------------------------------------
@@ -296,7 +301,12 @@ def run_rank(
         for size in sizes:
             sample = _measure_size(coll, size, reporter, progress)
             samples.append(sample)
-            reporter.sample(phase="comm", size_bytes=size, sample=sample, fraction=round(progress["done"] / progress["total"], 4))
+            reporter.sample(
+                phase="comm",
+                size_bytes=size,
+                sample=sample,
+                fraction=round(progress["done"] / progress["total"], 4),
+            )
         hosts = coll.hosts()
         if not is_root:
             return None
@@ -368,7 +378,9 @@ def _spawn_local(options: CommOptions) -> dict | None:
         )
     except Exception as exc:
         if options.report_to and options.node_rank == 0:
-            reporter = Reporter(options.report_to, options.token, seq=SharedSeq(seq_value), retry=options.report_retry)
+            reporter = Reporter(
+                options.report_to, options.token, seq=SharedSeq(seq_value), retry=options.report_retry
+            )
             reporter.error(f"comm profile failed: {_last_line(exc)}")
             reporter.close(timeout_s=60)
         raise CommError(f"a rank failed: {_last_line(exc)}") from exc

@@ -299,9 +299,13 @@ class Trainer:
         self.autocast_dtype = self._autocast_dtype(options.precision)
         # fp16 autocast needs loss scaling; bf16 has fp32's range and does not.
         self.scaler = (
-            torch.amp.GradScaler("cuda") if options.precision == "amp" and self.device.type == "cuda" else None
+            torch.amp.GradScaler("cuda")
+            if options.precision == "amp" and self.device.type == "cuda"
+            else None
         )
-        self.clock: CpuClock | CudaClock = CudaClock(self.device) if self.device.type == "cuda" else CpuClock()
+        self.clock: CpuClock | CudaClock = (
+            CudaClock(self.device) if self.device.type == "cuda" else CpuClock()
+        )
         self.recorder = GradReadyRecorder(self.params, self.clock)
         self.output_classes: int | None = None  # set by probe_output()
         self.static: StaticMemory = static_memory(self.model, momentum=options.momentum != 0)
@@ -343,11 +347,13 @@ class Trainer:
         x, y = self.batch(1)
         return size * (tensor_bytes(x) + tensor_bytes(y))
 
-    def step(self, x: Any, y: Any, timed: bool = False, meter: SavedTensorMeter | None = None) -> StepTiming | None:
+    def step(
+        self, x: Any, y: Any, timed: bool = False, meter: SavedTensorMeter | None = None
+    ) -> StepTiming | None:
         clock, recorder = self.clock, self.recorder
         self.optimizer.zero_grad(set_to_none=True)
         clock.mark("start")
-        with (meter if meter is not None else contextlib.nullcontext()), self.autocast():
+        with meter if meter is not None else contextlib.nullcontext(), self.autocast():
             loss = self.loss(self.model(x), y)
         clock.mark("forward")
         if timed:
@@ -386,7 +392,9 @@ class Trainer:
         for param in self.params:
             state = self.optimizer.state[param]
             if state.get("momentum_buffer") is None:
-                state["momentum_buffer"] = self.torch.zeros_like(param, memory_format=self.torch.preserve_format)
+                state["momentum_buffer"] = self.torch.zeros_like(
+                    param, memory_format=self.torch.preserve_format
+                )
 
     def saved_activations_forward(self, size: int, budget_bytes: int | None = None) -> Any:
         """Forward only, under a meter: the activations a step at ``size`` saves."""
@@ -446,7 +454,12 @@ class Probe:
     estimated_bytes: int | None = None
 
     def as_dict(self) -> dict:
-        out: dict = {"batch_size": self.batch_size, "fits": self.fits, "reason": self.reason, "method": self.method}
+        out: dict = {
+            "batch_size": self.batch_size,
+            "fits": self.fits,
+            "reason": self.reason,
+            "method": self.method,
+        }
         if self.estimated_bytes is not None:
             out["estimated_bytes"] = self.estimated_bytes
         return out
@@ -477,7 +490,9 @@ class CpuMemoryProbe:
             log.info("meta-device memory estimate unavailable (%s); using real forwards", exc)
             return None
         if abs(meta.total_bytes - real.total_bytes) > _META_TOLERANCE * max(real.total_bytes, 1):
-            log.info("meta estimate %d != real %d bytes; using real forwards", meta.total_bytes, real.total_bytes)
+            log.info(
+                "meta estimate %d != real %d bytes; using real forwards", meta.total_bytes, real.total_bytes
+            )
             return None
         return model
 
@@ -638,7 +653,9 @@ class ComputeProfiler:
             probe: Callable[[int], Probe] = CudaStepProbe(trainer)
         else:
             if memory_budget is None:
-                raise ComputeError("--batch-sizes auto on CPU needs --max-memory (MemAvailable is unreadable)")
+                raise ComputeError(
+                    "--batch-sizes auto on CPU needs --max-memory (MemAvailable is unreadable)"
+                )
             probe = CpuMemoryProbe(trainer, memory_budget)
         probes: list[Probe] = []
         expected = 2 * max(1, options.max_batch.bit_length())  # doubling + bisection, roughly
@@ -646,7 +663,9 @@ class ComputeProfiler:
         def fits(size: int) -> bool:
             result = probe(size)
             probes.append(result)
-            log.info("batch search: %d %s", size, "fits" if result.fits else f"does not fit ({result.reason})")
+            log.info(
+                "batch search: %d %s", size, "fits" if result.fits else f"does not fit ({result.reason})"
+            )
             self.reporter.progress(
                 phase="batch_search",
                 batch_size=size,
@@ -660,7 +679,11 @@ class ComputeProfiler:
         if max_batch is None:
             raise ComputeError(
                 f"batch size {options.min_batch} does not fit "
-                + ("in GPU memory" if trainer.device.type == "cuda" else f"in --max-memory {memory_budget} bytes")
+                + (
+                    "in GPU memory"
+                    if trainer.device.type == "cuda"
+                    else f"in --max-memory {memory_budget} bytes"
+                )
             )
         return max_batch, probes
 
@@ -669,7 +692,9 @@ class ComputeProfiler:
         auto = options.batch_sizes is None
         progress = Progress(_SEARCH_SHARE, 1 - _SEARCH_SHARE) if auto else Progress()
         progress.total = float(sum(size * (options.warmup + options.iters) for size in sizes))
-        buckets = ddp_buckets([tensor_bytes(p) for p in trainer.params], options.first_bucket_bytes, options.bucket_cap_bytes)
+        buckets = ddp_buckets(
+            [tensor_bytes(p) for p in trainer.params], options.first_bucket_bytes, options.bucket_cap_bytes
+        )
         samples, failed = [], []
         for size in sizes:
             try:
@@ -685,7 +710,9 @@ class ComputeProfiler:
                 failed.append({"batch_size": size, "reason": "out of memory"})
                 continue
             samples.append(sample)
-            self.reporter.sample(phase="compute", batch_size=size, sample=sample, fraction=progress.fraction())
+            self.reporter.sample(
+                phase="compute", batch_size=size, sample=sample, fraction=progress.fraction()
+            )
         return samples, failed
 
     def _measure(self, trainer: Trainer, size: int, buckets: list[Bucket], progress: Progress) -> dict:
@@ -701,7 +728,9 @@ class ComputeProfiler:
             trainer.step(x, y, meter=meter)
             if meter is not None:
                 saved = meter.result
-            self.reporter.progress(phase="warmup", batch_size=size, iteration=i, fraction=progress.advance(size))
+            self.reporter.progress(
+                phase="warmup", batch_size=size, iteration=i, fraction=progress.advance(size)
+            )
         if saved is None:  # no warm-up step: one extra forward measures the activations
             saved = trainer.saved_activations_forward(size)
         steps: list[StepTiming] = []
@@ -713,9 +742,16 @@ class ComputeProfiler:
             steps.append(timing)
             step_ms = timing.forward_ms + timing.backward_ms + timing.optimizer_ms
             self.reporter.progress(
-                phase="compute", batch_size=size, iteration=i, time_ms=round(step_ms, 4), fraction=progress.advance(size)
+                phase="compute",
+                batch_size=size,
+                iteration=i,
+                time_ms=round(step_ms, 4),
+                fraction=progress.advance(size),
             )
-            if len(steps) >= options.min_iters and time.perf_counter() - began >= options.max_seconds_per_size:
+            if (
+                len(steps) >= options.min_iters
+                and time.perf_counter() - began >= options.max_seconds_per_size
+            ):
                 break
         progress.advance(size * (options.iters - len(steps)))  # budget cut: skip the rest
         mem = estimate(trainer.static, trainer.input_bytes(size), saved)
@@ -729,7 +765,9 @@ class ComputeProfiler:
         )
         return self._sample(trainer, size, steps, buckets, mem)
 
-    def _sample(self, trainer: Trainer, size: int, steps: list[StepTiming], buckets: list[Bucket], mem: MemoryEstimate) -> dict:
+    def _sample(
+        self, trainer: Trainer, size: int, steps: list[StepTiming], buckets: list[Bucket], mem: MemoryEstimate
+    ) -> dict:
         torch = trainer.torch
         phases = {
             "forward": summarize([s.forward_ms for s in steps]),
@@ -752,7 +790,9 @@ class ComputeProfiler:
             "peak_memory_bytes": peak,
             "peak_memory_source": source,
             "memory_estimate": mem.as_dict(),
-            "throughput_samples_per_s": size / (phases["step"]["median_ms"] / 1000.0) if phases["step"]["median_ms"] > 0 else None,
+            "throughput_samples_per_s": size / (phases["step"]["median_ms"] / 1000.0)
+            if phases["step"]["median_ms"] > 0
+            else None,
         }
 
     def _document(

@@ -5,13 +5,15 @@ from __future__ import annotations
 import os
 import platform
 import socket
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 
 def utc_now_iso() -> str:
     """``2026-12-02T13:00:00Z``: the profile's ``created_at``."""
-    return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    # timezone.utc, not datetime.UTC: a bare GPU VM may have Python 3.10.
+    now = datetime.now(timezone.utc)  # noqa: UP017
+    return now.replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
@@ -51,7 +53,9 @@ def _cuda_facts() -> dict:
             facts["gpu_count"] = torch.cuda.device_count()
             facts["gpus"] = [torch.cuda.get_device_name(i) for i in range(facts["gpu_count"])]
             version = torch.cuda.nccl.version()
-            facts["nccl"] = ".".join(str(part) for part in version) if isinstance(version, tuple) else str(version)
+            facts["nccl"] = (
+                ".".join(str(part) for part in version) if isinstance(version, tuple) else str(version)
+            )
     except Exception:
         pass
     return facts
@@ -89,8 +93,23 @@ def device_info(device: str, precision: str | None = None) -> dict:
                 "total_memory_bytes": props.total_memory,
                 "capability": f"{props.major}.{props.minor}",
                 "multiprocessors": props.multi_processor_count,
+                # Whether "fp32" matmuls/convs may run on TF32 tensor cores: it changes fp32 speed a lot.
+                "tf32": _tf32_settings(),
             }
         )
     if precision is None:
         info.pop("precision")
     return info
+
+
+def _tf32_settings() -> dict:
+    import torch
+
+    out: dict = {}
+    try:
+        out["matmul"] = torch.backends.cuda.matmul.fp32_precision
+        out["cudnn_conv"] = torch.backends.cudnn.conv.fp32_precision
+    except AttributeError:  # older torch: only the boolean switches
+        out["matmul"] = "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee"
+        out["cudnn_conv"] = "tf32" if torch.backends.cudnn.allow_tf32 else "ieee"
+    return out

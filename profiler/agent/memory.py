@@ -128,7 +128,10 @@ class SavedTensorMeter:
         result.total_bytes += nbytes
         result.largest_bytes = max(result.largest_bytes, nbytes)
         result.count += 1
-        if self._budget is not None and result.total_bytes + TRANSIENT_FACTOR * result.largest_bytes > self._budget:
+        if (
+            self._budget is not None
+            and result.total_bytes + TRANSIENT_FACTOR * result.largest_bytes > self._budget
+        ):
             raise BudgetExceeded(f"saved activations (plus backward transient) passed {self._budget} bytes")
         return tensor
 

@@ -202,7 +202,9 @@ class Reporter(NullReporter):
         with self._cv:
             if not self.unreachable and not self._backing_off:
                 # Let queued events out first, briefly, so progress stays live.
-                self._cv.wait_for(lambda: self._pending == 0 or self._backing_off, timeout=self._drain_window_s)
+                self._cv.wait_for(
+                    lambda: self._pending == 0 or self._backing_off, timeout=self._drain_window_s
+                )
             self._holding = True
             # A post that already started must finish before timing begins.
             self._cv.wait_for(lambda: not self._posting, timeout=self.retry.timeout_s + 1)

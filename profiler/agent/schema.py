@@ -15,10 +15,30 @@ SCHEMA_PATH = Path(__file__).with_name("schemas") / "profile-v1.schema.json"
 
 _TIMING_KEYS = ("times_ms", "median_ms", "p10_ms", "p90_ms", "mean_ms", "std_ms", "cv")
 _ENV_KEYS = ("torch", "cuda", "cudnn", "gpu_count", "cpu_model", "threads", "python", "hostname")
-_COMPUTE_KEYS = ("schema_version", "kind", "created_at", "model", "device", "environment",
-                 "max_batch_size", "batch_search", "iters", "warmup", "samples")
-_COMM_KEYS = ("schema_version", "kind", "created_at", "backend", "world_size", "nodes",
-              "ranks_per_node", "environment", "samples")
+_COMPUTE_KEYS = (
+    "schema_version",
+    "kind",
+    "created_at",
+    "model",
+    "device",
+    "environment",
+    "max_batch_size",
+    "batch_search",
+    "iters",
+    "warmup",
+    "samples",
+)
+_COMM_KEYS = (
+    "schema_version",
+    "kind",
+    "created_at",
+    "backend",
+    "world_size",
+    "nodes",
+    "ranks_per_node",
+    "environment",
+    "samples",
+)
 _MODEL_KEYS = ("spec", "input_shape", "num_classes", "num_params", "param_bytes", "forward_flops_per_sample")
 _BUCKET_KEYS = ("index", "size_bytes", "num_params", "ready_ms", "ready_fraction")
 

@@ -117,10 +117,14 @@ def _call_factory(factory: Callable[..., Any], num_classes: int, input_shape: tu
         return factory(**kwargs)
     except Exception as exc:  # a factory that rejects these arguments is a bad spec for them
         name = getattr(factory, "__qualname__", repr(factory))
-        raise SpecError(f"model factory {name}({', '.join(kwargs)}) failed: {type(exc).__name__}: {exc}") from exc
+        raise SpecError(
+            f"model factory {name}({', '.join(kwargs)}) failed: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
-def load_model(spec: str | ModelSpec, num_classes: int = 1000, input_shape: tuple[int, ...] = (3, 224, 224)) -> Any:
+def load_model(
+    spec: str | ModelSpec, num_classes: int = 1000, input_shape: tuple[int, ...] = (3, 224, 224)
+) -> Any:
     """Build the model named by ``spec`` (on CPU, in train mode)."""
     import torch.nn as nn
 

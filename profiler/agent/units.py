@@ -35,7 +35,9 @@ def parse_size(text: str) -> int:
     """``"2GB"`` -> 2147483648. Raises :class:`ArgumentValueError` on anything else."""
     match = _SIZE_RE.match(text)
     if not match:
-        raise ArgumentValueError(f"bad size {text!r}: expected a number with an optional unit, e.g. 64KB, 2GB")
+        raise ArgumentValueError(
+            f"bad size {text!r}: expected a number with an optional unit, e.g. 64KB, 2GB"
+        )
     number, unit = match.groups()
     factor = _UNITS.get(unit.upper())
     if factor is None:
@@ -81,7 +83,9 @@ def parse_shape(text: str) -> tuple[int, ...]:
     try:
         dims = tuple(int(part) for part in text.replace("x", ",").split(","))
     except ValueError:
-        raise ArgumentValueError(f"bad input shape {text!r}: expected comma-separated integers, e.g. 3,224,224") from None
+        raise ArgumentValueError(
+            f"bad input shape {text!r}: expected comma-separated integers, e.g. 3,224,224"
+        ) from None
     if not dims or any(dim <= 0 for dim in dims):
         raise ArgumentValueError(f"bad input shape {text!r}: every dimension must be a positive integer")
     return dims

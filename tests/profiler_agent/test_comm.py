@@ -13,8 +13,28 @@ from profiler.agent.schema import validate_profile
 
 def test_comm_profile_with_two_gloo_ranks_validates_and_is_reported(tmp_path, event_server):
     out = tmp_path / "comm.json"
-    code = main(["comm", "--world-size", "2", "--backend", "gloo", "--sizes", "1KB..64KB", "--repeats", "3",
-                 "--warmup", "1", "--out", str(out), "--report-to", event_server.url, "--token", "tok", "-q"])
+    code = main(
+        [
+            "comm",
+            "--world-size",
+            "2",
+            "--backend",
+            "gloo",
+            "--sizes",
+            "1KB..64KB",
+            "--repeats",
+            "3",
+            "--warmup",
+            "1",
+            "--out",
+            str(out),
+            "--report-to",
+            event_server.url,
+            "--token",
+            "tok",
+            "-q",
+        ]
+    )
     assert code == 0
     with open(out) as handle:
         doc = json.load(handle)
@@ -36,8 +56,26 @@ def test_comm_profile_with_two_gloo_ranks_validates_and_is_reported(tmp_path, ev
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has GPUs")
 def test_nccl_without_gpus_fails_with_an_error_event(tmp_path, event_server, capsys):
-    code = main(["comm", "--world-size", "2", "--backend", "nccl", "--sizes", "1KB", "--out", str(tmp_path / "c.json"),
-                 "--report-to", event_server.url, "--token", "t", "--report-retries", "0", "-q"])
+    code = main(
+        [
+            "comm",
+            "--world-size",
+            "2",
+            "--backend",
+            "nccl",
+            "--sizes",
+            "1KB",
+            "--out",
+            str(tmp_path / "c.json"),
+            "--report-to",
+            event_server.url,
+            "--token",
+            "t",
+            "--report-retries",
+            "0",
+            "-q",
+        ]
+    )
     assert code == 1
     assert "needs GPU" in capsys.readouterr().err
     [event] = event_server.events()

@@ -15,7 +15,16 @@ from profiler.agent.specs import load_model
 
 from .conftest import REPO_ROOT
 
-TINY = ["--model", "examples.tiny_model:build", "--input-shape", "3,32,32", "--device", "cpu", "--num-classes", "10"]
+TINY = [
+    "--model",
+    "examples.tiny_model:build",
+    "--input-shape",
+    "3,32,32",
+    "--device",
+    "cpu",
+    "--num-classes",
+    "10",
+]
 
 
 def _load(path) -> dict:
@@ -27,8 +36,25 @@ def _load(path) -> dict:
 
 def test_compute_profile_of_the_tiny_cnn_on_cpu_validates_and_is_reported(tmp_path, event_server):
     out = tmp_path / "tiny.json"
-    code = main(["compute", *TINY, "--batch-sizes", "8,4", "--iters", "3", "--warmup", "1",
-                 "--out", str(out), "--report-to", event_server.url, "--token", "tok", "-q"])
+    code = main(
+        [
+            "compute",
+            *TINY,
+            "--batch-sizes",
+            "8,4",
+            "--iters",
+            "3",
+            "--warmup",
+            "1",
+            "--out",
+            str(out),
+            "--report-to",
+            event_server.url,
+            "--token",
+            "tok",
+            "-q",
+        ]
+    )
     assert code == 0
     doc = _load(out)
     assert doc["kind"] == "compute" and doc["max_batch_size"] is None and doc["batch_search"] == []
@@ -47,7 +73,9 @@ def test_compute_profile_of_the_tiny_cnn_on_cpu_validates_and_is_reported(tmp_pa
         assert [b["index"] for b in buckets] == [0, 1]
         assert [b["num_params"] for b in buckets] == [5, 9]
         assert sum(b["size_bytes"] for b in buckets) == doc["model"]["param_bytes"]
-        assert buckets[0]["ready_ms"] <= buckets[1]["ready_ms"] <= sample["phases"]["backward"]["p90_ms"] * 1.5
+        assert (
+            buckets[0]["ready_ms"] <= buckets[1]["ready_ms"] <= sample["phases"]["backward"]["p90_ms"] * 1.5
+        )
         assert all(0 <= b["ready_fraction"] <= 1 for b in buckets)
         assert sample["peak_memory_bytes"] >= doc["model"]["param_bytes"] * 3
 
@@ -66,8 +94,26 @@ def test_compute_profile_of_the_tiny_cnn_on_cpu_validates_and_is_reported(tmp_pa
 
 def test_transformer_example_profiles_without_warmup(tmp_path):
     out = tmp_path / "tf.json"
-    code = main(["compute", "--model", "examples.tiny_model:build_transformer", "--input-shape", "16,32",
-                 "--batch-sizes", "4", "--iters", "2", "--warmup", "0", "--device", "cpu", "--out", str(out), "-q"])
+    code = main(
+        [
+            "compute",
+            "--model",
+            "examples.tiny_model:build_transformer",
+            "--input-shape",
+            "16,32",
+            "--batch-sizes",
+            "4",
+            "--iters",
+            "2",
+            "--warmup",
+            "0",
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+            "-q",
+        ]
+    )
     assert code == 0
     sample = _load(out)["samples"][0]
     assert sample["memory_estimate"]["activations_bytes"] > 0
@@ -77,8 +123,27 @@ def test_transformer_example_profiles_without_warmup(tmp_path):
 def test_auto_batch_search_on_cpu_finds_a_max_batch_within_max_memory(tmp_path):
     out = tmp_path / "auto.json"
     budget = 32 * 1024**2
-    code = main(["compute", *TINY, "--batch-sizes", "auto", "--max-memory", "32MB", "--max-batch", "4096",
-                 "--iters", "1", "--warmup", "1", "--min-iters", "1", "--out", str(out), "-q"])
+    code = main(
+        [
+            "compute",
+            *TINY,
+            "--batch-sizes",
+            "auto",
+            "--max-memory",
+            "32MB",
+            "--max-batch",
+            "4096",
+            "--iters",
+            "1",
+            "--warmup",
+            "1",
+            "--min-iters",
+            "1",
+            "--out",
+            str(out),
+            "-q",
+        ]
+    )
     assert code == 0
     doc = _load(out)
     best = doc["max_batch_size"]
@@ -97,7 +162,9 @@ def test_auto_batch_search_on_cpu_finds_a_max_batch_within_max_memory(tmp_path):
 
 
 def test_real_forward_probes_agree_with_the_meta_device_estimate():
-    options = ComputeOptions(model="examples.tiny_model:build", input_shape=(3, 32, 32), num_classes=10).resolved()
+    options = ComputeOptions(
+        model="examples.tiny_model:build", input_shape=(3, 32, 32), num_classes=10
+    ).resolved()
     trainer = Trainer(load_model(options.model, 10, options.input_shape), options)
     trainer.probe_output()
     budget = 32 * 1024**2
@@ -114,8 +181,23 @@ def test_real_forward_probes_agree_with_the_meta_device_estimate():
 
 
 def test_unknown_model_exits_2_with_a_clear_message_and_reports_the_error(tmp_path, event_server, capsys):
-    code = main(["compute", "--model", "torchvision:resnet19", "--input-shape", "3,32,32", "--device", "cpu",
-                 "--out", str(tmp_path / "x.json"), "--report-to", event_server.url, "--token", "t"])
+    code = main(
+        [
+            "compute",
+            "--model",
+            "torchvision:resnet19",
+            "--input-shape",
+            "3,32,32",
+            "--device",
+            "cpu",
+            "--out",
+            str(tmp_path / "x.json"),
+            "--report-to",
+            event_server.url,
+            "--token",
+            "t",
+        ]
+    )
     assert code == 2
     assert "unknown torchvision classification model 'resnet19'" in capsys.readouterr().err
     assert not (tmp_path / "x.json").exists()
@@ -150,9 +232,24 @@ def test_cuda_device_without_cuda_is_a_usage_error(tmp_path, capsys):
 
 def test_python_m_entry_point_exits_non_zero_on_a_bad_spec(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "profiler.agent", "compute", "--model", "nosuchpkg_xyz:build",
-         "--input-shape", "3,32,32", "--device", "cpu", "--out", str(tmp_path / "x.json")],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "profiler.agent",
+            "compute",
+            "--model",
+            "nosuchpkg_xyz:build",
+            "--input-shape",
+            "3,32,32",
+            "--device",
+            "cpu",
+            "--out",
+            str(tmp_path / "x.json"),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 2
     assert "error: cannot import model module 'nosuchpkg_xyz'" in result.stderr
@@ -160,7 +257,26 @@ def test_python_m_entry_point_exits_non_zero_on_a_bad_spec(tmp_path):
 
 def test_result_file_is_written_when_the_server_is_down(tmp_path, closed_port_url):
     out = tmp_path / "down.json"
-    code = main(["compute", *TINY, "--batch-sizes", "2", "--iters", "1", "--warmup", "0", "--out", str(out),
-                 "--report-to", closed_port_url, "--report-retries", "1", "--report-backoff", "0.01", "-q"])
+    code = main(
+        [
+            "compute",
+            *TINY,
+            "--batch-sizes",
+            "2",
+            "--iters",
+            "1",
+            "--warmup",
+            "0",
+            "--out",
+            str(out),
+            "--report-to",
+            closed_port_url,
+            "--report-retries",
+            "1",
+            "--report-backoff",
+            "0.01",
+            "-q",
+        ]
+    )
     assert code == 0
     assert _load(out)["samples"][0]["batch_size"] == 2

@@ -9,31 +9,63 @@ import pytest
 
 from profiler.agent.schema import ProfileValidationError, load_schema, validate_profile
 
-TIMING = {"times_ms": [1.0, 1.2], "median_ms": 1.1, "p10_ms": 1.0, "p90_ms": 1.2, "mean_ms": 1.1, "std_ms": 0.1, "cv": 0.09}
-ENV = {"torch": "2.14.1", "cuda": None, "cudnn": None, "gpu_count": 0, "cpu_model": "x", "threads": 2,
-       "python": "3.11.7", "hostname": "h"}
+TIMING = {
+    "times_ms": [1.0, 1.2],
+    "median_ms": 1.1,
+    "p10_ms": 1.0,
+    "p90_ms": 1.2,
+    "mean_ms": 1.1,
+    "std_ms": 0.1,
+    "cv": 0.09,
+}
+ENV = {
+    "torch": "2.14.1",
+    "cuda": None,
+    "cudnn": None,
+    "gpu_count": 0,
+    "cpu_model": "x",
+    "threads": 2,
+    "python": "3.11.7",
+    "hostname": "h",
+}
 COMPUTE = {
     "schema_version": 1,
     "kind": "compute",
     "created_at": "2026-12-02T13:00:00Z",
-    "model": {"spec": "torchvision:resnet18", "input_shape": [3, 64, 64], "num_classes": 1000,
-              "num_params": 11689512, "param_bytes": 46758048, "forward_flops_per_sample": 1.2e9},
+    "model": {
+        "spec": "torchvision:resnet18",
+        "input_shape": [3, 64, 64],
+        "num_classes": 1000,
+        "num_params": 11689512,
+        "param_bytes": 46758048,
+        "forward_flops_per_sample": 1.2e9,
+    },
     "device": {"type": "cpu", "name": "cpu", "precision": "fp32"},
     "environment": ENV,
     "max_batch_size": 256,
     "batch_search": [{"batch_size": 512, "fits": False, "reason": "out of memory"}],
     "iters": 10,
     "warmup": 3,
-    "samples": [{
-        "batch_size": 8,
-        "phases": {"forward": dict(TIMING), "backward": dict(TIMING), "optimizer": dict(TIMING)},
-        "buckets": [{"index": 0, "size_bytes": 1048576, "num_params": 3, "ready_ms": 0.3, "ready_fraction": 0.12}],
-        "peak_memory_bytes": 123456,
-    }],
+    "samples": [
+        {
+            "batch_size": 8,
+            "phases": {"forward": dict(TIMING), "backward": dict(TIMING), "optimizer": dict(TIMING)},
+            "buckets": [
+                {"index": 0, "size_bytes": 1048576, "num_params": 3, "ready_ms": 0.3, "ready_fraction": 0.12}
+            ],
+            "peak_memory_bytes": 123456,
+        }
+    ],
 }
 COMM = {
-    "schema_version": 1, "kind": "comm", "created_at": "2026-12-02T13:00:00Z", "backend": "gloo",
-    "world_size": 2, "nodes": 1, "ranks_per_node": 2, "environment": ENV,
+    "schema_version": 1,
+    "kind": "comm",
+    "created_at": "2026-12-02T13:00:00Z",
+    "backend": "gloo",
+    "world_size": 2,
+    "nodes": 1,
+    "ranks_per_node": 2,
+    "environment": ENV,
     "samples": [{"size_bytes": 1024, **TIMING, "algbw_gbps": 0.08, "busbw_gbps": 0.08}],
 }
 
