@@ -1,0 +1,76 @@
+"""Profiling pages: start a run, list runs, watch one live."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+
+from catalog.models import InstanceType, Region
+from profiler import actions
+from profiler.models import ProfilingRun
+from profiler.serializers import ProfilingRunSerializer
+from srifty_web.teams import visible_owner_q
+
+MODEL_CHOICES = [
+    "examples.tiny_model:build", "examples.tiny_model:build_transformer", "torchvision:resnet18",
+    "torchvision:resnet50", "torchvision:mobilenet_v3_small", "torchvision:vgg11", "torchvision:alexnet",
+    "torchvision:vit_b_16",
+]  # fmt: skip
+DEFAULTS = {"kind": "compute", "model_spec": "examples.tiny_model:build", "input_shape": "3,32,32",
+            "batch_sizes": "auto", "device": "cpu", "precision": "fp32", "iters": 5, "max_memory": "2GB",
+            "world_size": 2, "backend": "gloo", "sizes": "1KB..16MB", "provider": "local", "market": "on-demand"}
+
+
+def _visible_runs(request: HttpRequest):
+    return ProfilingRun.objects.filter(visible_owner_q(request.user)).select_related("owner")
+
+
+@login_required
+def runs(request: HttpRequest) -> HttpResponse:
+    values, errors = dict(DEFAULTS), {}
+    if request.method == "POST":
+        values.update({k: v for k, v in request.POST.items() if k in DEFAULTS or k in ("instance_type", "region")})
+        data = {k: v for k, v in values.items() if v != ""}
+        if data.get("kind") == "comm":
+            data.pop("model_spec", None)
+            data.pop("input_shape", None)
+        checked = ProfilingRunSerializer(data=data)
+        if checked.is_valid():
+            run = actions.create_run(request.user, **checked.validated_data)
+            return redirect("profiling-run", run_id=run.pk)
+        errors = {k: " ".join(str(e) for e in v) for k, v in checked.errors.items()}
+    return render(request, "frontend/profiling.html", {
+        "runs": _visible_runs(request)[:50], "values": values, "errors": errors, "models": MODEL_CHOICES,
+        "instance_types": InstanceType.objects.ddp_capable().values_list("name", flat=True),
+        "regions": Region.objects.values_list("code", flat=True),
+    }, status=400 if errors else 200)  # fmt: skip
+
+
+@login_required
+def cancel(request: HttpRequest, run_id: int) -> HttpResponse:
+    if request.method != "POST":
+        return redirect("profiling-run", run_id=run_id)
+    run = _visible_runs(request).filter(pk=run_id).first()
+    if run is None:
+        raise Http404("no such run")
+    actions.cancel_run(run)
+    return redirect("profiling-run", run_id=run_id)
+
+
+@login_required
+def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
+    run = _visible_runs(request).filter(pk=run_id).first()
+    if run is None:
+        raise Http404("no such run")
+    compute = list(run.compute_samples.all())
+    comm = list(run.comm_samples.all())
+    return render(request, "frontend/profiling_run.html", {
+        "run": run, "compute": compute, "comm": comm, "buckets": list(run.bucket_samples.all()),
+        "samples_json": {
+            "compute": [{"batch_size": s.batch_size, "phase": s.phase, "times_ms": s.times_ms,
+                         "median_ms": s.median_ms, "cv": s.cv} for s in compute],
+            "comm": [{"size_bytes": s.size_bytes, "times_ms": s.times_ms, "median_ms": s.median_ms,
+                      "busbw_gbps": s.busbw_gbps, "algbw_gbps": s.algbw_gbps, "cv": s.cv} for s in comm],
+        },
+    })  # fmt: skip
