@@ -1,0 +1,165 @@
+"""Stored plans (request + result, so a plan can be reopened) and launched training jobs.
+
+The pure planner (``planner.solver`` etc.) never sees these: the app turns rows into
+dataclasses, calls the pure code, and stores the dataclasses' JSON form.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class PlanStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    SOLVED = "solved", "Solved"
+    INFEASIBLE = "infeasible", "Infeasible"
+    FAILED = "failed", "Failed"
+
+
+class PlanRecord(models.Model):
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="plans")
+    name = models.CharField(max_length=120, blank=True)
+    # The request as the user gave it (model spec or profile run, job size, objective, limits).
+    request = models.JSONField()
+    profile_run = models.ForeignKey("profiler.ProfilingRun", on_delete=models.SET_NULL, null=True, blank=True,
+                                    related_name="plans")
+    status = models.CharField(max_length=12, choices=PlanStatus.choices, default=PlanStatus.PENDING)
+    # PlanResult as JSON: ranked plans, Pareto frontier, evaluated points, baselines, stats.
+    result = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    binding_constraint = models.CharField(max_length=40, blank=True)
+    solve_time_s = models.FloatField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.name or f"plan {self.pk}"
+
+    def option(self, rank: int) -> dict | None:
+        for plan in (self.result or {}).get("plans", []):
+            if plan["rank"] == rank:
+                return plan
+        return None
+
+
+class JobStatus(models.TextChoices):
+    LAUNCHING = "launching", "Launching"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    STOPPED = "stopped", "Stopped"  # by the user, the spend/time cap or the reconciler
+
+
+JOB_FINISHED = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED)
+
+
+class Job(models.Model):
+    """A launched training cluster: one plan option, on EC2, capped in spend and time."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
+    plan = models.ForeignKey(PlanRecord, on_delete=models.PROTECT, related_name="jobs")
+    plan_rank = models.PositiveIntegerField()
+    option = models.JSONField(help_text="The plan option as launched (groups, batch per node, prices)")
+    region = models.CharField(max_length=32)
+    train_command = models.TextField()
+    status = models.CharField(max_length=10, choices=JobStatus.choices, default=JobStatus.LAUNCHING, db_index=True)
+    status_reason = models.TextField(blank=True)
+    hourly_usd = models.DecimalField(max_digits=12, decimal_places=4)
+    max_spend_usd = models.DecimalField(max_digits=12, decimal_places=2)
+    max_hours = models.FloatField()
+    predicted_iter_s = models.FloatField()
+    predicted_iter_p90_s = models.FloatField()
+    total_iterations = models.PositiveBigIntegerField(default=0)
+    instance_ids = models.JSONField(default=list, blank=True)
+    node_ips = models.JSONField(default=dict, blank=True, help_text="instance id -> private IP")
+    placement_group = models.CharField(max_length=255, blank=True)
+    launch_template_ids = models.JSONField(default=list, blank=True)
+    launch_token = models.CharField(max_length=64, blank=True)
+    token_hash = models.CharField(max_length=64, blank=True, db_index=True)
+    token_expires_at = models.DateTimeField(null=True, blank=True)
+    last_seq = models.PositiveBigIntegerField(default=0)
+    drift_since = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"job {self.pk} ({self.status})"
+
+    @property
+    def finished(self) -> bool:
+        return self.status in JOB_FINISHED
+
+    @property
+    def group_name(self) -> str:
+        return f"job-{self.pk}"
+
+    @property
+    def cap_at(self):
+        """When the time or spend cap is reached, whichever is first."""
+        from datetime import timedelta
+
+        start = self.started_at or self.created_at
+        hours = min(self.max_hours, float(self.max_spend_usd / self.hourly_usd) if self.hourly_usd else self.max_hours)
+        return start + timedelta(hours=hours)
+
+    def spend_so_far(self, now=None) -> float:
+        now = now or timezone.now()
+        start = self.started_at or self.created_at
+        end = self.finished_at or now
+        return max(0.0, (end - start).total_seconds() / 3600.0) * float(self.hourly_usd)
+
+    # Tokens as for profiling runs: random, hashed at rest, dead when the job ends.
+    @staticmethod
+    def hash_token(raw: str) -> str:
+        return hashlib.sha256(raw.encode()).hexdigest()
+
+    def new_token(self) -> str:
+        raw = secrets.token_urlsafe(32)
+        self.token_hash = self.hash_token(raw)
+        self.token_expires_at = self.cap_at
+        return raw
+
+    def token_matches(self, raw: str) -> bool:
+        if not self.token_hash or not self.token_expires_at or self.token_expires_at <= timezone.now():
+            return False
+        return secrets.compare_digest(self.token_hash, self.hash_token(raw))
+
+
+class JobReport(models.Model):
+    """Iteration times a training process posted (via ``profiler.agent.report``)."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="reports")
+    seq = models.PositiveBigIntegerField()
+    rank = models.PositiveIntegerField(default=0)
+    iteration = models.PositiveBigIntegerField()
+    iter_time_s = models.FloatField()
+    samples = models.PositiveIntegerField(null=True, blank=True)
+    reported_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["reported_at"]
+        constraints = [models.UniqueConstraint(fields=["job", "rank", "seq"], name="uniq_job_report_seq")]
+
+
+class JobEvent(models.Model):
+    """Things that happened to a job: launch, drift, spot interruption, node loss, cap, re-plan."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=32)
+    message = models.TextField()
+    data = models.JSONField(default=dict, blank=True)
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["at"]
