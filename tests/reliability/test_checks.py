@@ -12,10 +12,18 @@ LOCAL = ["localhost", "127.0.0.1", "[::1]", "testserver"]
 
 def _ours(**overrides) -> dict[str, int]:
     """{check id: level} of the srifty.* messages under these settings."""
-    settings = {"DEBUG": False, "SECRET_KEY": LONG_KEY, "ALLOWED_HOSTS": LOCAL,
-                "SITE_URL": "http://127.0.0.1:8000", "SECURE_HTTPS": False, **overrides}
+    settings = {
+        "DEBUG": False,
+        "SECRET_KEY": LONG_KEY,
+        "ALLOWED_HOSTS": LOCAL,
+        "SITE_URL": "http://127.0.0.1:8000",
+        "SECURE_HTTPS": False,
+        **overrides,
+    }
     with override_settings(**settings):
-        return {m.id: m.level for m in run_checks(include_deployment_checks=False) if m.id.startswith("srifty.")}
+        return {
+            m.id: m.level for m in run_checks(include_deployment_checks=False) if m.id.startswith("srifty.")
+        }
 
 
 def test_the_default_loopback_install_is_clean():
@@ -25,7 +33,9 @@ def test_the_default_loopback_install_is_clean():
 def test_the_checks_are_registered_for_manage_py_check():
     from django.core.checks.registry import registry
 
-    assert any(c.__module__ == "srifty_web.checks" for c in registry.get_checks(include_deployment_checks=False))
+    assert any(
+        c.__module__ == "srifty_web.checks" for c in registry.get_checks(include_deployment_checks=False)
+    )
 
 
 def test_public_hosts_without_https_warn():
@@ -36,7 +46,10 @@ def test_public_hosts_without_https_warn():
 
 
 def test_public_hosts_behind_https_are_fine():
-    assert _ours(ALLOWED_HOSTS=["srifty.example.com"], SECURE_HTTPS=True, SITE_URL="https://srifty.example.com") == {}
+    assert (
+        _ours(ALLOWED_HOSTS=["srifty.example.com"], SECURE_HTTPS=True, SITE_URL="https://srifty.example.com")
+        == {}
+    )
 
 
 def test_a_plain_http_site_url_for_agents_warns():
@@ -53,7 +66,9 @@ def test_a_short_secret_key_warns():
 
 
 def test_everything_wrong_at_once_reports_each_problem():
-    found = _ours(ALLOWED_HOSTS=["srifty.example.com"], SITE_URL="http://srifty.example.com", SECRET_KEY="dev")
+    found = _ours(
+        ALLOWED_HOSTS=["srifty.example.com"], SITE_URL="http://srifty.example.com", SECRET_KEY="dev"
+    )
     assert found == {"srifty.W001": WARNING, "srifty.W002": WARNING, "srifty.W003": WARNING}
 
 
