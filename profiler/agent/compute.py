@@ -343,6 +343,24 @@ class Trainer:
         # Not a [batch, classes] output: any scalar that depends on every output will do.
         return logits.float().pow(2).mean()
 
+    def smallest_batch(self, start: int) -> tuple[int, str | None]:
+        """``start``, or 2 when a training-mode forward at batch 1 fails (why, as the 2nd item).
+
+        BatchNorm in training mode rejects a single value per channel, which a batch of 1
+        gives after global pooling (e.g. regnet's squeeze-excite blocks).
+        """
+        if start > 1:
+            return start, None
+        x = self.torch.randn(1, *self.options.input_shape, device=self.device)
+        try:
+            with self.torch.no_grad(), self.autocast():
+                self.model(x)
+        except Exception as exc:
+            if is_oom(exc):
+                raise
+            return 2, f"{type(exc).__name__}: {exc}"
+        return 1, None
+
     def input_bytes(self, size: int) -> int:
         x, y = self.batch(1)
         return size * (tensor_bytes(x) + tensor_bytes(y))
@@ -629,14 +647,20 @@ class ComputeProfiler:
         probes: list[Probe] = []
         max_batch: int | None = None
         memory_budget = self._memory_budget(trainer)
+        min_batch, why = trainer.smallest_batch(options.min_batch)
+        failed: list[dict] = []
+        if why:
+            log.warning("batch 1 cannot be trained (%s); batch sizes start at 2", why)
         if options.batch_sizes is None:
-            max_batch, probes = self._search(trainer, memory_budget)
-            sizes = ladder(max_batch, options.min_batch)
+            max_batch, probes = self._search(trainer, memory_budget, min_batch)
+            sizes = ladder(max_batch, min_batch)
         else:
-            sizes = list(options.batch_sizes)
-        samples, failed = self._measure_all(trainer, sizes)
-        doc = self._document(trainer, forward_flops, train_flops, max_batch, probes, samples, failed)
+            sizes = [size for size in options.batch_sizes if size >= min_batch]
+            failed = [{"batch_size": size, "reason": why} for size in options.batch_sizes if size < min_batch]
+        samples, oom = self._measure_all(trainer, sizes)
+        doc = self._document(trainer, forward_flops, train_flops, max_batch, probes, samples, failed + oom)
         doc["memory_budget_bytes"] = memory_budget
+        doc["min_batch_size"] = min_batch
         return doc
 
     def _memory_budget(self, trainer: Trainer) -> int | None:
@@ -647,7 +671,7 @@ class ComputeProfiler:
             return int(available * _CPU_DEFAULT_MEMORY_SHARE) if available else None
         return None
 
-    def _search(self, trainer: Trainer, memory_budget: int | None) -> tuple[int, list[Probe]]:
+    def _search(self, trainer: Trainer, memory_budget: int | None, min_batch: int) -> tuple[int, list[Probe]]:
         options = self.options
         if trainer.device.type == "cuda":
             probe: Callable[[int], Probe] = CudaStepProbe(trainer)
@@ -674,11 +698,11 @@ class ComputeProfiler:
             )
             return result.fits
 
-        max_batch = search_max_batch(fits, options.min_batch, options.max_batch)
+        max_batch = search_max_batch(fits, min_batch, max(options.max_batch, min_batch))
         free_device_memory(trainer.device)
         if max_batch is None:
             raise ComputeError(
-                f"batch size {options.min_batch} does not fit "
+                f"batch size {min_batch} does not fit "
                 + (
                     "in GPU memory"
                     if trainer.device.type == "cuda"

@@ -280,3 +280,39 @@ def test_result_file_is_written_when_the_server_is_down(tmp_path, closed_port_ur
     )
     assert code == 0
     assert _load(out)["samples"][0]["batch_size"] == 2
+
+
+def test_a_model_that_cannot_train_on_batch_1_starts_at_batch_2(tmp_path):
+    model_file = tmp_path / "bn_head.py"
+    model_file.write_text(
+        "import torch\n"
+        "def build(num_classes=3):\n"
+        "    return torch.nn.Sequential(torch.nn.Linear(12, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, num_classes))\n"
+    )
+    out = tmp_path / "bn.json"
+    code = main(
+        [
+            "compute",
+            "--model",
+            f"{model_file}:build",
+            "--input-shape",
+            "12",
+            "--batch-sizes",
+            "1,4",
+            "--iters",
+            "1",
+            "--warmup",
+            "0",
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+            "-q",
+        ]
+    )
+    assert code == 0
+    doc = _load(out)
+    assert doc["min_batch_size"] == 2
+    assert [s["batch_size"] for s in doc["samples"]] == [4]
+    [failed] = doc["failed_samples"]
+    assert failed["batch_size"] == 1 and "Expected more than 1 value per channel" in failed["reason"]
