@@ -343,6 +343,17 @@ class Trainer:
         # Not a [batch, classes] output: any scalar that depends on every output will do.
         return logits.float().pow(2).mean()
 
+    def recover_from_oom(self) -> None:
+        """Back to a clean state after a CUDA out-of-memory error anywhere in a step.
+
+        Gradients are dropped, and a GradScaler is replaced by a fresh one at the same scale:
+        an OOM between its ``unscale_`` and ``update`` would leave it refusing the next step.
+        """
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.scaler is not None:
+            self.scaler = self.torch.amp.GradScaler("cuda", init_scale=self.scaler.get_scale())
+        free_device_memory(self.device)
+
     def smallest_batch(self, start: int) -> tuple[int, str | None]:
         """``start``, or 2 when a training-mode forward at batch 1 fails (why, as the 2nd item).
 
@@ -563,8 +574,11 @@ class CudaStepProbe:
                 raise
             fits, reason = False, "out of memory"
         # Outside the except block: the traceback (and the tensors its frames hold) is gone.
-        trainer.optimizer.zero_grad(set_to_none=True)
-        free_device_memory(trainer.device)
+        if fits:
+            trainer.optimizer.zero_grad(set_to_none=True)
+            free_device_memory(trainer.device)
+        else:
+            trainer.recover_from_oom()
         return Probe(size, fits, reason, "step")
 
 
@@ -729,8 +743,7 @@ class ComputeProfiler:
                 sample = None
                 log.warning("batch %d ran out of memory while timing; skipped", size)
             if sample is None:
-                trainer.optimizer.zero_grad(set_to_none=True)
-                free_device_memory(trainer.device)
+                trainer.recover_from_oom()
                 failed.append({"batch_size": size, "reason": "out of memory"})
                 continue
             samples.append(sample)
