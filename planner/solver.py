@@ -35,22 +35,33 @@ Method (exact on the enumerated space)
    not on region, market or price; calls are memoised on ``(sorted (instance_type, n), G)``, and
    two groups of the same instance type (spot + on-demand) are passed to it merged.
 2. **Homogeneous curves.**  ``T_c(n) = max_G T(((c, n),), G)`` for every instance type and
-   ``n = 1..max_nodes``.  Types the oracle cannot run at all are dropped.
+   ``n = 1..max_nodes`` (``#types x max_nodes x #batches`` oracle calls).  Types the oracle cannot
+   run at all are dropped.
 3. **Dominance pruning** (:func:`planner.candidates.find_dominated`, per region, market and quota
-   class) removes candidates that another candidate beats on every count, price, quota use, risk
-   and link speed.
+   class) removes candidates that another candidate beats on every count, price, quota use, risk,
+   availability and link speed.
 4. **Homogeneous columns** ``(c, n)`` are all evaluated (vectorised).  They seed the incumbent.
-5. **Mixed columns, best-first branch and bound.**  For a subset of ``2..max_types`` candidates
-   the *separability bound* ``T(mix) <= sum_i T_{c_i}(n_i)`` (a DDP cluster never processes more
-   samples/s than its groups would as separate clusters; when a group cannot run alone,
-   ``n_i * max_m T_{c_i}(m)/m`` is used) gives, for every count vector at once (numpy), lower bounds
-   on time and cost and an upper bound on goodput -- all monotone in ``T``.  A subset is skipped
-   when even its best bound cannot be feasible or beat the incumbent; surviving vectors are
-   evaluated in increasing bound order and skipped once their bound can no longer enter the top-k
-   (distinct type sets).  Every evaluated mix is checked against the bound; a violation (an oracle
-   that breaks the assumption) makes the solver redo the mixed search without bound pruning.
-6. **MILP selection** (PuLP/CBC): one binary ``y_j`` per column ``j`` (a (subset, count vector)
-   with its best batch) that can still be optimal, with::
+5. **Mixed columns, best-first branch and bound.**  Two upper bounds on the throughput of a mix,
+   both monotone assumptions about DDP that hold for ring all-reduce / slowest-node models:
+
+   * (A1) *separability*: ``T(mix) <= sum_i T_{c_i}(n_i)`` -- a cluster never processes more
+     samples/s than its groups would as separate clusters (when a group cannot run alone,
+     ``n_i * max_m T_{c_i}(m) / m`` is used);
+   * (A2) *replacement*: if member ``a``'s curve is at least member ``b``'s at every node count,
+     replacing the ``b`` nodes by ``a`` nodes does not slow the mix down, so
+     ``T(mix) <= T_a(n_a + n_b) (+ the other groups' terms)`` -- this is what stops a saturated
+     fast type (e.g. 10 nodes already at the scaling limit) from dragging every mix with it into
+     the search.
+
+   Their minimum gives, for all count vectors of a subset at once (numpy), lower bounds on time and
+   cost and an upper bound on goodput (all monotone in ``T``).  A subset is skipped when even its
+   best bound cannot be feasible or beat the incumbent (the $/h cap limits each member's count);
+   surviving vectors are evaluated in increasing bound order until the bound reaches the incumbent.
+   Every evaluated mix is checked against its bound: a violation (an oracle breaking A1/A2) drops
+   to the weaker bound (A1 only, then none) and redoes the mixed search, so the optimum stays exact.
+6. **MILP selection** (PuLP/CBC): one binary ``y_j`` per column ``j`` -- the best evaluated
+   configuration (count vector with its best batch) of each distinct set of (instance type,
+   market) groups, over all regions -- with::
 
        min  sum_j v_j y_j          (v = cost, time or -goodput)
        s.t. sum_j y_j = 1
@@ -58,15 +69,21 @@ Method (exact on the enumerated space)
             sum_j nodes_j y_j <= max_nodes, sum_j vcpu_{j,q} y_j <= Q_q  for each quota q,
             sum_j risk_j y_j <= max_miss_risk
 
-   Because exactly one column is chosen the model is exact on the column set; per-column
-   constraints are also applied while enumerating (which keeps the model small), and the MILP
-   answer is cross-checked against the sorted column list.  :func:`exhaustive_search` is the
-   brute-force reference used by the tests and the bench.
+   Because exactly one column is chosen the model is exact on the column set; the per-column
+   constraints are also applied while enumerating (which keeps the model to a few hundred
+   columns), and the MILP answer is cross-checked against the sorted column list.
+   :func:`exhaustive_search` is the brute-force reference used by the tests and the bench.
 
-Outputs: :class:`PlanResult` with the ranked plans (best configuration of each distinct set of
-(instance type, market) groups), every evaluated point, their (cost, time) Pareto frontier and
-statistics.  When nothing is feasible :class:`Infeasible` names the binding constraint; a
-contradictory request raises :class:`RequestError` (a ``ValueError``) naming the field.
+Ranking: plan #1 is the exact optimum.  Plans #2.. are the best *evaluated* configuration of each
+other type set (exact for single-type plans, which are all evaluated; a mixed alternative may have
+an unevaluated, slightly better count vector).  With ``tie_tolerance > 0`` plans within that
+relative distance of the optimum count as tied and the secondary objective decides (time for
+``"cost"``, cost for ``"time"`` and ``"throughput"``); the default 0 keeps the strict optimum.
+
+Outputs: :class:`PlanResult` with the ranked plans, every evaluated point, their (cost, time)
+Pareto frontier and statistics.  When nothing is feasible :class:`Infeasible` names the binding
+constraint (found by re-solving with constraints relaxed); a contradictory request raises
+:class:`RequestError` (a ``ValueError``) naming the field.
 """
 
 from __future__ import annotations
@@ -78,7 +95,6 @@ import time as _time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from operator import itemgetter
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -135,9 +151,24 @@ class Infeasible(Exception):
 
 @dataclass(frozen=True)
 class PlanRequest:
-    """What the user asks for.  Quotas map a quota class (``"P"``, ``"G"``) or a family/type
-    name (normalised with :func:`planner.candidates.quota_class`) to a vCPU limit; a missing class
-    is unlimited.  Times are hours, money USD."""
+    """What the user asks for (times in hours, money in USD).
+
+    * ``objective``: ``"cost"`` (min total $, needs ``deadline_hours``), ``"time"`` (min expected
+      time, needs ``budget_usd``) or ``"throughput"`` (max goodput, needs ``max_hourly_usd``);
+      the other two limits may be given too and then also apply.
+    * ``total_samples``: samples to process (see :meth:`samples_for`).
+    * ``max_nodes``: nodes per plan; ``max_types``: groups per plan (1 = homogeneous, up to 3).
+    * ``quotas_on_demand`` / ``quotas_spot``: vCPU limit per quota class (``"P"``, ``"G"``; a
+      family or type name is normalised with :func:`planner.candidates.quota_class`); a missing
+      class is unlimited.
+    * ``global_batch_min`` / ``global_batch_max`` (or explicit ``batch_sizes``): see :func:`batch_grid`.
+    * ``regions``: restrict to these regions (``None`` = all given candidates).
+    * ``startup_overhead_h``: paid once per plan (provisioning, data staging), billed.
+    * ``checkpoint_interval_h``, ``restart_overhead_h``, ``checkpoint_write_s``: spot fault tolerance
+      (:mod:`planner.spot`).
+    * ``max_miss_risk``: optional cap on P(miss the deadline) (needs ``deadline_hours``).
+    * ``top_k``: number of ranked plans; ``tie_tolerance``: see the module docstring.
+    """
 
     objective: str
     total_samples: float
@@ -280,7 +311,11 @@ class Plan:
 
 
 class Point(NamedTuple):
-    """One evaluated configuration (for scatter charts and the Pareto frontier); ``_asdict()`` for JSON."""
+    """One evaluated configuration (for scatter charts and the Pareto frontier); ``_asdict()`` for JSON.
+
+    ``time_h`` is the expected time including startup and interruptions; ``feasible`` says whether
+    it meets the deadline / budget / $/h cap (the miss-risk cap is only checked for plans).
+    """
 
     region: str
     label: str
@@ -1074,6 +1109,11 @@ def _batch_weights(groups: Sequence[tuple[Candidate, int]], est: Estimate,
     return [max(single_node(c), 1e-12) for c, _ in groups]
 
 
+def _fh(hours: float) -> str:
+    """Hours with two decimals below 10 h, one above."""
+    return f"{hours:.2f}" if hours < 10 else f"{hours:.1f}"
+
+
 def _pct(a: float, b: float) -> float:
     return 100.0 * (a - b) / b if b else 0.0
 
@@ -1151,10 +1191,12 @@ def _binding(col: _Col, spec: _Spec, req: PlanRequest) -> list[str]:
     return out
 
 
-def _make_plan(rank: int, col: _Col, ranked: Sequence[_Col], spec: _Spec, engine: _Engine) -> Plan:
+def _make_plan(rank: int, col: _Col, ranked: Sequence[_Col], spec: _Spec, engine: _Engine,
+               why: str | None = None) -> Plan:
     est = engine.memo.get(engine.memo.hw_key(col.groups), col.g)
     assert est is not None
-    why = _why(rank, col, ranked, spec, engine.request, _binding(col, spec, engine.request))
+    if why is None:
+        why = _why(rank, col, ranked, spec, engine.request, _binding(col, spec, engine.request))
     weights = _batch_weights(col.groups, est, lambda c: engine.per_node_best.get(c.instance_type, 1.0))
     return _build_plan(rank, col, est, engine.request, why, weights)
 
@@ -1206,17 +1248,17 @@ def plan_for_config(config: Config, request: PlanRequest, perf: PerfOracle, *, g
     return _build_plan(0, col, m.estimate, request, why, weights)
 
 
-def pareto_frontier(points: Iterable[Point]) -> tuple[Point, ...]:
-    """Points not beaten on both total cost and time (ties keep the first)."""
-    pts = sorted((p for p in points if math.isfinite(p.time_h) and math.isfinite(p.total_usd)),
-                 key=itemgetter(6, 7))
-    out: list[Point] = []
-    best_t = math.inf
-    for p in pts:
-        if p.time_h < best_t:
-            out.append(p)
-            best_t = p.time_h
-    return tuple(out)
+def pareto_frontier(points: Sequence[Point]) -> tuple[Point, ...]:
+    """Points not beaten on both total cost and time, by increasing cost (ties keep the first)."""
+    if not points:
+        return ()
+    cost = np.fromiter((p.total_usd for p in points), dtype=float, count=len(points))
+    hours = np.fromiter((p.time_h for p in points), dtype=float, count=len(points))
+    order = np.lexsort((hours, cost))
+    order = order[np.isfinite(cost[order]) & np.isfinite(hours[order])]
+    t = hours[order]
+    prev_min = np.concatenate(([np.inf], np.minimum.accumulate(t)[:-1]))
+    return tuple(points[i] for i in order[t < prev_min].tolist())
 
 
 def _spec_of(req: PlanRequest, **over: Any) -> _Spec:
@@ -1242,7 +1284,7 @@ def solve(request: PlanRequest, candidates: Sequence[Candidate], perf: PerfOracl
         ranked_all.insert(0, ranked_all.pop(pick))
     elif pick is not None:
         status = f"{status} (disagreed with sorted columns; sorted order used)"
-    tie_note = ""
+    tie_why: str | None = None
     if spec.tie_tol > 0 and len(ranked_all) > 1:
         strict = ranked_all[0]
         lim = strict.value + abs(strict.value) * spec.tie_tol
@@ -1253,9 +1295,19 @@ def solve(request: PlanRequest, candidates: Sequence[Candidate], perf: PerfOracl
         if choice is not strict:
             ranked_all.remove(choice)
             ranked_all.insert(0, choice)
-            better = "faster" if spec.objective == "cost" else "cheaper"
-            tie_note = (f"within the {100 * spec.tie_tol:g}% tie tolerance of "
-                        f"the strict optimum ({strict.label()} in {strict.region}) and {better}; ")
+            tol = f"{100 * spec.tie_tol:g}%"
+            if spec.objective == "cost":
+                tie_why = (f"within {tol} of the cheapest plan meeting the {request.deadline_hours:g} h deadline "
+                           f"({strict.label()} in {strict.region}, {_fp(_pct(choice.cost, strict.cost))} dearer) "
+                           f"and {_fh(strict.time - choice.time)} h faster")
+            elif spec.objective == "time":
+                tie_why = (f"within {tol} of the fastest plan within the ${request.budget_usd:,.0f} budget "
+                           f"({strict.label()} in {strict.region}, {_fp(_pct(choice.time, strict.time))} slower) "
+                           f"and {_fp(_pct(choice.cost, strict.cost))} cheaper")
+            else:
+                tie_why = (f"within {tol} of the highest throughput within ${request.max_hourly_usd:,.2f}/h "
+                           f"({strict.label()} in {strict.region}, {_fp(_pct(choice.good, strict.good))} less) "
+                           f"and {_fp(_pct(choice.cost, strict.cost))} cheaper")
     # best column per distinct type set
     seen: set[tuple[tuple[str, str], ...]] = set()
     ranked: list[_Col] = []
@@ -1266,9 +1318,8 @@ def solve(request: PlanRequest, candidates: Sequence[Candidate], perf: PerfOracl
         ranked.append(col)
         if len(ranked) >= request.top_k:
             break
-    plans = tuple(_make_plan(i, col, ranked, spec, engine) for i, col in enumerate(ranked))
-    if tie_note:
-        plans = (replace(plans[0], why=tie_note + plans[0].why),) + plans[1:]
+    plans = tuple(_make_plan(i, col, ranked, spec, engine, tie_why if i == 0 else None)
+                  for i, col in enumerate(ranked))
     points = tuple(out.points)
     stats = SolveStats(
         candidates_in=engine.candidates_in, candidates_supported=len(engine.supported),
@@ -1317,30 +1368,34 @@ def _explain(engine: _Engine, spec: _Spec) -> Infeasible:
             if fastest is None:
                 # nothing meets the other constraints at all: report those instead
                 return _explain_without_deadline(engine, spec)
-            msg = (f"fastest config needs {fastest.time:.1f} h > deadline {spec.deadline:g} h "
+            msg = (f"fastest config needs {_fh(fastest.time)} h > deadline {spec.deadline:g} h "
                    f"({fastest.label()} in {fastest.region}, max_nodes={req.max_nodes})")
             free = _best(engine, replace(no_q, objective="time", deadline=None, risk=None)) if spec.quotas else None
             if free is not None and free.time <= spec.deadline * (1 + _REL):
                 note = _quota_note(engine, free, spec.quotas)
-                return Infeasible(f"{msg}; {note} (without quotas {free.label()} would take {free.time:.1f} h)",
+                return Infeasible(f"{msg}; {note} (without quotas {free.label()} would take {_fh(free.time)} h)",
                                   "quotas", {"fastest_h": fastest.time, "deadline_h": spec.deadline})
-            budget_note = ""
-            if spec.budget is not None or spec.cap is not None:
-                unc = _best(engine, replace(spec, objective="time", deadline=None, risk=None, budget=None, cap=None))
-                if unc is not None and unc.time <= spec.deadline * (1 + _REL):
-                    limit = "budget" if spec.budget is not None else "$/hour cap"
-                    budget_note = (f"; the {limit} rules out faster plans ({unc.label()} needs {unc.time:.1f} h "
-                                   f"for ${unc.cost:,.0f} at ${unc.rate:,.2f}/h)")
-                    return Infeasible(msg + budget_note, "budget_usd" if spec.budget is not None else "max_hourly_usd",
-                                      {"fastest_h": fastest.time, "deadline_h": spec.deadline})
-            return Infeasible(msg, "deadline_hours", {"fastest_h": fastest.time, "deadline_h": spec.deadline})
+            details = {"fastest_h": fastest.time, "deadline_h": spec.deadline}
+            if spec.budget is not None:
+                cheapest = _best(engine, replace(spec, objective="cost", budget=None, cap=None, risk=None))
+                if cheapest is not None and cheapest.cost > spec.budget * (1 + _REL):
+                    return Infeasible(f"{msg}; meeting the deadline costs at least ${cheapest.cost:,.0f} > budget "
+                                      f"${spec.budget:,.0f} ({cheapest.label()} in {cheapest.region})", "budget_usd",
+                                      {**details, "cheapest_usd": cheapest.cost})
+            if spec.cap is not None:
+                lowest = _best(engine, replace(spec, objective="rate", budget=None, cap=None, risk=None))
+                if lowest is not None and lowest.rate > spec.cap * (1 + _REL):
+                    return Infeasible(f"{msg}; meeting the deadline needs at least ${lowest.rate:,.2f}/h > cap "
+                                      f"${spec.cap:,.2f}/h ({lowest.label()} in {lowest.region})", "max_hourly_usd",
+                                      {**details, "cheapest_per_hour": lowest.rate})
+            return Infeasible(msg, "deadline_hours", details)
     if spec.budget is not None:
         cheapest = _best(engine, replace(spec, objective="cost", budget=None, risk=None))
         if cheapest is None or cheapest.cost > spec.budget * (1 + _REL):
             if cheapest is None:
                 return _explain_without_deadline(engine, spec)
             return Infeasible(f"budget ${spec.budget:,.0f} < cheapest ${cheapest.cost:,.0f} "
-                              f"({cheapest.label()} in {cheapest.region}, {cheapest.time:.1f} h)", "budget_usd",
+                              f"({cheapest.label()} in {cheapest.region}, {_fh(cheapest.time)} h)", "budget_usd",
                               {"cheapest_usd": cheapest.cost, "budget_usd": spec.budget})
     if spec.cap is not None:
         lowest = _best(engine, replace(spec, objective="rate", cap=None, risk=None))
@@ -1374,6 +1429,6 @@ def _explain_without_deadline(engine: _Engine, spec: _Spec) -> Infeasible:
         cheapest = _best(engine, replace(base, objective="cost", budget=None))
         if cheapest is not None and cheapest.cost > spec.budget * (1 + _REL):
             return Infeasible(f"budget ${spec.budget:,.0f} < cheapest ${cheapest.cost:,.0f} ({cheapest.label()} in "
-                              f"{cheapest.region}, {cheapest.time:.1f} h)", "budget_usd",
+                              f"{cheapest.region}, {_fh(cheapest.time)} h)", "budget_usd",
                               {"cheapest_usd": cheapest.cost})
     return Infeasible("no configuration satisfies the quotas and node limits", "quotas")
