@@ -11,7 +11,9 @@ srifty_venv() {
   sum=$(cat requirements*.txt | sha256sum | cut -d' ' -f1)
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$sum" ]; then
     echo "==> installing $req into .venv (first time: a few minutes; torch comes from this disk)"
-    .venv/bin/python -m pip install -q --disable-pip-version-check -r "$req"
+    # (pip warns about every local index folder that does not exist here; those lines are noise)
+    .venv/bin/python -m pip install -q --disable-pip-version-check -r "$req" \
+      2> >(grep -v "^WARNING: Location 'file:" >&2)
     echo "$sum" > "$stamp"
   fi
   export PATH="$PWD/.venv/bin:$PATH"

@@ -1,0 +1,319 @@
+"""The performance oracle the solver plans with: ``perf(config, global_batch) -> Estimate``.
+
+It joins the pure models for a cluster of catalog instances:
+
+* **Compute per GPU** — :class:`planner.models.transfer.TransferModel` predicts a worker's phase
+  times on GPU ``m`` at per-GPU batch ``b``: *measured* when the profile was taken on ``m``,
+  *transferred* (measured × roofline ratio) from a profile on another GPU, else *analytical*
+  (roofline alone; a CPU profile cannot be scaled to a GPU, its spreads are kept).
+* **Memory** — the largest batch that fits on ``m``::
+
+      b_max(m) = floor((0.92·mem_m − static − 1 GiB) / act)
+
+  with ``static`` = parameters + gradients + optimizer state (+ buffers) and ``act`` the
+  activation bytes autograd saves per sample (counted on the meta device with the agent's
+  saved-tensor meter, so it is the real figure for this model, not a guess). 8 % of the card
+  and 1 GiB stay free for the CUDA context, NCCL buffers and the allocator's fragmentation.
+* **Batch split** — all GPUs of one type get the same batch (±1); across types the global batch
+  ``G`` is split so that the slowest worker is as fast as possible: the smallest time ``τ`` with
+  ``Σ_i W_i·cap_i(τ) ≥ G`` (``W_i`` workers of type ``i``, ``cap_i(τ)`` the largest batch type ``i``
+  runs within ``τ``), found by bisection.
+* **Communication** — every bucket's all-reduce on the whole ring, from
+  :class:`planner.models.comm.CommModel` (XGBoost/ratio model when trained on matching samples,
+  else the ring prior ``2(n−1)/n·S/B + 2(n−1)α``) over the slowest link: the slowest node NIC of
+  the mix between nodes (EFA only if every node has it), NVLink/PCIe inside a node.
+* **Iteration** — :func:`planner.simulator.simulate_iteration` (buckets overlap backward, the
+  slowest worker gates each bucket) with a small seeded Monte-Carlo for p50/p90.
+
+The oracle is pure: no ORM, no printing; callers build :class:`Workload` once per model (it
+needs torch) and reuse it for every configuration the solver asks about.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from planner.hardware import Cluster, GpuSpec
+from planner.models.comm import CommModel, CommQuery
+from planner.models.compute import BucketSpec, ComputeModel, ComputeRangeError, PhaseSpread, PhaseTimes
+from planner.models.transfer import TransferModel, WorkloadCost
+from planner.simulator import (
+    COMM_BOUND_SHARE,
+    Z90,
+    CommTime,
+    SimulationResult,
+    WorkerLoad,
+    simulate_iteration,
+    timeline,
+)
+from planner.solver import Config, Estimate
+
+GiB = 1024**3
+MEMORY_USABLE = 0.92
+MEMORY_RESERVED = 1 * GiB
+MAX_BATCH_CAP = 1 << 16
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What the oracle knows about one model (built once, reused for every cluster)."""
+
+    model_spec: str
+    input_shape: tuple[int, ...]
+    precision: str
+    cost: WorkloadCost
+    bucket_sizes: tuple[int, ...]
+    static_bytes: int
+    activation_bytes_per_sample: float
+    measured: ComputeModel | None = None
+    measured_on: str | None = None
+    default_spread: PhaseSpread = field(default_factory=lambda: PhaseSpread(0.03, 0.03, 0.03))
+
+    def bucket_specs(self, batch: int) -> tuple[BucketSpec, ...]:
+        """Buckets with ready fractions: profiled ones when there is a profile, else bucket k is
+        ready once backward has produced the gradients of buckets 0..k, taking backward time
+        as proportional to gradient bytes (adequate for the layer-by-layer models DDP serves)."""
+        if self.measured is not None:
+            profiled = self.measured.buckets(batch)
+            if profiled:
+                return profiled
+        total = float(sum(self.bucket_sizes)) or 1.0
+        out, done = [], 0.0
+        for size in self.bucket_sizes:
+            done += size
+            out.append(BucketSpec(int(size), min(1.0, done / total)))
+        return tuple(out)
+
+
+@dataclass
+class Oracle:
+    """``oracle(config, global_batch)`` for :func:`planner.solver.solve` (memoised)."""
+
+    workload: Workload
+    transfer: TransferModel
+    specs: Mapping[str, GpuSpec]
+    comm: CommModel = field(default_factory=CommModel)
+    # 0: deterministic timeline with an analytic p90 (fast, for the search); > 0: Monte-Carlo
+    # draws (for re-verifying the plans the solver chose).
+    samples: int = 0
+    seed: int = 0
+    placement_group: bool = True
+    _phase_cache: dict[tuple[str, int], PhaseTimes | None] = field(default_factory=dict, repr=False)
+    _max_cache: dict[str, int] = field(default_factory=dict, repr=False)
+    _comm_cache: dict[tuple, list[CommTime]] = field(default_factory=dict, repr=False)
+    calls: int = 0
+
+    # --- per GPU ------------------------------------------------------------------------
+    def gpu(self, model: str) -> GpuSpec:
+        return self.transfer.spec(model)
+
+    def max_batch(self, model: str) -> int:
+        """Largest per-GPU batch that fits in ``model``'s memory (0: the model does not fit)."""
+        if model not in self._max_cache:
+            spec = self.gpu(model)
+            mem = (spec.memory_gib or 0.0) * GiB
+            free = MEMORY_USABLE * mem - self.workload.static_bytes - MEMORY_RESERVED
+            act = max(self.workload.activation_bytes_per_sample, 1.0)
+            self._max_cache[model] = max(0, min(MAX_BATCH_CAP, int(free // act)))
+        return self._max_cache[model]
+
+    def phases(self, model: str, batch: int) -> PhaseTimes | None:
+        key = (model, batch)
+        if key not in self._phase_cache:
+            self._phase_cache[key] = self._predict_phases(model, batch)
+        return self._phase_cache[key]
+
+    def _predict_phases(self, model: str, batch: int) -> PhaseTimes | None:
+        if batch < 1 or batch > self.max_batch(model):
+            return None
+        w = self.workload
+        measured = None
+        if w.measured is not None:
+            try:
+                measured = w.measured.predict(batch)
+            except ComputeRangeError:
+                measured = None
+        try:
+            t = self.transfer.predict(w.cost, batch, model, measured=measured, measured_on=w.measured_on,
+                                      precision=w.precision)
+        except (KeyError, ValueError):  # no (usable) datasheet for this GPU: it cannot be planned for
+            return None
+        if t.spread == PhaseSpread():
+            t = PhaseTimes(t.forward, t.backward, t.optimizer, spread=w.default_spread, fit_error=t.fit_error,
+                           source=t.source, batch_size=batch)
+        return t
+
+    def step_ms(self, model: str, batch: int) -> float:
+        t = self.phases(model, batch)
+        return math.inf if t is None else t.total
+
+    # --- batch split --------------------------------------------------------------------
+    def split(self, groups: Sequence[tuple[str, int]], global_batch: int) -> tuple[int, ...] | None:
+        """Per-GPU batch of each ``(gpu model, workers)`` group (the larger of the ±1 split)."""
+        workers = sum(n for _, n in groups)
+        if workers == 0 or global_batch < workers:
+            return None
+        if len({m for m, _ in groups}) == 1:
+            b = math.ceil(global_batch / workers)
+            return (b,) * len(groups) if b <= self.max_batch(groups[0][0]) else None
+        caps = [self.max_batch(m) for m, _ in groups]
+        if sum(c * n for c, (_, n) in zip(caps, groups, strict=True)) < global_batch:
+            return None
+        lo, hi = 0.0, max(self.step_ms(m, c) for (m, _), c in zip(groups, caps, strict=True) if c > 0)
+        for _ in range(40):
+            mid = (lo + hi) / 2
+            if sum(n * self._cap_at(m, mid, c) for (m, n), c in zip(groups, caps, strict=True)) >= global_batch:
+                hi = mid
+            else:
+                lo = mid
+        batches = [self._cap_at(m, hi, c) for (m, _), c in zip(groups, caps, strict=True)]
+        # Give back what exceeds G from the group whose last sample costs most (stay >= 1).
+        surplus = sum(b * n for b, (_, n) in zip(batches, groups, strict=True)) - global_batch
+        while surplus > 0:
+            i = max((k for k in range(len(groups)) if batches[k] > 1),
+                    key=lambda k: self.step_ms(groups[k][0], batches[k]))
+            batches[i] -= 1
+            surplus -= groups[i][1]
+        return tuple(max(1, b) for b in batches)
+
+    def _cap_at(self, model: str, tau: float, cap: int) -> int:
+        lo, hi = 0, cap
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.step_ms(model, mid) <= tau:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    # --- the oracle ---------------------------------------------------------------------
+    def cluster(self, config: Config) -> Cluster:
+        nodes = sum(n for _, n in config)
+        gpus_per_node = min(c.gpus_per_node for c, _ in config)
+        slowest = min(config, key=lambda cn: self._gpu_speed(cn[0].gpu_model))[0]
+        return Cluster(
+            nodes=nodes, gpus_per_node=gpus_per_node,
+            network_gbps=min(c.network_gbps for c, _ in config) if nodes > 1 else None,
+            efa=all(c.efa for c, _ in config), placement_group=self.placement_group,
+            instance_type="+".join(sorted({c.instance_type for c, _ in config})), device=slowest.gpu_model,
+            gpu=self.gpu(slowest.gpu_model),
+        )  # fmt: skip
+
+    def _gpu_speed(self, model: str) -> float:
+        """Samples/ms of one GPU at batch 1 (0 when unknown): which GPU of a mix is slowest."""
+        t = self.step_ms(model, 1)
+        return 0.0 if math.isinf(t) else 1.0 / t
+
+    def __call__(self, config: Config, global_batch: int) -> Estimate | None:
+        self.calls += 1
+        try:
+            return self._estimate(config, global_batch)
+        except KeyError:
+            return None
+
+    def _estimate(self, config: Config, global_batch: int) -> Estimate | None:
+        groups = [(c.gpu_model, c.gpus_per_node * n) for c, n in config]
+        batches = self.split(groups, global_batch)
+        if batches is None:
+            return None
+        loads = []
+        for (model, _), b in zip(groups, batches, strict=True):
+            phases = self.phases(model, b)
+            if phases is None:
+                return None
+            loads.append(WorkerLoad(phases, self.workload.bucket_specs(b), b, model))
+        cluster = self.cluster(config)
+        comm = self._comm(cluster, loads[0].buckets)
+        if self.samples:
+            sim = simulate_iteration(loads, comm, samples=self.samples, seed=self.seed)
+            p50_ms, p90_ms = _p50_p90(sim)
+            communication_bound = sim.bottleneck == "communication"
+        else:  # the search: one deterministic timeline, p90 by the delta method
+            det = timeline(loads, [c.p50_ms for c in comm])
+            exposed = max(0.0, det.iteration_ms - det.backward_end_ms) if comm else 0.0
+            p50_ms = det.iteration_ms
+            p90_ms = _analytic_p90(p50_ms, exposed, loads, comm)
+            communication_bound = exposed >= COMM_BOUND_SHARE * p50_ms
+        per_node = tuple(b * c.gpus_per_node for (c, _), b in zip(config, batches, strict=True))
+        processed = sum(b * w for (_, w), b in zip(groups, batches, strict=True))
+        return Estimate(
+            iter_time_s=p50_ms / 1e3, iter_time_p90_s=p90_ms / 1e3,
+            throughput_sps=min(processed, global_batch) / (p50_ms / 1e3),
+            bottleneck=_bottleneck(communication_bound, cluster), per_node_batch=per_node,
+        )  # fmt: skip
+
+    def _comm(self, cluster: Cluster, buckets: Sequence[BucketSpec]) -> list[CommTime]:
+        if cluster.world_size <= 1:
+            return [CommTime(0.0, 0.0) for _ in buckets]
+        key = (cluster.nodes, cluster.gpus_per_node, cluster.network_gbps, cluster.efa, cluster.device,
+               tuple(b.size_bytes for b in buckets))
+        if key not in self._comm_cache:
+            queries = [CommQuery.from_cluster(b.size_bytes, cluster) for b in buckets]
+            self._comm_cache[key] = [CommTime(p.p50_ms, p.p90_ms) for p in self.comm.predict_many(queries)]
+        return self._comm_cache[key]
+
+
+def _p50_p90(sim: SimulationResult) -> tuple[float, float]:
+    return sim.iteration_ms_p50, max(sim.iteration_ms_p90, sim.iteration_ms_p50)
+
+
+def _analytic_p90(p50: float, exposed: float, loads: Sequence[WorkerLoad], comm: Sequence[CommTime]) -> float:
+    """p90 ≈ p50·exp(z90·σ) with σ the iteration's relative spread from independent phases:
+    ``σ² = Σ_phase (t·s)² / T²`` over the slowest worker's phases plus the exposed share of each
+    all-reduce's log-normal spread (a first-order delta-method estimate; Monte-Carlo
+    re-verifies the plans the solver picks)."""
+    slow = max(loads, key=lambda w: w.phases.total).phases
+    var = sum((slow.get(p) * slow.spread.get(p)) ** 2 for p in ("forward", "backward", "optimizer"))
+    total_comm = sum(c.p50_ms for c in comm) or 1.0
+    var += sum((c.p50_ms * exposed / total_comm * c.sigma) ** 2 for c in comm)
+    sigma = math.sqrt(var) / p50 if p50 > 0 else 0.0
+    return p50 * math.exp(Z90 * sigma)
+
+
+def _bottleneck(communication_bound: bool, cluster: Cluster) -> str:
+    if communication_bound:
+        link = cluster.slowest_link()
+        return f"communication ({link.kind}, {link.gbps:g} Gb/s)"
+    return "compute"
+
+
+# --- building a workload (needs torch) ----------------------------------------------------
+
+
+def workload_for_spec(spec: str, input_shape: Sequence[int], *, precision: str = "fp32", num_classes: int = 1000,
+                      measured: ComputeModel | None = None, measured_on: str | None = None) -> Workload:
+    """Count FLOPs/bytes, bucket sizes, static memory and saved activations of ``spec`` on the
+    meta device (no weights, no memory, seconds even for large models)."""
+    import torch
+
+    from planner.models.transfer import count_workload, precision_family
+    from profiler.agent.buckets import ddp_buckets
+    from profiler.agent.memory import measure_saved_activations, static_memory
+    from profiler.agent.specs import load_model
+
+    shape = tuple(int(x) for x in input_shape)
+
+    def build():
+        return load_model(spec, num_classes=num_classes, input_shape=shape)
+
+    cost = count_workload(build, shape, precision=precision, model_spec=spec, num_classes=num_classes)
+    half = precision_family(precision) == "half"
+    with torch.device("meta"):
+        model = build()
+        batch = 4
+        x = torch.randn(batch, *shape, dtype=torch.float16 if half else torch.float32)
+    params = [p for p in model.parameters() if p.requires_grad]
+    static = static_memory(model).total_bytes
+    if half:  # AMP keeps fp32 weights and grads; activations are half precision (counted below)
+        static += sum(p.numel() * 2 for p in params)
+        model = model.half()
+    saved = measure_saved_activations(lambda: model(x), exclude=list(model.parameters()))
+    sizes = [p.numel() * p.element_size() for p in params]
+    buckets = tuple(b.size_bytes for b in ddp_buckets(sizes))
+    return Workload(
+        model_spec=spec, input_shape=shape, precision=precision, cost=cost, bucket_sizes=buckets,
+        static_bytes=static, activation_bytes_per_sample=saved.total_bytes / batch,
+        measured=measured, measured_on=measured_on,
+    )  # fmt: skip
