@@ -18,7 +18,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from profiler.models import Provider, ProfilingRun, RunKind
+from profiler.models import ProfilingRun, Provider, RunKind
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from profiler.models import (
     CommSample,
     ComputeSample,
     Market,
-    Provider,
     ProfilingRun,
+    Provider,
     RunKind,
 )
 
