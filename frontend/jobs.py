@@ -1,0 +1,156 @@
+"""Job pages: confirm a launch, list jobs, watch one live, stop it, apply a re-plan.
+
+Every page renders its content on the server (tables and events work without JavaScript);
+``job_detail.js`` adds the live chart and updates over the job's websocket.
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+
+from planner.app import jobs, launch, monitor
+from planner.app.models import PlanRecord
+from srifty_web.teams import visible_owner_q
+
+
+def _job(request: HttpRequest, job_id: int):
+    job = jobs.visible_jobs(request.user).filter(pk=job_id).first()
+    if job is None:
+        raise Http404("no such job")
+    return job
+
+
+def _defaults(option: dict) -> dict:
+    """Suggested caps: 1.5x the predicted p90 time (at least half an hour), and its cost."""
+    hours = max(0.5, math.ceil(float(option.get("time_p90_h") or option.get("time_h") or 1) * 1.5 * 10) / 10)
+    spend = math.ceil(launch.option_hourly(option) * hours)
+    return {"train_command": "", "max_spend_usd": str(spend), "max_hours": f"{hours:g}"}
+
+
+@login_required
+def job_list(request: HttpRequest) -> HttpResponse:
+    return render(request, "frontend/job_list.html", {"jobs": jobs.visible_jobs(request.user)[:100]})
+
+
+@login_required
+def job_new(request: HttpRequest) -> HttpResponse:
+    """GET: the exact instances, $/h and max spend of ``?plan=&rank=`` with the launch form.
+    POST without a (matching) confirmation: the preview for the values given, with a fresh
+    confirmation id; POST with it: launch and go to the job's page."""
+    source = request.POST if request.method == "POST" else request.GET
+    try:
+        plan_id, rank = int(source.get("plan", "")), int(source.get("rank", "1"))
+    except ValueError as exc:
+        raise Http404("give ?plan=<id>&rank=<option>") from exc
+    plan = PlanRecord.objects.filter(visible_owner_q(request.user)).filter(pk=plan_id).first()
+    if plan is None:
+        raise Http404("no such plan")
+    context = {"plan": plan, "rank": rank, "errors": {}, "preview": None, "confirmation": ""}
+    if not jobs.can_launch(request.user):
+        context["forbidden"] = True
+        return render(request, "frontend/job_new.html", context, status=403)
+    try:
+        option = jobs.plan_option(request.user, plan, rank)
+    except jobs.JobError as exc:
+        context["errors"] = {exc.field: exc.message}
+        return render(request, "frontend/job_new.html", context, status=400)
+    values = _defaults(option)
+    if request.method == "POST":
+        values.update({k: request.POST.get(k, "").strip() for k in values})
+    context.update(values=values, option=option)
+    try:
+        _, spend, hours = jobs.clean_params(values["train_command"] or "x", values["max_spend_usd"],
+                                            values["max_hours"])  # fmt: skip
+        context["preview"] = launch.preview(option, spend, hours)
+    except jobs.JobError as exc:
+        context["errors"][exc.field] = exc.message
+    if request.method != "POST":
+        return render(request, "frontend/job_new.html", context)
+    confirmation = request.POST.get("confirmation", "")
+    try:
+        if confirmation:
+            try:
+                job = launch.confirm_and_create(request.user, plan.pk, rank, values["train_command"],
+                                                values["max_spend_usd"], values["max_hours"], confirmation)  # fmt: skip
+                messages.success(request, f"Job {job.pk} is launching.")
+                return redirect("job-page", job_id=job.pk)
+            except jobs.JobError as exc:
+                if exc.field != "confirmation":
+                    raise
+                context["changed"] = True  # values edited after the preview: confirm the new ones
+        prepared = launch.prepare(request.user, plan.pk, rank, values["train_command"], values["max_spend_usd"],
+                                  values["max_hours"])  # fmt: skip
+    except jobs.JobError as exc:
+        context["errors"][exc.field] = exc.message
+        return render(request, "frontend/job_new.html", context, status=400)
+    context.update(preview=prepared, confirmation=prepared["confirmation"])
+    return render(request, "frontend/job_new.html", context)
+
+
+@login_required
+def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = _job(request, job_id)
+    seen = monitor.observed(job)
+    groups = []
+    for n in launch.node_launches(job.option):
+        groups.append({"node": n, "gpu_model": job.option["groups"][n.group].get("gpu_model", "")})
+    nodes = [{"rank": i, "id": iid, "ip": job.node_ips.get(iid, "")} for i, iid in enumerate(job.instance_ids)]
+    return render(request, "frontend/job_detail.html", {
+        "job": job, "groups": groups, "nodes": nodes, "events": list(job.events.order_by("-at")[:200]),
+        "observed": seen, "progress": monitor.progress(job), "offer": monitor.latest_offer(job),
+        "spend": job.spend_so_far(), "can_stop": jobs.can_stop(request.user, job) and not job.finished,
+        "can_replan": jobs.can_launch(request.user) and jobs.can_stop(request.user, job),
+        "chart": {"series": seen["series"], "predicted_iter_s": job.predicted_iter_s,
+                  "predicted_iter_p90_s": job.predicted_iter_p90_s},
+    })  # fmt: skip
+
+
+@login_required
+def job_stop(request: HttpRequest, job_id: int) -> HttpResponse:
+    if request.method != "POST":
+        return redirect("job-page", job_id=job_id)
+    job = _job(request, job_id)
+    if not jobs.can_stop(request.user, job):
+        messages.error(request, "Only the owner may stop this job.")
+        return redirect("job-page", job_id=job_id)
+    jobs.stop_job(job, f"stopped by {request.user.get_username()}")
+    messages.success(request, f"Job {job.pk} is stopping; its instances are being terminated.")
+    return redirect("job-page", job_id=job_id)
+
+
+@login_required
+def job_replan(request: HttpRequest, job_id: int) -> HttpResponse:
+    """POST: the re-plan for the remaining work, shown as a launch to confirm."""
+    if request.method != "POST":
+        return redirect("job-page", job_id=job_id)
+    job = _job(request, job_id)
+    try:
+        if not jobs.can_launch(request.user):
+            raise jobs.NotAllowed("launching a job needs the plans.add_job permission")
+        prepared = launch.prepare_replan(request.user, job, refresh=request.POST.get("refresh") == "1")
+    except (jobs.JobError, jobs.NotAllowed) as exc:
+        messages.error(request, f"No re-plan: {getattr(exc, 'message', exc)}")
+        return redirect("job-page", job_id=job_id)
+    return render(request, "frontend/job_replan.html", {"job": job, "preview": prepared})
+
+
+@login_required
+def job_replan_apply(request: HttpRequest, job_id: int) -> HttpResponse:
+    if request.method != "POST":
+        return redirect("job-page", job_id=job_id)
+    job = _job(request, job_id)
+    try:
+        new = launch.apply_replan(request.user, job, request.POST.get("plan"), int(request.POST.get("rank", "0")),
+                                  Decimal(request.POST.get("max_spend_usd", "0") or "0"),
+                                  request.POST.get("max_hours"), request.POST.get("confirmation"))  # fmt: skip
+    except (jobs.JobError, jobs.NotAllowed, ValueError, ArithmeticError) as exc:
+        messages.error(request, f"Re-plan not applied: {getattr(exc, 'message', exc)}")
+        return redirect("job-page", job_id=job_id)
+    messages.success(request, f"Job {job.pk} is stopping; job {new.pk} launches the re-plan.")
+    return redirect("job-page", job_id=new.pk)

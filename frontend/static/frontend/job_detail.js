@@ -1,0 +1,81 @@
+// Job page: live chart of observed iteration time (one trace per rank) against the predicted
+// p50 and p90, plus status, spend and events from the job's websocket. The server renders the
+// tables and events; without JavaScript the page still shows everything stored.
+(function () {
+  "use strict";
+  const state = document.getElementById("job-state");
+  if (!state || typeof Plotly === "undefined") return;
+  const jobId = state.dataset.job;
+  const data = JSON.parse(document.getElementById("chart-data").textContent);
+  const $ = (id) => document.getElementById(id);
+  const FINISHED = ["succeeded", "failed", "stopped"];
+  const cfg = { responsive: true, displaylogo: false };
+  const layout = { margin: { t: 10, r: 10 }, xaxis: { title: { text: "iteration" } },
+    yaxis: { title: { text: "seconds per iteration" }, rangemode: "tozero" }, legend: { orientation: "h" } };
+
+  // Trace 0: predicted p50, trace 1: predicted p90, then one trace per rank.
+  let xmin = Infinity, xmax = -Infinity;
+  const rankTrace = {};
+  const predicted = (name, dash) => ({ name, x: [], y: [], mode: "lines", line: { dash, width: 2 }, hoverinfo: "name+y" });
+  const base = [predicted("predicted p50", "solid"), predicted("predicted p90", "dash")];
+  Plotly.newPlot("iter-chart", base, layout, cfg);
+
+  function stretchPredicted() {
+    if (!isFinite(xmin)) return;
+    Plotly.restyle("iter-chart", { x: [[xmin, xmax], [xmin, xmax]],
+      y: [[data.predicted_iter_s, data.predicted_iter_s], [data.predicted_iter_p90_s, data.predicted_iter_p90_s]] }, [0, 1]);
+  }
+  function addReports(reports) {
+    const byRank = {};
+    reports.forEach((r) => { (byRank[r.rank] = byRank[r.rank] || { x: [], y: [] }); byRank[r.rank].x.push(r.iteration); byRank[r.rank].y.push(r.iter_time_s);
+      xmin = Math.min(xmin, r.iteration); xmax = Math.max(xmax, r.iteration); });
+    Object.keys(byRank).forEach((rank) => {
+      if (!(rank in rankTrace)) {
+        rankTrace[rank] = 2 + Object.keys(rankTrace).length;
+        Plotly.addTraces("iter-chart", { name: `rank ${rank}`, x: [], y: [], mode: "markers", type: "scattergl", marker: { size: 4 } });
+      }
+      Plotly.extendTraces("iter-chart", { x: [byRank[rank].x], y: [byRank[rank].y] }, [rankTrace[rank]], 5000);
+    });
+    if (reports.length) { $("no-reports").hidden = true; stretchPredicted(); }
+  }
+  addReports(data.series || []);
+
+  function addEvent(ev) {
+    const list = $("events"), none = $("no-events");
+    if (none) none.remove();
+    const li = document.createElement("li");
+    li.className = `event-${ev.kind}`;
+    const at = document.createElement("span"); at.className = "muted"; at.textContent = (ev.at || "").replace("T", " ").slice(0, 19);
+    const kind = document.createElement("span"); kind.className = "badge"; kind.textContent = ev.kind;
+    li.append(at, " ", kind, " ", ev.message);
+    list.prepend(li);
+  }
+  function onStatus(msg) {
+    $("status").textContent = msg.status;
+    if (typeof msg.spend_usd === "number") $("spend").textContent = `$${msg.spend_usd.toFixed(msg.spend_usd < 1 ? 4 : 2)}`;
+    $("drift").hidden = !msg.drift;
+    if (msg.reason) { $("reason").hidden = false; $("reason").textContent = msg.reason; }
+    if (state.dataset.status !== msg.status) {
+      const was = state.dataset.status;
+      state.dataset.status = msg.status;
+      if (was === "launching" || FINISHED.includes(msg.status)) setTimeout(() => window.location.reload(), 800);  // instances, buttons
+    }
+  }
+  function onMessage(msg) {
+    if (msg.type === "snapshot") { onStatus(msg); return; }  // reports and events are already on the page
+    if (msg.type === "status") onStatus(msg);
+    else if (msg.type === "report") addReports([msg]);
+    else if (msg.type === "event") addEvent(msg);
+  }
+  if (FINISHED.includes(state.dataset.status)) return;
+  let delay = 500;
+  function connect() {
+    const ws = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws/jobs/${jobId}/`);
+    ws.onmessage = (ev) => onMessage(JSON.parse(ev.data));
+    ws.onopen = () => { delay = 500; };
+    ws.onclose = () => {
+      if (!FINISHED.includes(state.dataset.status)) { setTimeout(connect, delay); delay = Math.min(delay * 2, 10000); }
+    };
+  }
+  connect();
+})();

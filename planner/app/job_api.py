@@ -1,0 +1,231 @@
+"""REST endpoints of training jobs.
+
+Users (token or session): ``GET /jobs/`` and ``/jobs/{id}/`` (team-visible),
+``POST /jobs/preview/`` (the exact launch + a confirmation id), ``POST /jobs/`` (launch; needs
+that confirmation id), ``POST /jobs/{id}/stop/``, ``POST /jobs/{id}/replan/`` (the re-plan
+offer as a preview + confirmation id) and ``POST /jobs/{id}/replan/apply/``.
+
+Nodes (``Authorization: Bearer <job token>``, valid for its own job only, dead when it ends):
+``POST /jobs/{id}/reports/``, ``GET /jobs/{id}/rendezvous/?instance_id=...`` and
+``GET /jobs/{id}/agent.tar.gz`` (the profiler package, for ``profiler.agent.report``).
+"""
+
+from __future__ import annotations
+
+from functools import wraps
+
+from django.conf import settings
+from django.http import HttpResponse
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import authentication, exceptions, permissions, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+from rest_framework.throttling import SimpleRateThrottle
+from rest_framework.views import APIView
+
+from planner.app import jobs, launch, monitor
+from planner.app.job_serializers import (
+    ApplyReplanSerializer,
+    CreateJobSerializer,
+    JobDetailSerializer,
+    JobSerializer,
+    LaunchParamsSerializer,
+    PreviewSerializer,
+    ReplanRequestSerializer,
+    ReportBatchSerializer,
+)
+from planner.app.models import Job
+
+MAX_REPORT_BYTES = 1024 * 1024
+
+
+# --- agent authentication -----------------------------------------------------------------
+
+
+class JobAgent:
+    """Stands in for ``request.user`` on node requests: it may act on one job only."""
+
+    is_authenticated = True
+
+    def __init__(self, job: Job):
+        self.job = job
+        self.pk = f"agent-job-{job.pk}"
+
+
+class JobTokenAuthentication(authentication.BaseAuthentication):
+    keyword = "Bearer"
+
+    def authenticate(self, request):
+        header = authentication.get_authorization_header(request).split()
+        if not header or header[0].decode(errors="replace") != self.keyword:
+            return None
+        if len(header) != 2:
+            raise exceptions.AuthenticationFailed("malformed Bearer header")
+        token = header[1].decode(errors="replace")
+        job = Job.objects.filter(token_hash=Job.hash_token(token)).first()
+        if job is None or not job.token_matches(token):
+            raise exceptions.AuthenticationFailed("invalid or expired job token")
+        return JobAgent(job), token
+
+    def authenticate_header(self, request) -> str:
+        return self.keyword
+
+
+class IsAgentForThisJob(permissions.BasePermission):
+    message = "this token belongs to another job"
+
+    def has_permission(self, request, view) -> bool:
+        principal = request.user
+        return isinstance(principal, JobAgent) and str(principal.job.pk) == str(view.kwargs.get("pk"))
+
+
+class JobAgentThrottle(SimpleRateThrottle):
+    """One bucket per job (every rank of every node shares it); generous by default."""
+
+    scope = "job-agent"
+
+    def get_rate(self) -> str:
+        return getattr(settings, "JOB_AGENT_THROTTLE_RATE", "20000/min")
+
+    def get_cache_key(self, request, view):
+        return self.cache_format % {"scope": self.scope, "ident": request.user.pk}
+
+
+def _job_errors(view):
+    """JobError -> 400 naming the field, NotAllowed -> 403."""
+
+    @wraps(view)
+    def wrapped(*args, **kwargs):
+        try:
+            return view(*args, **kwargs)
+        except jobs.NotAllowed as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_403_FORBIDDEN)
+        except jobs.JobError as exc:
+            return Response({exc.field: [exc.message]}, status=status.HTTP_400_BAD_REQUEST)
+
+    return wrapped
+
+
+# --- users --------------------------------------------------------------------------------
+
+
+class JobViewSet(viewsets.ReadOnlyModelViewSet):
+    """Launch training jobs from plan options and follow them (your team's jobs only)."""
+
+    def get_queryset(self):
+        return jobs.visible_jobs(self.request.user)
+
+    def get_serializer_class(self):
+        return JobDetailSerializer if self.action == "retrieve" else JobSerializer
+
+    @extend_schema(request=LaunchParamsSerializer, responses={200: PreviewSerializer, 400: None, 403: None})
+    @action(detail=False, methods=["post"])
+    @_job_errors
+    def preview(self, request):
+        """The exact instances, $/h, maximum spend and cap time of a launch, and the short-lived
+        confirmation id that ``POST /jobs/`` needs to launch exactly that."""
+        if not jobs.can_launch(request.user):
+            raise jobs.NotAllowed("launching a job needs the plans.add_job permission")
+        params = LaunchParamsSerializer(data=request.data)
+        params.is_valid(raise_exception=True)
+        return Response(launch.prepare(request.user, **params.validated_data))
+
+    @extend_schema(request=CreateJobSerializer, responses={201: JobDetailSerializer, 400: None, 403: None})
+    @_job_errors
+    def create(self, request, *args, **kwargs):
+        """Launch a previewed job; ``confirmation`` must match the preview's parameters."""
+        if not jobs.can_launch(request.user):
+            raise jobs.NotAllowed("launching a job needs the plans.add_job permission")
+        params = CreateJobSerializer(data=request.data)
+        params.is_valid(raise_exception=True)
+        job = launch.confirm_and_create(request.user, **params.validated_data)
+        return Response(JobDetailSerializer(job).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={200: JobSerializer, 403: None})
+    @action(detail=True, methods=["post"])
+    @_job_errors
+    def stop(self, request, pk=None):
+        job = self.get_object()
+        if not jobs.can_stop(request.user, job):
+            raise jobs.NotAllowed("only the owner (or plans.change_job) may stop this job")
+        job = jobs.stop_job(job, f"stopped by {request.user.get_username()}")
+        return Response(JobSerializer(job).data)
+
+    @extend_schema(request=ReplanRequestSerializer, responses={200: PreviewSerializer, 400: None, 403: None})
+    @action(detail=True, methods=["post"])
+    @_job_errors
+    def replan(self, request, pk=None):
+        """The re-plan for the remaining work (solved now if none was offered yet) as a launch
+        preview; apply it with ``POST /jobs/{id}/replan/apply/``."""
+        job = self.get_object()
+        if not jobs.can_launch(request.user):
+            raise jobs.NotAllowed("launching a job needs the plans.add_job permission")
+        params = ReplanRequestSerializer(data=request.data)
+        params.is_valid(raise_exception=True)
+        return Response(launch.prepare_replan(request.user, job, **params.validated_data))
+
+    @extend_schema(request=ApplyReplanSerializer, responses={201: JobDetailSerializer, 400: None, 403: None})
+    @action(detail=True, methods=["post"], url_path="replan/apply")
+    @_job_errors
+    def apply(self, request, pk=None):
+        """Stop this job's cluster and launch the confirmed re-plan option instead."""
+        job = self.get_object()
+        if not jobs.can_launch(request.user):
+            raise jobs.NotAllowed("launching a job needs the plans.add_job permission")
+        params = ApplyReplanSerializer(data=request.data)
+        params.is_valid(raise_exception=True)
+        new = launch.apply_replan(request.user, job, **params.validated_data)
+        return Response(JobDetailSerializer(new).data, status=status.HTTP_201_CREATED)
+
+
+# --- nodes --------------------------------------------------------------------------------
+
+
+class JobAgentView(APIView):
+    authentication_classes = [JobTokenAuthentication]
+    permission_classes = [IsAgentForThisJob]
+    throttle_classes = [JobAgentThrottle]
+
+
+class JobReportsView(JobAgentView):
+    """Where training processes post iteration times (``profiler.agent.report.Reporter``)."""
+
+    @extend_schema(request=ReportBatchSerializer, responses={201: None, 200: None, 409: None, 413: None})
+    def post(self, request, pk: int):
+        if int(request.META.get("CONTENT_LENGTH") or 0) > MAX_REPORT_BYTES:
+            return Response({"detail": f"post larger than {MAX_REPORT_BYTES} bytes"},
+                            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
+        batch = ReportBatchSerializer(data=request.data)
+        batch.is_valid(raise_exception=True)
+        data = batch.validated_data
+        job = request.user.job
+        try:
+            stored = jobs.record_reports(job, data["rank"], data["seq"], data["reports"])
+        except jobs.JobClosed as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        if stored:
+            monitor.check_drift(job)
+        return Response({"seq": data["seq"], "stored": stored, "duplicate": stored == 0},
+                        status=status.HTTP_201_CREATED if stored else status.HTTP_200_OK)
+
+
+class RendezvousView(JobAgentView):
+    """Master discovery for the nodes: 200 go (master address, node rank), 202 wait, 4xx stop."""
+
+    @extend_schema(parameters=[OpenApiParameter("instance_id", str, required=True)],
+                   responses={200: OpenApiResponse(description='{"master_addr", "node_rank", "nnodes"}'),
+                              202: None, 400: None, 403: None, 410: None})  # fmt: skip
+    def get(self, request, pk: int):
+        job = Job.objects.get(pk=request.user.job.pk)
+        code, body = launch.rendezvous(job, request.query_params.get("instance_id", "").strip())
+        return Response(body, status=code)
+
+
+class JobAgentTarballView(JobAgentView):
+    """The profiler package for a node (so the training script can ``import profiler.agent.report``)."""
+
+    @extend_schema(responses={200: OpenApiResponse(description="gzip tarball of profiler/agent")})
+    def get(self, request, pk: int):
+        from profiler.api import _agent_tarball
+
+        return HttpResponse(_agent_tarball(), content_type="application/gzip")

@@ -1,0 +1,9 @@
+"""Websocket routes of training jobs."""
+
+from django.urls import path
+
+from planner.app.job_consumers import JobConsumer
+
+websocket_urlpatterns = [
+    path("ws/jobs/<int:job_id>/", JobConsumer.as_asgi()),
+]

@@ -1,0 +1,154 @@
+"""Explicit serializers for jobs, their launch confirmation, agent reports and re-plans."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from rest_framework import serializers
+
+from planner.app import jobs
+from planner.app.models import Job, JobEvent
+
+MAX_REPORTS_PER_POST = 1000
+MAX_SEQ = 2**62
+
+
+class LaunchParamsSerializer(serializers.Serializer):
+    """What a launch needs: the plan option, the training command and the caps."""
+
+    plan = serializers.IntegerField(min_value=1, help_text="PlanRecord id")
+    rank = serializers.IntegerField(min_value=1, help_text="Option of the plan (its rank)")
+    train_command = serializers.CharField(max_length=jobs.MAX_TRAIN_COMMAND, trim_whitespace=True,
+                                          help_text="Script and arguments after torchrun, e.g. train.py --epochs 3")
+    max_spend_usd = serializers.DecimalField(max_digits=12, decimal_places=2, min_value=Decimal("0.01"),
+                                             max_value=jobs.MAX_SPEND_USD)
+    max_hours = serializers.FloatField(min_value=0.01, max_value=jobs.MAX_HOURS)
+
+
+class CreateJobSerializer(LaunchParamsSerializer):
+    confirmation = serializers.CharField(max_length=2000, help_text="The id POST /jobs/preview/ returned")
+
+
+class LaunchInstanceSerializer(serializers.Serializer):
+    instance_type = serializers.CharField()
+    count = serializers.IntegerField()
+    market = serializers.CharField()
+    zone = serializers.CharField(allow_null=True)
+    gpus_per_node = serializers.IntegerField()
+    gpu_model = serializers.CharField()
+    batch_per_node = serializers.IntegerField()
+    price_per_hour = serializers.FloatField()
+    hourly_usd = serializers.FloatField()
+
+
+class PreviewSerializer(serializers.Serializer):
+    """The exact launch a confirmation id stands for."""
+
+    plan = serializers.IntegerField()
+    rank = serializers.IntegerField()
+    region = serializers.CharField()
+    label = serializers.CharField()
+    instances = LaunchInstanceSerializer(many=True)
+    nodes = serializers.IntegerField()
+    gpus = serializers.IntegerField()
+    hourly_usd = serializers.CharField()
+    max_spend_usd = serializers.CharField(help_text="min(max spend, $/h x max hours)")
+    cap_hours = serializers.FloatField(help_text="When the cluster is stopped at the latest")
+    predicted_iter_s = serializers.FloatField()
+    predicted_iter_p90_s = serializers.FloatField()
+    predicted_time_h = serializers.FloatField(allow_null=True)
+    global_batch = serializers.IntegerField(allow_null=True)
+    placement_group = serializers.CharField()
+    train_command = serializers.CharField()
+    requested = serializers.DictField(help_text="max_spend_usd and max_hours to send back with the confirmation")
+    confirmation = serializers.CharField()
+    confirmation_expires_s = serializers.IntegerField()
+
+
+class JobEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = JobEvent
+        fields = ["kind", "message", "data", "at"]
+
+
+JOB_FIELDS = [
+    "id", "owner", "plan", "plan_rank", "region", "status", "status_reason", "hourly_usd", "max_spend_usd",
+    "max_hours", "spend_usd", "cap_at", "nodes", "predicted_iter_s", "predicted_iter_p90_s", "total_iterations",
+    "drift_since", "created_at", "started_at", "finished_at",
+]  # fmt: skip
+
+
+class JobSerializer(serializers.ModelSerializer):
+    owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    spend_usd = serializers.SerializerMethodField(help_text="Spend so far ($/h x hours since launch)")
+    cap_at = serializers.DateTimeField(read_only=True)
+    nodes = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Job
+        fields = JOB_FIELDS
+        read_only_fields = JOB_FIELDS
+
+    def get_spend_usd(self, job: Job) -> float:
+        return round(job.spend_so_far(), 4)
+
+    def get_nodes(self, job: Job) -> int:
+        return sum(int(g["count"]) for g in job.option.get("groups", []))
+
+
+class JobDetailSerializer(JobSerializer):
+    events = JobEventSerializer(many=True, read_only=True)
+    observed = serializers.SerializerMethodField(help_text="Observed vs predicted iteration time")
+    progress = serializers.SerializerMethodField()
+    replan_offer = serializers.SerializerMethodField()
+
+    class Meta(JobSerializer.Meta):
+        fields = [*JOB_FIELDS, "option", "train_command", "instance_ids", "node_ips", "placement_group",
+                  "events", "observed", "progress", "replan_offer"]
+        read_only_fields = fields
+
+    def get_observed(self, job: Job) -> dict:
+        from planner.app.monitor import observed
+
+        return observed(job)
+
+    def get_progress(self, job: Job) -> dict:
+        from planner.app.monitor import progress
+
+        return progress(job)
+
+    def get_replan_offer(self, job: Job) -> dict | None:
+        from planner.app.monitor import latest_offer
+
+        offer = latest_offer(job)
+        return None if offer is None else {"message": offer.message, "at": offer.at, **offer.data}
+
+
+class ReportItemSerializer(serializers.Serializer):
+    iteration = serializers.IntegerField(min_value=0, max_value=MAX_SEQ)
+    iter_time_s = serializers.FloatField(min_value=0, max_value=3600)
+    samples = serializers.IntegerField(min_value=0, max_value=10**9, required=False, allow_null=True)
+
+
+class ReportBatchSerializer(serializers.Serializer):
+    """``{"seq", "rank", "reports": [...]}``; report ``i`` has seq ``seq + i``."""
+
+    seq = serializers.IntegerField(min_value=1, max_value=MAX_SEQ)
+    rank = serializers.IntegerField(min_value=0, max_value=1_000_000)
+    reports = ReportItemSerializer(many=True, allow_empty=False, max_length=MAX_REPORTS_PER_POST)
+
+
+class ReplanRequestSerializer(serializers.Serializer):
+    refresh = serializers.BooleanField(default=False, help_text="Solve again even if an offer exists")
+    max_spend_usd = serializers.DecimalField(max_digits=12, decimal_places=2, min_value=Decimal("0.01"),
+                                             max_value=jobs.MAX_SPEND_USD, required=False)
+    max_hours = serializers.FloatField(min_value=0.01, max_value=jobs.MAX_HOURS, required=False)
+
+
+class ApplyReplanSerializer(serializers.Serializer):
+    plan = serializers.IntegerField(min_value=1)
+    rank = serializers.IntegerField(min_value=1)
+    max_spend_usd = serializers.DecimalField(max_digits=12, decimal_places=2, min_value=Decimal("0.01"),
+                                             max_value=jobs.MAX_SPEND_USD)
+    max_hours = serializers.FloatField(min_value=0.01, max_value=jobs.MAX_HOURS)
+    confirmation = serializers.CharField(max_length=2000)

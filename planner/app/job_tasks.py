@@ -1,0 +1,81 @@
+"""Background work of training jobs (django-tasks; ``manage.py db_worker`` runs them).
+
+launch -> watch (re-queued every ``JOB_WATCH_EVERY_S`` until the job ends) -> stop -> cleanup;
+plus the reconciler, which re-queues itself every ``RECONCILE_EVERY_S``. The web process never
+waits on EC2. Deferred re-queueing needs a backend that supports ``run_after`` (the database
+backend does); without it the chain simply ends, as for profiling runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.utils import timezone
+from django_tasks import default_task_backend, task
+
+from planner.app import jobs, launch, monitor
+from planner.app.models import Job
+
+log = logging.getLogger(__name__)
+
+
+def _later(task_obj, delay_s: float, *args) -> bool:
+    if not default_task_backend.supports_defer:
+        return False
+    task_obj.using(run_after=timezone.now() + timedelta(seconds=delay_s)).enqueue(*args)
+    return True
+
+
+@task()
+def launch_job_task(job_id: int) -> str:
+    return launch.launch_job(Job.objects.get(pk=job_id))
+
+
+def schedule_watch(job_id: int, delay_s: float | None = None) -> bool:
+    return _later(watch_job_task, float(delay_s or jobs.setting("JOB_WATCH_EVERY_S", 30)), job_id)
+
+
+@task()
+def watch_job_task(job_id: int) -> str:
+    job = Job.objects.filter(pk=job_id).first()
+    if job is None:
+        return "gone"
+    try:
+        state = monitor.watch_job(job)
+    except launch.ec2.AwsError as exc:  # EC2 hiccup: look again next time (the cap still holds)
+        log.warning("watching job %s: %s", job_id, exc)
+        state = "watching"
+    if state == "watching":
+        schedule_watch(job_id)
+    return state
+
+
+@task()
+def stop_job_task(job_id: int) -> str:
+    job = Job.objects.get(pk=job_id)
+    done = launch.teardown(job)
+    if not launch.cleanup(job):
+        _later(cleanup_job_task, 60, job_id, 1)
+    return f"terminated {len(done)} instance(s)"
+
+
+@task()
+def cleanup_job_task(job_id: int, attempt: int = 1) -> str:
+    job = Job.objects.get(pk=job_id)
+    if launch.cleanup(job):
+        return "cleaned up"
+    if attempt < launch.CLEANUP_ATTEMPTS:
+        _later(cleanup_job_task, 60 * (attempt + 1), job_id, attempt + 1)
+        return "placement group still in use; retrying later"
+    return "gave up deleting the placement group"
+
+
+@task()
+def reconcile_task(regions: list[str] | None = None, dry_run: bool = False, repeat: bool = True) -> dict:
+    from planner.app import reconcile
+
+    report = reconcile.reconcile(regions=regions, dry_run=dry_run)
+    if repeat:
+        _later(reconcile_task, float(jobs.setting("RECONCILE_EVERY_S", 600)), regions, dry_run, True)
+    return report.as_dict()

@@ -1,0 +1,16 @@
+"""API routes of training jobs (included under /api/v1/)."""
+
+from django.urls import path
+from rest_framework.routers import DefaultRouter
+
+from planner.app.job_api import JobAgentTarballView, JobReportsView, JobViewSet, RendezvousView
+
+router = DefaultRouter()
+router.register("jobs", JobViewSet, basename="job")
+
+urlpatterns = [
+    path("jobs/<int:pk>/reports/", JobReportsView.as_view(), name="job-reports"),
+    path("jobs/<int:pk>/rendezvous/", RendezvousView.as_view(), name="job-rendezvous"),
+    path("jobs/<int:pk>/agent.tar.gz", JobAgentTarballView.as_view(), name="job-agent-tarball"),
+    *router.urls,
+]

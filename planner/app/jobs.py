@@ -1,0 +1,391 @@
+"""Every state change of a training job, one function each (as ``profiler.actions`` for runs).
+
+Rows are locked with ``select_for_update`` while they change; websocket messages and background
+tasks go out with ``transaction.on_commit``, so a viewer never sees a state that was rolled back
+and a task never starts on a row that does not exist yet. Agent reports are idempotent by
+``(rank, seq)``: a retried post stores nothing twice.
+
+Who may do what:
+
+* launching (``create_job``, re-plan apply) needs the Django permission ``plans.add_job`` (the
+  default add permission of ``Job``; superusers have it, other users must be granted it, e.g.
+  through a group) *and* an explicit confirmation (``confirm=True``; the API and the pages only
+  pass it with a valid signed confirmation id from ``planner.app.launch.confirmation_for``);
+* stopping a job: its owner, or anyone with ``plans.change_job`` who can see it;
+* seeing a job: the owner's team (``srifty_web.teams.visible_owner_q``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import secrets
+import shlex
+from datetime import timedelta
+from decimal import ROUND_DOWN, Decimal, InvalidOperation
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from django.utils.crypto import salted_hmac
+
+from planner.app.models import Job, JobEvent, JobReport, JobStatus, PlanRecord, PlanStatus
+from srifty_web.teams import visible_owner_q
+
+log = logging.getLogger(__name__)
+
+LAUNCH_PERMISSION = "plans.add_job"
+STOP_PERMISSION = "plans.change_job"
+MAX_TRAIN_COMMAND = 4000
+MAX_SPEND_USD = Decimal("1000000")
+MAX_HOURS = 24 * 30
+BROADCAST_REPORTS = 200  # per post: a websocket message each, the rest only lands in the database
+TOKEN_GRACE = timedelta(minutes=15)  # the job token outlives the cap a little; ending the job revokes it
+
+
+def setting(name: str, default):
+    """A Srifty job setting (``settings.JOB_*`` / ``settings.RECONCILE_*``) or its default."""
+    return getattr(settings, name, default)
+
+
+class JobError(ValueError):
+    """A request that cannot become a job; ``field`` names the offending field (API: 400)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class NotAllowed(PermissionError):
+    """The user lacks the permission for this (API: 403)."""
+
+
+class JobClosed(Exception):
+    """The job has finished; it accepts no more reports (API: 409)."""
+
+
+# --- permissions --------------------------------------------------------------------------
+
+
+def can_launch(user) -> bool:
+    return bool(user and user.is_authenticated and user.is_active and user.has_perm(LAUNCH_PERMISSION))
+
+
+def can_stop(user, job: Job) -> bool:
+    if not (user and user.is_authenticated):
+        return False
+    return job.owner_id == user.pk or user.has_perm(STOP_PERMISSION)
+
+
+def visible_jobs(user):
+    return Job.objects.filter(visible_owner_q(user)).select_related("owner", "plan")
+
+
+# --- websocket fan-out --------------------------------------------------------------------
+
+
+def broadcast(job: Job, message: dict) -> None:
+    """Send ``message`` to the job's websocket group once the current transaction commits."""
+    group = job.group_name
+
+    def send() -> None:
+        layer = get_channel_layer()
+        if layer is None:
+            return
+        try:
+            async_to_sync(layer.group_send)(group, {"type": "job.message", "message": message})
+        except Exception:  # a full or unreachable channel layer must not fail the request
+            log.exception("websocket fan-out to %s failed", group)
+
+    transaction.on_commit(send)
+
+
+def status_message(job: Job) -> dict:
+    return {
+        "type": "status", "job": job.pk, "status": job.status, "reason": job.status_reason,
+        "spend_usd": round(job.spend_so_far(), 4), "nodes": len(job.instance_ids),
+        "drift": job.drift_since is not None,
+        "started_at": job.started_at.isoformat() if job.started_at else None,
+        "finished_at": job.finished_at.isoformat() if job.finished_at else None,
+    }  # fmt: skip
+
+
+def event_message(event: JobEvent) -> dict:
+    return {"type": "event", "kind": event.kind, "message": event.message, "at": event.at.isoformat()}
+
+
+# --- parameters ---------------------------------------------------------------------------
+
+
+def clean_params(train_command, max_spend_usd, max_hours) -> tuple[str, Decimal, float]:
+    """Checked launch parameters, or JobError naming the field."""
+    if not isinstance(train_command, str) or not train_command.strip():
+        raise JobError("train_command", "the training command is required, e.g. train.py --epochs 3")
+    if len(train_command) > MAX_TRAIN_COMMAND or "\x00" in train_command:
+        raise JobError("train_command", f"at most {MAX_TRAIN_COMMAND} characters, no NUL")
+    try:
+        if not shlex.split(train_command):
+            raise ValueError("empty")
+    except ValueError as exc:
+        raise JobError("train_command", f"cannot be split into words like a shell would: {exc}") from exc
+    try:
+        spend = Decimal(str(max_spend_usd)).quantize(Decimal("0.01"), rounding=ROUND_DOWN)
+    except (InvalidOperation, ValueError, TypeError) as exc:
+        raise JobError("max_spend_usd", "a dollar amount, e.g. 250") from exc
+    if not spend.is_finite() or spend <= 0 or spend > MAX_SPEND_USD:
+        raise JobError("max_spend_usd", f"more than 0 and at most {MAX_SPEND_USD}")
+    try:
+        hours = float(max_hours)
+    except (ValueError, TypeError) as exc:
+        raise JobError("max_hours", "a number of hours, e.g. 12") from exc
+    if not math.isfinite(hours) or hours <= 0 or hours > MAX_HOURS:
+        raise JobError("max_hours", f"more than 0 and at most {MAX_HOURS}")
+    return train_command.strip(), spend, round(hours, 4)
+
+
+def plan_option(owner, plan: PlanRecord, rank) -> dict:
+    """The option ``rank`` of a solved plan the owner may see, or JobError."""
+    if not PlanRecord.objects.filter(visible_owner_q(owner)).filter(pk=plan.pk).exists():
+        raise JobError("plan", "no such plan")
+    if plan.status != PlanStatus.SOLVED:
+        raise JobError("plan", f"the plan is {plan.status}, not solved")
+    try:
+        rank = int(rank)
+    except (TypeError, ValueError) as exc:
+        raise JobError("rank", "an option number of the plan") from exc
+    option = plan.option(rank)
+    if option is None:
+        raise JobError("rank", f"the plan has no option {rank}")
+    if not option.get("groups"):
+        raise JobError("rank", "this option has no node groups")
+    return option
+
+
+def total_samples(plan: PlanRecord, option: dict) -> float:
+    request = plan.request or {}
+    value = request.get("total_samples")
+    if isinstance(value, (int, float)) and value > 0:
+        return float(value)
+    # No explicit size: what the option was sized for (throughput x time).
+    return float(option.get("throughput_sps") or 0) * float(option.get("time_h") or 0) * 3600.0
+
+
+# --- lifecycle ----------------------------------------------------------------------------
+
+
+def create_job(owner, plan: PlanRecord, rank, train_command, max_spend_usd, max_hours, confirm: bool,
+               *, replaces: Job | None = None) -> Job:
+    """A job for one plan option, launched by a background task once this commits.
+
+    Nothing launches unless ``confirm`` is True and ``owner`` holds ``plans.add_job``. The job's
+    spend cap is ``min(max_spend_usd, hourly x max_hours)``; that is what is stored as
+    ``max_spend_usd``, and ``Job.cap_at`` is when it is reached.
+    """
+    from planner.app import launch
+    from planner.app.job_tasks import launch_job_task
+
+    if not can_launch(owner):
+        raise NotAllowed("launching a job needs the plans.add_job permission")
+    if confirm is not True:
+        raise JobError("confirmation", "a launch needs an explicit confirmation of instances and spend")
+    train_command, spend, hours = clean_params(train_command, max_spend_usd, max_hours)
+    option = plan_option(owner, plan, rank)
+    limits = launch.limits(option, spend, hours)
+    launch.check_user_data(option, train_command)
+    samples = total_samples(plan, option)
+    global_batch = max(1, int(option.get("global_batch") or 1))
+    with transaction.atomic():
+        job = Job.objects.create(
+            owner=owner, plan=plan, plan_rank=int(rank), option=option, region=option["region"],
+            train_command=train_command, hourly_usd=limits.hourly_usd, max_spend_usd=limits.max_spend_usd,
+            max_hours=hours, predicted_iter_s=float(option["iter_time_s"]),
+            predicted_iter_p90_s=float(option.get("iter_time_p90_s") or option["iter_time_s"]),
+            total_iterations=math.ceil(samples / global_batch) if samples > 0 else 0,
+            launch_token=f"job{secrets.token_hex(8)}",
+        )  # fmt: skip
+        add_event(job, "created", f"launch confirmed: {launch.describe_option(option)}, "
+                  f"${limits.hourly_usd}/h, at most ${limits.max_spend_usd} ({limits.cap_hours:.2f} h)",
+                  {"replaces": replaces.pk if replaces else None})  # fmt: skip
+        pk = job.pk
+        transaction.on_commit(lambda: launch_job_task.enqueue(pk))
+    return job
+
+
+def derived_token(job: Job) -> str:
+    """The job's agent token. Derived (HMAC of SECRET_KEY, job and launch token) rather than
+    random so that a retried launch task writes the *same* token into the user-data of the
+    instances an earlier attempt already started; only its hash is stored."""
+    return salted_hmac("srifty.job-token", f"{job.pk}:{job.launch_token}", algorithm="sha256").hexdigest()
+
+
+def issue_token(job: Job) -> str:
+    """The raw job token, for the user-data only (never a task argument, a row or a log)."""
+    raw = derived_token(job)
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().get(pk=job.pk)
+        locked.token_hash = Job.hash_token(raw)
+        locked.token_expires_at = locked.cap_at + TOKEN_GRACE
+        locked.save(update_fields=["token_hash", "token_expires_at"])
+    return raw
+
+
+def mark_launched(job: Job, *, instance_ids: list[str], node_ips: dict[str, str | None],
+                  template_id: str | None = None, placement_group: str | None = None) -> Job:
+    """Record instances of one node group right after ``run_instances`` returned (rendezvous needs
+    them). The first launch starts the clock (spend, cap, token expiry)."""
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().get(pk=job.pk)
+        for instance_id in instance_ids:
+            if instance_id not in locked.instance_ids:
+                locked.instance_ids.append(instance_id)
+        locked.node_ips.update({k: v for k, v in node_ips.items() if v})
+        if template_id and template_id not in locked.launch_template_ids:
+            locked.launch_template_ids.append(template_id)
+        if placement_group is not None:
+            locked.placement_group = placement_group
+        if locked.started_at is None and instance_ids:
+            locked.started_at = timezone.now()
+            if locked.token_hash:
+                locked.token_expires_at = locked.cap_at + TOKEN_GRACE
+        locked.save()
+    return locked
+
+
+def set_node_ips(job: Job, node_ips: dict[str, str | None]) -> Job:
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().get(pk=job.pk)
+        locked.node_ips.update({k: v for k, v in node_ips.items() if v})
+        locked.save(update_fields=["node_ips"])
+    return locked
+
+
+def mark_running(job: Job, message: str) -> Job:
+    """Every node group is launched: the job runs."""
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().get(pk=job.pk)
+        if locked.status != JobStatus.LAUNCHING:
+            return locked
+        locked.status = JobStatus.RUNNING
+        locked.started_at = locked.started_at or timezone.now()
+        locked.save(update_fields=["status", "started_at"])
+        add_event(locked, "launched", message, {"instance_ids": locked.instance_ids})
+        broadcast(locked, status_message(locked))
+    return locked
+
+
+def add_event(job: Job, kind: str, message: str, data: dict | None = None, *, once_for: str | None = None) -> JobEvent | None:
+    """A JobEvent, also sent to viewers. With ``once_for`` (e.g. an instance id) an event of this
+    kind about the same thing is stored only once."""
+    data = dict(data or {})
+    if once_for is not None:
+        data["about"] = once_for
+        if JobEvent.objects.filter(job=job, kind=kind, data__about=once_for).exists():
+            return None
+    event = JobEvent.objects.create(job=job, kind=kind, message=message[:10_000], data=data)
+    broadcast(job, event_message(event))
+    return event
+
+
+def record_reports(job: Job, rank: int, seq: int, reports: list[dict]) -> int:
+    """Store a batch of iteration reports of one rank; report ``i`` has seq ``seq + i``.
+
+    Returns how many were new (0 for a retried post). Raises JobClosed when the job has
+    finished and the post holds something new.
+    """
+    seqs = [seq + i for i in range(len(reports))]
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().get(pk=job.pk)
+        seen = set(JobReport.objects.filter(job=locked, rank=rank, seq__in=seqs).values_list("seq", flat=True))
+        fresh = [(s, r) for s, r in zip(seqs, reports, strict=True) if s not in seen]
+        if not fresh:
+            return 0
+        if locked.finished:
+            raise JobClosed(f"job {locked.pk} is {locked.status}")
+        now = timezone.now()
+        JobReport.objects.bulk_create([
+            JobReport(job=locked, rank=rank, seq=s, iteration=r["iteration"], iter_time_s=r["iter_time_s"],
+                      samples=r.get("samples"), reported_at=now)
+            for s, r in fresh
+        ])  # fmt: skip
+        locked.last_seq = max(locked.last_seq, seqs[-1])
+        locked.save(update_fields=["last_seq"])
+        for _, r in fresh[-BROADCAST_REPORTS:]:
+            broadcast(locked, {"type": "report", "iteration": r["iteration"],
+                               "iter_time_s": r["iter_time_s"], "rank": rank})  # fmt: skip
+    return len(fresh)
+
+
+def set_drift(job: Job, message: str, data: dict) -> bool:
+    """Flag drift (once per episode). Returns True when it was newly flagged."""
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().get(pk=job.pk)
+        if locked.drift_since is not None or locked.finished:
+            return False
+        locked.drift_since = timezone.now()
+        locked.save(update_fields=["drift_since"])
+        add_event(locked, "drift", message, data)
+        broadcast(locked, status_message(locked))
+    return True
+
+
+def clear_drift(job: Job, message: str, data: dict) -> bool:
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().get(pk=job.pk)
+        if locked.drift_since is None:
+            return False
+        since = locked.drift_since
+        locked.drift_since = None
+        locked.save(update_fields=["drift_since"])
+        add_event(locked, "drift_cleared", message, {**data, "since": since.isoformat()})
+        broadcast(locked, status_message(locked))
+    return True
+
+
+def stop_job(job: Job, reason: str = "stopped by user") -> Job:
+    """Stop a job (user, spend/time cap, re-plan, reconciler): its instances are terminated."""
+    return _finish(job, JobStatus.STOPPED, reason)
+
+
+def fail_job(job: Job, reason: str) -> Job:
+    return _finish(job, JobStatus.FAILED, reason)
+
+
+def succeed_job(job: Job, reason: str) -> Job:
+    return _finish(job, JobStatus.SUCCEEDED, reason)
+
+
+def _finish(job: Job, status: str, reason: str) -> Job:
+    """End a job (first writer wins), revoke its token and terminate its cluster after commit."""
+    from planner.app.job_tasks import stop_job_task
+
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().get(pk=job.pk)
+        if locked.finished:
+            return locked
+        locked.status = status
+        locked.status_reason = reason[:10_000]
+        locked.finished_at = timezone.now()
+        locked.token_expires_at = locked.finished_at
+        locked.save(update_fields=["status", "status_reason", "finished_at", "token_expires_at"])
+        add_event(locked, status, reason)
+        broadcast(locked, status_message(locked))
+        pk = locked.pk
+        transaction.on_commit(lambda: stop_job_task.enqueue(pk))
+    return locked
+
+
+def apply_replan(job: Job, user, plan: PlanRecord, rank, max_spend_usd, max_hours, confirm: bool) -> Job:
+    """Stop ``job``'s cluster and launch option ``rank`` of ``plan`` (its re-plan) in its place."""
+    if not can_launch(user):
+        raise NotAllowed("launching a job needs the plans.add_job permission")
+    if not can_stop(user, job):
+        raise NotAllowed("only the owner (or plans.change_job) may replace this job")
+    with transaction.atomic():
+        new = create_job(user, plan, rank, job.train_command, max_spend_usd, max_hours, confirm, replaces=job)
+        stop_job(job, f"replaced by job {new.pk} (re-plan)")
+        add_event(job, "replan_applied", f"re-plan applied: job {new.pk} launches option {rank} of plan {plan.pk}",
+                  {"job": new.pk, "plan": plan.pk, "rank": int(rank)})  # fmt: skip
+    return new

@@ -1,0 +1,269 @@
+"""Watching a running job: observed vs predicted speed, drift, spot interruptions, lost nodes,
+the spend/time cap, and re-plan offers for the work that is left.
+
+Drift (interference detection)
+------------------------------
+The planner predicts the p50 iteration time of the cluster (``Job.predicted_iter_s``) from
+profiles taken on quiet machines. Once the job runs, every rank reports the wall time of each
+iteration (``profiler.agent.report``). Whenever reports arrive, and on every watch pass,
+``check_drift`` takes the reports of the last ``JOB_DRIFT_WINDOW_MINUTES`` (5) minutes, all
+ranks together, leaves out each rank's first ``JOB_DRIFT_WARMUP_ITERATIONS`` (3) iterations
+(CUDA context, autotuning, DDP's first bucket rebuild) and computes their median. With at least
+``JOB_DRIFT_MIN_REPORTS`` (5) reports in the window:
+
+* median > (1 + ``JOB_DRIFT_THRESHOLD`` (0.15)) x predicted p50 -> the job *drifts*:
+  ``drift_since`` is set and one ``JobEvent("drift")`` records the median, the ratio and each
+  rank's own median (a rank far above the others is a straggler node);
+* median <= that bound again -> ``drift_since`` is cleared and ``JobEvent("drift_cleared")``
+  is added.
+
+A median over minutes, not one step, so a GC pause, a checkpoint write or a data-loader hiccup
+does not trip it; a sustained slowdown does: a noisy neighbour on a shared host, thermal or
+power throttling, a degraded network path or a slow node holding back every allreduce (or a
+model the planner got wrong). Fewer reports than the minimum in the window (nothing yet, or a
+stalled job) leave the state as it is.
+
+Watching (``watch_job``, every ``JOB_WATCH_EVERY_S`` = 30 s)
+------------------------------------------------------------
+Past ``Job.cap_at`` (spend or time, whichever first) the job is stopped and its instances
+terminated. Otherwise its instances are described: a spot interruption notice or a node that
+is gone (not by its own shutdown) adds one event per instance and a re-plan offer for the
+remaining samples (total minus reported) at current prices. When every node is gone the job
+ends: succeeded when the nodes shut themselves down after the work was done, else failed.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import statistics
+from datetime import timedelta
+
+from django.db.models import Count, Max, Sum
+from django.utils import timezone
+
+from planner.app import jobs
+from planner.app.models import Job, JobEvent, JobReport, JobStatus
+from profiler import ec2
+
+log = logging.getLogger(__name__)
+
+MAX_WINDOW_REPORTS = 20_000
+LIVE = ("pending", "running")
+SELF_SHUTDOWN = "Client.InstanceInitiatedShutdown"
+LOSS_KINDS = ("spot_interruption", "node_lost")
+
+
+def _drift_settings() -> tuple[float, float, int, int]:
+    return (
+        float(jobs.setting("JOB_DRIFT_WINDOW_MINUTES", 5)),
+        float(jobs.setting("JOB_DRIFT_THRESHOLD", 0.15)),
+        int(jobs.setting("JOB_DRIFT_MIN_REPORTS", 5)),
+        int(jobs.setting("JOB_DRIFT_WARMUP_ITERATIONS", 3)),
+    )
+
+
+def window_times(job: Job, now=None) -> dict[int, list[float]]:
+    """Iteration times per rank over the drift window (warm-up iterations left out)."""
+    now = now or timezone.now()
+    minutes, _, _, warmup = _drift_settings()
+    rows = (JobReport.objects.filter(job=job, reported_at__gte=now - timedelta(minutes=minutes),
+                                     iteration__gt=warmup)
+            .order_by("-reported_at").values_list("rank", "iter_time_s")[:MAX_WINDOW_REPORTS])  # fmt: skip
+    per_rank: dict[int, list[float]] = {}
+    for rank, t in rows:
+        per_rank.setdefault(rank, []).append(t)
+    return per_rank
+
+
+def check_drift(job: Job, now=None) -> str | None:
+    """Apply the drift rule (module doc). Returns "flagged", "cleared" or None (no change)."""
+    job = Job.objects.get(pk=job.pk)
+    if job.finished or job.predicted_iter_s <= 0:
+        return None
+    minutes, threshold, min_reports, _ = _drift_settings()
+    per_rank = window_times(job, now)
+    times = [t for ts in per_rank.values() for t in ts]
+    if len(times) < min_reports:
+        return None
+    median = statistics.median(times)
+    ratio = median / job.predicted_iter_s
+    data = {"median_iter_s": round(median, 6), "predicted_iter_s": job.predicted_iter_s, "ratio": round(ratio, 4),
+            "window_minutes": minutes, "reports": len(times),
+            "rank_medians": {str(r): round(statistics.median(ts), 6) for r, ts in sorted(per_rank.items())}}  # fmt: skip
+    if ratio > 1 + threshold:
+        slowest = max(per_rank.items(), key=lambda kv: statistics.median(kv[1]))[0]
+        message = (f"iterations take {median:.3f} s (median of the last {minutes:g} min), "
+                   f"{(ratio - 1) * 100:.0f}% above the predicted {job.predicted_iter_s:.3f} s; slowest rank {slowest}")
+        return "flagged" if jobs.set_drift(job, message, data) else None
+    if job.drift_since is not None:
+        message = f"back to {median:.3f} s per iteration ({(ratio - 1) * 100:+.0f}% vs predicted)"
+        return "cleared" if jobs.clear_drift(job, message, data) else None
+    return None
+
+
+def progress(job: Job) -> dict:
+    """Work done and left. Samples are the reported ones (every rank reports its own, so their
+    sum is the cluster's); without samples, iterations x the global batch."""
+    global_batch = max(1, int(job.option.get("global_batch") or 1))
+    agg = JobReport.objects.filter(job=job).aggregate(samples=Sum("samples"), with_samples=Count("samples"),
+                                                      iterations=Max("iteration"))  # fmt: skip
+    iterations = int(agg["iterations"] or 0)
+    done = float(agg["samples"]) if agg["with_samples"] else float(iterations * global_batch)
+    total = jobs.total_samples(job.plan, job.option) or float(job.total_iterations * global_batch)
+    remaining = max(0.0, total - done)
+    return {"done_samples": done, "total_samples": total, "remaining_samples": remaining,
+            "iterations": iterations, "total_iterations": job.total_iterations,
+            "fraction": round(min(1.0, done / total), 4) if total else None}  # fmt: skip
+
+
+def observed(job: Job, limit: int = 2000) -> dict:
+    """Observed vs predicted, for the API and the page."""
+    recent = list(JobReport.objects.filter(job=job).order_by("-reported_at", "-seq")
+                  .values("iteration", "iter_time_s", "rank")[:limit])[::-1]  # fmt: skip
+    times = [r["iter_time_s"] for r in recent]
+    p50 = statistics.median(times) if times else None
+    p90 = statistics.quantiles(times, n=10)[-1] if len(times) >= 2 else p50
+    return {
+        "reports": JobReport.objects.filter(job=job).count(),
+        "median_iter_s": p50, "p90_iter_s": p90,
+        "predicted_iter_s": job.predicted_iter_s, "predicted_iter_p90_s": job.predicted_iter_p90_s,
+        "ratio": round(p50 / job.predicted_iter_s, 4) if p50 and job.predicted_iter_s else None,
+        "series": recent,
+    }  # fmt: skip
+
+
+# --- re-plan ------------------------------------------------------------------------------
+
+
+def replan_request(job: Job, remaining_samples: float, now=None) -> dict:
+    """The job's plan request for the work that is left: ``total_samples`` = remaining, and the
+    deadline/budget reduced by what has already passed/been spent (dropped when used up)."""
+    now = now or timezone.now()
+    request = copy.deepcopy(job.plan.request or {})
+    for key in ("samples_per_epoch", "epochs", "iterations"):
+        request.pop(key, None)  # sizes that would override total_samples
+    request["total_samples"] = remaining_samples
+    start = job.started_at or job.created_at
+    elapsed_h = max(0.0, (now - start).total_seconds() / 3600)
+    if isinstance(request.get("deadline_hours"), (int, float)):
+        left = request["deadline_hours"] - elapsed_h
+        request["deadline_hours"] = round(left, 4) if left > 0 else None
+    if isinstance(request.get("budget_usd"), (int, float)):
+        left = request["budget_usd"] - job.spend_so_far(now)
+        request["budget_usd"] = round(left, 2) if left > 0 else None
+    return {k: v for k, v in request.items() if v is not None}
+
+
+def offer_replan(job: Job, reason: str) -> JobEvent | None:
+    """Solve the remaining work again (``planner.app.service.create_plan``) and offer the best
+    option as a ``replan_offer`` event; ``replan_failed`` when that is not possible."""
+    left = progress(job)["remaining_samples"]
+    if left <= 0:
+        return None
+    try:
+        from planner.app.service import create_plan
+    except ImportError:
+        return jobs.add_event(job, "replan_failed", "re-planning is not available on this server")
+    try:
+        plan = create_plan(job.owner, replan_request(job, left))
+    except Exception as exc:  # an infeasible or failed solve is a message for the user, not a crash
+        log.warning("re-plan of job %s failed", job.pk, exc_info=True)
+        return jobs.add_event(job, "replan_failed", f"re-plan failed: {exc}")
+    options = (plan.result or {}).get("plans") or []
+    if not options:
+        return jobs.add_event(job, "replan_failed", f"re-plan found no option: {plan.error or plan.status}",
+                              {"plan": plan.pk})  # fmt: skip
+    best = options[0]
+    from planner.app.launch import describe_option
+
+    return jobs.add_event(
+        job, "replan_offer",
+        f"{reason}; re-plan for the {left:,.0f} samples left: {describe_option(best)} at "
+        f"${best.get('hourly_usd', 0):.2f}/h, about {best.get('time_h', 0):.2f} h",
+        {"plan": plan.pk, "rank": best["rank"], "remaining_samples": left, "hourly_usd": best.get("hourly_usd"),
+         "time_h": best.get("time_h"), "label": describe_option(best)},
+    )  # fmt: skip
+
+
+def latest_offer(job: Job) -> JobEvent | None:
+    offer = JobEvent.objects.filter(job=job, kind="replan_offer").order_by("-at", "-pk").first()
+    if offer is None:
+        return None
+    applied = JobEvent.objects.filter(job=job, kind="replan_applied", at__gte=offer.at).exists()
+    return None if applied else offer
+
+
+# --- the watch ----------------------------------------------------------------------------
+
+
+def cap_reason(job: Job) -> str:
+    spend_hours = float(job.max_spend_usd / job.hourly_usd) if job.hourly_usd else job.max_hours
+    if spend_hours < job.max_hours:
+        return f"stopped at its spend cap (${job.max_spend_usd} at ${job.hourly_usd}/h)"
+    return f"stopped at its time cap ({job.max_hours:g} h)"
+
+
+def watch_job(job: Job, now=None) -> str:
+    """One look at a job; returns "watching" while it should be looked at again."""
+    now = now or timezone.now()
+    job = Job.objects.get(pk=job.pk)
+    if job.finished:
+        return job.status
+    if now >= job.cap_at:
+        jobs.stop_job(job, cap_reason(job))
+        return "capped"
+    if job.status == JobStatus.LAUNCHING or not job.instance_ids:
+        limit = timedelta(minutes=float(jobs.setting("JOB_LAUNCH_TIMEOUT_MINUTES", 30)))
+        if now - job.created_at > limit:
+            jobs.fail_job(job, "the launch did not finish in time")
+            return "failed"
+        return "watching"
+    states = {s.id: s for s in ec2.describe(job.region, job.instance_ids)}
+    interrupted = set(ec2.spot_interruption_notices(job.region, job.instance_ids))
+    fresh_grace = timedelta(minutes=5)  # describe may not show a just-launched instance yet
+    losses, exited = [], []
+    for instance_id in job.instance_ids:
+        state = states.get(instance_id)
+        if instance_id in interrupted:
+            ev = jobs.add_event(job, "spot_interruption", f"spot interruption of {instance_id}"
+                                f" ({state.instance_type if state else '?'})", once_for=instance_id)  # fmt: skip
+            losses.append(ev)
+            continue
+        if state is None:
+            if job.started_at and now - job.started_at > fresh_grace:
+                losses.append(jobs.add_event(job, "node_lost", f"{instance_id} is gone", once_for=instance_id))
+            continue
+        if state.state in LIVE:
+            continue
+        if state.state_reason == SELF_SHUTDOWN:
+            exited.append(instance_id)
+            continue
+        losses.append(jobs.add_event(
+            job, "node_lost", f"{instance_id} ({state.instance_type}) is {state.state}"
+            + (f": {state.state_reason}" if state.state_reason else ""),
+            {"state": state.state, "reason": state.state_reason}, once_for=instance_id,
+        ))  # fmt: skip
+    new_losses = [e for e in losses if e is not None]
+    if new_losses:
+        offer_replan(job, f"lost {len(new_losses)} node(s)")
+    live = [i for i in job.instance_ids if states.get(i) and states[i].state in LIVE and i not in interrupted]
+    if not live:
+        return _all_nodes_gone(job, exited)
+    check_drift(job, now)
+    return "watching"
+
+
+def _all_nodes_gone(job: Job, exited: list[str]) -> str:
+    lost = JobEvent.objects.filter(job=job, kind__in=LOSS_KINDS).count()
+    done = progress(job)
+    if not lost and len(exited) == len(job.instance_ids):
+        if done["fraction"] is None or done["fraction"] >= 0.99:
+            jobs.succeed_job(job, "training finished: every node shut itself down")
+            return "succeeded"
+        jobs.fail_job(job, f"every node shut itself down after {done['iterations']} of "
+                           f"{done['total_iterations']} iterations (see the node log)")  # fmt: skip
+        return "failed"
+    jobs.fail_job(job, f"every node is gone ({lost} lost or interrupted)"
+                  + ("; a re-plan is offered" if latest_offer(job) else ""))  # fmt: skip
+    return "failed"

@@ -1,0 +1,146 @@
+"""The reconciler: terminate Srifty-managed EC2 instances that no live job or run accounts for.
+
+It looks at every instance tagged ``srifty:managed=true`` (``profiler.ec2.find_managed``) and
+terminates those whose ``srifty:job-id`` / ``srifty:run-id`` points at
+
+* nothing (the row is gone),
+* a job or run that has finished, or
+* a job past its cap (``Job.cap_at``) or a run past its deadline, by more than
+  ``RECONCILE_GRACE_MINUTES`` (5; the watch task normally gets there first). Such a job is
+  stopped as well, so its page says why.
+
+Instances of live jobs and runs are left alone, and so are managed instances with neither tag
+(nothing says whose they are). Regions scanned: those of unfinished jobs and EC2 runs and of
+those created in the last ``RECONCILE_RECENT_DAYS`` (7), plus ``RECONCILE_REGIONS`` (default:
+``AWS_DEFAULT_REGION``), or exactly the ones given. One region failing (credentials, throttling)
+is reported and does not stop the others. Run it from ``manage.py reconcile_instances``
+(``--dry-run`` reports only) or as the self-repeating ``reconcile_task``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
+
+from planner.app import jobs
+from planner.app.models import JOB_FINISHED, Job
+from profiler import ec2
+from profiler.models import FINISHED as RUN_FINISHED
+from profiler.models import ProfilingRun, Provider
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Action:
+    instance_id: str
+    region: str
+    owner: str  # "job 12", "run 4" or "-"
+    reason: str
+
+
+@dataclass
+class Report:
+    regions: list[str] = field(default_factory=list)
+    scanned: int = 0
+    terminated: list[Action] = field(default_factory=list)
+    kept: list[Action] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    stopped_jobs: list[int] = field(default_factory=list)
+    dry_run: bool = False
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def lines(self) -> list[str]:
+        verb = "would terminate" if self.dry_run else "terminated"
+        out = [f"{verb} {a.instance_id} ({a.region}, {a.owner}): {a.reason}" for a in self.terminated]
+        out += [f"error: {e}" for e in self.errors]
+        out.append(f"{self.scanned} managed instance(s) in {', '.join(self.regions) or 'no region'}: "
+                   f"{len(self.terminated)} {verb}, {len(self.kept)} kept")  # fmt: skip
+        return out
+
+
+def regions_to_scan(now=None) -> list[str]:
+    now = now or timezone.now()
+    since = now - timedelta(days=float(jobs.setting("RECONCILE_RECENT_DAYS", 7)))
+    found = set(Job.objects.filter(Q(created_at__gte=since) | ~Q(status__in=JOB_FINISHED))
+                .values_list("region", flat=True))  # fmt: skip
+    found |= set(ProfilingRun.objects.filter(provider=Provider.EC2)
+                 .filter(Q(created_at__gte=since) | ~Q(status__in=RUN_FINISHED)).values_list("region", flat=True))  # fmt: skip
+    found |= set(jobs.setting("RECONCILE_REGIONS", None) or [settings.AWS_DEFAULT_REGION])
+    return sorted(r for r in found if r)
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def verdict(state: ec2.InstanceState, now) -> tuple[str, str, Job | None]:
+    """("terminate" | "keep", reason, a job to stop) for one managed instance."""
+    grace = timedelta(minutes=float(jobs.setting("RECONCILE_GRACE_MINUTES", 5)))
+    job_tag, run_tag = state.tags.get("srifty:job-id"), state.tags.get("srifty:run-id")
+    if job_tag is not None:
+        job = Job.objects.filter(pk=_int(job_tag)).first() if _int(job_tag) else None
+        if job is None:
+            return "terminate", f"job {job_tag} does not exist", None
+        if job.finished:
+            return "terminate", f"job {job.pk} is {job.status}", None
+        if now > job.cap_at + grace:
+            return "terminate", f"job {job.pk} is past its cap ({job.cap_at:%Y-%m-%d %H:%M} UTC)", job
+        return "keep", f"job {job.pk} is {job.status}", None
+    if run_tag is not None:
+        run = ProfilingRun.objects.filter(pk=_int(run_tag)).first() if _int(run_tag) else None
+        if run is None:
+            return "terminate", f"run {run_tag} does not exist", None
+        if run.finished:
+            return "terminate", f"run {run.pk} is {run.status}", None
+        if now > run.deadline_at + grace:
+            return "terminate", f"run {run.pk} is past its deadline ({run.deadline_at:%Y-%m-%d %H:%M} UTC)", None
+        return "keep", f"run {run.pk} is {run.status}", None
+    return "keep", "no srifty:job-id or srifty:run-id tag", None
+
+
+def reconcile(regions: list[str] | None = None, dry_run: bool = False, now=None) -> Report:
+    now = now or timezone.now()
+    report = Report(regions=sorted(set(regions)) if regions else regions_to_scan(now), dry_run=dry_run)
+    for region in report.regions:
+        try:
+            managed = ec2.find_managed(region)
+        except ec2.AwsError as exc:
+            report.errors.append(f"{region}: {exc}")
+            continue
+        report.scanned += len(managed)
+        doomed: list[str] = []
+        for state in managed:
+            if state.state in ("shutting-down",):
+                continue  # already on its way out
+            decision, reason, job = verdict(state, now)
+            owner = (f"job {state.tags['srifty:job-id']}" if "srifty:job-id" in state.tags
+                     else f"run {state.tags['srifty:run-id']}" if "srifty:run-id" in state.tags else "-")  # fmt: skip
+            action = Action(state.id, region, owner, reason)
+            if decision == "keep":
+                report.kept.append(action)
+                continue
+            report.terminated.append(action)
+            doomed.append(state.id)
+            if job is not None and job.pk not in report.stopped_jobs:
+                report.stopped_jobs.append(job.pk)
+                if not dry_run:
+                    jobs.stop_job(job, "stopped by the reconciler: past its spend/time cap")
+        if doomed and not dry_run:
+            try:
+                ec2.terminate(region, doomed)
+            except ec2.AwsError as exc:
+                report.errors.append(f"{region}: {exc}")
+    for line in report.lines():
+        log.info("reconcile: %s", line)
+    return report
