@@ -189,17 +189,20 @@ def _supported_pool(catalog: list[Candidate], oracle: AnalyticalOracle) -> list[
     return [c for c in catalog if oracle.gpu(c) is not None]
 
 
-def random_problem(rng: random.Random, catalog: list[Candidate]) -> tuple[PlanRequest, list[Candidate], AnalyticalOracle]:
-    """A small seeded random instance (few candidates, few nodes) with constraints on a sensible scale."""
+def random_problem(rng: random.Random, catalog: list[Candidate],
+                   medium: bool = False) -> tuple[PlanRequest, list[Candidate], AnalyticalOracle]:
+    """A seeded random instance with constraints on a sensible scale: small (3-6 candidates in 1-2
+    regions, 2-6 nodes, up to 3 types) or ``medium`` (8-12 candidates of one region, 6-10 nodes,
+    2 types), where the bounds have more to prune."""
     from planner.solver import OBJECTIVES, evaluate_config
 
     model = rng.choice([RESNET50, VGG19])
     oracle = AnalyticalOracle(model)
     pool = _supported_pool(catalog, oracle)
     regions = sorted({c.region for c in pool})
-    chosen = rng.sample(regions, rng.choice([1, 1, 2]))
+    chosen = rng.sample(regions, 1 if medium else rng.choice([1, 1, 2]))
     local = [c for c in pool if c.region in chosen]
-    cands = rng.sample(local, min(len(local), rng.randint(3, 6)))
+    cands = rng.sample(local, min(len(local), rng.randint(8, 12) if medium else rng.randint(3, 6)))
     out = []
     for c in cands:
         if c.is_spot:
@@ -211,14 +214,15 @@ def random_problem(rng: random.Random, catalog: list[Candidate]) -> tuple[PlanRe
     objective = rng.choice(OBJECTIVES)
     lo, hi = rng.choice([(256, 256), (128, 1024), (64, 512), (512, 2048)])
     base = PlanRequest(objective="cost", total_samples=rng.choice([2e6, 2e7, 1e8]), deadline_hours=1e6,
-                       max_nodes=rng.randint(2, 6), max_types=rng.choice([1, 2, 2, 3]), global_batch_min=lo,
+                       max_nodes=rng.randint(6, 10) if medium else rng.randint(2, 6),
+                       max_types=2 if medium else rng.choice([1, 2, 2, 3]), global_batch_min=lo,
                        global_batch_max=hi, startup_overhead_h=rng.choice([0.0, 0.05, 0.2]),
                        checkpoint_interval_h=rng.choice([0.25, 0.5, 1.0]), restart_overhead_h=rng.choice([0.05, 0.2]),
                        checkpoint_write_s=rng.choice([0.0, 30.0]))
     ref = [m for c in cands for n in (1, base.max_nodes)
            if (m := evaluate_config(((c, n),), base, oracle)) is not None]
     if not ref:
-        return random_problem(rng, catalog)
+        return random_problem(rng, catalog, medium)
     times = sorted(m.time_h for m in ref)
     costs = sorted(m.total_usd for m in ref)
     rates = sorted(m.hourly_usd for m in ref)
@@ -239,21 +243,26 @@ def random_problem(rng: random.Random, catalog: list[Candidate]) -> tuple[PlanRe
     return replace(base, **kw), cands, oracle
 
 
-def bench_optimality(catalog: list[Candidate], n: int = 60, seed: int = 2022) -> None:
+def bench_optimality(catalog: list[Candidate], n: int = 60, seed: int = 2022, medium: bool = False) -> None:
     from planner.solver import exhaustive_search
 
     rng = random.Random(seed)
     matched = feasible = 0
     by_obj: dict[str, list[int]] = {}
     worst = 0.0
+    t_solver = t_brute = 0.0
     for _ in range(n):
-        req, cands, oracle = random_problem(rng, catalog)
+        req, cands, oracle = random_problem(rng, catalog, medium)
+        t0 = time.perf_counter()
         ref = exhaustive_search(req, cands, oracle)
+        t1 = time.perf_counter()
         try:
             got = solve(req, cands, oracle).best
             val = {"cost": got.total_usd, "time": got.time_h, "throughput": -got.effective_throughput_sps}[req.objective]
         except Infeasible:
             val = None
+        t_brute += t1 - t0
+        t_solver += time.perf_counter() - t1
         if ref is None:
             ok = val is None
         else:
@@ -265,8 +274,10 @@ def bench_optimality(catalog: list[Candidate], n: int = 60, seed: int = 2022) ->
         by_obj.setdefault(req.objective, [0, 0])
         by_obj[req.objective][0] += ok
         by_obj[req.objective][1] += 1
-    print(f"optimality: solver == exhaustive search on {matched}/{n} seeded random problems "
-          f"({feasible} feasible, {n - feasible} infeasible; worst relative gap {worst:.1e})")
+    kind = "medium (8-12 candidates, 6-10 nodes, 2 types)" if medium else "small (3-6 candidates, 2-6 nodes, 1-3 types)"
+    print(f"optimality, {kind}: solver == exhaustive search on {matched}/{n} seeded random problems "
+          f"({feasible} feasible, {n - feasible} infeasible; worst relative gap {worst:.1e}; "
+          f"exhaustive {t_brute:.1f} s, solver {t_solver:.1f} s in total)")
     print("  per objective: " + ", ".join(f"{k} {v[0]}/{v[1]}" for k, v in sorted(by_obj.items())))
 
 
@@ -359,6 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     catalog = load_catalog()
     bench_optimality(catalog, n=20 if args.quick else 60)
+    bench_optimality(catalog, n=5 if args.quick else 20, seed=2023, medium=True)
     bench_speed(catalog, repeats=1 if args.quick else 3)
     bench_gain(catalog)
     print(f"bench done in {time.perf_counter() - t0:.1f} s")

@@ -919,33 +919,48 @@ class _Engine:
             pm1[i, m + 1:] = pm1[i, m]
             m1[i] = m
         min_rate = price[combos].sum(axis=1)
-        if spec.cap is not None:
-            # with a $/h cap each member can afford at most (cap - others' one node) / price nodes
-            ub = np.zeros(len(combos))
-            for col in range(k):
-                me = combos[:, col]
-                others = min_rate - price[me]
-                afford = np.floor((spec.cap * (1 + _REL) - others) / price[me] + 1e-9).astype(int)
-                afford = np.clip(np.minimum(afford, m1[me]), 0, N)
-                ub += pm1[me, afford]
-        else:
-            ub = ub1[combos].sum(axis=1)
+        cap = spec.cap * (1 + _REL) if spec.cap is not None else None
+        sep_terms = np.zeros((len(combos), k))  # separability term of each member (cap-aware)
+        for col in range(k):
+            me = combos[:, col]
+            if cap is not None:
+                # with a $/h cap a member can afford at most (cap - the others' one node) / price nodes
+                afford = np.floor((cap - (min_rate - price[me])) / price[me] + 1e-9)
+                afford = np.clip(np.minimum(afford, m1[me]), 0, N).astype(int)
+                sep_terms[:, col] = pm1[me, afford]
+            else:
+                sep_terms[:, col] = ub1[me]
+        ub = sep_terms.sum(axis=1)
         rho = rho1[combos].min(axis=1)
-        if k == 2 and self.bound_level >= 2:
-            # replacement bound: if one member's hardware dominates the other, the pair is no
-            # faster than s = n_a + n_b nodes of the dominating type
+        if self.bound_level >= 2:
+            # replacement bound: members whose hardware another member dominates are merged into it
             ti = np.array([self.tidx[c.instance_type] for c in usable])
-            ms = np.array([min(maxc[c], N - 1) for c in usable])
-            a, b = combos[:, 0], combos[:, 1]
-            smax = np.minimum(N, ms[a] + ms[b])
             pmax = np.array([self.pmax[c.instance_type] for c in usable])
             rmin = np.array([self.rmin[c.instance_type] for c in usable])
-            pmin = np.minimum(price[a], price[b])
-            for x, y in ((a, b), (b, a)):
-                d = self.dom[ti[x], ti[y]]
-                if d.any():
-                    ub = np.where(d, np.minimum(ub, pmax[x, smax]), ub)
-                    rho = np.where(d, np.maximum(rho, pmin * rmin[x, smax]), rho)
+            merges: list[tuple[int, tuple[int, ...]]] = [(x, (y,)) for x in range(k) for y in range(k) if x != y]
+            if k == 3:
+                merges += [(x, tuple(y for y in range(k) if y != x)) for x in range(k)]
+            for x, ys in merges:
+                X = combos[:, x]
+                d = np.ones(len(combos), dtype=bool)
+                for y in ys:
+                    d &= self.dom[ti[X], ti[combos[:, y]]]
+                if not d.any():
+                    continue
+                merged = (x, *ys)
+                others = [z for z in range(k) if z not in merged]
+                smax = np.minimum(N - len(others), sum(m1[combos[:, z]] for z in merged))
+                pmin = np.min(price[combos[:, list(merged)]], axis=1)
+                if cap is not None:
+                    other_price = price[combos[:, others]].sum(axis=1) if others else 0.0
+                    smax = np.minimum(smax, np.floor((cap - other_price) / pmin + 1e-9))
+                smax = np.clip(smax, 0, N).astype(int)
+                bound = pmax[X, smax] + (sep_terms[:, others].sum(axis=1) if others else 0.0)
+                r = pmin * rmin[X, smax]
+                if others:
+                    r = np.minimum(r, rho1[combos[:, others]].min(axis=1))
+                ub = np.where(d, np.minimum(ub, bound), ub)
+                rho = np.where(d, np.maximum(rho, r), rho)
         haz = lam_a[combos].sum(axis=1)
         _, t_lb, _, good_ub = _metrics(ub, min_rate, haz, req)
         cost_lb = rho * req.total_samples / 3600.0 + min_rate * req.startup_overhead_h
@@ -981,6 +996,14 @@ class _Engine:
                 for idx in survivors:
                     subset = tuple(usable[i] for i in idx)
                     ms = [min(maxc[c], N - (k - 1)) for c in subset]
+                    if spec.cap is not None and bound_pruning:
+                        total_p = sum(c.price_per_hour for c in subset)
+                        ms = [min(m, int(math.floor((spec.cap * (1 + _REL) - (total_p - c.price_per_hour))
+                                                    / c.price_per_hour + 1e-9)))
+                              for m, c in zip(ms, subset, strict=True)]
+                        if min(ms) < 1:
+                            stats["pruned"] += 1
+                            continue
                     grids = np.meshgrid(*[np.arange(1, m + 1) for m in ms], indexing="ij")
                     ns = [g.ravel() for g in grids]
                     mask = sum(ns) <= N
