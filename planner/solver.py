@@ -1122,11 +1122,13 @@ def _split_batch(groups: Sequence[tuple[Candidate, int]], g: int, weights: Seque
     return [tuple(base[(i, k)] for k in range(n)) for i, (_, n) in enumerate(groups)]
 
 
-def _batch_weights(groups: Sequence[tuple[Candidate, int]], est: Estimate,
+def _batch_weights(groups: Sequence[tuple[Candidate, int]], est: Estimate, est_types: Sequence[str],
                    single_node: Callable[[Candidate], float]) -> list[float]:
-    if est.per_node_batch is not None:
-        hw = _Memo.hw_key(groups)
-        by_type = {t: float(b) for (t, _), b in zip(hw, est.per_node_batch, strict=False)}
+    """Per-node batch weights of each group: the oracle's ``per_node_batch`` (whose entries follow
+    ``est_types``, the instance types of the config the oracle was called with) when given, else
+    each type's single-node throughput."""
+    if est.per_node_batch is not None and len(est.per_node_batch) == len(est_types):
+        by_type = {t: float(b) for t, b in zip(est_types, est.per_node_batch, strict=True)}
         if all(by_type.get(c.instance_type, 0) > 0 for c, _ in groups):
             return [by_type[c.instance_type] for c, _ in groups]
     return [max(single_node(c), 1e-12) for c, _ in groups]
@@ -1220,7 +1222,8 @@ def _make_plan(rank: int, col: _Col, ranked: Sequence[_Col], spec: _Spec, engine
     assert est is not None
     if why is None:
         why = _why(rank, col, ranked, spec, engine.request, _binding(col, spec, engine.request))
-    weights = _batch_weights(col.groups, est, lambda c: engine.per_node_best.get(c.instance_type, 1.0))
+    est_types = [t for t, _ in engine.memo.hw_key(col.groups)]
+    weights = _batch_weights(col.groups, est, est_types, lambda c: engine.per_node_best.get(c.instance_type, 1.0))
     return _build_plan(rank, col, est, engine.request, why, weights)
 
 
@@ -1265,7 +1268,7 @@ def plan_for_config(config: Config, request: PlanRequest, perf: PerfOracle, *, g
         e = perf(((c, 1),), m.global_batch)
         return e.throughput_sps if e is not None else 1.0
 
-    weights = _batch_weights(m.config, m.estimate, single)
+    weights = _batch_weights(m.config, m.estimate, [c.instance_type for c, _ in m.config], single)
     if not why and not m.feasible:
         why = "violates: " + ", ".join(m.violated)
     return _build_plan(0, col, m.estimate, request, why, weights)

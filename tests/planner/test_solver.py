@@ -410,3 +410,14 @@ def test_cost_equals_rate_times_time_and_startup_overhead_counts():
     assert best.total_usd == pytest.approx(best.hourly_usd * best.time_h)
     assert best.base_time_h == pytest.approx(1e7 / best.throughput_sps / 3600)
     assert math.isclose(best.effective_throughput_sps, best.throughput_sps)
+
+
+def test_per_node_batches_follow_node_speed_and_sum_to_the_global_batch():
+    fast, slow = cand("p3.2xlarge"), cand("g4dn.xlarge")
+    req = PlanRequest(objective="cost", total_samples=1e6, deadline_hours=100, global_batch_min=256,
+                      global_batch_max=256)
+    plan = plan_for_config(((fast, 1), (slow, 2)), req, toy_perf)  # not in sorted type order
+    by_type = {g.instance_type: g.batch_per_node for g in plan.groups}
+    assert len(by_type["g4dn.xlarge"]) == 2 and len(by_type["p3.2xlarge"]) == 1
+    assert by_type["p3.2xlarge"][0] > max(by_type["g4dn.xlarge"])
+    assert sum(sum(b) for b in by_type.values()) == 256
