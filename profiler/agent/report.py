@@ -16,7 +16,7 @@ How it behaves inside a training loop:
 
 * ``step`` only appends to an in-memory queue under a lock; it never blocks on the network.
   A background thread posts batches ``POST {server}/api/v1/jobs/{id}/reports/`` with
-  ``Authorization: Bearer {token}`` and the body ``{"seq", "rank", "reports": [{"iteration",
+  ``Authorization: Bearer {token}`` and the body (at most ``batch_size`` reports) ``{"seq", "rank", "reports": [{"iteration",
   "iter_time_s", "samples"}, ...]}``, when ``batch_size`` steps are queued or every
   ``flush_interval_s``.
 * Report ``i`` of a post has seq ``seq + i``; a retried post keeps its seqs, so the server
@@ -224,7 +224,7 @@ class Reporter(NullReporter):
                     if self._stopping:
                         return
                     continue
-                batch = [self._queue.popleft() for _ in range(min(len(self._queue), 1000))]
+                batch = [self._queue.popleft() for _ in range(min(len(self._queue), self.batch_size))]
                 seq = self._next_seq
                 self._next_seq += len(batch)
                 self._in_flight = len(batch)
