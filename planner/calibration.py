@@ -25,11 +25,18 @@ def _digest(calibration_csv: Path, specs: Mapping[str, GpuSpec]) -> str:
     return h.hexdigest()[:16]
 
 
+SHIPPED_DIR = Path(__file__).resolve().parent / "data"
+
+
 def load_or_calibrate(calibration_csv: str | Path, specs: Mapping[str, GpuSpec], cache_dir: str | Path) -> TransferModel:
+    """The model for these inputs: shipped with the code (``planner/data``, made by
+    ``manage.py calibrate_transfer``), cached in ``cache_dir``, or calibrated now and cached."""
     calibration_csv = Path(calibration_csv)
-    cache = Path(cache_dir) / f"transfer-model-{_digest(calibration_csv, specs)}.json"
-    if cache.exists():
-        return TransferModel.from_dict(json.loads(cache.read_text()), specs)
+    name = f"transfer-model-{_digest(calibration_csv, specs)}.json"
+    cache = Path(cache_dir) / name
+    for found in (SHIPPED_DIR / name, cache):
+        if found.exists():
+            return TransferModel.from_dict(json.loads(found.read_text()), specs)
     model = calibrate_from_csv(calibration_csv, specs)
     cache.parent.mkdir(parents=True, exist_ok=True)
     tmp = cache.with_suffix(".tmp")

@@ -71,6 +71,21 @@ class Workload:
     measured_on: str | None = None
     default_spread: PhaseSpread = field(default_factory=lambda: PhaseSpread(0.03, 0.03, 0.03))
 
+    def to_dict(self) -> dict:
+        """The measured model is not part of the cached form (it is the caller's, per request)."""
+        return {"version": 1, "model_spec": self.model_spec, "input_shape": list(self.input_shape),
+                "precision": self.precision, "cost": self.cost.to_dict(), "bucket_sizes": list(self.bucket_sizes),
+                "static_bytes": self.static_bytes, "activation_bytes_per_sample": self.activation_bytes_per_sample}
+
+    @classmethod
+    def from_dict(cls, doc: Mapping) -> Workload:
+        if doc.get("version") != 1:
+            raise ValueError(f"workload: version must be 1, got {doc.get('version')!r}")
+        return cls(model_spec=doc["model_spec"], input_shape=tuple(doc["input_shape"]), precision=doc["precision"],
+                   cost=WorkloadCost.from_dict(doc["cost"]), bucket_sizes=tuple(doc["bucket_sizes"]),
+                   static_bytes=int(doc["static_bytes"]),
+                   activation_bytes_per_sample=float(doc["activation_bytes_per_sample"]))
+
     def bucket_specs(self, batch: int) -> tuple[BucketSpec, ...]:
         """Buckets with ready fractions: profiled ones when there is a profile, else bucket k is
         ready once backward has produced the gradients of buckets 0..k, taking backward time

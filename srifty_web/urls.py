@@ -8,6 +8,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 api_v1 = [
     path("", include("catalog.api_urls")),
     path("", include("profiler.api_urls")),
+    path("", include("planner.app.api_urls")),
     path("", include("planner.app.job_urls")),
 ]
 

@@ -1,0 +1,264 @@
+"""Planning as a service: turn a stored request into the pure planner's inputs, solve, store.
+
+Steps of :func:`solve_request` (each pure function lives in ``planner/``):
+
+1. the model: a stored compute profile (fitted with ``fit_compute_model``; its device says
+   whether it is *measured* on a target GPU or must be *transferred*), or a model spec counted
+   on the meta device (*analytical*);
+2. the candidates: the catalog's current prices (``feed.candidate_rows``) → ``load_candidates``;
+3. the oracle (``planner.oracle.Oracle``) and ``planner.solver.solve``;
+4. re-verification: the chosen plans are re-simulated with a 2,000-draw Monte-Carlo;
+5. the baselines a user would otherwise pick, on the same oracle.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from planner.app import feed
+from planner.app.models import PlanRecord, PlanStatus
+
+PROFILE_BACKED_SOURCES = ("measured", "transferred")
+
+
+class PlanInputError(ValueError):
+    """A field of the request is wrong or contradictory; ``field`` names it."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+# --- caches (per process; both are pure functions of their inputs) ------------------------
+
+_specs_cache: dict[str, Any] = {}
+_transfer_cache: dict[str, Any] = {}
+
+
+def gpu_specs() -> dict:
+    from planner.hardware import specs_from_rows
+
+    rows = feed.gpu_spec_rows()
+    key = hashlib.sha256(json.dumps(rows, sort_keys=True, default=str).encode()).hexdigest()
+    if key not in _specs_cache:
+        _specs_cache.clear()
+        _specs_cache[key] = specs_from_rows(rows)
+    return _specs_cache[key]
+
+
+def transfer_model():
+    from planner.calibration import load_or_calibrate
+
+    specs = gpu_specs()
+    key = str(id(specs))
+    if key not in _transfer_cache:
+        _transfer_cache.clear()
+        calibration = Path(settings.CATALOG_FIXTURES_DIR) / "calibration_resnet50_single_gpu.csv"
+        _transfer_cache[key] = load_or_calibrate(calibration, specs, Path(settings.DATA_DIR) / "models")
+    return _transfer_cache[key]
+
+
+def workload(spec: str, input_shape: tuple[int, ...], precision: str, measured=None, measured_on=None):
+    """The model's workload, counted once and cached on disk (a meta-device trace takes seconds)."""
+    from planner.oracle import Workload, workload_for_spec
+
+    key = hashlib.sha256(f"{spec}|{input_shape}|{precision}|v1".encode()).hexdigest()[:20]
+    path = Path(settings.DATA_DIR) / "models" / f"workload-{key}.json"
+    if path.exists():
+        base = Workload.from_dict(json.loads(path.read_text()))
+    else:
+        try:
+            base = workload_for_spec(spec, input_shape, precision=precision)
+        except Exception as exc:  # unknown model, factory error, shape mismatch
+            raise PlanInputError("model", f"cannot build {spec} with input shape {input_shape}: {exc}") from exc
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(base.to_dict()))
+        tmp.replace(path)
+    return dataclasses.replace(base, measured=measured, measured_on=measured_on)
+
+
+# --- request -> pure inputs ---------------------------------------------------------------
+
+
+def _model_inputs(req: dict):
+    """(Workload, source label, profile run or None) for the request's model."""
+    from planner.models.compute import fit_compute_model
+    from planner.profiles import ProfileError, parse_compute_profile
+    from profiler.models import ProfilingRun, RunKind, RunStatus
+
+    model = req["model"]
+    precision = model.get("precision", "fp32")
+    if model.get("profile_run"):
+        run = ProfilingRun.objects.filter(pk=model["profile_run"], kind=RunKind.COMPUTE,
+                                          status=RunStatus.SUCCEEDED).first()
+        if run is None or run.profile is None:
+            raise PlanInputError("model", f"profiling run {model['profile_run']} is not a finished compute profile")
+        try:
+            profile = parse_compute_profile(run.profile)
+        except ProfileError as exc:
+            raise PlanInputError("model", f"profile of run {run.pk} cannot be used: {exc}") from exc
+        measured = fit_compute_model(profile)
+        shape = tuple(profile.model.input_shape) or tuple(int(x) for x in run.input_shape.split(","))
+        device = profile.device.name if profile.device.type == "cuda" else None
+        wl = workload(profile.model.spec, shape, profile.device.precision or precision, measured, device)
+        return wl, run
+    shape = tuple(int(x) for x in str(model["input_shape"]).split(","))
+    return workload(model["spec"], shape, precision), None
+
+
+def plan_request(req: dict):
+    """The pure :class:`planner.solver.PlanRequest` for a validated request dict."""
+    from planner.solver import PlanRequest, RequestError
+
+    try:
+        pr = PlanRequest(
+            objective=req["objective"], total_samples=float(req["total_samples"]),
+            deadline_hours=req.get("deadline_hours"), budget_usd=req.get("budget_usd"),
+            max_hourly_usd=req.get("max_hourly_usd"), max_nodes=req.get("max_nodes", 16),
+            max_types=req.get("max_types", 1), quotas_on_demand=req.get("quotas_on_demand") or {},
+            quotas_spot=req.get("quotas_spot") or {}, global_batch_min=req.get("global_batch_min", 256),
+            global_batch_max=req.get("global_batch_max", 256),
+            regions=tuple(req["regions"]) if req.get("regions") else None,
+            checkpoint_interval_h=req.get("checkpoint_interval_h", 0.5),
+            restart_overhead_h=req.get("restart_overhead_h", 0.1), max_miss_risk=req.get("max_miss_risk"),
+            top_k=req.get("top_k", 8),
+        )  # fmt: skip
+        pr.validate()
+    except RequestError as exc:
+        raise PlanInputError(exc.field, str(exc).split(": ", 1)[-1]) from exc
+    return pr
+
+
+def candidates(req: dict):
+    from planner.candidates import load_candidates
+
+    rows = feed.candidate_rows(req.get("regions") or None)
+    return load_candidates(rows, regions=req.get("regions") or None, allow_spot=req.get("spot", True),
+                           allow_on_demand=req.get("on_demand", True), gpu_models=req.get("gpu_models") or None)
+
+
+# --- solving ------------------------------------------------------------------------------
+
+
+def solve_request(req: dict) -> dict:
+    """Solve and return the result as JSON-able dict; raises PlanInputError or Infeasible."""
+    from planner.baselines import evaluate_baselines
+    from planner.oracle import Oracle
+    from planner.solver import solve
+
+    started = time.perf_counter()
+    pr = plan_request(req)
+    wl, run = _model_inputs(req)
+    cands = candidates(req)
+    if not cands:
+        raise PlanInputError("regions", "no CUDA GPU instance type with a price matches the regions and markets")
+    oracle = Oracle(wl, transfer_model(), gpu_specs())
+    result = solve(pr, cands, oracle)
+    verified = _verify(result.plans, pr, wl, oracle, {c.key: c for c in cands})
+    baselines = evaluate_baselines(pr, cands, oracle, result, requested_gpu=req.get("baseline_gpu"),
+                                   skypilot_use_spot=bool(req.get("spot", True)))
+    return {
+        "plans": [_plan_json(p, verified.get(p.rank)) for p in result.plans],
+        "pareto": [p._asdict() for p in result.pareto],
+        "points": [p._asdict() for p in _thin(result.points)],
+        "baselines": [_baseline_json(b) for b in baselines],
+        "stats": dataclasses.asdict(result.stats),
+        "solve_time_s": result.solve_time_s,
+        "total_time_s": time.perf_counter() - started,
+        "model": {"spec": wl.model_spec, "input_shape": list(wl.input_shape), "precision": wl.precision,
+                  "profile_run": run.pk if run else None, "measured_on": wl.measured_on,
+                  "source": _source_of(result.plans, oracle)},
+        "request": {"total_samples": pr.total_samples},
+    }  # fmt: skip
+
+
+def _verify(plans, pr, wl, oracle, by_key: dict) -> dict[int, dict]:
+    """Re-simulate each chosen plan with a 2,000-draw Monte-Carlo (the search used one
+    deterministic timeline per configuration)."""
+    from planner.oracle import Oracle
+
+    mc = Oracle(wl, oracle.transfer, oracle.specs, oracle.comm, samples=2000, seed=7)
+    out = {}
+    for p in plans:
+        config = tuple((by_key[(p.region, g.market, g.instance_type)], g.count) for g in p.groups)
+        est = mc(config, p.global_batch)
+        if est is not None:
+            out[p.rank] = {"iter_time_s": est.iter_time_s, "iter_time_p90_s": est.iter_time_p90_s,
+                           "throughput_sps": est.throughput_sps,
+                           "time_h": pr.total_samples / est.throughput_sps / 3600 + pr.startup_overhead_h}
+    return out
+
+
+def _source_of(plans, oracle) -> str:
+    for p in plans[:1]:
+        for g in p.groups:
+            b = g.batch_per_node[0] // max(1, g.gpus_per_node) if g.batch_per_node else 1
+            t = oracle.phases(g.gpu_model, max(1, b))
+            if t is not None:
+                return t.source
+    return "analytical"
+
+
+def _thin(points, limit: int = 4000):
+    """At most ``limit`` points for the chart: all feasible ones first, then a stride of the rest."""
+    feasible = [p for p in points if p.feasible]
+    rest = [p for p in points if not p.feasible]
+    room = max(0, limit - len(feasible))
+    stride = max(1, math.ceil(len(rest) / room)) if room else len(rest) + 1
+    return (feasible[:limit] + rest[::stride][:room])
+
+
+def _plan_json(plan, verified: dict | None) -> dict:
+    doc = dataclasses.asdict(plan)
+    doc["label"] = plan.label
+    doc["uses_spot"] = plan.uses_spot
+    doc["verified"] = verified
+    return doc
+
+
+def _baseline_json(b) -> dict:
+    return {
+        "name": b.name, "description": b.description,
+        "candidate": b.candidate.label if b.candidate else None,
+        "plan": _plan_json(b.plan, None) if b.plan else None, "infeasible_reason": b.infeasible_reason,
+        "throughput_gain_pct": b.throughput_gain_pct, "cost_gain_pct": b.cost_gain_pct,
+        "time_gain_pct": b.time_gain_pct,
+    }  # fmt: skip
+
+
+def create_plan(owner, request: dict, *, name: str = "") -> PlanRecord:
+    """Solve ``request`` (already validated by ``PlanRequestSerializer``) and store it either way.
+
+    Raises :class:`PlanInputError` for a contradictory request (nothing stored); an infeasible
+    one is stored with status ``infeasible`` and the binding constraint, so it can be reopened
+    and edited.
+    """
+    from planner.solver import Infeasible
+
+    record = PlanRecord(owner=owner, request=request, name=name or request.get("name", ""))
+    if request.get("model", {}).get("profile_run"):
+        record.profile_run_id = request["model"]["profile_run"]
+    try:
+        result = solve_request(request)
+    except Infeasible as exc:
+        record.status = PlanStatus.INFEASIBLE
+        record.error = str(exc)
+        record.binding_constraint = exc.constraint
+    else:
+        record.status = PlanStatus.SOLVED
+        record.result = result
+        record.solve_time_s = result["solve_time_s"]
+    with transaction.atomic():
+        record.save()
+    return record

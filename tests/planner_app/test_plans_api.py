@@ -1,0 +1,121 @@
+"""Plans over the real catalog snapshot, through the API and the command."""
+
+import json
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from planner.app.models import PlanRecord, PlanStatus
+
+pytestmark = pytest.mark.django_db
+
+TINY = {"spec": "examples.tiny_model:build", "input_shape": "3,32,32", "precision": "amp"}
+
+
+def _request(**over):
+    body = {"model": TINY, "samples_per_epoch": 1_281_167, "epochs": 10, "objective": "cost",
+            "deadline_hours": 24, "spot": True, "max_nodes": 8, "max_types": 1, "regions": ["us-east-1", "us-west-2"],
+            "global_batch_min": 256, "global_batch_max": 1024, "baseline_gpu": "A100"}
+    body.update(over)
+    return body
+
+
+def test_a_plan_is_solved_stored_and_reopened(user_api, catalog):
+    resp = user_api.post("/api/v1/plans/", _request(), format="json")
+    assert resp.status_code == 201, resp.json()
+    plan = resp.json()
+    best = plan["result"]["plans"][0]
+    assert plan["status"] == "solved" and best["rank"] == 1
+    assert best["region"] in ("us-east-1", "us-west-2") and best["time_h"] <= 24
+    assert best["verified"]["iter_time_s"] > 0  # re-simulated with Monte-Carlo
+    assert plan["result"]["pareto"] and plan["result"]["points"]
+    names = {b["name"] for b in plan["result"]["baselines"]}
+    assert {"cheapest-gpu-hour", "fastest-type", "skypilot"} <= names
+    # ranked: cheapest first for a cost objective
+    costs = [p["total_usd"] for p in plan["result"]["plans"]]
+    assert costs == sorted(costs)
+    again = user_api.get(f"/api/v1/plans/{plan['id']}/").json()
+    assert again["request"]["deadline_hours"] == 24 and again["result"]["plans"][0] == best
+
+
+def test_time_under_a_budget_and_throughput_under_an_hourly_cap(user_api, catalog):
+    fast = user_api.post("/api/v1/plans/", _request(objective="time", deadline_hours=None, budget_usd=50),
+                         format="json").json()
+    assert all(p["total_usd"] <= 50 for p in fast["result"]["plans"])
+    cap = user_api.post("/api/v1/plans/", _request(objective="throughput", deadline_hours=None, max_hourly_usd=3),
+                        format="json").json()
+    assert all(p["hourly_usd"] <= 3 for p in cap["result"]["plans"])
+
+
+def test_an_infeasible_plan_is_a_400_naming_the_binding_constraint(user_api, catalog):
+    resp = user_api.post("/api/v1/plans/", _request(deadline_hours=0.2, max_nodes=1, spot=False, epochs=10000), format="json")
+    assert resp.status_code == 400
+    body = resp.json()
+    assert body["constraint"] == "deadline_hours" and "deadline" in body["detail"]
+    assert PlanRecord.objects.get(pk=body["plan"]).status == PlanStatus.INFEASIBLE
+
+
+@pytest.mark.parametrize("over, field", [
+    ({"objective": "cost", "deadline_hours": None}, "deadline_hours"),
+    ({"global_batch_min": 2048, "global_batch_max": 256}, "global_batch_min"),
+    ({"regions": ["atlantis-1"]}, "regions"),
+    ({"model": {"spec": "import os", "input_shape": "3,32,32"}}, "model"),
+    ({"samples_per_epoch": None, "epochs": None}, "samples_per_epoch"),
+    ({"spot": False, "on_demand": False}, "spot"),
+    ({"quotas_on_demand": {"P": -1}}, "quotas_on_demand"),
+])  # fmt: skip
+def test_contradictory_requests_are_a_400_naming_the_field(user_api, catalog, over, field):
+    body = {k: v for k, v in _request(**over).items() if v is not None}
+    resp = user_api.post("/api/v1/plans/", body, format="json")
+    assert resp.status_code == 400 and field in resp.json(), resp.json()
+    assert not PlanRecord.objects.exists()
+
+
+def test_quotas_bound_the_plan(user_api, catalog):
+    plan = user_api.post("/api/v1/plans/", _request(spot=False, quotas_on_demand={"P": 0, "G": 8}),
+                         format="json").json()
+    for p in plan["result"]["plans"]:
+        assert all(not g["instance_type"].startswith("p") for g in p["groups"])
+
+
+def test_plans_are_private_to_the_team(user_api, catalog, django_user_model):
+    from rest_framework.test import APIClient
+
+    plan_id = user_api.post("/api/v1/plans/", _request(), format="json").json()["id"]
+    other = APIClient()
+    other.force_authenticate(django_user_model.objects.create_user("zed", password="z-pass-12345"))
+    assert other.get(f"/api/v1/plans/{plan_id}/").status_code == 404
+
+
+def test_a_plan_from_a_stored_cpu_profile(user_api, catalog, make_run, compute_profile):
+    from profiler import actions
+
+    run = make_run()
+    actions.complete_run(run, compute_profile)
+    resp = user_api.post("/api/v1/plans/", _request(model={"profile_run": run.pk}), format="json")
+    assert resp.status_code == 201, resp.json()
+    model = resp.json()["result"]["model"]
+    assert model["profile_run"] == run.pk and model["source"] == "analytical"  # a CPU profile cannot transfer
+
+
+def test_the_plan_command_prints_the_table_and_json(db, catalog, staff, capsys):
+    call_command("plan", "--model", TINY["spec"], "--input-shape", "3,32,32", "--samples", "100000",
+                 "--epochs", "5", "--objective", "cost", "--deadline-hours", "12", "--regions", "us-east-1",
+                 "--spot", "--max-nodes", "4")
+    out = capsys.readouterr().out
+    assert "configuration" in out and "baseline cheapest-gpu-hour" in out
+    call_command("plan", "--model", TINY["spec"], "--input-shape", "3,32,32", "--samples", "100000",
+                 "--epochs", "5", "--objective", "time", "--budget", "100", "--regions", "us-east-1", "--json")
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["plans"][0]["total_usd"] <= 100
+
+
+def test_the_plan_command_explains_infeasible_and_bad_input(db, catalog, staff):
+    with pytest.raises(CommandError, match="infeasible \\(budget_usd\\)"):
+        call_command("plan", "--model", TINY["spec"], "--input-shape", "3,32,32", "--samples", "10000000",
+                     "--epochs", "100", "--objective", "time", "--budget", "0.5", "--regions", "us-east-1")
+    with pytest.raises(CommandError, match="deadline_hours"):
+        call_command("plan", "--model", TINY["spec"], "--samples", "1000", "--epochs", "1", "--objective", "cost")
+    with pytest.raises(CommandError, match="--quota"):
+        call_command("plan", "--model", TINY["spec"], "--samples", "1000", "--epochs", "1", "--objective",
+                     "time", "--budget", "10", "--quota", "lots")
