@@ -1,0 +1,123 @@
+"""Plan pages: the request form (inline errors), the trade-off chart and the ranked table."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+
+from catalog.models import Region
+from planner.app import service
+from planner.app.models import PlanRecord, PlanStatus
+from planner.app.serializers import PlanRequestSerializer
+from profiler.models import ProfilingRun, RunKind, RunStatus
+from srifty_web.teams import visible_owner_q
+
+FORM_DEFAULTS = {
+    "model_source": "spec", "spec": "torchvision:resnet50", "input_shape": "3,224,224", "precision": "amp",
+    "profile_run": "", "samples_per_epoch": "1281167", "epochs": "90", "objective": "cost",
+    "deadline_hours": "24", "budget_usd": "", "max_hourly_usd": "", "regions": [], "spot": "on",
+    "on_demand": "on", "max_nodes": "16", "max_types": "1", "global_batch_min": "256", "global_batch_max": "2048",
+    "checkpoint_interval_h": "0.5", "restart_overhead_h": "0.1", "quota_p": "", "quota_g": "", "baseline_gpu": "A100",
+}  # fmt: skip
+
+
+def _visible_plans(request: HttpRequest):
+    return PlanRecord.objects.filter(visible_owner_q(request.user)).select_related("owner")
+
+
+def _to_request(v: dict) -> dict:
+    """Form fields → the API's plan request (empty fields left out so defaults apply)."""
+    model = ({"profile_run": v["profile_run"]} if v.get("model_source") == "profile" and v.get("profile_run") else
+             {"spec": v.get("spec", ""), "input_shape": v.get("input_shape", ""), "precision": v.get("precision")})
+    data = {"model": model, "objective": v.get("objective"), "spot": v.get("spot") == "on",
+            "on_demand": v.get("on_demand") == "on", "regions": v.get("regions") or []}
+    for key in ("samples_per_epoch", "epochs", "deadline_hours", "budget_usd", "max_hourly_usd", "max_nodes",
+                "max_types", "global_batch_min", "global_batch_max", "checkpoint_interval_h", "restart_overhead_h",
+                "baseline_gpu", "name"):
+        if v.get(key) not in (None, ""):
+            data[key] = v[key]
+    quotas = {k: v[f"quota_{k.lower()}"] for k in ("P", "G") if v.get(f"quota_{k.lower()}") not in (None, "")}
+    if quotas:
+        data["quotas_on_demand"] = quotas
+    return data
+
+
+def _flatten_errors(errors: dict) -> dict[str, str]:
+    out = {}
+    for key, value in errors.items():
+        if isinstance(value, dict):
+            for sub, msgs in value.items():
+                out[sub] = " ".join(map(str, msgs if isinstance(msgs, list) else [msgs]))
+        else:
+            out[key] = " ".join(map(str, value if isinstance(value, list) else [value]))
+    return out
+
+
+@login_required
+def plan_list(request: HttpRequest) -> HttpResponse:
+    values, errors, infeasible = dict(FORM_DEFAULTS), {}, None
+    if request.GET.get("from"):
+        base = _visible_plans(request).filter(pk=request.GET["from"]).first()
+        if base is not None:
+            values.update(_values_from_request(base.request))
+    if request.method == "POST":
+        values = {k: request.POST.get(k, "") for k in FORM_DEFAULTS}
+        values["regions"] = request.POST.getlist("regions")
+        for box in ("spot", "on_demand"):
+            values[box] = "on" if request.POST.get(box) else ""
+        checked = PlanRequestSerializer(data=_to_request(values))
+        if checked.is_valid():
+            try:
+                record = service.create_plan(request.user, dict(checked.validated_data))
+            except service.PlanInputError as exc:
+                errors = {exc.field: exc.message}
+            else:
+                if record.status == PlanStatus.SOLVED:
+                    return redirect("plan-page", plan_id=record.pk)
+                infeasible = record
+        else:
+            errors = _flatten_errors(checked.errors)
+    runs = ProfilingRun.objects.filter(visible_owner_q(request.user), kind=RunKind.COMPUTE,
+                                       status=RunStatus.SUCCEEDED)[:30]
+    return render(request, "frontend/plans.html", {
+        "values": values, "errors": errors, "infeasible": infeasible, "plans": _visible_plans(request)[:30],
+        "regions": Region.objects.values_list("code", flat=True), "runs": runs,
+    }, status=400 if errors or infeasible else 200)  # fmt: skip
+
+
+def _values_from_request(req: dict) -> dict:
+    v = {k: ("" if req.get(k) is None else str(req.get(k))) for k in FORM_DEFAULTS if k in req}
+    model = req.get("model", {})
+    if model.get("profile_run"):
+        v.update(model_source="profile", profile_run=str(model["profile_run"]))
+    else:
+        v.update(model_source="spec", spec=model.get("spec", ""), input_shape=model.get("input_shape", ""),
+                 precision=model.get("precision", "amp"))
+    v["regions"] = req.get("regions") or []
+    v["spot"] = "on" if req.get("spot") else ""
+    v["on_demand"] = "on" if req.get("on_demand", True) else ""
+    quotas = req.get("quotas_on_demand") or {}
+    v["quota_p"], v["quota_g"] = str(quotas.get("P", "")), str(quotas.get("G", ""))
+    return v
+
+
+@login_required
+def plan_detail(request: HttpRequest, plan_id: int) -> HttpResponse:
+    record = _visible_plans(request).filter(pk=plan_id).first()
+    if record is None:
+        raise Http404("no such plan")
+    result = record.result or {}
+    req = record.request
+    chart = {
+        "points": result.get("points", []), "pareto": result.get("pareto", []),
+        "plans": [{"rank": p["rank"], "label": p["label"], "total_usd": p["total_usd"], "time_h": p["time_h"]}
+                  for p in result.get("plans", [])],
+        "baselines": [{"name": b["name"], "label": b["plan"]["label"], "total_usd": b["plan"]["total_usd"],
+                       "time_h": b["plan"]["time_h"]} for b in result.get("baselines", []) if b.get("plan")],
+        "deadline_hours": req.get("deadline_hours"), "budget_usd": req.get("budget_usd"),
+    }  # fmt: skip
+    return render(request, "frontend/plan_detail.html", {
+        "plan": record, "result": result, "req": req, "chart": chart,
+        "can_launch": request.user.has_perm("plans.add_job"),
+    })  # fmt: skip
