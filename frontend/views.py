@@ -7,14 +7,23 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from catalog.models import InstanceType, Region
+from planner.app.models import Job, PlanRecord
+from profiler.models import ProfilingRun
+from srifty_web.teams import visible_owner_q
 from catalog.pricing import SORT_KEYS, price_history, price_table
 
 
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
+    mine = visible_owner_q(request.user)
+    jobs = list(Job.objects.filter(mine).select_related("owner")[:10])
     return render(request, "frontend/home.html", {
         "instance_type_count": InstanceType.objects.count(),
         "region_count": Region.objects.count(),
+        "runs": ProfilingRun.objects.filter(mine).select_related("owner")[:8],
+        "plans": PlanRecord.objects.filter(mine).select_related("owner")[:8],
+        "jobs": [(j, j.spend_so_far()) for j in jobs],
+        "live_spend": sum(float(j.hourly_usd) for j in jobs if not j.finished),
     })  # fmt: skip
 
 

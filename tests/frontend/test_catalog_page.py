@@ -43,3 +43,10 @@ def test_plotly_is_served_from_the_python_package(client):
     from django.contrib.staticfiles import finders
 
     assert finders.find("plotly/plotly.min.js").endswith("plotly/package_data/plotly.min.js")
+
+
+def test_home_lists_recent_runs_plans_and_jobs_of_the_team(client, user, make_run):
+    run = make_run()
+    client.force_login(user)
+    page = client.get("/").content.decode()
+    assert f'href="/profiling/{run.pk}/"' in page and "No plans yet" in page and "No jobs yet" in page
