@@ -7,10 +7,10 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from catalog.models import InstanceType, Region
+from catalog.pricing import SORT_KEYS, price_history, price_table
 from planner.app.models import Job, PlanRecord
 from profiler.models import ProfilingRun
 from srifty_web.teams import visible_owner_q
-from catalog.pricing import SORT_KEYS, price_history, price_table
 
 
 @login_required
