@@ -1,0 +1,117 @@
+"""``manage.py predict``: the predicted DDP iteration time, for local workers or a catalog cluster.
+
+    predict --profile r18.json [--comm comm.json] --workers 2 [--per-worker-batch 32] --json
+    predict --model torchvision:resnet50 --instance p4d.24xlarge --nodes 2 --per-worker-batch 64 --json
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from django.core.management.base import BaseCommand, CommandError
+
+
+class Command(BaseCommand):
+    help = "Predict DDP iteration time (p50/p90), throughput and the breakdown."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--profile", help="compute profile JSON (local prediction)")
+        parser.add_argument("--comm", help="comm profile JSON measured on the same machine")
+        parser.add_argument("--workers", type=int, default=2, help="local worker processes")
+        parser.add_argument("--model", help="model spec (catalog cluster prediction)")
+        parser.add_argument("--input-shape", default="3,224,224")
+        parser.add_argument("--precision", default="amp")
+        parser.add_argument("--instance", help="instance type, e.g. p4d.24xlarge")
+        parser.add_argument("--nodes", type=int, default=1)
+        parser.add_argument("--per-worker-batch", type=int, help="default: the largest profiled batch")
+        parser.add_argument("--samples", type=int, default=2000, help="Monte-Carlo draws")
+        parser.add_argument("--json", action="store_true")
+
+    def handle(self, *args, **o):
+        if o["profile"] and o["model"]:
+            raise CommandError("give --profile (local workers) or --model with --instance (catalog), not both")
+        if o["profile"]:
+            out = self._local(o)
+        elif o["model"] and o["instance"]:
+            out = self._catalog(o)
+        else:
+            raise CommandError("give --profile FILE, or --model SPEC --instance TYPE")
+        if o["json"]:
+            self.stdout.write(json.dumps(out, indent=2, default=str))
+        else:
+            self.stdout.write(
+                f"{out['target']}: iteration p50 {out['iteration_ms_p50']:.2f} ms, p90 {out['iteration_ms_p90']:.2f} ms, "
+                f"{out['throughput_samples_s']:.1f} samples/s, bottleneck {out['bottleneck']} ({out['source']})")
+
+    def _local(self, o) -> dict:
+        from planner.hardware import Cluster
+        from planner.models.comm import CommModel, CommQuery, fit_link_from_profile, observations_from_profile
+        from planner.models.compute import ComputeRangeError, fit_compute_model
+        from planner.profiles import ProfileError, load_comm_profile, load_compute_profile
+        from planner.simulator import CommTime, Contention, simulate_ddp
+
+        if o["workers"] < 1:
+            raise CommandError("--workers must be >= 1")
+        try:
+            profile = load_compute_profile(o["profile"])
+            comm_profile = load_comm_profile(o["comm"]) if o["comm"] else None
+        except (OSError, ProfileError, ValueError) as exc:
+            raise CommandError(str(exc)) from exc
+        model = fit_compute_model(profile)
+        batch = o["per_worker_batch"] or profile.batch_sizes[-1]
+        if o["workers"] > 1 and comm_profile is None:
+            raise CommandError("--comm is needed for more than one worker")
+        if comm_profile is not None:
+            gbps, alpha = fit_link_from_profile(comm_profile)
+            cluster = Cluster(nodes=1, gpus_per_node=o["workers"], intra_node_gbps=gbps, alpha_us=alpha,
+                              device=profile.device.name)
+            comm_model = CommModel.fit(observations_from_profile(comm_profile, cluster))
+
+            def comm_fn(size: int) -> CommTime:
+                p = comm_model.predict(CommQuery.from_cluster(size, cluster))
+                return CommTime(p.p50_ms, p.p90_ms, "loopback")
+        else:
+            def comm_fn(size: int) -> CommTime:
+                return CommTime(0.0, 0.0)
+        # On CPUs gloo's all-reduce competes with backward for the same cores (fair share of one core).
+        contention = Contention.from_cpu_share(1.0) if profile.device.type == "cpu" and o["workers"] > 1 else None
+        try:
+            sim = simulate_ddp(model, [batch] * o["workers"], comm_fn, samples=o["samples"], contention=contention)
+        except ComputeRangeError as exc:
+            raise CommandError(str(exc)) from exc
+        return {"target": f"{o['workers']} local workers on {profile.device.name}", "source": model.source,
+                **dataclasses.asdict(sim)}
+
+    def _catalog(self, o) -> dict:
+        from catalog.models import InstanceType
+        from planner.app import service
+        from planner.candidates import Candidate, family_of
+        from planner.oracle import Oracle
+
+        t = InstanceType.objects.ddp_capable().filter(name=o["instance"]).select_related("accelerator").first()
+        if t is None:
+            raise CommandError(f"{o['instance']!r} is not a CUDA GPU instance type in the catalog")
+        if o["nodes"] < 1:
+            raise CommandError("--nodes must be >= 1")
+        shape = tuple(int(x) for x in o["input_shape"].split(","))
+        try:
+            wl = service.workload(o["model"], shape, o["precision"])
+        except service.PlanInputError as exc:
+            raise CommandError(str(exc)) from exc
+        oracle = Oracle(wl, service.transfer_model(), service.gpu_specs(), samples=o["samples"])
+        gpus = int(t.gpu_count)
+        batch = o["per_worker_batch"] or max(1, oracle.max_batch(t.accelerator.name) // 2)
+        cand = Candidate(t.name, family_of(t.name), "", "on-demand", None, 0.0, gpus, t.accelerator.name, t.vcpus,
+                         t.sustained_gbps or 0.0, t.efa_supported)
+        est = oracle(((cand, o["nodes"]),), batch * gpus * o["nodes"])
+        if est is None:
+            raise CommandError(f"batch {batch} does not fit on {t.accelerator.name} "
+                               f"(max {oracle.max_batch(t.accelerator.name)} per GPU)")
+        phases = oracle.phases(t.accelerator.name, batch)
+        return {"target": f"{o['nodes']}x {t.name} ({o['nodes'] * gpus} GPUs)", "source": phases.source,
+                "per_worker_batch": batch, "iteration_ms_p50": est.iter_time_s * 1e3,
+                "iteration_ms_p90": est.iter_time_p90_s * 1e3, "throughput_samples_s": est.throughput_sps,
+                "bottleneck": est.bottleneck, "phases_ms": {"forward": phases.forward, "backward": phases.backward,
+                                                            "optimizer": phases.optimizer},
+                "max_batch_per_gpu": oracle.max_batch(t.accelerator.name)}

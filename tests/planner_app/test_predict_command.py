@@ -1,0 +1,50 @@
+import json
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+
+FIXTURES = Path(__file__).resolve().parent.parent / "profiler" / "fixtures"
+
+
+def test_it_predicts_local_workers_from_a_profile_and_a_comm_profile(capsys):
+    call_command("predict", "--profile", str(FIXTURES / "tiny_compute.json"), "--comm",
+                 str(FIXTURES / "tiny_comm.json"), "--workers", "2", "--json")
+    out = json.loads(capsys.readouterr().out)
+    assert out["iteration_ms_p90"] >= out["iteration_ms_p50"] > 0
+    assert out["per_worker_batch"] == [4, 4] and out["global_batch"] == 8
+    assert out["breakdown"]["forward"] > 0 and out["bottleneck"] in ("compute", "communication")
+
+
+def test_one_local_worker_needs_no_comm_profile(capsys):
+    call_command("predict", "--profile", str(FIXTURES / "tiny_compute.json"), "--workers", "1",
+                 "--per-worker-batch", "2", "--json")
+    out = json.loads(capsys.readouterr().out)
+    assert out["breakdown"]["exposed_communication"] == 0
+
+
+def test_bad_arguments_are_explained():
+    with pytest.raises(CommandError, match="--comm is needed"):
+        call_command("predict", "--profile", str(FIXTURES / "tiny_compute.json"), "--workers", "2")
+    with pytest.raises(CommandError, match="outside the profiled range|exceeds"):
+        call_command("predict", "--profile", str(FIXTURES / "tiny_compute.json"), "--workers", "1",
+                     "--per-worker-batch", "4096")
+    with pytest.raises(CommandError, match="give --profile"):
+        call_command("predict")
+
+
+@pytest.mark.django_db
+def test_it_predicts_a_catalog_cluster(catalog, capsys):
+    call_command("predict", "--model", "examples.tiny_model:build", "--input-shape", "3,32,32", "--instance",
+                 "p4d.24xlarge", "--nodes", "2", "--per-worker-batch", "64", "--json")
+    two = json.loads(capsys.readouterr().out)
+    call_command("predict", "--model", "examples.tiny_model:build", "--input-shape", "3,32,32", "--instance",
+                 "p4d.24xlarge", "--nodes", "1", "--per-worker-batch", "64", "--json")
+    one = json.loads(capsys.readouterr().out)
+    assert two["source"] == "analytical" and two["per_worker_batch"] == 64
+    assert two["iteration_ms_p50"] >= one["iteration_ms_p50"]  # crossing the network costs time
+    assert two["throughput_samples_s"] / one["throughput_samples_s"] <= 2.0  # never superlinear
+    # a 0.6 M-parameter model is all latency on 16 GPUs: the second node does not pay off
+    assert two["bottleneck"].startswith("communication")
+    with pytest.raises(CommandError, match="not a CUDA GPU instance type"):
+        call_command("predict", "--model", "examples.tiny_model:build", "--instance", "inf2.xlarge")
