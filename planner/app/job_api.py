@@ -128,7 +128,9 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
             raise jobs.NotAllowed("launching a job needs the plans.add_job permission")
         params = LaunchParamsSerializer(data=request.data)
         params.is_valid(raise_exception=True)
-        return Response(launch.prepare(request.user, **params.validated_data))
+        v = params.validated_data
+        return Response(launch.prepare(request.user, v["plan"], v["rank"], v["train_command"], v["max_spend_usd"],
+                                       v["max_hours"]))
 
     @extend_schema(request=CreateJobSerializer, responses={201: JobDetailSerializer, 400: None, 403: None})
     @_job_errors
@@ -138,7 +140,9 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
             raise jobs.NotAllowed("launching a job needs the plans.add_job permission")
         params = CreateJobSerializer(data=request.data)
         params.is_valid(raise_exception=True)
-        job = launch.confirm_and_create(request.user, **params.validated_data)
+        v = params.validated_data
+        job = launch.confirm_and_create(request.user, v["plan"], v["rank"], v["train_command"], v["max_spend_usd"],
+                                        v["max_hours"], v["confirmation"])
         return Response(JobDetailSerializer(job).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses={200: JobSerializer, 403: None})
@@ -174,7 +178,9 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
             raise jobs.NotAllowed("launching a job needs the plans.add_job permission")
         params = ApplyReplanSerializer(data=request.data)
         params.is_valid(raise_exception=True)
-        new = launch.apply_replan(request.user, job, **params.validated_data)
+        v = params.validated_data
+        new = launch.apply_replan(request.user, job, v["plan"], v["rank"], v["max_spend_usd"], v["max_hours"],
+                                  v["confirmation"])
         return Response(JobDetailSerializer(new).data, status=status.HTTP_201_CREATED)
 
 

@@ -108,7 +108,7 @@ def limits(option: dict, max_spend_usd: Decimal, max_hours: float) -> Limits:
     if hourly <= 0:
         raise jobs.JobError("rank", "this option has no price")
     by_time = (hourly * Decimal(str(max_hours))).quantize(Decimal("0.01"), rounding=ROUND_DOWN)
-    spend = min(max_spend_usd, by_time)
+    spend = min(max_spend_usd, by_time).quantize(Decimal("0.01"), rounding=ROUND_DOWN)
     if spend <= 0:
         raise jobs.JobError("max_spend_usd", "the cap allows less than one cent of compute")
     return Limits(hourly_usd=hourly, max_spend_usd=spend, cap_hours=min(max_hours, float(spend / hourly)))
@@ -135,7 +135,7 @@ def preview(option: dict, max_spend_usd: Decimal, max_hours: float) -> dict:
         ],
         "nodes": sum(n.count for n in launches),
         "gpus": sum(n.count * n.gpus_per_node for n in launches),
-        "hourly_usd": str(lim.hourly_usd),
+        "hourly_usd": format(lim.hourly_usd.normalize(), "f"),
         "max_spend_usd": str(lim.max_spend_usd),
         "cap_hours": round(lim.cap_hours, 4),
         "predicted_iter_s": option.get("iter_time_s"),

@@ -106,10 +106,10 @@ def progress(job: Job) -> dict:
     """Work done and left. Samples are the reported ones (every rank reports its own, so their
     sum is the cluster's); without samples, iterations x the global batch."""
     global_batch = max(1, int(job.option.get("global_batch") or 1))
-    agg = JobReport.objects.filter(job=job).aggregate(samples=Sum("samples"), with_samples=Count("samples"),
+    agg = JobReport.objects.filter(job=job).aggregate(sum_samples=Sum("samples"), with_samples=Count("samples"),
                                                       iterations=Max("iteration"))  # fmt: skip
     iterations = int(agg["iterations"] or 0)
-    done = float(agg["samples"]) if agg["with_samples"] else float(iterations * global_batch)
+    done = float(agg["sum_samples"]) if agg["with_samples"] else float(iterations * global_batch)
     total = jobs.total_samples(job.plan, job.option) or float(job.total_iterations * global_batch)
     remaining = max(0.0, total - done)
     return {"done_samples": done, "total_samples": total, "remaining_samples": remaining,

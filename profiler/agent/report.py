@@ -16,14 +16,16 @@ How it behaves inside a training loop:
 
 * ``step`` only appends to an in-memory queue under a lock; it never blocks on the network.
   A background thread posts batches ``POST {server}/api/v1/jobs/{id}/reports/`` with
-  ``Authorization: Bearer {token}`` and the body (at most ``batch_size`` reports) ``{"seq", "rank", "reports": [{"iteration",
-  "iter_time_s", "samples"}, ...]}``, when ``batch_size`` steps are queued or every
-  ``flush_interval_s``.
+  ``Authorization: Bearer {token}`` and the body ``{"seq", "rank", "reports": [{"iteration",
+  "iter_time_s", "samples"}, ...]}`` (at most ``batch_size`` reports), when ``batch_size``
+  steps are queued or every ``flush_interval_s``.
 * Report ``i`` of a post has seq ``seq + i``; a retried post keeps its seqs, so the server
   stores each report once per ``(rank, seq)``. Seqs start at the process's start time in
   microseconds, so a restarted process never reuses the seqs of an earlier one.
 * Failed posts (connection errors, 408/425/429/5xx) are retried with bounded exponential
-  backoff (``profiler.agent.reporter.RetryPolicy``); then the batch is dropped and counted.
+  backoff (``profiler.agent.reporter.RetryPolicy``); then the batch is dropped and counted,
+  and the server counts as unreachable: later batches get one try each, ``max_delay_s`` apart,
+  until one gets through, and at ``close`` what is left is dropped instead of waited for.
   401/403/404/409/410 (token expired, job over) stop reporting for good. The queue is bounded
   (``max_pending``): when the server is away for long, the oldest steps are dropped.
 * ``timer()`` measures one iteration with ``time.perf_counter``; when torch has already been
@@ -143,6 +145,7 @@ class Reporter(NullReporter):
         self._in_flight = 0
         self._stopping = False
         self.disabled = False
+        self.unreachable = False
         self.sent = 0  # reports the server accepted
         self.dropped = 0  # reports given up on (retries used up, queue overflow, fatal answer)
         self.posts = 0
@@ -239,18 +242,21 @@ class Reporter(NullReporter):
                     if not self._queue:
                         self._flush_wanted = False
                     self._cv.notify_all()
-            if self.disabled:
+            if self.disabled or (self.unreachable and self._stopping):
                 with self._cv:
                     self.dropped += len(self._queue)
                     self._queue.clear()
                     self._cv.notify_all()
                 return
+            if self.unreachable:
+                with self._cv:  # pace the single tries; close() wakes it up
+                    self._cv.wait_for(lambda: self._stopping, timeout=self.retry.max_delay_s)
 
     def _deliver(self, seq: int, batch: list[dict]) -> None:
         reports = [{k: v for k, v in r.items() if v is not None} for r in batch]
         body = json.dumps({"seq": seq, "rank": self.rank, "reports": reports}).encode()
         headers = {"Content-Type": "application/json", "Authorization": f"Bearer {self._token}"}
-        delays = self.retry.delays()
+        delays = iter(()) if self.unreachable else self.retry.delays()
         while True:
             self.posts += 1
             try:
@@ -260,6 +266,7 @@ class Reporter(NullReporter):
                 status, detail = None, str(exc)
             if status is not None and 200 <= status < 300:
                 self.sent += len(batch)
+                self.unreachable = False
                 return
             if status in _FATAL:
                 log.warning("srifty report: server answered %s; reporting stops", detail)
@@ -268,7 +275,10 @@ class Reporter(NullReporter):
                 return
             delay = next(delays, None) if (status is None or status in _RETRYABLE) else None
             if delay is None:
-                log.warning("srifty report: dropped %d report(s) (seq %d): %s", len(batch), seq, detail)
+                retryable = status is None or status in _RETRYABLE
+                if not self.unreachable:
+                    log.warning("srifty report: dropped %d report(s) (seq %d): %s", len(batch), seq, detail)
+                self.unreachable = self.unreachable or retryable
                 self.dropped += len(batch)
                 return
             with self._cv:  # sleep, but wake up early to stop

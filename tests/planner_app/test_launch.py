@@ -1,0 +1,200 @@
+"""Launching a plan option against moto's real EC2 server: the exact instances, templates,
+tags, user-data, no duplicates on a retried task, and a clean teardown.
+
+moto does not implement placement-group calls (nor honour ``Placement.GroupName``), so those
+two wrapper functions are replaced by recorders here; ``tests/profiler/test_ec2.py`` covers
+them with botocore's Stubber.
+"""
+
+from __future__ import annotations
+
+import base64
+from decimal import Decimal
+
+import pytest
+from django.contrib.auth.models import Permission
+
+from planner.app import jobs, launch
+from planner.app.models import Job, JobStatus, PlanRecord
+from profiler import ec2
+
+pytestmark = pytest.mark.django_db
+REGION = "us-east-1"
+
+
+def group(instance_type="g5.xlarge", market="spot", count=2, batch=32, price=0.5, gpus=1, zone="us-east-1a",
+          batches=None):
+    return {"instance_type": instance_type, "market": market, "zone": zone, "count": count, "gpus_per_node": gpus,
+            "gpu_model": "A10G", "price_per_hour": price, "batch_per_node": batches or [batch] * count,
+            "interruption_bucket": 1}  # fmt: skip
+
+
+def option(rank=1, groups=None):
+    groups = groups or [group()]
+    hourly = sum(g["count"] * g["price_per_hour"] for g in groups)
+    return {"rank": rank, "region": REGION, "groups": groups,
+            "global_batch": sum(sum(g["batch_per_node"]) for g in groups), "nodes": sum(g["count"] for g in groups),
+            "gpus": sum(g["count"] * g["gpus_per_node"] for g in groups), "hourly_usd": hourly,
+            "total_usd": hourly * 2, "time_h": 2.0, "time_p90_h": 2.4, "base_time_h": 2.0, "throughput_sps": 100.0,
+            "effective_throughput_sps": 100.0, "iter_time_s": 0.5, "iter_time_p90_s": 0.6, "bottleneck": "compute",
+            "deadline_miss_risk": None, "expected_interruptions": 0.1, "why": "cheapest"}  # fmt: skip
+
+
+@pytest.fixture
+def launcher(user):
+    user.user_permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="plans"))
+    return type(user).objects.get(pk=user.pk)
+
+
+@pytest.fixture
+def placement_groups(monkeypatch):
+    calls: list[tuple[str, str, str]] = []
+    monkeypatch.setattr(ec2, "create_placement_group", lambda region, name: calls.append(("create", region, name)))
+    monkeypatch.setattr(ec2, "delete_placement_group", lambda region, name: calls.append(("delete", region, name)))
+    return calls
+
+
+@pytest.fixture
+def cloud(aws, settings, placement_groups):
+    settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.immediate.ImmediateBackend"}}
+    settings.SITE_URL = "https://srifty.example.com"
+    return ec2.client("ec2", REGION)
+
+
+def make_job(owner, opt=None, command="train.py --epochs 3", spend="100", hours=10.0) -> Job:
+    opt = opt or option()
+    plan = PlanRecord.objects.create(owner=owner, request={"total_samples": 64_000}, status="solved",
+                                     result={"plans": [opt]})  # fmt: skip
+    return jobs.create_job(owner, plan, opt["rank"], command, Decimal(spend), hours, confirm=True)
+
+
+def instances(cli, job_id) -> list[dict]:
+    resp = cli.describe_instances(Filters=[{"Name": "tag:srifty:job-id", "Values": [str(job_id)]},
+                                           {"Name": "instance-state-name", "Values": ["pending", "running"]}])
+    return sorted((i for r in resp["Reservations"] for i in r["Instances"]), key=lambda i: i["InstanceId"])
+
+
+def user_data(cli, instance_id) -> str:
+    attr = cli.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
+    return base64.b64decode(attr["UserData"]["Value"]).decode()
+
+
+def test_a_mixed_plan_launches_one_template_per_group_with_its_own_batch_and_market(
+        cloud, launcher, placement_groups, django_capture_on_commit_callbacks):
+    opt = option(groups=[group(count=2, batch=48), group("g5.2xlarge", "on-demand", count=1, batch=64, price=1.2)])
+    with django_capture_on_commit_callbacks(execute=True):
+        job = make_job(launcher, opt)
+    job.refresh_from_db()
+    assert job.status == JobStatus.RUNNING and len(job.instance_ids) == 3
+    assert placement_groups == [("create", REGION, f"srifty-job-{job.pk}")]
+    assert job.placement_group == f"srifty-job-{job.pk}"
+    found = instances(cloud, job.pk)
+    by_type = {t: [i for i in found if i["InstanceType"] == t] for t in ("g5.xlarge", "g5.2xlarge")}
+    assert len(by_type["g5.xlarge"]) == 2 and len(by_type["g5.2xlarge"]) == 1
+    assert all(i.get("InstanceLifecycle") == "spot" for i in by_type["g5.xlarge"])
+    assert "InstanceLifecycle" not in by_type["g5.2xlarge"][0]
+    assert {i["Placement"]["AvailabilityZone"] for i in found} == {"us-east-1a"}
+    for inst in found:
+        tags = {t["Key"]: t["Value"] for t in inst["Tags"]}
+        assert tags["srifty:job-id"] == str(job.pk) and tags["srifty:managed"] == "true"
+        assert tags["srifty:client-token"].startswith(job.launch_token)
+        assert job.node_ips[inst["InstanceId"]] == inst["PrivateIpAddress"]  # recorded for the rendezvous
+    script = user_data(cloud, by_type["g5.xlarge"][0]["InstanceId"])
+    lines = script.splitlines()
+    assert lines[1].startswith("shutdown -h +") and 595 <= int(lines[1].split("+")[1].split()[0]) <= 600
+    assert "-m torch.distributed.run" in script and "TRAIN_COMMAND=(train.py --epochs 3)" in script
+    assert "export SRIFTY_PER_NODE_BATCH=48" in script and "export SRIFTY_NNODES=3" in script
+    assert f"export SRIFTY_JOB_ID={job.pk}" in script and "/rendezvous/?instance_id=" in script
+    assert "export SRIFTY_PER_NODE_BATCH=64" in user_data(cloud, by_type["g5.2xlarge"][0]["InstanceId"])
+    templates = cloud.describe_launch_templates()["LaunchTemplates"]
+    assert sorted(t["LaunchTemplateName"] for t in templates) == [f"srifty-job-{job.pk}-g0", f"srifty-job-{job.pk}-g1"]
+    data = cloud.describe_launch_template_versions(LaunchTemplateId=job.launch_template_ids[0])[
+        "LaunchTemplateVersions"][-1]["LaunchTemplateData"]
+    assert data["Placement"]["GroupName"] == f"srifty-job-{job.pk}"
+    assert job.events.filter(kind="launched").exists()
+
+
+def test_a_group_with_uneven_batches_is_split_so_each_node_gets_its_batch(cloud, launcher):
+    opt = option(groups=[group(count=3, batches=[40, 40, 48])])
+    launches = launch.node_launches(opt)
+    assert [(n.count, n.batch_per_node) for n in launches] == [(2, 40), (1, 48)]
+    job = make_job(launcher, opt)
+    assert launch.launch_job(job) == "launched 3 instances"
+    batches = sorted(user_data(cloud, i["InstanceId"]).split("SRIFTY_PER_NODE_BATCH=")[1].split("\n")[0]
+                     for i in instances(cloud, job.pk))  # fmt: skip
+    assert batches == ["40", "40", "48"]
+
+
+def test_a_retried_launch_task_does_not_launch_twice(cloud, launcher):
+    job = make_job(launcher)
+    assert launch.launch_job(job) == "launched 2 instances"
+    first = Job.objects.get(pk=job.pk).instance_ids
+    # The worker died after run_instances but before the job row said so; the task runs again.
+    Job.objects.filter(pk=job.pk).update(status=JobStatus.LAUNCHING, instance_ids=[], node_ips={})
+    assert launch.launch_job(job) == "launched 2 instances"
+    assert Job.objects.get(pk=job.pk).instance_ids == first
+    assert len(instances(cloud, job.pk)) == 2
+    # And a re-delivered task after the launch is a no-op.
+    assert "not launching it again" in launch.launch_job(job)
+    assert len(instances(cloud, job.pk)) == 2
+
+
+def test_a_retried_launch_writes_the_same_token_into_the_user_data(cloud, launcher):
+    job = make_job(launcher)
+    launch.launch_job(job)
+    token = jobs.derived_token(Job.objects.get(pk=job.pk))
+    Job.objects.filter(pk=job.pk).update(status=JobStatus.LAUNCHING)
+    launch.launch_job(job)
+    job.refresh_from_db()
+    assert job.token_matches(token)  # the nodes of the first attempt still authenticate
+    assert f"SRIFTY_TOKEN={token}" in user_data(cloud, job.instance_ids[0])
+
+
+def test_a_launch_error_fails_the_job_and_terminates_what_started(cloud, launcher, monkeypatch,
+                                                                 django_capture_on_commit_callbacks):
+    opt = option(groups=[group(count=1), group("g5.2xlarge", "on-demand", count=1, price=1.2)])
+    job = make_job(launcher, opt)
+    real = ec2.launch_from_template
+    calls = []
+
+    def flaky(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 2:
+            raise ec2.AwsError("ec2.run_instances failed: InsufficientInstanceCapacity: none left")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ec2, "launch_from_template", flaky)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert launch.launch_job(job) == "failed to launch"
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED and "InsufficientInstanceCapacity" in job.status_reason
+    assert instances(cloud, job.pk) == []  # the first group's node was terminated
+
+
+def test_stopping_terminates_every_tagged_instance_and_deletes_templates(cloud, launcher, placement_groups,
+                                                                        django_capture_on_commit_callbacks):
+    job = make_job(launcher)
+    launch.launch_job(job)
+    job.refresh_from_db()
+    # An instance the job row never heard of (a partial launch) still carries the job tag.
+    stray = ec2.launch(ec2.LaunchSpec(region=REGION, instance_type="g5.xlarge", max_minutes=5,
+                                      tags={"srifty:job-id": str(job.pk)}))  # fmt: skip
+    with django_capture_on_commit_callbacks(execute=True):
+        jobs.stop_job(job, "stopped by alice")
+    assert instances(cloud, job.pk) == []
+    assert cloud.describe_launch_templates()["LaunchTemplates"] == []
+    assert ("delete", REGION, f"srifty-job-{job.pk}") in placement_groups
+    terminated = job.events.get(kind="terminated").data["instance_ids"]
+    assert set(stray) <= set(terminated) and set(job.instance_ids) <= set(terminated)
+    job.refresh_from_db()
+    assert job.status == JobStatus.STOPPED and not job.token_matches(jobs.derived_token(job))
+
+
+def test_preview_shows_the_exact_instances_price_and_cap(launcher):
+    opt = option(groups=[group(count=2, price=0.5), group("g5.2xlarge", "on-demand", count=1, price=1.2)])
+    shown = launch.preview(opt, Decimal("100"), 10.0)
+    assert shown["hourly_usd"] == "2.2" and shown["max_spend_usd"] == "22.00" and shown["cap_hours"] == 10.0
+    assert [(i["instance_type"], i["count"], i["market"], i["zone"]) for i in shown["instances"]] == [
+        ("g5.xlarge", 2, "spot", "us-east-1a"), ("g5.2xlarge", 1, "on-demand", "us-east-1a")]
+    capped = launch.preview(opt, Decimal("11"), 10.0)
+    assert capped["max_spend_usd"] == "11.00" and capped["cap_hours"] == pytest.approx(5.0)
