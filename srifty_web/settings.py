@@ -188,7 +188,8 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 100,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_THROTTLE_RATES": {
-        "agent": env_str("AGENT_THROTTLE_RATE", "600/min"),
+        "agent": env_str("AGENT_THROTTLE_RATE", "6000/min"),
+        "token": env_str("TOKEN_THROTTLE_RATE", "10/min"),
     },
 }
 SPECTACULAR_SETTINGS = {

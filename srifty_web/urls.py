@@ -5,7 +5,10 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from srifty_web.auth_api import ObtainTokenView
+
 api_v1 = [
+    path("auth/token/", ObtainTokenView.as_view(), name="api-token"),
     path("", include("catalog.api_urls")),
     path("", include("profiler.api_urls")),
     path("", include("planner.app.api_urls")),
