@@ -34,8 +34,14 @@
     name, x: s.x, y: s.y, type: "scatter", mode: s.x.length > 1 ? "lines+markers" : "markers",
     line: { shape: "hv", dash: s.market === "on-demand" ? "dash" : "solid" },
   }));
+  // One observation per series (the bundled snapshot) would give Plotly a zero-width time axis:
+  // show a week around it instead, so the points read as "prices on that day".
+  const times = traces.flatMap((t) => t.x.map((x) => Date.parse(x)));
+  const lo = Math.min(...times), hi = Math.max(...times), day = 86400000;
+  const xaxis = { title: { text: "observed" }, type: "date" };
+  if (hi - lo < day) xaxis.range = [new Date(lo - 3 * day).toISOString(), new Date(hi + 3 * day).toISOString()];
   Plotly.newPlot(chart, traces, {
     margin: { t: 10, r: 10 }, yaxis: { title: { text: "USD / hour" }, rangemode: "tozero" },
-    xaxis: { title: { text: "observed" } }, legend: { orientation: "h" },
+    xaxis, legend: { orientation: "h", y: -0.25 },
   }, { responsive: true, displaylogo: false });
 })();
