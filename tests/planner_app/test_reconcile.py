@@ -1,0 +1,132 @@
+"""The reconciler against moto's real EC2 server: orphans go, live work stays."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from decimal import Decimal
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.utils import timezone
+
+from planner.app import reconcile
+from planner.app.models import Job, JobStatus, PlanRecord
+from profiler import ec2
+
+pytestmark = pytest.mark.django_db
+REGION = "us-east-1"
+
+
+@pytest.fixture
+def cloud(aws, settings):
+    settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
+    settings.RECONCILE_REGIONS = [REGION]
+    return ec2.client("ec2", REGION)
+
+
+def job(owner, **fields) -> Job:
+    plan = PlanRecord.objects.create(owner=owner, request={}, status="solved", result={"plans": []})
+    defaults = {"plan_rank": 1, "option": {"groups": []}, "region": REGION, "train_command": "train.py",
+                "status": JobStatus.RUNNING, "hourly_usd": Decimal("1"), "max_spend_usd": Decimal("10"),
+                "max_hours": 10, "predicted_iter_s": 0.5, "predicted_iter_p90_s": 0.6,
+                "started_at": timezone.now()}  # fmt: skip
+    return Job.objects.create(owner=owner, plan=plan, **{**defaults, **fields})
+
+
+def vm(tags: dict, region=REGION) -> str:
+    (instance_id,) = ec2.launch(ec2.LaunchSpec(region=region, instance_type="g5.xlarge", max_minutes=60, tags=tags))
+    return instance_id
+
+
+def live_ids(cli) -> set[str]:
+    resp = cli.describe_instances(Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}])
+    return {i["InstanceId"] for r in resp["Reservations"] for i in r["Instances"]}
+
+
+def test_orphans_are_terminated_and_live_work_is_left_alone(cloud, user, make_run):
+    live_job, done_job = job(user), job(user, status=JobStatus.SUCCEEDED, finished_at=timezone.now())
+    capped = job(user, started_at=timezone.now() - timedelta(hours=11))  # 10 h cap + grace passed
+    live_run = make_run(provider="ec2", region=REGION)
+    done_run = make_run(provider="ec2", region=REGION, status="failed")
+    late_run = make_run(provider="ec2", region=REGION, deadline_at=timezone.now() - timedelta(hours=1))
+    keep = {
+        vm({"srifty:job-id": str(live_job.pk)}), vm({"srifty:run-id": str(live_run.pk)}),
+        vm({"Name": "managed, but nobody's"}),
+    }  # fmt: skip
+    cli_foreign = cloud.run_instances(ImageId=ec2.default_image(REGION), MinCount=1, MaxCount=1)["Instances"][0]
+    keep.add(cli_foreign["InstanceId"])  # not Srifty's at all
+    doomed = {
+        vm({"srifty:job-id": "999999"}): "job 999999 does not exist",
+        vm({"srifty:job-id": str(done_job.pk)}): f"job {done_job.pk} is succeeded",
+        vm({"srifty:job-id": str(capped.pk)}): f"job {capped.pk} is past its cap",
+        vm({"srifty:run-id": str(done_run.pk)}): f"run {done_run.pk} is failed",
+        vm({"srifty:run-id": str(late_run.pk)}): f"run {late_run.pk} is past its deadline",
+        vm({"srifty:job-id": "not-a-number"}): "job not-a-number does not exist",
+    }  # fmt: skip
+
+    report = reconcile.reconcile()
+    assert report.regions == [REGION] and not report.errors
+    assert {a.instance_id: a.reason for a in report.terminated}.keys() == doomed.keys()
+    for action in report.terminated:
+        assert action.reason.startswith(doomed[action.instance_id])
+    assert live_ids(cloud) == keep
+    capped.refresh_from_db()
+    assert capped.status == JobStatus.STOPPED and "reconciler" in capped.status_reason
+    assert report.stopped_jobs == [capped.pk]
+    assert Job.objects.get(pk=live_job.pk).status == JobStatus.RUNNING
+
+
+def test_a_dry_run_reports_but_terminates_nothing(cloud, user):
+    orphan = vm({"srifty:job-id": "424242"})
+    report = reconcile.reconcile(dry_run=True)
+    assert [a.instance_id for a in report.terminated] == [orphan] and report.dry_run
+    assert orphan in live_ids(cloud)
+    assert any(line.startswith(f"would terminate {orphan}") for line in report.lines())
+
+
+def test_regions_come_from_recent_and_live_jobs_runs_and_settings(cloud, user, make_run, settings):
+    job(user, region="eu-west-1")
+    job(user, region="ap-south-1", status=JobStatus.STOPPED, created_at=timezone.now() - timedelta(days=30))
+    make_run(provider="ec2", region="us-west-2")
+    make_run(provider="local", region="sa-east-1")
+    settings.RECONCILE_REGIONS = ["ca-central-1"]
+    assert reconcile.regions_to_scan() == ["ca-central-1", "eu-west-1", "us-west-2"]
+
+
+def test_the_command_prints_what_it_did_and_scans_the_regions_given(cloud, user):
+    orphan = vm({"srifty:job-id": "31337"})
+    out = StringIO()
+    call_command("reconcile_instances", "--region", REGION, stdout=out)
+    assert f"terminated {orphan} ({REGION}, job 31337): job 31337 does not exist" in out.getvalue()
+    assert orphan not in live_ids(cloud)
+    out = StringIO()
+    call_command("reconcile_instances", "--region", REGION, "--dry-run", "--json", stdout=out)
+    assert json.loads(out.getvalue())["terminated"] == []
+
+
+def test_a_region_that_cannot_be_scanned_is_an_error_and_the_others_still_run(cloud, monkeypatch):
+    real = ec2.find_managed
+
+    def find(region, tag_filters=None):
+        if region == "eu-west-1":
+            raise ec2.AwsError("ec2.describe_instances failed: UnauthorizedOperation: no")
+        return real(region, tag_filters)
+
+    monkeypatch.setattr(ec2, "find_managed", find)
+    orphan = vm({"srifty:run-id": "77777"})
+    with pytest.raises(CommandError):
+        call_command("reconcile_instances", "--region", "eu-west-1", "--region", REGION, stdout=StringIO())
+    assert orphan not in live_ids(cloud)
+
+
+def test_the_periodic_task_requeues_itself(cloud):
+    from django_tasks import default_task_backend
+
+    from planner.app.job_tasks import reconcile_task
+
+    result = reconcile_task.call([REGION], True, True)
+    assert result["dry_run"] is True and result["regions"] == [REGION]
+    (queued,) = default_task_backend.results
+    assert queued.task.name == "reconcile_task" and queued.task.run_after is not None
