@@ -166,6 +166,7 @@ def solve_request(req: dict) -> dict:
     oracle = Oracle(wl, transfer_model(), gpu_specs())
     result = solve(pr, cands, oracle)
     verified = _verify(result.plans, pr, wl, oracle, {c.key: c for c in cands})
+    alternatives = _market_alternatives(pr, cands, oracle) if req.get("spot", True) and req.get("on_demand", True) else {}
     baselines = evaluate_baselines(pr, cands, oracle, result, requested_gpu=req.get("baseline_gpu"),
                                    skypilot_use_spot=bool(req.get("spot", True)))
     return {
@@ -173,6 +174,7 @@ def solve_request(req: dict) -> dict:
         "pareto": [p._asdict() for p in result.pareto],
         "points": [p._asdict() for p in _thin(result.points)],
         "baselines": [_baseline_json(b) for b in baselines],
+        "alternatives": alternatives,
         "stats": dataclasses.asdict(result.stats),
         "solve_time_s": result.solve_time_s,
         "total_time_s": time.perf_counter() - started,
@@ -181,6 +183,26 @@ def solve_request(req: dict) -> dict:
                   "source": _source_of(result.plans, oracle)},
         "request": {"total_samples": pr.total_samples},
     }  # fmt: skip
+
+
+def _market_alternatives(pr, cands, oracle) -> dict[str, dict]:
+    """The best spot-only and on-demand-only plan, side by side (same request, same oracle)."""
+    from dataclasses import replace
+
+    from planner.solver import Infeasible, solve
+
+    out = {}
+    for market in ("spot", "on-demand"):
+        pool = [c for c in cands if c.market == market]
+        if not pool:
+            out[market] = {"plan": None, "reason": f"no {market} offers in the allowed regions"}
+            continue
+        try:
+            best = solve(replace(pr, top_k=1), pool, oracle).best
+            out[market] = {"plan": _plan_json(best, None), "reason": None}
+        except Infeasible as exc:
+            out[market] = {"plan": None, "reason": str(exc)}
+    return out
 
 
 def _verify(plans, pr, wl, oracle, by_key: dict) -> dict[int, dict]:

@@ -29,6 +29,9 @@ def test_a_plan_is_solved_stored_and_reopened(user_api, catalog):
     assert best["region"] in ("us-east-1", "us-west-2") and best["time_h"] <= 24
     assert best["verified"]["iter_time_s"] > 0  # re-simulated with Monte-Carlo
     assert plan["result"]["pareto"] and plan["result"]["points"]
+    alts = plan["result"]["alternatives"]
+    assert alts["spot"]["plan"]["uses_spot"] and not alts["on-demand"]["plan"]["uses_spot"]
+    assert alts["spot"]["plan"]["expected_interruptions"] > 0 == alts["on-demand"]["plan"]["expected_interruptions"]
     names = {b["name"] for b in plan["result"]["baselines"]}
     assert {"cheapest-gpu-hour", "fastest-type", "skypilot"} <= names
     # ranked: cheapest first for a cost objective
