@@ -454,3 +454,36 @@ def _quantile(sorted_xs: Sequence[float], q: float) -> float:
     lo = int(math.floor(pos))
     hi = min(lo + 1, len(sorted_xs) - 1)
     return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (pos - lo)
+
+
+def merge_compute_profiles(profiles: Sequence[ComputeProfile]) -> ComputeProfile:
+    """Pool repeated profiles of one (model, device) into one: per batch size the per-iteration
+    times of every phase are concatenated and re-summarised; bucket ready times are averaged.
+
+    Used when several identical profiling processes ran at once (e.g. one per core, to load
+    the machine as a multi-process DDP job would) or when a profile was repeated.
+    """
+    if not profiles:
+        raise ValueError("merge: no profiles")
+    first = profiles[0]
+    for i, p in enumerate(profiles[1:], start=1):
+        if p.model.spec != first.model.spec or p.device.name != first.device.name:
+            raise ProfileError(f"profiles[{i}]", "model spec and device must match the first profile")
+    merged = []
+    for batch in first.batch_sizes:
+        samples = [p.sample_for(batch) for p in profiles if batch in p.batch_sizes]
+        phases = {}
+        for name in PHASES:
+            times = [t for s in samples for t in (s.phases[name].times_ms or (s.phases[name].median_ms,))]
+            phases[name] = timing_stats(times)
+        buckets = samples[0].buckets
+        if buckets and all(len(s.buckets) == len(buckets) for s in samples):
+            buckets = tuple(
+                Bucket(b.index, b.size_bytes, b.num_params,
+                       statistics.fmean(s.buckets[i].ready_ms for s in samples),
+                       statistics.fmean(s.buckets[i].ready_fraction for s in samples))
+                for i, b in enumerate(buckets))
+        merged.append(ComputeSample(batch, phases, buckets, samples[0].peak_memory_bytes))
+    return ComputeProfile(model=first.model, device=first.device, samples=tuple(merged),
+                          max_batch_size=first.max_batch_size, iters=first.iters, warmup=first.warmup,
+                          created_at=first.created_at, environment=first.environment)

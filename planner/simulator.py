@@ -17,13 +17,16 @@ identical workers it equals ``fwd + [backward ∥ all-reduce] + opt``.  Starting
 the optimizer rather than at forward lets a worker with a short optimizer step start its
 forward earlier, as it does in a real run.
 
-Shared-processor communication.  On GPUs (NCCL) the all-reduce runs beside the compute
-kernels, ``comm_cpu_share = 0``.  On CPUs (gloo) the all-reduce is executed by a thread that
-competes for the same core as the backward pass.  With share ``σ ∈ (0, 1]`` (the fraction of
-a core the all-reduce uses when it runs alone — 1 on loopback, ≈ t_loopback/t_link over a
-slow link) and a fair scheduler, while both run the all-reduce progresses at
-``min(σ, ½)/σ`` of its solo speed and the backward at ``1 − min(σ, ½)``; this is simulated
-event by event.  ``σ = 1`` conserves work: backward and all-reduce then cost their sum.
+Contention.  On GPUs (NCCL) the all-reduce runs beside the compute kernels and neither slows
+the other noticeably: the default.  On CPUs (gloo) the all-reduce is executed by a thread that
+competes with the backward pass for the same cores.  :class:`Contention` gives, per bucket, the
+speed of the all-reduce and of the backward *while both run*, as fractions of their speed alone
+(``comm_speed``, ``compute_speed``); the timeline is then simulated event by event.  Two ways to
+get them: measured — all-reduce time alone over all-reduce time while every core computes, and
+the compute rate with over without the all-reduce (what ``bench/accuracy_local.py`` does) —
+or :meth:`Contention.from_cpu_share` for a thread that needs a fraction ``σ`` of a core under a
+fair scheduler: the all-reduce gets ``min(σ, ½)`` of the core, i.e. speed ``min(σ, ½)/σ``, the
+backward the rest, ``1 − min(σ, ½)``.  ``σ = 1`` conserves work: both then cost their sum.
 
 Monte-Carlo.  Each phase of each worker is scaled by ``exp(s·z)`` with ``z ~ N(0, 1)`` and
 ``s`` the phase's relative spread (median preserving); each all-reduce is log-normal with
@@ -37,6 +40,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from planner.hardware import Cluster
+from planner.models.comm import CommModel, CommQuery
 from planner.models.compute import BucketSpec, ComputeModel, ComputeRangeError, PhaseTimes
 
 Z90 = 1.2815515655446004
@@ -67,6 +72,31 @@ class CommTime:
         if not self.p90_ms or self.p50_ms <= 0 or self.p90_ms <= self.p50_ms:
             return 0.0
         return math.log(self.p90_ms / self.p50_ms) / Z90
+
+
+@dataclass(frozen=True)
+class Contention:
+    """Speeds (fractions of solo speed) of one bucket's all-reduce and of the backward while both run."""
+
+    comm_speed: float = 1.0
+    compute_speed: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (0 < self.comm_speed <= 1 and 0 < self.compute_speed <= 1):
+            raise ValueError(f"contention speeds must be in (0, 1], got {self.comm_speed}, {self.compute_speed}")
+
+    @classmethod
+    def from_cpu_share(cls, share: float) -> Contention:
+        """Fair-share model for an all-reduce needing ``share`` of a core (see module docstring)."""
+        if share <= 0:
+            return cls()
+        share = min(share, 1.0)
+        grant = min(share, 0.5)
+        return cls(grant / share, 1.0 - grant)
+
+    @property
+    def free(self) -> bool:
+        return self.comm_speed >= 1.0 and self.compute_speed >= 1.0
 
 
 @dataclass(frozen=True)
@@ -112,33 +142,39 @@ class Timeline:
 # --------------------------------------------------------------------------- core
 
 
-def timeline(workers: Sequence[WorkerLoad], comm_ms: Sequence[float], *, comm_cpu_share: float = 0.0) -> Timeline:
+ContentionSpec = Contention | Sequence[Contention] | None
+
+
+def timeline(workers: Sequence[WorkerLoad], comm_ms: Sequence[float], *,
+             contention: ContentionSpec = None) -> Timeline:
     """Deterministic iteration with the median phase and all-reduce times."""
     opt = [w.phases.optimizer for w in workers]
     fwd = [w.phases.forward for w in workers]
     bwd = [w.phases.backward for w in workers]
     tail = max((w.tail_ms for w in workers), default=0.0)
     fractions = _ready_fractions(workers)
-    return _run(opt, fwd, bwd, fractions, list(comm_ms), tail, comm_cpu_share)
+    return _run(opt, fwd, bwd, fractions, list(comm_ms), tail, _contentions(contention, len(comm_ms)))
 
 
 def simulate_iteration(workers: Sequence[WorkerLoad], comm: Sequence[CommTime | float], *,
-                       samples: int = 2000, seed: int = 0, comm_cpu_share: float = 0.0) -> SimulationResult:
-    """Monte-Carlo simulation of one DDP iteration; ``comm`` has one entry per bucket."""
+                       samples: int = 2000, seed: int = 0, contention: ContentionSpec = None) -> SimulationResult:
+    """Monte-Carlo simulation of one DDP iteration; ``comm`` (and a sequence ``contention``)
+    has one entry per bucket."""
     if not workers:
         raise ValueError("simulate: at least one worker is needed")
     comm_t = [c if isinstance(c, CommTime) else CommTime(float(c)) for c in comm]
     n_buckets = len(workers[0].buckets)
     if len(comm_t) != n_buckets:
         raise ValueError(f"simulate: {len(comm_t)} comm times given for {n_buckets} buckets")
-    det = timeline(workers, [c.p50_ms for c in comm_t], comm_cpu_share=comm_cpu_share)
-    draws = _monte_carlo(workers, comm_t, samples, seed, comm_cpu_share) if samples > 0 else [det.iteration_ms]
-    return _result(workers, comm_t, det, draws, comm_cpu_share)
+    det = timeline(workers, [c.p50_ms for c in comm_t], contention=contention)
+    cont = _contentions(contention, n_buckets)
+    draws = _monte_carlo(workers, comm_t, samples, seed, cont) if samples > 0 else [det.iteration_ms]
+    return _result(workers, comm_t, det, draws)
 
 
 def simulate_ddp(models: Sequence[ComputeModel] | ComputeModel, batches: Sequence[int],
                  comm_fn: Callable[[int], CommTime], *, samples: int = 2000, seed: int = 0,
-                 comm_cpu_share: float = 0.0, tail_ms: float = 0.0,
+                 contention: ContentionSpec = None, tail_ms: float = 0.0,
                  predict: Callable[[int, int], PhaseTimes] | None = None) -> SimulationResult:
     """Build worker loads from compute models and simulate.
 
@@ -155,7 +191,21 @@ def simulate_ddp(models: Sequence[ComputeModel] | ComputeModel, batches: Sequenc
         phases = predict(i, batch) if predict else model.predict(batch)
         loads.append(WorkerLoad(phases, model.buckets(batch), batch, model.device, tail_ms))
     comm = [comm_fn(b.size_bytes) for b in loads[0].buckets]
-    return simulate_iteration(loads, comm, samples=samples, seed=seed, comm_cpu_share=comm_cpu_share)
+    return simulate_iteration(loads, comm, samples=samples, seed=seed, contention=contention)
+
+
+def cluster_comm_fn(comm_model: CommModel, cluster: Cluster) -> Callable[[int], CommTime]:
+    """``size_bytes -> CommTime`` for :func:`simulate_ddp`: the comm model on the cluster's slowest link."""
+    link = cluster.slowest_link()
+    cache: dict[int, CommTime] = {}
+
+    def comm(size_bytes: int) -> CommTime:
+        if size_bytes not in cache:
+            pred = comm_model.predict(CommQuery.from_link(size_bytes, cluster, link))
+            cache[size_bytes] = CommTime(pred.p50_ms, pred.p90_ms, link.kind)
+        return cache[size_bytes]
+
+    return comm
 
 
 def balance_batch(global_batch: int, time_fns: Sequence[Callable[[int], float]],
@@ -212,6 +262,17 @@ def balance_batch(global_batch: int, time_fns: Sequence[Callable[[int], float]],
 # --------------------------------------------------------------------------- internals
 
 
+def _contentions(spec: ContentionSpec, n: int) -> list[Contention]:
+    if spec is None:
+        return [Contention()] * n
+    if isinstance(spec, Contention):
+        return [spec] * n
+    out = list(spec)
+    if len(out) != n:
+        raise ValueError(f"simulate: {len(out)} contention values for {n} buckets")
+    return out
+
+
 def _safe_time(fn: Callable[[int], float]) -> Callable[[int], float]:
     cache: dict[int, float] = {}
 
@@ -253,9 +314,9 @@ def _ready_fractions(workers: Sequence[WorkerLoad]) -> list[list[float]]:
 
 
 def _run(opt: Sequence[float], fwd: Sequence[float], bwd: Sequence[float], fractions: Sequence[Sequence[float]],
-         comm: Sequence[float], tail: float, share: float) -> Timeline:
-    if share > 0 and comm:
-        return _run_shared(opt, fwd, bwd, fractions, comm, tail, share)
+         comm: Sequence[float], tail: float, contention: Sequence[Contention]) -> Timeline:
+    if not all(c.free for c in contention):
+        return _run_shared(opt, fwd, bwd, fractions, comm, tail, contention)
     n_w = len(opt)
     starts = [opt[w] + fwd[w] for w in range(n_w)]
     ends = [starts[w] + bwd[w] for w in range(n_w)]
@@ -273,12 +334,10 @@ def _run(opt: Sequence[float], fwd: Sequence[float], bwd: Sequence[float], fract
 
 
 def _run_shared(opt: Sequence[float], fwd: Sequence[float], bwd: Sequence[float],
-                fractions: Sequence[Sequence[float]], comm: Sequence[float], tail: float, share: float) -> Timeline:
-    """Event simulation with the all-reduce sharing each worker's core (see module docstring)."""
+                fractions: Sequence[Sequence[float]], comm: Sequence[float], tail: float,
+                contention: Sequence[Contention]) -> Timeline:
+    """Event simulation with the all-reduce and the backward slowing each other (module docstring)."""
     eps = 1e-12
-    share = min(max(share, 1e-9), 1.0)
-    grant = min(share, 0.5)
-    slow_comm, slow_compute = grant / share, 1.0 - grant
     n_w, n_k = len(opt), len(comm)
     start = [opt[w] + fwd[w] for w in range(n_w)]
     thr = [[fractions[w][k] * bwd[w] for k in range(n_k)] for w in range(n_w)]
@@ -295,8 +354,8 @@ def _run_shared(opt: Sequence[float], fwd: Sequence[float], bwd: Sequence[float]
         active = [w for w in range(n_w) if t >= start[w] - eps and done[w] < bwd[w] - eps]
         if not in_flight and k_next >= n_k and not active and t >= max(start) - eps:
             break
-        rate = slow_compute if in_flight else 1.0
-        c_rate = slow_comm if active else 1.0
+        rate = contention[k_next].compute_speed if in_flight else 1.0
+        c_rate = contention[k_next].comm_speed if in_flight and active else 1.0
         dt = remaining / c_rate if in_flight else math.inf
         for w in range(n_w):
             if t < start[w] - eps:
@@ -323,7 +382,7 @@ def _run_shared(opt: Sequence[float], fwd: Sequence[float], bwd: Sequence[float]
 
 
 def _monte_carlo(workers: Sequence[WorkerLoad], comm: Sequence[CommTime], samples: int, seed: int,
-                 share: float) -> list[float]:
+                 contention: Sequence[Contention]) -> list[float]:
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -336,10 +395,10 @@ def _monte_carlo(workers: Sequence[WorkerLoad], comm: Sequence[CommTime], sample
     comm_draws = c50[None, :] * np.exp(csig[None, :] * rng.standard_normal((samples, n_k)))
     tail = max((w.tail_ms for w in workers), default=0.0)
     fractions = np.array(_ready_fractions(workers)) if n_k else np.zeros((n_w, 0))
-    if share > 0 and n_k:
+    if not all(c.free for c in contention):
         frac_list = fractions.tolist()
         return [_run(draws["optimizer"][i], draws["forward"][i], draws["backward"][i], frac_list,
-                     comm_draws[i].tolist(), tail, share).iteration_ms for i in range(samples)]
+                     comm_draws[i].tolist(), tail, contention).iteration_ms for i in range(samples)]
     starts = draws["optimizer"] + draws["forward"]                      # (S, W)
     ends = (starts + draws["backward"]).max(axis=1)
     prev = np.zeros(samples)
@@ -349,8 +408,8 @@ def _monte_carlo(workers: Sequence[WorkerLoad], comm: Sequence[CommTime], sample
     return (np.maximum(ends, prev) + tail).tolist()
 
 
-def _result(workers: Sequence[WorkerLoad], comm: Sequence[CommTime], det: Timeline, draws: Sequence[float],
-            share: float) -> SimulationResult:
+def _result(workers: Sequence[WorkerLoad], comm: Sequence[CommTime], det: Timeline,
+            draws: Sequence[float]) -> SimulationResult:
     import numpy as np
 
     arr = np.asarray(draws, dtype=float)

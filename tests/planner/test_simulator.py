@@ -1,0 +1,160 @@
+"""DDP iteration simulator: hand-computable timelines, Monte-Carlo, batch balancing."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.hardware import Cluster
+from planner.models.comm import CommModel, ring_allreduce_prior_ms
+from planner.models.compute import BucketSpec, ComputeRangeError, PhaseSpread, PhaseTimes, fit_compute_model
+from planner.profiles import load_compute_profile
+from planner.simulator import (
+    CommTime,
+    Contention,
+    WorkerLoad,
+    balance_batch,
+    cluster_comm_fn,
+    simulate_ddp,
+    simulate_iteration,
+    timeline,
+)
+
+BUCKETS = (BucketSpec(1 << 20, 0.25), BucketSpec(25 << 20, 0.5), BucketSpec(25 << 20, 1.0))
+
+
+def worker(fwd=10.0, bwd=20.0, opt=5.0, batch=16, spread=0.0):
+    s = PhaseSpread(spread, spread, spread)
+    return WorkerLoad(PhaseTimes(fwd, bwd, opt, spread=s), BUCKETS, batch)
+
+
+def test_zero_communication_equals_the_compute_sum():
+    t = timeline([worker(), worker()], [0.0, 0.0, 0.0])
+    assert t.iteration_ms == pytest.approx(10 + 20 + 5)
+
+
+def test_hidden_communication_costs_only_the_last_bucket():
+    # buckets ready at 5, 10, 20 ms into backward; 2 ms each: all but the last overlap
+    t = timeline([worker(), worker()], [2.0, 2.0, 2.0])
+    assert t.comm_start_ms == pytest.approx((20.0, 25.0, 35.0))
+    assert t.iteration_ms == pytest.approx(35 + 2)
+
+
+def test_communication_bound_equals_forward_first_ready_all_comms_and_optimizer():
+    comm = [30.0, 40.0, 50.0]
+    t = timeline([worker(), worker()], comm)
+    # opt + fwd + first bucket ready (0.25·bwd) + Σ comm
+    assert t.iteration_ms == pytest.approx(5 + 10 + 0.25 * 20 + sum(comm))
+
+
+def test_one_slow_worker_gates_every_bucket():
+    fast, slow = worker(), worker(fwd=20.0, bwd=40.0)
+    t = timeline([fast, slow, fast], [1.0, 1.0, 1.0])
+    # slow worker: backward starts at 5 + 20 = 25, buckets ready at 35, 45, 65
+    assert t.comm_start_ms == pytest.approx((35.0, 45.0, 65.0))
+    assert t.iteration_ms == pytest.approx(66.0)
+    assert t.critical_worker == 1
+
+
+def test_a_cpu_bound_all_reduce_sharing_the_core_costs_backward_plus_communication():
+    # share 1: all-reduce and backward split one core, so the work adds up
+    contention = Contention.from_cpu_share(1.0)
+    assert (contention.comm_speed, contention.compute_speed) == (0.5, 0.5)
+    t = timeline([worker(), worker()], [2.0, 2.0, 2.0], contention=contention)
+    assert t.iteration_ms == pytest.approx(5 + 10 + 20 + 6)
+    # no contention is the GPU case
+    assert timeline([worker()], [2.0, 2.0, 2.0], contention=Contention()).iteration_ms == pytest.approx(37.0)
+
+
+def test_a_mostly_waiting_all_reduce_barely_slows_the_backward():
+    # share 0.1: the all-reduce runs at full speed, the backward at 90 % while it runs
+    t = timeline([worker()], [2.0, 2.0, 2.0], contention=[Contention.from_cpu_share(0.1)] * 3)
+    assert t.comm_end_ms[0] == pytest.approx(22.0)
+    assert t.backward_end_ms == pytest.approx(35 + 2 * 2 * 0.1, rel=1e-6)
+    assert t.iteration_ms == pytest.approx(t.backward_end_ms + 2.0)
+
+
+def test_measured_contention_slows_both_sides_while_they_overlap():
+    # bucket 0 (ready at 20 ms) runs at half speed beside the backward: 4 ms instead of 2,
+    # during which the backward runs at 80 %; buckets 1 and 2 are not contended
+    cont = [Contention(0.5, 0.8), Contention(), Contention()]
+    t = timeline([worker()], [2.0, 2.0, 2.0], contention=cont)
+    assert t.comm_end_ms[0] == pytest.approx(24.0)
+    assert t.backward_end_ms == pytest.approx(35.0 + 4 * 0.2)
+    with pytest.raises(ValueError, match="contention"):
+        Contention(0.0, 1.0)
+
+
+def test_without_spread_every_sample_equals_the_deterministic_timeline():
+    result = simulate_iteration([worker(), worker()], [CommTime(30, 30)] * 3, samples=50)
+    assert result.iteration_ms_p50 == pytest.approx(result.deterministic_ms)
+    assert result.iteration_ms_p90 == pytest.approx(result.deterministic_ms)
+    assert result.throughput_samples_s == pytest.approx(32 / result.deterministic_ms * 1e3)
+
+
+def test_monte_carlo_is_seeded_and_p90_exceeds_p50():
+    args = ([worker(spread=0.1), worker(spread=0.1)], [CommTime(3, 4)] * 3)
+    a = simulate_iteration(*args, samples=500, seed=7)
+    b = simulate_iteration(*args, samples=500, seed=7)
+    assert a == b
+    assert a.iteration_ms_p90 > a.iteration_ms_p50
+    # the slowest of two noisy workers gates the iteration: median above the noiseless value
+    assert a.iteration_ms_p50 > a.deterministic_ms
+
+
+def test_the_result_names_the_bottleneck_link_and_breaks_the_time_down():
+    result = simulate_iteration([worker(), worker()], [CommTime(30, 33, "efa")] * 3, samples=10)
+    assert result.bottleneck == "communication"
+    assert result.bottleneck_link == "efa"
+    bd = result.breakdown
+    assert bd.forward + bd.backward + bd.optimizer + bd.exposed_communication == pytest.approx(result.deterministic_ms)
+    assert result.per_worker_batch == (16, 16)
+    quiet = simulate_iteration([worker(), worker()], [CommTime(0.1)] * 3, samples=10)
+    assert quiet.bottleneck == "compute" and quiet.bottleneck_link == ""
+
+
+def test_balance_split_equalises_compute_time():
+    # worker 1 is twice as fast per sample
+    assert balance_batch(96, [lambda b: 2.0 * b, lambda b: 1.0 * b]) == (32, 64)
+
+
+def test_balance_split_respects_max_batch_and_sums_exactly():
+    split = balance_batch(100, [lambda b: b, lambda b: b, lambda b: b], max_batches=[10, None, None])
+    assert split[0] == 10 and sum(split) == 100 and abs(split[1] - split[2]) <= 1
+
+
+def test_balance_split_treats_range_errors_as_infeasible():
+    def limited(b):
+        if b > 40:
+            raise ComputeRangeError("too big")
+        return 1.0 + b
+
+    assert balance_batch(70, [limited, lambda b: 1.0 + b]) == (35, 35)
+    assert balance_batch(100, [limited, lambda b: 0.1 * b]) == (8, 92)
+    assert balance_batch(100, [limited, lambda b: 10.0 + b]) == (40, 60)
+    with pytest.raises(ValueError, match="above the workers' maximum"):
+        balance_batch(100, [lambda b: b], max_batches=[50])
+    with pytest.raises(ValueError, match="below the workers' minimum"):
+        balance_batch(1, [lambda b: b, lambda b: b])
+
+
+def test_simulate_ddp_builds_workers_from_compute_models():
+    doc = {"schema_version": 1, "kind": "compute", "model": {"spec": "m"}, "device": {"type": "cuda", "name": "g"},
+           "samples": [{"batch_size": b,
+                        "phases": {"forward": {"median_ms": 0.1 * b}, "backward": {"median_ms": 0.2 * b},
+                                   "optimizer": {"median_ms": 1.0}},
+                        "buckets": [{"index": 0, "size_bytes": 1000, "ready_ms": 0.1 * b},
+                                    {"index": 1, "size_bytes": 3000, "ready_ms": 0.2 * b}]} for b in (16, 32)]}
+    model = fit_compute_model(load_compute_profile(doc))
+    result = simulate_ddp(model, [16, 32], lambda size: CommTime(size / 1000.0), samples=0)
+    # worker 1 (batch 32): backward starts at 1 + 3.2 = 4.2; bucket 0 ready at 4.2 + 3.2 = 7.4 → ends 8.4;
+    # bucket 1 ready at 10.6 → ends 13.6
+    assert result.deterministic_ms == pytest.approx(13.6)
+    assert result.slowest_worker == 1
+    assert result.global_batch == 48
+
+
+def test_cluster_comm_fn_uses_the_slowest_link_of_the_cluster():
+    cluster = Cluster(nodes=2, gpus_per_node=4, network_gbps=50.0)
+    comm = cluster_comm_fn(CommModel(), cluster)(25 << 20)
+    assert comm.p50_ms == pytest.approx(ring_allreduce_prior_ms(25 << 20, 8, 50.0, 50.0))
+    assert comm.link == "tcp"
