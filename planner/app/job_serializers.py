@@ -11,13 +11,14 @@ from planner.app.models import Job, JobEvent
 
 MAX_REPORTS_PER_POST = 1000
 MAX_SEQ = 2**62
+MAX_ID = 2**63 - 1
 
 
 class LaunchParamsSerializer(serializers.Serializer):
     """What a launch needs: the plan option, the training command and the caps."""
 
-    plan = serializers.IntegerField(min_value=1, help_text="PlanRecord id")
-    rank = serializers.IntegerField(min_value=1, help_text="Option of the plan (its rank)")
+    plan = serializers.IntegerField(min_value=1, max_value=MAX_ID, help_text="PlanRecord id")
+    rank = serializers.IntegerField(min_value=1, max_value=10_000, help_text="Option of the plan (its rank)")
     train_command = serializers.CharField(max_length=jobs.MAX_TRAIN_COMMAND, trim_whitespace=True,
                                           help_text="Script and arguments after torchrun, e.g. train.py --epochs 3")
     max_spend_usd = serializers.DecimalField(max_digits=12, decimal_places=2, min_value=Decimal("0.01"),
@@ -146,8 +147,8 @@ class ReplanRequestSerializer(serializers.Serializer):
 
 
 class ApplyReplanSerializer(serializers.Serializer):
-    plan = serializers.IntegerField(min_value=1)
-    rank = serializers.IntegerField(min_value=1)
+    plan = serializers.IntegerField(min_value=1, max_value=MAX_ID)
+    rank = serializers.IntegerField(min_value=1, max_value=10_000)
     max_spend_usd = serializers.DecimalField(max_digits=12, decimal_places=2, min_value=Decimal("0.01"),
                                              max_value=jobs.MAX_SPEND_USD)
     max_hours = serializers.FloatField(min_value=0.01, max_value=jobs.MAX_HOURS)

@@ -185,7 +185,7 @@ def create_job(owner, plan: PlanRecord, rank, train_command, max_spend_usd, max_
     ``max_spend_usd``, and ``Job.cap_at`` is when it is reached.
     """
     from planner.app import launch
-    from planner.app.job_tasks import launch_job_task
+    from planner.app.job_tasks import launch_job_task, schedule_watch
 
     if not can_launch(owner):
         raise NotAllowed("launching a job needs the plans.add_job permission")
@@ -211,6 +211,8 @@ def create_job(owner, plan: PlanRecord, rank, train_command, max_spend_usd, max_
                   {"replaces": replaces.pk if replaces else None})  # fmt: skip
         pk = job.pk
         transaction.on_commit(lambda: launch_job_task.enqueue(pk))
+        # The watch starts now, not after the launch: a launch that dies half-way is noticed too.
+        transaction.on_commit(lambda: schedule_watch(pk))
     return job
 
 

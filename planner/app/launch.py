@@ -16,6 +16,11 @@ What a launch is, exactly (``preview`` shows it before anything starts; ``launch
 * instance ids and private IPs are recorded right after each ``run_instances`` so the
   rendezvous can answer as soon as the nodes ask.
 
+Networking: nodes get ``JOB_SECURITY_GROUP_IDS`` (default: the VPC's default group, which lets
+members reach each other on every port, as c10d and NCCL need) in ``JOB_SUBNET_IDS`` of the
+plan's zone (default: the zone's default subnet), and must reach ``SITE_URL`` over HTTP(S).
+``JOB_KEY_NAME`` and ``JOB_INSTANCE_PROFILE`` are passed on when set.
+
 The server-side cap (``Job.cap_at`` = start + min(max_hours, max_spend / hourly)) is enforced by
 the watch task and by the reconciler; the VM's own shutdown guard is the backstop.
 
@@ -286,9 +291,6 @@ def launch_job(job: Job) -> str:
         jobs.fail_job(job, f"launch failed: {exc}")
         return "failed to launch"
     job = jobs.mark_running(job, f"launched {len(job.instance_ids)} instances: {describe_option(option)}")
-    from planner.app.job_tasks import schedule_watch
-
-    schedule_watch(job.pk)
     return f"launched {len(job.instance_ids)} instances"
 
 

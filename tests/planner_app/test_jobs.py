@@ -57,7 +57,7 @@ def test_the_permission_can_come_from_a_group(user, plan, settings):
     assert jobs.can_launch(type(user).objects.get(pk=user.pk))
 
 
-def test_a_created_job_keeps_the_option_caps_and_queues_its_launch(owner, plan, django_capture_on_commit_callbacks):
+def test_a_created_job_keeps_the_option_caps_and_queues_its_launch_and_watch(owner, plan, django_capture_on_commit_callbacks):
     from django_tasks import default_task_backend
 
     with django_capture_on_commit_callbacks(execute=True):
@@ -69,7 +69,9 @@ def test_a_created_job_keeps_the_option_caps_and_queues_its_launch(owner, plan, 
     assert job.launch_token and len(job.launch_token) <= 40
     assert JobEvent.objects.get(job=job, kind="created").message.startswith("launch confirmed: 2x p4d.24xlarge")
     assert job.events.count() == 1 and job.option == option()
-    assert [r.task.name for r in default_task_backend.results] == ["launch_job_task"]  # queued after commit
+    launch_task, watch = default_task_backend.results  # queued after commit
+    assert launch_task.task.name == "launch_job_task" and launch_task.args == [job.pk]
+    assert watch.task.name == "watch_job_task" and watch.task.run_after is not None  # a half-done launch is seen too
 
 
 def test_the_token_is_derived_hashed_at_rest_and_dies_with_the_job(owner, plan):

@@ -270,3 +270,26 @@ def test_replan_without_the_solver_service_says_so(owner, plan, monkeypatch, use
     job = running_without_ec2(owner, plan)
     resp = user_api.post(f"/api/v1/jobs/{job.pk}/replan/", {"refresh": True}, format="json")
     assert resp.status_code == 400 and "not available" in resp.json()["job"][0]
+
+
+def test_a_real_plan_launches_and_its_interruption_is_replanned_by_the_real_solver(cloud, owner, user_api, catalog,
+                                                                                   monkeypatch):
+    request = {"model": {"spec": "examples.tiny_model:build", "input_shape": "3,32,32", "precision": "amp"},
+               "samples_per_epoch": 1_281_167, "epochs": 2, "objective": "cost", "deadline_hours": 24, "spot": True,
+               "max_nodes": 4, "max_types": 1, "regions": ["us-east-1"], "global_batch_min": 256,
+               "global_batch_max": 256}  # fmt: skip
+    made = user_api.post("/api/v1/plans/", request, format="json")
+    assert made.status_code == 201, made.content
+    plan = PlanRecord.objects.get(pk=made.json()["id"])
+    job = launched(owner, plan, spend="500", hours=48)
+    best = plan.option(1)
+    assert len(job.instance_ids) == best["nodes"] and job.region == best["region"]
+    assert job.total_iterations == -(-2 * 1_281_167 // best["global_batch"])
+    report(job, [best["iter_time_s"]] * 20, timezone.now())
+    monkeypatch.setattr(ec2, "spot_interruption_notices", lambda region, ids: ids[:1])
+    monitor.watch_job(job)
+    offer = monitor.latest_offer(job)
+    assert offer is not None, list(job.events.values_list("kind", "message"))
+    replan = PlanRecord.objects.get(pk=offer.data["plan"])
+    assert replan.status == "solved" and replan.request["total_samples"] == 2 * 1_281_167 - 29 * best["global_batch"]
+    assert "epochs" not in replan.request and replan.request["deadline_hours"] < 24
