@@ -285,6 +285,20 @@ def contention_for(work: Path, name: str, sizes: list[int]) -> list[Contention]:
             for s in sizes]
 
 
+def ddp_overhead(work: Path, case: Case, model: ComputeModel) -> float:
+    """DDP's own per-iteration work (ms): no-op-comm DDP period minus the compute profile.
+
+    It copies gradients into and out of the buckets and runs the reducer hooks, so it scales
+    with the parameter bytes, not the batch: the per-batch differences (each the difference of
+    two noisy medians) are averaged over the case's batch sizes.
+    """
+    diffs = []
+    for b in case.batches:
+        noop = json.loads((work / f"ddp_{case.name}_{b}_loopback_noop_0.json").read_text())["periods_ms"]
+        diffs.append(statistics.median(noop) - model.predict(b).total)
+    return max(0.0, statistics.fmean(diffs))
+
+
 def bucket_sizes(model: ComputeModel) -> list[int]:
     return sorted({b.size_bytes for batch in model.batch_sizes for b in model.buckets(batch)})
 
@@ -356,11 +370,15 @@ def main() -> int:
                             measure_shaped(case, work, args)
                 finally:
                     netns_down()
-        (work / "meta.json").write_text(json.dumps({"skip_reason": skip_reason, "link": link_name}))
+        measured_s = time.monotonic() - started
+        load_after = os.getloadavg()
+        (work / "meta.json").write_text(json.dumps({"skip_reason": skip_reason, "link": link_name,
+                                                    "load": [load_before[0], load_after[0]], "seconds": measured_s}))
     else:
         meta = json.loads((work / "meta.json").read_text()) if (work / "meta.json").exists() else {}
         skip_reason, link_name = meta.get("skip_reason"), meta.get("link", link_name)
-    measured_s = time.monotonic() - started
+        (lb, la), measured_s = meta.get("load", [float("nan")] * 2), meta.get("seconds", float("nan"))
+        load_before, load_after = (lb,), (la,)
 
     rows = []
     for case in cases:
@@ -374,8 +392,7 @@ def main() -> int:
             label = "loopback" if link == "loopback" else link_name
             comm = comm_times(comm_model, cluster, sizes, label)
             contention = contention_for(work, f"{case.name}_{link}", sizes)
-            noop = json.loads((work / f"ddp_{case.name}_{batch}_loopback_noop_0.json").read_text())["periods_ms"]
-            overhead = max(0.0, statistics.median(noop) - model.predict(batch).total)
+            overhead = ddp_overhead(work, case, model)
             sim = predict([model, model], batch, comm, contention, overhead)
             measured = json.loads((work / f"ddp_{case.name}_{batch}_{link}_0.json").read_text())["periods_ms"]
             med = statistics.median(measured)
@@ -391,8 +408,8 @@ def main() -> int:
                          sim.bottleneck, retest, overhead))
 
     print(f"\nSrifty local accuracy bench: 2 ranks, gloo, 1 thread per rank, {os.cpu_count()} CPUs; "
-          f"load average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}; measured at nice {NICE}, "
-          f"took {measured_s:.0f} s")
+          f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f}; measured at nice {NICE}, "
+          f"took {measured_s:.0f} s{' (re-predicted from stored measurements)' if args.reuse else ''}")
     if skip_reason:
         print(f"shaped-link cases SKIPPED: network namespaces unavailable here ({skip_reason})")
     print(f"{'model':12} {'batch':>5} {'link':17} {'buckets':>7} {'MiB':>6} {'compute':>8} {'ddp ovh':>7} {'comm':>8} "
