@@ -64,6 +64,9 @@ class PreviewSerializer(serializers.Serializer):
     requested = serializers.DictField(help_text="max_spend_usd and max_hours to send back with the confirmation")
     confirmation = serializers.CharField()
     confirmation_expires_s = serializers.IntegerField()
+    replaces = serializers.IntegerField(required=False, help_text="Re-plans: the job this one replaces")
+    remaining_samples = serializers.FloatField(required=False, help_text="Re-plans: the work that is left")
+    offer = serializers.CharField(required=False, help_text="Re-plans: why and what was offered")
 
 
 class JobEventSerializer(serializers.ModelSerializer):

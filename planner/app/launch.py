@@ -286,6 +286,9 @@ def launch_job(job: Job) -> str:
             )  # fmt: skip
             ips = {s.id: s.private_ip for s in ec2.describe(job.region, ids)}
             job = jobs.mark_launched(job, instance_ids=ids, node_ips=ips, template_id=template)
+            if job.finished:  # stopped (user, cap) while launching: what started since goes too
+                teardown(job)
+                return f"job {job.pk} was {job.status} during the launch; terminated its instances"
     except (ec2.AwsError, ValueError) as exc:
         log.exception("launching job %s failed", job.pk)
         jobs.fail_job(job, f"launch failed: {exc}")

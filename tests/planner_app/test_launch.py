@@ -171,6 +171,22 @@ def test_a_launch_error_fails_the_job_and_terminates_what_started(cloud, launche
     assert instances(cloud, job.pk) == []  # the first group's node was terminated
 
 
+def test_a_job_stopped_while_it_launches_launches_no_further_group(cloud, launcher, monkeypatch):
+    opt = option(groups=[group(count=1), group("g5.2xlarge", "on-demand", count=1, price=1.2)])
+    job = make_job(launcher, opt)
+    real = ec2.launch_from_template
+
+    def launch_then_stop(*args, **kwargs):
+        ids = real(*args, **kwargs)
+        jobs.stop_job(job, "stopped by alice")  # the user clicks stop during the first group's launch
+        return ids
+
+    monkeypatch.setattr(ec2, "launch_from_template", launch_then_stop)
+    assert "terminated its instances" in launch.launch_job(job)
+    assert instances(cloud, job.pk) == [] and len(Job.objects.get(pk=job.pk).instance_ids) == 1
+    assert Job.objects.get(pk=job.pk).status == JobStatus.STOPPED
+
+
 def test_stopping_terminates_every_tagged_instance_and_deletes_templates(cloud, launcher, placement_groups,
                                                                         django_capture_on_commit_callbacks):
     job = make_job(launcher)

@@ -272,6 +272,7 @@ def test_replan_without_the_solver_service_says_so(owner, plan, monkeypatch, use
     assert resp.status_code == 400 and "not available" in resp.json()["job"][0]
 
 
+@pytest.mark.slow
 def test_a_real_plan_launches_and_its_interruption_is_replanned_by_the_real_solver(cloud, owner, user_api, catalog,
                                                                                    monkeypatch):
     request = {"model": {"spec": "examples.tiny_model:build", "input_shape": "3,32,32", "precision": "amp"},
