@@ -136,7 +136,8 @@ def _read_csv(source: str | Path | IO, required: Iterable[str]) -> list[tuple[in
             stream.close()
 
 
-def _number(raw: str | None, name: str, *, optional: bool = False, integer: bool = False) -> float | None:
+def _number(raw: str | None, name: str, *, optional: bool = False, integer: bool = False,
+            maximum: float = 1e9) -> float | None:
     text = (raw or "").strip()
     if text == "":
         if optional:
@@ -148,6 +149,8 @@ def _number(raw: str | None, name: str, *, optional: bool = False, integer: bool
         raise ValueError(f"{name}={text!r} is not a number") from exc
     if not math.isfinite(value) or value < 0:
         raise ValueError(f"{name}={text!r} must be a finite number >= 0")
+    if value > maximum:
+        raise ValueError(f"{name}={text!r} is larger than {maximum:g}")
     if integer and value != int(value):
         raise ValueError(f"{name}={text!r} must be a whole number")
     return value
@@ -166,16 +169,34 @@ def _price(raw: str | None, name: str) -> Decimal | None:
 
 
 def _gpu_info(raw: str | None) -> dict | None:
+    """The EC2 ``GpuInfo`` structure, checked for the parts the import reads."""
     text = (raw or "").strip()
     if not text:
         return None
+    if len(text) > 10_000:
+        raise ValueError("GpuInfo is longer than 10,000 characters")
     try:
         value = ast.literal_eval(text)  # the snapshot writes Python dict reprs, not JSON
-    except (ValueError, SyntaxError) as exc:
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as exc:
         raise ValueError("GpuInfo is not a dict literal") from exc
     if not isinstance(value, dict):
         raise ValueError("GpuInfo is not a dict")
+    gpus = value.get("Gpus", [])
+    if not isinstance(gpus, list) or not all(isinstance(g, dict) for g in gpus):
+        raise ValueError("GpuInfo.Gpus is not a list of dicts")
+    for g in gpus:
+        memory = g.get("MemoryInfo", {})
+        if not isinstance(memory, dict) or not _whole(memory.get("SizeInMiB", 0), 10**8):
+            raise ValueError("GpuInfo.Gpus[].MemoryInfo.SizeInMiB is not a size in MiB")
+        if not isinstance(g.get("Manufacturer", ""), str) or not isinstance(g.get("Name", ""), str):
+            raise ValueError("GpuInfo.Gpus[] Name/Manufacturer are not text")
+    if not _whole(value.get("TotalGpuMemoryInMiB", 0), 10**9):
+        raise ValueError("GpuInfo.TotalGpuMemoryInMiB is not a size in MiB")
     return value
+
+
+def _whole(value, limit: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= limit
 
 
 def parse_instances(source: str | Path | IO) -> list[InstanceRow]:
@@ -192,28 +213,39 @@ def parse_instances(source: str | Path | IO) -> list[InstanceRow]:
 
 def _instance_row(line: int, raw: dict[str, str]) -> InstanceRow:
     name = (raw.get("InstanceType") or "").strip()
-    if not name or "." not in name:
+    if not name or "." not in name or len(name) > 64 or "\x00" in name:
         raise ValueError(f"InstanceType={name!r} is not an instance type name like p4d.24xlarge")
     region = (raw.get("Region") or "").strip()
     if region not in AWS_REGIONS:
         raise ValueError(f"unknown region {region!r}")
     zone = (raw.get("AvailabilityZone") or "").strip()
-    if not zone:
-        raise ValueError("AvailabilityZone is empty")
+    if not zone or len(zone) > 32 or "\x00" in zone:
+        raise ValueError("AvailabilityZone is empty or not a zone ID")
+    accelerator = (raw.get("AcceleratorName") or "").strip()
+    if len(accelerator) > 64 or "\x00" in accelerator:
+        raise ValueError("AcceleratorName is longer than 64 characters")
     return InstanceRow(
         line=line,
         instance_type=name,
-        accelerator=(raw.get("AcceleratorName") or "").strip(),
-        accelerator_count=_number(raw.get("AcceleratorCount"), "AcceleratorCount", optional=True) or 0.0,
-        vcpus=int(_number(raw.get("vCPUs"), "vCPUs", integer=True)),
-        memory_gib=_number(raw.get("MemoryGiB"), "MemoryGiB"),
+        accelerator=accelerator,
+        accelerator_count=_number(raw.get("AcceleratorCount"), "AcceleratorCount", optional=True,
+                                  maximum=1024) or 0.0,
+        vcpus=int(_number(raw.get("vCPUs"), "vCPUs", integer=True, maximum=100_000)),
+        memory_gib=_number(raw.get("MemoryGiB"), "MemoryGiB", maximum=1_000_000),
         gpu_info=_gpu_info(raw.get("GpuInfo")),
         price=_price(raw.get("Price"), "Price"),
         spot_price=_price(raw.get("SpotPrice"), "SpotPrice"),
         region=region,
         zone=zone,
-        arch=(raw.get("Arch") or "x86_64").strip() or "x86_64",
+        arch=_arch(raw.get("Arch")),
     )
+
+
+def _arch(raw: str | None) -> str:
+    arch = (raw or "x86_64").strip() or "x86_64"
+    if len(arch) > 16 or "\x00" in arch:
+        raise ValueError(f"Arch={arch[:20]!r} is not an architecture")
+    return arch
 
 
 def parse_network(source: str | Path | IO) -> dict[str, dict]:

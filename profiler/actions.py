@@ -205,15 +205,23 @@ def _small(payload: dict) -> dict:
 # --- profile documents --------------------------------------------------------------------
 
 
+MAX_BATCH = 2**31 - 1
+MAX_BYTES = 2**50  # a petabyte: no bucket or message is larger
+
+
 def check_profile(run: ProfilingRun, profile) -> None:
+    """Refuse (``BadProfile``) any document that is not a complete, storable profile of this run."""
     from profiler.agent.schema import ProfileValidationError, validate_profile
+    from srifty_web.payloads import PayloadError, check_json_values
 
     if not isinstance(profile, dict):
         raise BadProfile("result has no profile document")
     try:
+        check_json_values(profile)
         validate_profile(profile)
-    except ProfileValidationError as exc:
+    except (ProfileValidationError, PayloadError) as exc:
         raise BadProfile(str(exc)) from exc
+    _check_ranges_and_keys(profile)
     if profile.get("kind") != run.kind:
         raise BadProfile(f"profile kind {profile.get('kind')!r} does not match run kind {run.kind!r}")
     for i, sample in enumerate(profile.get("samples", [])):
@@ -223,6 +231,42 @@ def check_profile(run: ProfilingRun, profile) -> None:
                 for v in values:
                     if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or v > 3.6e6:
                         raise BadProfile(f"samples[{i}].{where}.{key}: {v!r} is not a time in ms (0..1 h)")
+
+
+def _check_ranges_and_keys(profile: dict) -> None:
+    """What the schema cannot say: values within the columns' range, and one sample per key
+    (the tables are unique on batch size / bucket index / message size)."""
+    seen: set = set()
+    for i, s in enumerate(profile["samples"]):
+        where = f"samples[{i}]"
+        if profile["kind"] == RunKind.COMPUTE:
+            key = s["batch_size"]
+            if not 1 <= key <= MAX_BATCH:
+                raise BadProfile(f"{where}.batch_size: {key} is out of range")
+            buckets = set()
+            for j, b in enumerate(s.get("buckets", [])):
+                if b["index"] in buckets:
+                    raise BadProfile(f"{where}.buckets[{j}].index: bucket {b['index']} appears twice")
+                buckets.add(b["index"])
+                if not (0 <= b["size_bytes"] <= MAX_BYTES and 0 <= b["num_params"] <= MAX_BATCH
+                        and 0 <= b["index"] <= MAX_BATCH and 0 <= b["ready_fraction"] <= 1):
+                    raise BadProfile(f"{where}.buckets[{j}]: size, count, index or ready fraction out of range")
+            for phase in PHASES:
+                cv = s["phases"][phase]["cv"]
+                if not 0 <= cv <= 1e6:
+                    raise BadProfile(f"{where}.{phase}.cv: {cv} is out of range")
+        else:
+            key = s["size_bytes"]
+            if not 0 < key <= MAX_BYTES:
+                raise BadProfile(f"{where}.size_bytes: {key} is out of range")
+            if not (0 <= s["cv"] <= 1e6 and 0 <= s["algbw_gbps"] < 1e9 and 0 <= s["busbw_gbps"] < 1e9):
+                raise BadProfile(f"{where}: cv or bandwidth out of range")
+        if key in seen:
+            raise BadProfile(f"{where}: {'batch size' if profile['kind'] == RunKind.COMPUTE else 'size'} "
+                             f"{key} appears twice")
+        seen.add(key)
+    if profile["kind"] == RunKind.COMM and not 2 <= profile["world_size"] <= 1_000_000:
+        raise BadProfile(f"world_size: {profile['world_size']} is out of range")
 
 
 def _timing_blocks(kind: str, sample: dict):
