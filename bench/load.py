@@ -1,0 +1,709 @@
+#!/usr/bin/env python
+"""Load bench for the live server: API readers, websocket viewers and an agent, all at once.
+
+Starts the real ASGI server (daphne, one process, on 127.0.0.1 and a free port) on a fresh
+SQLite database in a temporary SRIFTY_DATA_DIR (migrated, the bundled catalog imported, a user
+with a DRF token and a session, one running profiling run with an agent token), then for
+``--duration`` seconds, concurrently:
+
+* ``--clients`` API clients (threads, keep-alive ``http.client``) looping over
+  ``GET /api/v1/instance-types/?limit=20`` and ``GET /api/v1/profiling-runs/``;
+* ``--viewers`` websocket viewers of the run (one asyncio loop, a minimal RFC 6455 client below)
+  logged in with the session cookie;
+* an agent posting ``progress`` events at ``--rate`` events/s (paced; ``--posters`` threads keep
+  the rate when a post takes longer than 1/rate; every event has its own seq).
+
+It prints API throughput and p50/p99 latency, events sent and accepted, events received per viewer
+(min/median), lost events (accepted x viewers - received) and websocket connect failures, with
+PASS/FAIL against the targets: 0 lost events at 50 events/s with 100 viewers on Redis, API p99
+< 200 ms at 50 concurrent clients.
+
+Loopback only: the server binds 127.0.0.1 and ``--redis`` must point at a loopback address.
+Bounded: every phase has a deadline and the whole run stops itself after ``--max-seconds``
+(default 170); the server's process group and the temporary folder are removed on exit, Ctrl-C
+and SIGTERM included.
+
+    .venv/bin/python bench/load.py                       # in-memory channel layer
+    .venv/bin/python bench/load.py --redis redis://127.0.0.1:56379/0
+
+``Server`` is also used by tests/reliability/test_faults.py (concurrent agent posts on SQLite).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import hashlib
+import http.client
+import ipaddress
+import json
+import os
+import queue
+import shutil
+import signal
+import socket
+import sqlite3
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+REPO = Path(__file__).resolve().parent.parent
+API_PATHS = ("/api/v1/instance-types/?limit=20", "/api/v1/profiling-runs/")
+TARGET_P99_MS = 200.0
+
+SETUP = r"""
+import json, os
+from datetime import timedelta
+from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
+from django.contrib.sessions.backends.db import SessionStore
+from django.utils import timezone
+from rest_framework.authtoken.models import Token
+from profiler import actions
+from profiler.models import ProfilingRun, RunStatus
+
+user = get_user_model().objects.create_user("bench", password="bench-pass-12345")
+session = SessionStore()
+session[SESSION_KEY] = str(user.pk)
+session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+session.create()
+run = ProfilingRun.objects.create(
+    owner=user, kind="compute", model_spec="examples.tiny_model:build", input_shape="3,16,16",
+    batch_sizes="2,4", status=RunStatus.RUNNING, started_at=timezone.now(),
+    deadline_at=timezone.now() + timedelta(minutes=30),
+)
+print("BENCH " + json.dumps({
+    "api_token": Token.objects.create(user=user).key, "session": session.session_key,
+    "run_id": run.pk, "agent_token": actions.issue_token(run),
+}))
+"""
+
+
+def is_loopback(host: str) -> bool:
+    if host in ("localhost", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pct(values: list[float], q: float) -> float:
+    """The q-th percentile (0..100), nearest-rank; NaN for no values."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    k = max(0, min(len(ordered) - 1, int(round(q / 100 * len(ordered) + 0.5)) - 1))
+    return ordered[k]
+
+
+# --- the server ---------------------------------------------------------------------------
+
+
+class Server:
+    """daphne on 127.0.0.1 with a fresh SQLite database in ``workdir``; a context manager."""
+
+    def __init__(self, workdir: Path, *, redis_url: str | None = None, catalog: bool = False, quiet: bool = True,
+                 throttle: str = "1000000/min", python: str = sys.executable) -> None:  # fmt: skip
+        if redis_url and not is_loopback(urlsplit(redis_url).hostname or ""):
+            raise SystemExit(f"--redis must be a loopback address, not {redis_url!r}")
+        self.workdir, self.redis_url, self.catalog, self.quiet = Path(workdir), redis_url, catalog, quiet
+        self.throttle, self.python = throttle, python
+        self.proc: subprocess.Popen | None = None
+        self.port = 0
+        self.api_token = self.session = self.agent_token = ""
+        self.run_id = 0
+        self.setup_s = 0.0
+
+    # environment of every server-side process: SQLite in workdir, never DATABASE_URL
+    def env(self) -> dict[str, str]:
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE")
+        }
+        env.update({
+            "DJANGO_SETTINGS_MODULE": "srifty_web.settings", "SRIFTY_DATA_DIR": str(self.workdir),
+            "DEBUG": "0", "LOG_LEVEL": "WARNING", "PYTHONUNBUFFERED": "1", "AGENT_THROTTLE_RATE": self.throttle,
+            "TASKS_BACKEND": "django_tasks.backends.dummy.DummyBackend", "PYTHONPATH": str(REPO),
+        })  # fmt: skip
+        if self.redis_url:
+            env["REDIS_URL"] = self.redis_url
+        return env
+
+    def _manage(self, *args: str, timeout: float = 120) -> str:
+        out = subprocess.run([self.python, "manage.py", *args], cwd=REPO, env=self.env(), capture_output=True,
+                             text=True, timeout=timeout)  # fmt: skip
+        if out.returncode != 0:
+            raise RuntimeError(f"manage.py {args[0]} failed:\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}")
+        return out.stdout
+
+    def __enter__(self) -> Server:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        t0 = time.monotonic()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self._manage("migrate", "--noinput")
+        if self.catalog:
+            self._manage("import_catalog")
+        line = next(ln for ln in self._manage("shell", "-c", SETUP).splitlines() if ln.startswith("BENCH "))
+        seed = json.loads(line[6:])
+        self.api_token, self.session = seed["api_token"], seed["session"]
+        self.run_id, self.agent_token = seed["run_id"], seed["agent_token"]
+        self.port = free_port()
+        self.log_path = self.workdir / "daphne.log"
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [self.python, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "srifty_web.asgi:application"],
+                cwd=REPO, env=self.env(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"daphne exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                status, _ = self.get("/api/v1/profiling-runs/", timeout=5)
+                if status == 200:
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"daphne did not answer within 60 s:\n{self.log_tail()}")
+            time.sleep(0.2)
+        self.setup_s = time.monotonic() - t0
+
+    def log_tail(self, limit: int = 4000) -> str:
+        try:
+            return Path(self.log_path).read_bytes()[-limit:].decode(errors="replace")
+        except (OSError, AttributeError):
+            return ""
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        for sig, wait_s in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                proc.wait(timeout=wait_s)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def get(self, path: str, timeout: float = 10) -> tuple[int, bytes]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            conn.request("GET", path, headers={"Authorization": f"Token {self.api_token}"})
+            resp = conn.getresponse()
+            return resp.status, resp.read()
+        finally:
+            conn.close()
+
+    def stored_seqs(self) -> list[int]:
+        """Seqs of the run's stored events, read straight from the SQLite file."""
+        with sqlite3.connect(self.workdir / "db.sqlite3", timeout=30) as db:
+            rows = db.execute(
+                "SELECT seq FROM profiler_runevent WHERE run_id = ? ORDER BY seq", (self.run_id,)
+            )
+            return [seq for (seq,) in rows]
+
+
+# --- a minimal websocket client (RFC 6455: handshake, unmasked server frames, masked replies) ---
+
+WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+
+class WebSocketError(Exception):
+    pass
+
+
+async def ws_connect(host: str, port: int, path: str, headers: dict[str, str], timeout: float):
+    reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+    key = base64.b64encode(os.urandom(16)).decode()
+    lines = [f"GET {path} HTTP/1.1", f"Host: {host}:{port}", "Upgrade: websocket", "Connection: Upgrade",
+             f"Sec-WebSocket-Key: {key}", "Sec-WebSocket-Version: 13", *(f"{k}: {v}" for k, v in headers.items())]  # fmt: skip
+    writer.write(("\r\n".join(lines) + "\r\n\r\n").encode())
+    await writer.drain()
+    status = await asyncio.wait_for(reader.readline(), timeout)
+    response_headers = {}
+    while True:
+        line = await asyncio.wait_for(reader.readline(), timeout)
+        if line in (b"\r\n", b"\n", b""):
+            break
+        name, _, value = line.decode("latin-1").partition(":")
+        response_headers[name.strip().lower()] = value.strip()
+    if not status.startswith(b"HTTP/1.1 101"):
+        writer.close()
+        raise WebSocketError(f"handshake refused: {status.decode(errors='replace').strip()}")
+    accept = base64.b64encode(hashlib.sha1((key + WS_GUID).encode()).digest()).decode()
+    if response_headers.get("sec-websocket-accept") != accept:
+        writer.close()
+        raise WebSocketError("bad Sec-WebSocket-Accept")
+    return reader, writer
+
+
+def ws_frame(opcode: int, payload: bytes = b"") -> bytes:
+    """A client frame (always masked, FIN set)."""
+    mask = os.urandom(4)
+    n = len(payload)
+    head = bytes([0x80 | opcode])
+    if n < 126:
+        head += bytes([0x80 | n])
+    elif n < 1 << 16:
+        head += bytes([0x80 | 126]) + struct.pack("!H", n)
+    else:
+        head += bytes([0x80 | 127]) + struct.pack("!Q", n)
+    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+async def ws_recv(reader, writer) -> tuple[int, bytes]:
+    """The next whole message: (opcode, payload); pings are answered, close is returned (8)."""
+    parts, first_opcode = [], None
+    while True:
+        b1, b2 = await reader.readexactly(2)
+        fin, opcode, masked, n = b1 & 0x80, b1 & 0x0F, b2 & 0x80, b2 & 0x7F
+        if n == 126:
+            (n,) = struct.unpack("!H", await reader.readexactly(2))
+        elif n == 127:
+            (n,) = struct.unpack("!Q", await reader.readexactly(8))
+        mask = await reader.readexactly(4) if masked else None
+        data = await reader.readexactly(n)
+        if mask:
+            data = bytes(b ^ mask[i % 4] for i, b in enumerate(data))
+        if opcode == 0x9:  # ping
+            writer.write(ws_frame(0xA, data))
+            continue
+        if opcode == 0xA:  # pong
+            continue
+        if opcode == 0x8:
+            return 8, data
+        if first_opcode is None:
+            first_opcode = opcode
+        parts.append(data)
+        if fin:
+            return first_opcode, b"".join(parts)
+
+
+# --- the load -----------------------------------------------------------------------------
+
+
+@dataclass
+class Viewer:
+    connected: bool = False
+    error: str = ""
+    connect_s: float = 0.0
+    seqs: set = field(default_factory=set)
+    duplicates: int = 0
+    out_of_order: int = 0
+    closed_by_server: bool = False
+
+
+@dataclass
+class Results:
+    mode: str
+    duration_s: float = 0.0
+    api: list = field(default_factory=list)  # (path, seconds, status)
+    api_errors: dict = field(default_factory=dict)
+    agent: list = field(default_factory=list)  # (seq, seconds, status)
+    agent_window_s: float = 0.0
+    agent_offered: int = 0
+    agent_dropped: int = 0
+    api_window_s: float = 0.0
+    viewers: list = field(default_factory=list)
+    drain_s: float = 0.0
+    setup_s: float = 0.0
+    server_exit: int | None = None
+
+
+class Load:
+    def __init__(self, server: Server, args) -> None:
+        self.server, self.args = server, args
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.results = Results(mode=f"redis ({args.redis})" if args.redis else "in-memory channel layer")
+
+    # API clients ------------------------------------------------------------------------
+    def api_client(self, index: int, api_deadline: float) -> None:
+        conn, n = None, index
+        headers = {"Authorization": f"Token {self.server.api_token}"}
+        local, errors = [], {}
+        while not self.stop.is_set() and time.monotonic() < api_deadline:
+            path = API_PATHS[n % len(API_PATHS)]
+            n += 1
+            t0 = time.perf_counter()
+            try:
+                if conn is None:
+                    conn = http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=30)
+                conn.request("GET", path, headers=headers)
+                resp = conn.getresponse()
+                resp.read()
+                status = resp.status
+                if resp.getheader("connection", "").lower() == "close":
+                    conn.close()
+                    conn = None
+            except (OSError, http.client.HTTPException) as exc:
+                status = 0
+                errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
+                if conn is not None:
+                    conn.close()
+                conn = None
+            local.append((path, time.perf_counter() - t0, status))
+            if self.args.think_ms:
+                time.sleep(self.args.think_ms / 1000)
+        if conn is not None:
+            conn.close()
+        with self.lock:
+            self.results.api.extend(local)
+            for k, v in errors.items():
+                self.results.api_errors[k] = self.results.api_errors.get(k, 0) + v
+
+    # the agent --------------------------------------------------------------------------
+    def agent_poster(self, jobs: queue.Queue) -> None:
+        conn = None
+        headers = {"Authorization": f"Bearer {self.server.agent_token}", "Content-Type": "application/json"}
+        path = f"/api/v1/profiling-runs/{self.server.run_id}/events/"
+        local = []
+        while True:
+            item = jobs.get()
+            if item is None:
+                break
+            seq, total = item
+            body = json.dumps({"seq": seq, "type": "progress", "phase": "compute", "batch_size": 8,
+                               "fraction": round(seq / total, 6), "time_ms": 12.5 + seq % 7}).encode()  # fmt: skip
+            t0 = time.perf_counter()
+            try:
+                if conn is None:
+                    conn = http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=30)
+                conn.request("POST", path, body=body, headers=headers)
+                resp = conn.getresponse()
+                resp.read()
+                status = resp.status
+            except (OSError, http.client.HTTPException):
+                status = 0
+                if conn is not None:
+                    conn.close()
+                conn = None
+            local.append((seq, time.perf_counter() - t0, status))
+        if conn is not None:
+            conn.close()
+        with self.lock:
+            self.results.agent.extend(local)
+
+    def agent(self) -> None:
+        total = int(self.args.rate * self.args.duration)
+        jobs: queue.Queue = queue.Queue()
+        posters = [threading.Thread(target=self.agent_poster, args=(jobs,), daemon=True)
+                   for _ in range(max(1, self.args.posters))]  # fmt: skip
+        for t in posters:
+            t.start()
+        t0 = time.monotonic()
+        for seq in range(1, total + 1):
+            due = t0 + (seq - 1) / self.args.rate
+            if self.stop.is_set() or due > t0 + self.args.duration:
+                break
+            wait = due - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            jobs.put((seq, total))
+            self.results.agent_offered += 1
+        # Past the duration (and 2 s of grace), events still waiting for a free poster are dropped
+        # (a real agent's reporter replaces a waiting progress event by the newer one the same way).
+        grace = time.monotonic() + 2
+        while not jobs.empty() and time.monotonic() < grace:
+            time.sleep(0.05)
+        while True:
+            try:
+                jobs.get_nowait()
+                self.results.agent_dropped += 1
+            except queue.Empty:
+                break
+        for _ in posters:
+            jobs.put(None)
+        for t in posters:
+            t.join(timeout=max(1.0, self.hard_deadline - time.monotonic()))
+        self.results.agent_window_s = time.monotonic() - t0
+
+    # websocket viewers ------------------------------------------------------------------
+    async def viewer(self, v: Viewer, stop: asyncio.Event, connected: asyncio.Semaphore) -> None:
+        headers = {
+            "Origin": f"http://127.0.0.1:{self.server.port}",
+            "Cookie": f"sessionid={self.server.session}",
+        }
+        path = f"/ws/profiling-runs/{self.server.run_id}/"
+        t0 = time.perf_counter()
+        try:
+            reader, writer = await ws_connect("127.0.0.1", self.server.port, path, headers, timeout=30)
+            opcode, data = await asyncio.wait_for(ws_recv(reader, writer), 30)
+            if opcode == 8 or json.loads(data).get("type") != "snapshot":
+                raise WebSocketError(f"no snapshot (opcode {opcode}: {data[:80]!r})")
+            v.connected, v.connect_s = True, time.perf_counter() - t0
+        except (TimeoutError, OSError, asyncio.IncompleteReadError, WebSocketError, ValueError) as exc:
+            v.error = f"{type(exc).__name__}: {exc}"[:200]
+            connected.release()
+            return
+        connected.release()
+        last = 0
+        stopper = asyncio.ensure_future(stop.wait())
+        try:
+            while True:
+                recv = asyncio.ensure_future(ws_recv(reader, writer))
+                done, _ = await asyncio.wait({recv, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                if recv not in done:
+                    recv.cancel()
+                    break
+                opcode, data = recv.result()
+                if opcode == 8:
+                    v.closed_by_server = True
+                    break
+                msg = json.loads(data)
+                if msg.get("type") == "progress":
+                    seq = msg["seq"]
+                    if seq in v.seqs:
+                        v.duplicates += 1
+                    elif seq < last:
+                        v.out_of_order += 1
+                    v.seqs.add(seq)
+                    last = max(last, seq)
+        except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+            v.error = f"after connect: {type(exc).__name__}: {exc}"[:200]
+        finally:
+            stopper.cancel()
+            try:
+                writer.write(ws_frame(0x8, struct.pack("!H", 1000)))
+                writer.close()
+            except OSError:
+                pass
+
+    def viewers_thread(self, ready: threading.Event, stop_flag: dict) -> None:
+        async def main() -> None:
+            stop = asyncio.Event()
+            stop_flag["loop"], stop_flag["event"] = asyncio.get_running_loop(), stop
+            sem = asyncio.Semaphore(0)
+            views = [Viewer() for _ in range(self.args.viewers)]
+            self.results.viewers = views
+            tasks = [asyncio.ensure_future(self.viewer(v, stop, sem)) for v in views]
+
+            async def all_connected() -> None:
+                for _ in views:
+                    await sem.acquire()
+                ready.set()
+
+            waiter = asyncio.ensure_future(all_connected())
+            await asyncio.gather(*tasks, return_exceptions=True)
+            waiter.cancel()
+            ready.set()
+
+        asyncio.run(main())
+
+    # all of it --------------------------------------------------------------------------
+    def run(self) -> Results:
+        a = self.args
+        self.hard_deadline = time.monotonic() + a.duration + a.drain + 60
+        stop_flag: dict = {}
+        ready = threading.Event()
+        vt = threading.Thread(target=self.viewers_thread, args=(ready, stop_flag), daemon=True)
+        vt.start()
+        if not ready.wait(timeout=60):
+            print("  (not every viewer connected within 60 s; going on)", file=sys.stderr)
+        t0 = time.monotonic()
+        api_deadline = t0 + a.duration
+        clients = [threading.Thread(target=self.api_client, args=(i, api_deadline), daemon=True)
+                   for i in range(a.clients)]  # fmt: skip
+        for t in clients:
+            t.start()
+        if a.rate > 0:
+            self.agent()
+        else:
+            time.sleep(a.duration)
+        for t in clients:
+            t.join(timeout=max(1.0, api_deadline + 35 - time.monotonic()))
+        self.results.api_window_s = time.monotonic() - t0  # the last request started before the deadline
+        self.results.duration_s = time.monotonic() - t0
+        # let the fan-out finish: until every viewer has every accepted event, or --drain s
+        accepted = {seq for seq, _, status in self.results.agent if status == 201}
+        t1 = time.monotonic()
+        while time.monotonic() - t1 < a.drain:
+            live = [v for v in self.results.viewers if v.connected]
+            if all(accepted <= v.seqs for v in live):
+                break
+            time.sleep(0.1)
+        self.results.drain_s = time.monotonic() - t1
+        if "loop" in stop_flag:
+            stop_flag["loop"].call_soon_threadsafe(stop_flag["event"].set)
+        vt.join(timeout=15)
+        self.stop.set()
+        return self.results
+
+
+# --- the report ---------------------------------------------------------------------------
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+def report(r: Results, args, server: Server) -> dict:
+    api_ok = [(p, s) for p, s, st in r.api if st == 200]
+    lat = [s * 1000 for _, s in api_ok]
+    api_bad = len(r.api) - len(api_ok)
+    p50, p99 = pct(lat, 50), pct(lat, 99)
+    api_window = r.api_window_s or r.duration_s
+    tput = len(api_ok) / api_window if api_window else 0.0
+    sent = len(r.agent)
+    by_status: dict[int, int] = {}
+    for _, _, st in r.agent:
+        by_status[st] = by_status.get(st, 0) + 1
+    accepted = {seq for seq, _, st in r.agent if st == 201}
+    post_lat = [s * 1000 for _, s, st in r.agent if st == 201]
+    live = [v for v in r.viewers if v.connected]
+    failures = [v for v in r.viewers if not v.connected]
+    received = [len(v.seqs & accepted) for v in live]
+    expected_total = len(accepted) * len(live)
+    lost = expected_total - sum(received)
+    connect_ms = [v.connect_s * 1000 for v in live]
+    lost_ok = lost == 0 and not failures and len(live) == args.viewers
+    on_target_load = args.redis and args.rate >= 50 and args.viewers >= 100
+    p99_ok = p99 < TARGET_P99_MS and api_bad == 0
+
+    print()
+    print(f"Srifty load bench: {r.mode}; daphne x1 on 127.0.0.1:{server.port}, SQLite (WAL) in a temp dir, "
+          f"{os.cpu_count()} CPUs; setup {server.setup_s:.1f} s")  # fmt: skip
+    print(f"  load: {args.clients} API clients, {args.viewers} viewers, agent {args.rate:g} events/s "
+          f"for {args.duration:g} s ({args.posters} poster threads), all at once")  # fmt: skip
+    print(f"API       {len(r.api)} requests in {api_window:.1f} s: {tput:.1f} req/s; "
+          f"latency p50 {p50:.0f} ms, p99 {p99:.0f} ms; non-200 {api_bad}"
+          + (f" {r.api_errors}" if r.api_errors else ""))  # fmt: skip
+    for path in API_PATHS:
+        pl = [s * 1000 for p, s in api_ok if p == path]
+        print(f"          {path:<36} n={len(pl):<6} p50 {pct(pl, 50):6.0f} ms  p99 {pct(pl, 99):6.0f} ms")
+    print(f"          target p99 < {TARGET_P99_MS:.0f} ms at {args.clients} concurrent clients: "
+          f"{verdict(p99_ok)}" + ("" if args.clients >= 50 else " (fewer than 50 clients: not the target load)"))  # fmt: skip
+    window = r.agent_window_s or r.duration_s
+    print(f"agent     {r.agent_offered} events offered at {args.rate:g}/s, {sent} sent "
+          f"({sent / window if window else 0:.1f}/s achieved over {window:.1f} s), {r.agent_dropped} dropped "
+          f"(posters behind); accepted {len(accepted)}; statuses {dict(sorted(by_status.items()))}; "
+          f"post p50 {pct(post_lat, 50):.0f} ms, p99 {pct(post_lat, 99):.0f} ms")  # fmt: skip
+    print(f"viewers   {len(live)} connected, {len(failures)} connect failures"
+          + (f" (e.g. {failures[0].error})" if failures else "")
+          + f"; connect p50 {pct(connect_ms, 50):.0f} ms, p99 {pct(connect_ms, 99):.0f} ms")  # fmt: skip
+    if received:
+        print(f"          events received per viewer: min {min(received)}, median {statistics.median(received):g}, "
+              f"max {max(received)} (of {len(accepted)} accepted); duplicates {sum(v.duplicates for v in live)}, "
+              f"out of seq order {sum(v.out_of_order for v in live)} (parallel posters); drain {r.drain_s:.1f} s")  # fmt: skip
+        errs = [v.error for v in live if v.error]
+        if errs:
+            print(f"          {len(errs)} viewers broke after connecting (e.g. {errs[0]})")
+    print(f"lost      {lost} events (expected {len(accepted)} x {len(live)} = {expected_total}, received {sum(received)})"
+          f"; target 0 lost at 50 events/s with 100 viewers on Redis: {verdict(lost_ok)}"
+          + ("" if on_target_load else " (not the target setup: needs --redis, rate >= 50, viewers >= 100)"))  # fmt: skip
+    return {
+        "mode": r.mode, "api_requests": len(r.api), "api_rps": tput, "api_p50_ms": p50, "api_p99_ms": p99,
+        "api_non_200": api_bad, "events_offered": r.agent_offered,
+        "events_dropped": r.agent_dropped, "events_sent": sent, "events_accepted": len(accepted), "agent_statuses": by_status,
+        "viewers_connected": len(live), "connect_failures": len(failures),
+        "received_min": min(received) if received else 0,
+        "received_median": statistics.median(received) if received else 0, "lost": lost,
+        "p99_pass": p99_ok, "lost_pass": lost_ok,
+    }  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--clients", type=int, default=50, help="concurrent API clients (default 50)")
+    ap.add_argument("--viewers", type=int, default=100, help="websocket viewers of the run (default 100)")
+    ap.add_argument(
+        "--rate", type=float, default=50, help="agent events per second (default 50; 0: no agent)"
+    )
+    ap.add_argument("--duration", type=float, default=20, help="seconds of load (default 20, at most 60)")
+    ap.add_argument("--posters", type=int, default=4, help="agent threads keeping the rate (default 4)")
+    ap.add_argument(
+        "--drain", type=float, default=10, help="seconds to wait for the fan-out to finish (default 10)"
+    )
+    ap.add_argument(
+        "--think-ms", type=float, default=0, help="pause between an API client's requests (default 0)"
+    )
+    ap.add_argument("--redis", metavar="URL", help="use the Redis channel layer at URL (loopback only)")
+    ap.add_argument(
+        "--max-seconds", type=float, default=170, help="the whole bench stops after this (default 170)"
+    )
+    ap.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary folder (database, daphne.log)")
+    args = ap.parse_args(argv)
+    args.duration = min(max(args.duration, 1.0), 60.0)
+    args.clients, args.viewers = min(max(args.clients, 0), 500), min(max(args.viewers, 0), 1000)
+    args.rate = min(max(args.rate, 0.0), 1000.0)
+    if args.redis and not is_loopback(urlsplit(args.redis).hostname or ""):
+        ap.error(f"--redis must point at a loopback address (127.0.0.1, localhost, ::1), not {args.redis!r}")
+
+    def on_signal(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_signal)
+    # The whole bench is bounded: past --max-seconds the main thread is interrupted (and cleans up).
+    watchdog = threading.Timer(args.max_seconds, lambda: os.kill(os.getpid(), signal.SIGINT))
+    watchdog.daemon = True
+    watchdog.start()
+    tmp = Path(tempfile.mkdtemp(prefix="srifty-bench-"))
+    started = time.monotonic()
+    try:
+        with Server(tmp / "data", redis_url=args.redis, catalog=True) as server:
+            print(f"server ready on 127.0.0.1:{server.port} after {server.setup_s:.1f} s "
+                  f"(migrate, catalog import, daphne start)", flush=True)  # fmt: skip
+            load = Load(server, args)
+            try:
+                results = load.run()
+            finally:
+                load.stop.set()
+            if server.proc is not None and server.proc.poll() is not None:
+                print(f"daphne died during the run:\n{server.log_tail()}")
+            figures = report(results, args, server)
+            tail = server.log_tail(1500).strip()
+            if any(w in tail for w in ("Traceback", "ERROR", "Error")):
+                print(f"--- daphne log (tail) ---\n{tail}")
+        if args.json:
+            Path(args.json).write_text(json.dumps(figures, indent=1, default=str))
+        print(f"total {time.monotonic() - started:.1f} s")
+        return 0 if figures["p99_pass"] and figures["lost_pass"] else 1
+    except KeyboardInterrupt as exc:
+        print(f"\ninterrupted ({exc or 'Ctrl-C'}); cleaning up", file=sys.stderr)
+        return 130
+    finally:
+        watchdog.cancel()
+        if args.keep:
+            print(f"kept {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
