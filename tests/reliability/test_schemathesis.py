@@ -189,7 +189,9 @@ def test_the_agent_event_endpoint_with_a_real_agent_token(case, seeded):
     case.path_parameters = {**(case.path_parameters or {}), "id": run.pk}
     token = actions.issue_token(run)
     cache.clear()
-    response = case.call_and_validate(headers={"Authorization": f"Bearer {token}"}, checks=[not_a_server_error])
+    response = case.call_and_validate(
+        headers={"Authorization": f"Bearer {token}"}, checks=[not_a_server_error]
+    )
     event(f"HTTP {response.status_code}")
 
 
