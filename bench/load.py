@@ -343,6 +343,9 @@ class Results:
     drain_s: float = 0.0
     setup_s: float = 0.0
     server_exit: int | None = None
+    server_cpu_s: float = 0.0
+    client_cpu_s: float = 0.0
+    loadavg: tuple = ()
 
 
 class Load:
@@ -528,6 +531,8 @@ class Load:
     # all of it --------------------------------------------------------------------------
     def run(self) -> Results:
         a = self.args
+        cpu0, self_cpu0 = proc_cpu_s(self.server.proc.pid), self_cpu_s()
+        self.results.loadavg = os.getloadavg()
         self.hard_deadline = time.monotonic() + a.duration + a.drain + 60
         stop_flag: dict = {}
         ready = threading.Event()
@@ -549,6 +554,8 @@ class Load:
             t.join(timeout=max(1.0, api_deadline + 35 - time.monotonic()))
         self.results.api_window_s = time.monotonic() - t0  # the last request started before the deadline
         self.results.duration_s = time.monotonic() - t0
+        self.results.server_cpu_s = proc_cpu_s(self.server.proc.pid) - cpu0
+        self.results.client_cpu_s = self_cpu_s() - self_cpu0
         # let the fan-out finish: until every viewer has every accepted event, or --drain s
         accepted = {seq for seq, _, status in self.results.agent if status == 201}
         t1 = time.monotonic()
@@ -559,13 +566,30 @@ class Load:
             time.sleep(0.1)
         self.results.drain_s = time.monotonic() - t1
         if "loop" in stop_flag:
-            stop_flag["loop"].call_soon_threadsafe(stop_flag["event"].set)
+            try:
+                stop_flag["loop"].call_soon_threadsafe(stop_flag["event"].set)
+            except RuntimeError:  # the loop is already done (no viewers left)
+                pass
         vt.join(timeout=15)
         self.stop.set()
         return self.results
 
 
 # --- the report ---------------------------------------------------------------------------
+
+
+def proc_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process (Linux /proc), 0 when unknown."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def self_cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system
 
 
 def verdict(ok: bool) -> str:
@@ -591,13 +615,20 @@ def report(r: Results, args, server: Server) -> dict:
     expected_total = len(accepted) * len(live)
     lost = expected_total - sum(received)
     connect_ms = [v.connect_s * 1000 for v in live]
-    lost_ok = lost == 0 and not failures and len(live) == args.viewers
+    window = r.agent_window_s or r.duration_s
+    accepted_rate = len(accepted) / window if window else 0.0
+    rate_ok = accepted_rate >= 0.95 * args.rate  # the server took the events at the asked rate
+    lost_ok = lost == 0 and not failures and len(live) == args.viewers and rate_ok
     on_target_load = args.redis and args.rate >= 50 and args.viewers >= 100
     p99_ok = p99 < TARGET_P99_MS and api_bad == 0
 
     print()
     print(f"Srifty load bench: {r.mode}; daphne x1 on 127.0.0.1:{server.port}, SQLite (WAL) in a temp dir, "
           f"{os.cpu_count()} CPUs; setup {server.setup_s:.1f} s")  # fmt: skip
+    load1 = f"{r.loadavg[0]:.1f}" if r.loadavg else "?"
+    print(f"  CPU during the load: daphne {r.server_cpu_s:.1f} s over {r.duration_s:.1f} s "
+          f"({100 * r.server_cpu_s / r.duration_s if r.duration_s else 0:.0f}% of one core), this bench "
+          f"{r.client_cpu_s:.1f} s; machine load average {load1} at the start")  # fmt: skip
     print(f"  load: {args.clients} API clients, {args.viewers} viewers, agent {args.rate:g} events/s "
           f"for {args.duration:g} s ({args.posters} poster threads), all at once")  # fmt: skip
     print(f"API       {len(r.api)} requests in {api_window:.1f} s: {tput:.1f} req/s; "
@@ -608,7 +639,6 @@ def report(r: Results, args, server: Server) -> dict:
         print(f"          {path:<36} n={len(pl):<6} p50 {pct(pl, 50):6.0f} ms  p99 {pct(pl, 99):6.0f} ms")
     print(f"          target p99 < {TARGET_P99_MS:.0f} ms at {args.clients} concurrent clients: "
           f"{verdict(p99_ok)}" + ("" if args.clients >= 50 else " (fewer than 50 clients: not the target load)"))  # fmt: skip
-    window = r.agent_window_s or r.duration_s
     print(f"agent     {r.agent_offered} events offered at {args.rate:g}/s, {sent} sent "
           f"({sent / window if window else 0:.1f}/s achieved over {window:.1f} s), {r.agent_dropped} dropped "
           f"(posters behind); accepted {len(accepted)}; statuses {dict(sorted(by_status.items()))}; "
@@ -625,15 +655,18 @@ def report(r: Results, args, server: Server) -> dict:
             print(f"          {len(errs)} viewers broke after connecting (e.g. {errs[0]})")
     print(f"lost      {lost} events (expected {len(accepted)} x {len(live)} = {expected_total}, received {sum(received)})"
           f"; target 0 lost at 50 events/s with 100 viewers on Redis: {verdict(lost_ok)}"
+          + ("" if rate_ok else f" (the server accepted only {accepted_rate:.1f} events/s of {args.rate:g})")
           + ("" if on_target_load else " (not the target setup: needs --redis, rate >= 50, viewers >= 100)"))  # fmt: skip
     return {
         "mode": r.mode, "api_requests": len(r.api), "api_rps": tput, "api_p50_ms": p50, "api_p99_ms": p99,
         "api_non_200": api_bad, "events_offered": r.agent_offered,
-        "events_dropped": r.agent_dropped, "events_sent": sent, "events_accepted": len(accepted), "agent_statuses": by_status,
+        "events_dropped": r.agent_dropped, "events_sent": sent, "events_accepted": len(accepted),
+        "accepted_per_s": accepted_rate, "agent_statuses": by_status,
         "viewers_connected": len(live), "connect_failures": len(failures),
         "received_min": min(received) if received else 0,
         "received_median": statistics.median(received) if received else 0, "lost": lost,
         "p99_pass": p99_ok, "lost_pass": lost_ok,
+        "server_cpu_s": r.server_cpu_s, "duration_s": r.duration_s, "loadavg": r.loadavg,
     }  # fmt: skip
 
 

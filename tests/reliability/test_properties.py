@@ -26,6 +26,7 @@ import copy
 import io
 import json
 import math
+import os
 import re
 from contextlib import contextmanager
 from pathlib import Path
@@ -59,6 +60,7 @@ PROPS = settings(
     max_examples=60,
     deadline=None,
     database=None,  # no .hypothesis/ folder in the work tree
+    derandomize=bool(os.environ.get("CI")),  # CI replays the same examples; a developer's run explores
     suppress_health_check=[
         HealthCheck.function_scoped_fixture,
         HealthCheck.too_slow,
