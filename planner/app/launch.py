@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import re
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import ROUND_DOWN, Decimal
@@ -231,13 +232,19 @@ def _minutes_to_cap(job: Job, cap_hours: float) -> int:
 # --- launching ----------------------------------------------------------------------------
 
 
+_ZONE_ID_RE = re.compile(r"^[a-z]{2,}[0-9]*-az[0-9]+$")  # e.g. use1-az2 (the catalog's zone ids)
+
+
 def zone_subnets(region: str, zone: str | None) -> list[str | None]:
-    """Subnets to try for ``zone``: ``JOB_SUBNET_IDS`` there, else the zone's default subnet."""
+    """Subnets to try for ``zone`` (a zone id such as ``use1-az2``, as the catalog and the plans
+    use, or a zone name such as ``us-east-1c``): ``JOB_SUBNET_IDS`` there, else the zone's
+    default subnet."""
     if not zone:
         return [None]
     from botocore.exceptions import BotoCoreError, ClientError
 
-    filters = [{"Name": "availability-zone", "Values": [zone]}]
+    key = "availability-zone-id" if _ZONE_ID_RE.match(zone) else "availability-zone"
+    filters = [{"Name": key, "Values": [zone]}]
     wanted = list(jobs.setting("JOB_SUBNET_IDS", []) or [])
     filters.append({"Name": "subnet-id", "Values": wanted} if wanted else {"Name": "default-for-az", "Values": ["true"]})
     try:

@@ -20,7 +20,7 @@ REGION = "us-east-1"
 
 
 def group(instance_type="g5.xlarge", market="spot", count=2, batch=32, price=0.5):
-    return {"instance_type": instance_type, "market": market, "zone": "us-east-1b", "count": count,
+    return {"instance_type": instance_type, "market": market, "zone": "use1-az1", "count": count,
             "gpus_per_node": 1, "gpu_model": "A10G", "price_per_hour": price, "batch_per_node": [batch] * count,
             "interruption_bucket": 1}  # fmt: skip
 
@@ -89,7 +89,7 @@ def test_preview_then_create_launches_exactly_the_previewed_instances(cloud, lau
     shown = launcher_api.post("/api/v1/jobs/preview/", body(plan), format="json")
     assert shown.status_code == 200, shown.content
     preview = shown.json()
-    assert preview["instances"] == [{"instance_type": "g5.xlarge", "count": 2, "market": "spot", "zone": "us-east-1b",
+    assert preview["instances"] == [{"instance_type": "g5.xlarge", "count": 2, "market": "spot", "zone": "use1-az1",
                                      "gpus_per_node": 1, "gpu_model": "A10G", "batch_per_node": 32,
                                      "price_per_hour": 0.5, "hourly_usd": 1.0}]  # fmt: skip
     assert preview["hourly_usd"] == "1" and preview["max_spend_usd"] == "40.00" and preview["cap_hours"] == 40.0
@@ -104,7 +104,7 @@ def test_preview_then_create_launches_exactly_the_previewed_instances(cloud, lau
         "Reservations"] for i in r["Instances"]]
     assert len(found) == 2 and {i["InstanceType"] for i in found} == {"g5.xlarge"}
     assert {i.get("InstanceLifecycle") for i in found} == {"spot"}
-    assert {i["Placement"]["AvailabilityZone"] for i in found} == {"us-east-1b"}
+    assert {i["Placement"]["AvailabilityZone"] for i in found} == {"us-east-1b"}  # use1-az1 in moto
     script = base64.b64decode(cloud.describe_instance_attribute(InstanceId=found[0]["InstanceId"],
                                                                 Attribute="userData")["UserData"]["Value"]).decode()
     assert script.splitlines()[1].startswith("shutdown -h +2400")  # the 40 h cap, on the VM itself

@@ -285,7 +285,11 @@ def test_a_real_plan_launches_and_its_interruption_is_replanned_by_the_real_solv
     job = launched(owner, plan, spend="500", hours=48)
     best = plan.option(1)
     assert len(job.instance_ids) == best["nodes"] and job.region == best["region"]
+    zones = {z["ZoneName"]: z["ZoneId"] for z in cloud.describe_availability_zones()["AvailabilityZones"]}
+    placed = {zones[s.zone] for s in ec2.describe(REGION, job.instance_ids)}
+    assert placed == {g["zone"] for g in best["groups"]}  # the plan's zone (an id such as use1-az2)
     assert job.total_iterations == -(-2 * 1_281_167 // best["global_batch"])
+    Job.objects.filter(pk=job.pk).update(started_at=timezone.now() - timedelta(hours=1))
     report(job, [best["iter_time_s"]] * 20, timezone.now())
     monkeypatch.setattr(ec2, "spot_interruption_notices", lambda region, ids: ids[:1])
     monitor.watch_job(job)
@@ -293,4 +297,4 @@ def test_a_real_plan_launches_and_its_interruption_is_replanned_by_the_real_solv
     assert offer is not None, list(job.events.values_list("kind", "message"))
     replan = PlanRecord.objects.get(pk=offer.data["plan"])
     assert replan.status == "solved" and replan.request["total_samples"] == 2 * 1_281_167 - 29 * best["global_batch"]
-    assert "epochs" not in replan.request and replan.request["deadline_hours"] < 24
+    assert "epochs" not in replan.request and replan.request["deadline_hours"] == pytest.approx(23, abs=0.01)
