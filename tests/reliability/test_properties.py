@@ -15,9 +15,10 @@ Each example runs inside ``transaction.atomic()`` and is rolled back (``set_roll
 examples of one test do not see each other's rows; on_commit callbacks (websocket fan-out, stop
 tasks) never run in these non-transactional tests.
 
-Known bugs in the code under test (see ``KNOWN_BUGS``) are tolerated by the properties only for
-the inputs that trigger them, and pinned by the strict xfail tests at the end of this file, which
-start failing (XPASS) once the bug is fixed: then drop the tolerance here too.
+The bugs these properties found (B1-B10: duplicate sample keys, integers past the column range,
+non-finite numbers, NUL characters, deep nesting, GpuInfo of the wrong shape, impossible CSV
+numbers, all of them 500s or non-CatalogImportError exceptions) were fixed in 00663f4; the
+regression tests at the end of this file keep one example of each.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from __future__ import annotations
 import copy
 import io
 import json
-import math
 import os
 import re
 from contextlib import contextmanager
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 from django.core.cache import cache
-from django.db import DataError, IntegrityError, connection, transaction
+from django.db import connection, transaction
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 from rest_framework.test import APIClient
@@ -67,16 +67,6 @@ PROPS = settings(
         HealthCheck.data_too_large,
     ],
 )
-
-# Integer columns the samples land in: PostgreSQL's integer is 4 bytes, bigint 8 (SQLite: 8).
-INT4_MAX, INT8_MAX = 2**31 - 1, 2**63 - 1
-KNOWN_BUGS = {
-    "B1": "duplicate batch_size / bucket index / comm size_bytes: IntegrityError (unique constraint) -> 500",
-    "B2": "integers past the DB column range (schema has no maximum): OverflowError/DataError -> 500",
-    "B3": "non-finite floats (inf from JSON 1e999, NaN from a result file) outside times: IntegrityError -> 500",
-    "B7": "PostgreSQL only: NUL (\\u0000) in a string of a JSON document: DataError -> 500",
-}
-DB_ERRORS = (IntegrityError, DataError, OverflowError)
 
 
 @contextmanager
@@ -184,76 +174,7 @@ def mutate(base: dict, mutations) -> dict:
 DOCS = st.builds(mutate, st.sampled_from([COMPUTE, COMM]), st.lists(MUTATION, min_size=1, max_size=3))
 
 
-# --- what a document would trigger --------------------------------------------------------
-
-
-def _values(doc):
-    if isinstance(doc, dict):
-        for value in doc.values():
-            yield from _values(value)
-    elif isinstance(doc, list):
-        for value in doc:
-            yield from _values(value)
-    else:
-        yield doc
-
-
-def _column_ints(doc: dict):
-    """(value, limit) of every field that _store_samples writes to an integer column."""
-    samples = doc.get("samples") if isinstance(doc.get("samples"), list) else []
-    for s in samples:
-        if not isinstance(s, dict):
-            continue
-        yield s.get("batch_size"), INT4_MAX
-        yield s.get("peak_memory_bytes"), INT8_MAX
-        yield s.get("size_bytes"), INT8_MAX
-        for b in s.get("buckets") or [] if isinstance(s.get("buckets"), list) else []:
-            if isinstance(b, dict):
-                yield b.get("index"), INT4_MAX
-                yield b.get("num_params"), INT4_MAX
-                yield b.get("size_bytes"), INT8_MAX
-    yield doc.get("world_size"), INT4_MAX
-
-
-def known_bug(doc) -> str | None:
-    """The documented bug a (schema-valid) document would run into when stored, if any."""
-    if not isinstance(doc, dict):
-        return None
-    values = list(_values(doc))
-    if any(isinstance(v, float) and not math.isfinite(v) for v in values):
-        return "B3"
-    if any(_number(v) and math.isfinite(v) and abs(v) > limit for v, limit in _column_ints(doc)):
-        return "B2"
-    if connection.vendor == "postgresql" and any(isinstance(v, str) and "\x00" in v for v in values):
-        return "B7"
-    if connection.vendor == "postgresql" and any("\x00" in k for k in _keys(doc)):
-        return "B7"
-    samples = doc.get("samples") if isinstance(doc.get("samples"), list) else []
-    samples = [s for s in samples if isinstance(s, dict)]
-    key = "batch_size" if doc.get("kind") == "compute" else "size_bytes"
-    seen = [s.get(key) for s in samples if _number(s.get(key))]
-    if len(seen) != len(set(seen)):
-        return "B1"
-    for s in samples:
-        buckets = (
-            [b for b in (s.get("buckets") or []) if isinstance(b, dict)]
-            if isinstance(s.get("buckets"), list)
-            else []
-        )
-        idx = [b.get("index") for b in buckets if _number(b.get("index"))]
-        if len(idx) != len(set(idx)):
-            return "B1"
-    return None
-
-
-def _keys(doc):
-    if isinstance(doc, dict):
-        for key, value in doc.items():
-            yield key
-            yield from _keys(value)
-    elif isinstance(doc, list):
-        for value in doc:
-            yield from _keys(value)
+# --- what a full store holds -------------------------------------------------------------
 
 
 def expected_counts(doc: dict) -> tuple[int, int, int]:
@@ -319,14 +240,6 @@ def test_complete_run_stores_the_whole_profile_or_nothing(doc, make_run):
             event("refused: BadProfile")
             assert_nothing_stored(run, RunStatus.RUNNING)
             return
-        except DB_ERRORS as exc:
-            bug = known_bug(doc)
-            note(f"{type(exc).__name__}: {exc} (known bug {bug})")
-            if bug is None:
-                raise
-            event(f"known bug {bug}")
-            assert_nothing_stored(run, RunStatus.RUNNING)  # rolled back: never half a profile
-            return
         event("stored")
         assert_fully_stored(run, doc)
 
@@ -366,16 +279,7 @@ def test_a_posted_result_is_stored_whole_or_refused_with_400(doc, seq, make_run)
     with rolled_back():
         run = make_run(**_run_kwargs(kind), status=RunStatus.RUNNING)
         token = actions.issue_token(run)
-        try:
-            resp = _post(token, run.pk, body)
-        except DB_ERRORS as exc:
-            bug = known_bug(seen["profile"]) if seen else None
-            note(f"500: {type(exc).__name__}: {exc} (known bug {bug})")
-            if bug is None:
-                raise
-            event(f"500, known bug {bug}")
-            assert_nothing_stored(run, RunStatus.RUNNING)
-            return
+        resp = _post(token, run.pk, body)  # a view exception (a 500) propagates and fails the example
         note(f"{resp.status_code}: {resp.content[:300]!r}")
         event(f"HTTP {resp.status_code}")
         assert resp.status_code in (201, 400)
@@ -431,14 +335,7 @@ def test_agent_events_get_a_clean_answer_and_are_stored_once(events, make_run):
             body = _wire(posted)
             seen = json.loads(body)
             finished = ProfilingRun.objects.get(pk=run.pk).finished
-            try:
-                resp = _post(token, run.pk, body)
-            except DB_ERRORS as exc:
-                bug = known_bug({"extra": seen})
-                note(f"500 on {body!r}: {type(exc).__name__}: {exc} (known bug {bug})")
-                if bug is None:
-                    raise
-                continue  # B3 in an event payload is B4
+            resp = _post(token, run.pk, body)
             note(f"{body!r} -> {resp.status_code} {resp.content[:200]!r}")
             event(f"HTTP {resp.status_code}")
             # 401 only once an error event ended the run: its token is revoked with it
@@ -503,12 +400,6 @@ def csv_texts(draw) -> str:
     return text
 
 
-def _known_parse_bug(exc: Exception) -> str | None:
-    if isinstance(exc, TypeError) and "unhashable" in str(exc):
-        return "B8"  # GpuInfo like {[1]: 2}: ast.literal_eval raises TypeError, not caught
-    return None
-
-
 @PROPS
 @given(text=csv_texts())
 def test_parse_instances_gives_rows_or_line_numbered_errors(text):
@@ -518,11 +409,6 @@ def test_parse_instances_gives_rows_or_line_numbered_errors(text):
     except CatalogImportError as exc:
         event("CatalogImportError")
         assert exc.errors and all(LINE_ERROR.match(e) for e in exc.errors), exc.errors
-        return
-    except Exception as exc:  # noqa: BLE001 - that is the property
-        if _known_parse_bug(exc) is None:
-            raise
-        event(f"known bug {_known_parse_bug(exc)}")
         return
     event(f"{len(rows)} rows")
     assert all(isinstance(r, importer.InstanceRow) and r.line >= 2 for r in rows)
@@ -544,18 +430,6 @@ def _counts() -> dict[str, int]:
     return {m.__name__: m.objects.count() for m in CATALOG_MODELS}
 
 
-def _known_import_bug(exc: Exception) -> str | None:
-    if _known_parse_bug(exc):
-        return "B8"
-    if isinstance(exc, (TypeError, AttributeError, KeyError)) or (
-        isinstance(exc, ValueError) and not isinstance(exc, CatalogImportError)
-    ):
-        return "B9"  # GpuInfo of the wrong shape ({'Gpus': 5}, a non-number memory) fails at write time
-    if isinstance(exc, DB_ERRORS):
-        return "B10"  # a number past the column range (vCPUs=1e30) or a negative GPU memory
-    return None
-
-
 @pytest.mark.django_db
 @PROPS
 @given(text=csv_texts())
@@ -570,12 +444,9 @@ def test_a_failing_import_leaves_the_catalog_as_it_was(text):
         except CatalogImportError as exc:
             event("CatalogImportError")
             assert all(LINE_ERROR.match(e) for e in exc.errors)
-        except Exception as exc:  # noqa: BLE001
-            bug = _known_import_bug(exc)
-            note(f"{type(exc).__name__}: {exc} (known bug {bug})")
-            if bug is None:
-                raise
-            event(f"known bug {bug}: {type(exc).__name__}")
+        except Exception:
+            assert _counts() == before  # even an unexpected error must leave nothing behind
+            raise
         else:
             event("imported")
             return
@@ -595,11 +466,7 @@ def _csv(rows: list[dict]) -> str:
 VALID_ROW_CSV = _csv([VALID_ROW])
 
 
-# --- the known bugs, one example each (strict: they XPASS, and so fail, once fixed) -----------
-
-
-def _bug(code: str, detail: str = ""):
-    return pytest.mark.xfail(strict=True, reason=f"BUG {code}: {KNOWN_BUGS.get(code, detail)}")
+# --- regression tests: one example of each bug the properties found (B1-B10, fixed in 00663f4) ---
 
 
 @pytest.fixture
@@ -613,8 +480,7 @@ def _result(profile: dict, seq: int = 1) -> bytes:
 
 
 @pytest.mark.django_db
-@_bug("B1")
-def test_bug_b1_a_result_with_a_duplicate_batch_size_is_a_400(running):
+def test_b1_a_result_with_a_duplicate_batch_size_is_a_400(running):
     run, token = running
     doc = copy.deepcopy(COMPUTE)
     doc["samples"].append(copy.deepcopy(doc["samples"][0]))
@@ -625,8 +491,7 @@ def test_bug_b1_a_result_with_a_duplicate_batch_size_is_a_400(running):
 
 
 @pytest.mark.django_db
-@_bug("B2")
-def test_bug_b2_a_result_with_a_huge_batch_size_is_a_400(running):
+def test_b2_a_result_with_a_huge_batch_size_is_a_400(running):
     run, token = running
     doc = copy.deepcopy(COMPUTE)
     doc["samples"][0]["batch_size"] = 2**64
@@ -641,8 +506,7 @@ def test_bug_b2_a_result_with_a_huge_batch_size_is_a_400(running):
 
 
 @pytest.mark.django_db
-@_bug("B3")
-def test_bug_b3_a_result_with_an_infinite_cv_is_a_400(running):
+def test_b3_a_result_with_an_infinite_cv_is_a_400(running):
     run, token = running
     doc = copy.deepcopy(COMPUTE)
     doc["samples"][0]["phases"]["forward"]["cv"] = float("inf")
@@ -656,8 +520,7 @@ def test_bug_b3_a_result_with_an_infinite_cv_is_a_400(running):
 
 
 @pytest.mark.django_db
-@_bug("B3")
-def test_bug_b3_complete_run_refuses_a_nan_cv_with_bad_profile(make_run):
+def test_b3_complete_run_refuses_a_nan_cv_with_bad_profile(make_run):
     run = make_run(status=RunStatus.RUNNING)
     doc = copy.deepcopy(COMPUTE)
     doc["samples"][0]["phases"]["forward"]["cv"] = float("nan")  # json.loads of a result file accepts NaN
@@ -666,11 +529,7 @@ def test_bug_b3_complete_run_refuses_a_nan_cv_with_bad_profile(make_run):
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG B4: an agent event with an extra field 1e999 (inf) -> IntegrityError/DataError -> 500",
-)
-def test_bug_b4_a_progress_event_with_an_infinite_extra_field_is_a_400(running):
+def test_b4_a_progress_event_with_an_infinite_extra_field_is_a_400(running):
     run, token = running
     c = APIClient(raise_request_exception=False)
     c.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
@@ -682,11 +541,7 @@ def test_bug_b4_a_progress_event_with_an_infinite_extra_field_is_a_400(running):
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG B6: JSON nested deeper than the recursion limit: RecursionError escapes DRF's JSONParser (it catches ValueError only) -> 500",
-)
-def test_bug_b6_deeply_nested_json_is_a_400(running):
+def test_b6_deeply_nested_json_is_a_400(running):
     run, token = running
     c = APIClient(raise_request_exception=False)
     c.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
@@ -701,8 +556,7 @@ def test_bug_b6_deeply_nested_json_is_a_400(running):
 @pytest.mark.skipif(
     connection.vendor != "postgresql", reason="PostgreSQL only (SQLite stores NUL in JSON text)"
 )
-@_bug("B7")
-def test_bug_b7_a_nul_character_in_an_event_is_a_400_on_postgresql(running):
+def test_b7_a_nul_character_in_an_event_is_a_400_on_postgresql(running):
     run, token = running
     c = APIClient(raise_request_exception=False)
     c.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
@@ -713,29 +567,18 @@ def test_bug_b7_a_nul_character_in_an_event_is_a_400_on_postgresql(running):
     )
 
 
-@pytest.mark.xfail(
-    strict=True, reason="BUG B8: GpuInfo {[1]: 2}: ast.literal_eval raises TypeError, not caught by _gpu_info"
-)
-def test_bug_b8_an_unhashable_gpu_info_key_is_a_line_error():
+def test_b8_an_unhashable_gpu_info_key_is_a_line_error():
     with pytest.raises(CatalogImportError, match="line 2: GpuInfo"):
         importer.parse_instances(io.StringIO(_csv([{**VALID_ROW, "GpuInfo": "{[1]: 2}"}])))
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG B9: GpuInfo of the wrong shape passes parse_instances and fails at write time with TypeError",
-)
-def test_bug_b9_a_gpu_info_of_the_wrong_shape_is_a_line_error():
+def test_b9_a_gpu_info_of_the_wrong_shape_is_a_line_error():
     with pytest.raises(CatalogImportError, match="line 2:"):
         importer.import_catalog(io.StringIO(_csv([{**VALID_ROW, "GpuInfo": "{'Gpus': 5}"}])))
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG B10: vCPUs=1e30 passes validation and fails at write time (OverflowError/DataError)",
-)
-def test_bug_b10_an_impossible_vcpu_count_is_a_line_error():
+def test_b10_an_impossible_vcpu_count_is_a_line_error():
     with pytest.raises(CatalogImportError, match="line 2: vCPUs"):
         importer.import_catalog(io.StringIO(_csv([{**VALID_ROW, "vCPUs": "1e30"}])))
