@@ -119,6 +119,7 @@ def test_the_job_page_renders_state_spend_instances_and_events_without_javascrip
     assert "launched 3 instances" in page and 'id="iter-chart"' in page and "job_detail.js" in page
     assert "plotly/plotly.min.js" in page and 'id="chart-data"' in page and '"iter_time_s": 0.55' in page
     assert 'id="stop-form"' in page and 'id="replan-form"' in page
+    assert 'id="drift" class="badge error" style="display:none"' in page  # no drift flagged
     assert client.get("/jobs/").content.decode().count(f'href="/jobs/{job.pk}/"') == 1
 
 

@@ -53,7 +53,7 @@
   function onStatus(msg) {
     $("status").textContent = msg.status;
     if (typeof msg.spend_usd === "number") $("spend").textContent = `$${msg.spend_usd.toFixed(msg.spend_usd < 1 ? 4 : 2)}`;
-    $("drift").hidden = !msg.drift;
+    $("drift").style.display = msg.drift ? "" : "none";  // .badge sets display, so not the hidden attribute
     if (msg.reason) { $("reason").hidden = false; $("reason").textContent = msg.reason; }
     if (state.dataset.status !== msg.status) {
       const was = state.dataset.status;

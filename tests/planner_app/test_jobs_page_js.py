@@ -1,0 +1,80 @@
+"""The job page's script in Chromium: the chart of observed vs predicted (p50, p90) per rank,
+and live updates from the websocket's messages (a stand-in socket feeds them: the live server
+of these tests speaks HTTP only; the real socket is tested in test_jobs_ws.py)."""
+
+from __future__ import annotations
+
+import os
+from decimal import Decimal
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.test import Client
+
+from planner.app import jobs
+from planner.app.models import JobReport, PlanRecord
+
+CHROMIUM = "/usr/bin/chromium"
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Chromium"),
+]
+OPTION = {"rank": 1, "region": "us-east-1", "global_batch": 64, "hourly_usd": 1.0, "iter_time_s": 0.5,
+          "iter_time_p90_s": 0.6, "time_h": 1.0, "throughput_sps": 10.0,
+          "groups": [{"instance_type": "g5.xlarge", "market": "spot", "zone": None, "count": 2, "gpus_per_node": 1,
+                      "gpu_model": "A10G", "price_per_hour": 0.5, "batch_per_node": [32, 32],
+                      "interruption_bucket": 1}]}  # fmt: skip
+FAKE_SOCKET = """
+window.WebSocket = function (url) {
+  const ws = this; window.__wsUrl = url;
+  setTimeout(() => {
+    const send = (m) => ws.onmessage && ws.onmessage({data: JSON.stringify(m)});
+    ws.onopen && ws.onopen();
+    send({type: "snapshot", status: "running", spend_usd: 0.5, drift: false, reason: ""});
+    send({type: "report", iteration: 25, iter_time_s: 0.9, rank: 2});
+    send({type: "event", kind: "drift", message: "iterations take 0.9 s", at: "2026-12-02T15:00:00+00:00"});
+    send({type: "status", status: "running", spend_usd: 1.25, drift: true, reason: ""});
+  }, 200);
+};
+"""
+
+
+def test_the_chart_shows_each_rank_against_the_prediction_and_follows_live_messages(live_server, user, settings):
+    from playwright.sync_api import sync_playwright
+
+    settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
+    user.user_permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="plans"))
+    owner = type(user).objects.get(pk=user.pk)
+    plan = PlanRecord.objects.create(owner=owner, request={"total_samples": 6400}, status="solved",
+                                     result={"plans": [OPTION]})
+    job = jobs.create_job(owner, plan, 1, "train.py", Decimal("10"), 5, confirm=True)
+    jobs.mark_launched(job, instance_ids=["i-0a", "i-0b"], node_ips={"i-0a": "10.0.0.1"})
+    jobs.mark_running(job, "launched")
+    JobReport.objects.bulk_create([JobReport(job=job, rank=r, seq=i, iteration=i, iter_time_s=0.5 + 0.01 * i)
+                                   for r in (0, 1) for i in range(1, 20)])  # fmt: skip
+    browser_login = Client()
+    browser_login.force_login(owner)
+    errors: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        try:
+            context = browser.new_context()
+            host = live_server.url.split("//")[1].split(":")[0]
+            context.add_cookies([{"name": "sessionid", "value": browser_login.cookies["sessionid"].value,
+                                  "domain": host, "path": "/"}])  # fmt: skip
+            context.add_init_script(FAKE_SOCKET)
+            page = context.new_page()
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.goto(f"{live_server.url}/jobs/{job.pk}/")
+            page.wait_for_function("document.getElementById('iter-chart').data?.length === 5", timeout=20_000)
+            traces = page.evaluate("document.getElementById('iter-chart').data.map(t => [t.name, t.x.length])")
+            assert traces == [["predicted p50", 2], ["predicted p90", 2], ["rank 0", 19], ["rank 1", 19], ["rank 2", 1]]
+            predicted = page.evaluate("document.getElementById('iter-chart').data.slice(0, 2).map(t => t.y)")
+            assert predicted == [[0.5, 0.5], [0.6, 0.6]]
+            assert page.evaluate("window.__wsUrl").endswith(f"/ws/jobs/{job.pk}/")
+            assert page.inner_text("#spend") == "$1.25" and page.is_visible("#drift")
+            assert page.inner_text("#events").splitlines()[0].endswith("drift iterations take 0.9 s")
+        finally:
+            browser.close()
+    assert not errors
