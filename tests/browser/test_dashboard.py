@@ -477,17 +477,19 @@ def test_a_real_ddp_training_reporting_to_the_job_fills_the_observed_vs_predicte
 
     seen = server.api("GET", f"/api/v1/jobs/{job_id}/")
     assert seen["observed"]["reports"] == 2 * iters and seen["progress"]["iterations"] == iters
-    # A CPU is far slower than the predicted GPU: the drift is flagged, and the page hears of it.
-    assert seen["observed"]["ratio"] > 1.15 and seen["drift_since"], seen
+    # A CPU is far slower than the predicted GPU: the drift is flagged (by the report endpoint, or
+    # by the worker's watch when it looks first: that one reaches the open page only over Redis).
+    assert seen["observed"]["ratio"] > 1.15, seen
+    wait_for(lambda: server.api("GET", f"/api/v1/jobs/{job_id}/")["drift_since"], 30, "the drift flag")
     drift = page.locator("#events li.event-drift")
-    wait_for(lambda: drift.count() == 1, 30, "the drift event on the job page")
-    assert "above the predicted" in drift.inner_text()
-    assert any(m["type"] == "status" and m.get("status") == "running"
-               for m in staff_tab.ws_log() if m["path"] == f"/ws/jobs/{job_id}/")
+    if server.channel_layer != "in-memory":
+        wait_for(lambda: drift.count() == 1, 30, "the drift event on the open job page")
     page.reload()  # the server-rendered page plots the stored reports too
     page.wait_for_selector("#iter-chart .plotly svg.main-svg")
     assert chart_points(page, "iter-chart", "rank ") == 2 * iters
     assert page.inner_text("#observed-median") != "—"
+    assert drift.count() == 1 and "above the predicted" in drift.inner_text()
+    assert page.locator("#drift").is_visible()
     staff_tab.shot()
     assert not staff_tab.errors, staff_tab.errors
 
