@@ -52,6 +52,21 @@ schema = schemathesis.openapi.from_wsgi("/api/schema/", get_wsgi_application(), 
 
 
 @pytest.fixture(autouse=True)
+def _keep_the_test_connection():
+    """The WSGI handler closes "old" connections at each request start and end; inside a test's
+    transaction that would close it (PostgreSQL: "the connection is closed"). Django's own test
+    client disconnects the same handlers."""
+    from django.core.signals import request_finished, request_started
+    from django.db import close_old_connections
+
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    yield
+    request_started.connect(close_old_connections)
+    request_finished.connect(close_old_connections)
+
+
+@pytest.fixture(autouse=True)
 def _offline(settings):
     settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
     settings.AWS_ENDPOINT_URL = "http://127.0.0.1:9"  # nothing listens there: no AWS call can succeed
