@@ -10,8 +10,6 @@ import logging
 import math
 from datetime import timedelta
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -26,6 +24,7 @@ from profiler.models import (
     RunKind,
     RunStatus,
 )
+from srifty_web.live import send_on_commit
 
 log = logging.getLogger(__name__)
 PHASES = ("forward", "backward", "optimizer")
@@ -44,18 +43,7 @@ class BadProfile(ValueError):
 
 def broadcast(run: ProfilingRun, message: dict) -> None:
     """Send ``message`` to the run's websocket group once the current transaction commits."""
-    group = run.group_name
-
-    def send() -> None:
-        layer = get_channel_layer()
-        if layer is None:
-            return
-        try:
-            async_to_sync(layer.group_send)(group, {"type": "run.message", "message": message})
-        except Exception:  # a full or unreachable channel layer must not fail the request
-            log.exception("websocket fan-out to %s failed", group)
-
-    transaction.on_commit(send)
+    send_on_commit(run.group_name, "run.message", message)
 
 
 def status_message(run: ProfilingRun) -> dict:

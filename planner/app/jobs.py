@@ -24,14 +24,13 @@ import shlex
 from datetime import timedelta
 from decimal import ROUND_DOWN, Decimal, InvalidOperation
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
 from planner.app.models import Job, JobEvent, JobReport, JobStatus, PlanRecord, PlanStatus
+from srifty_web.live import send_on_commit
 from srifty_web.teams import visible_owner_q
 
 log = logging.getLogger(__name__)
@@ -89,18 +88,7 @@ def visible_jobs(user):
 
 def broadcast(job: Job, message: dict) -> None:
     """Send ``message`` to the job's websocket group once the current transaction commits."""
-    group = job.group_name
-
-    def send() -> None:
-        layer = get_channel_layer()
-        if layer is None:
-            return
-        try:
-            async_to_sync(layer.group_send)(group, {"type": "job.message", "message": message})
-        except Exception:  # a full or unreachable channel layer must not fail the request
-            log.exception("websocket fan-out to %s failed", group)
-
-    transaction.on_commit(send)
+    send_on_commit(job.group_name, "job.message", message)
 
 
 def status_message(job: Job) -> dict:
