@@ -27,8 +27,14 @@ class Command(BaseCommand):
 
     def handle(self, *args, **o):
         if o["schedule"]:
+            from django_tasks import TaskResultStatus
+
             from planner.app.job_tasks import reconcile_task
 
+            # Once per install: every ./run calls this, and two chains would reconcile twice.
+            if _queued(reconcile_task.module_path, (TaskResultStatus.READY, TaskResultStatus.RUNNING)):
+                self.stdout.write("the periodic reconciler is already queued")
+                return
             reconcile_task.enqueue(o["region"] or None, o["dry_run"], True)
             self.stdout.write("queued the periodic reconciler")
             return
@@ -40,3 +46,13 @@ class Command(BaseCommand):
                 self.stdout.write(line)
         if report.errors:
             raise CommandError(f"{len(report.errors)} error(s); see above")
+
+
+def _queued(task_path: str, statuses) -> bool:
+    from django.conf import settings
+
+    if "django_tasks_db" not in settings.TASKS["default"]["BACKEND"]:
+        return False
+    from django_tasks_db.models import DBTaskResult
+
+    return DBTaskResult.objects.filter(task_path=task_path, status__in=statuses).exists()
