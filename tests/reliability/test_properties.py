@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import io
 import json
+import math
 import os
 import re
 from contextlib import contextmanager
@@ -166,7 +167,7 @@ def mutate(base: dict, mutations) -> dict:
                 doc["schema_version"] = mutation[1]
             elif op == "kind":
                 doc["kind"] = mutation[1]
-        except (KeyError, IndexError, TypeError, ZeroDivisionError):
+        except (KeyError, IndexError, TypeError, AttributeError, ZeroDivisionError):
             pass  # an earlier mutation removed or replaced this part
     return doc
 
@@ -198,6 +199,18 @@ def _run_kwargs(kind: str) -> dict:
     return {"kind": "compute"}
 
 
+def same_json(a, b) -> bool:
+    """Equal as JSON values. PostgreSQL's jsonb keeps numbers as decimals: a float like 5.1e16
+    comes back as the int 51000000000000000, off from the float's binary value in the 17th digit."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_json(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same_json(x, y) for x, y in zip(a, b, strict=True))
+    if _number(a) and _number(b):
+        return a == b or math.isclose(a, b, rel_tol=1e-15)
+    return type(a) is type(b) and a == b
+
+
 def assert_nothing_stored(run, status_before: str) -> None:
     fresh = ProfilingRun.objects.get(pk=run.pk)
     assert fresh.status == status_before, fresh.error
@@ -209,11 +222,19 @@ def assert_fully_stored(run, doc: dict) -> None:
     fresh = ProfilingRun.objects.get(pk=run.pk)
     assert fresh.status == RunStatus.SUCCEEDED
     assert fresh.progress == 1.0 and fresh.profile is not None
-    assert json.dumps(fresh.profile, sort_keys=True) == json.dumps(doc, sort_keys=True)
+    assert same_json(fresh.profile, doc)
     assert stored_counts(run) == expected_counts(doc)
 
 
 # --- check_profile and complete_run -------------------------------------------------------
+
+
+def open_bug(doc, exc: BaseException) -> str | None:
+    """The still-open bug this exception is (pinned by a strict xfail below), or None."""
+    kind = doc.get("kind") if isinstance(doc, dict) else None
+    if isinstance(exc, TypeError) and "unhashable" in str(exc) and isinstance(kind, (list, dict)):
+        return "B16"  # profiler/agent/schema.py: {"compute": 0, "comm": 1}.get(kind) on a list/dict kind
+    return None
 
 
 @PROPS
@@ -224,6 +245,10 @@ def test_check_profile_accepts_or_raises_bad_profile(doc):
         actions.check_profile(run, doc)
     except actions.BadProfile as exc:
         assert str(exc)
+    except TypeError as exc:
+        if open_bug(doc, exc) is None:
+            raise
+        event("open bug B16")
     assert isinstance(actions.BadProfile("x"), ValueError)
 
 
@@ -238,6 +263,12 @@ def test_complete_run_stores_the_whole_profile_or_nothing(doc, make_run):
             actions.complete_run(run, doc)
         except actions.BadProfile:
             event("refused: BadProfile")
+            assert_nothing_stored(run, RunStatus.RUNNING)
+            return
+        except TypeError as exc:
+            if open_bug(doc, exc) is None:
+                raise
+            event("open bug B16")
             assert_nothing_stored(run, RunStatus.RUNNING)
             return
         event("stored")
@@ -279,7 +310,14 @@ def test_a_posted_result_is_stored_whole_or_refused_with_400(doc, seq, make_run)
     with rolled_back():
         run = make_run(**_run_kwargs(kind), status=RunStatus.RUNNING)
         token = actions.issue_token(run)
-        resp = _post(token, run.pk, body)  # a view exception (a 500) propagates and fails the example
+        try:
+            resp = _post(token, run.pk, body)  # a view exception (a 500) propagates and fails the example
+        except TypeError as exc:
+            if open_bug(seen["profile"] if seen else None, exc) is None:
+                raise
+            event("500, open bug B16")
+            assert_nothing_stored(run, RunStatus.RUNNING)
+            return
         note(f"{resp.status_code}: {resp.content[:300]!r}")
         event(f"HTTP {resp.status_code}")
         assert resp.status_code in (201, 400)
@@ -582,3 +620,19 @@ def test_b9_a_gpu_info_of_the_wrong_shape_is_a_line_error():
 def test_b10_an_impossible_vcpu_count_is_a_line_error():
     with pytest.raises(CatalogImportError, match="line 2: vCPUs"):
         importer.import_catalog(io.StringIO(_csv([{**VALID_ROW, "vCPUs": "1e30"}])))
+
+
+@pytest.mark.django_db
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG B16: a profile whose kind is a list or an object: profiler/agent/schema.py _jsonschema_check "
+    "does {'compute': 0, 'comm': 1}.get(kind) -> TypeError (unhashable) -> 500, not BadProfile/400",
+)
+def test_b16_a_profile_kind_that_is_a_list_is_a_400(running):
+    run, token = running
+    doc = copy.deepcopy(COMPUTE)
+    doc["kind"] = ["compute"]
+    c = APIClient(raise_request_exception=False)
+    c.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    r = c.post(f"/api/v1/profiling-runs/{run.pk}/events/", _result(doc), content_type="application/json")
+    assert r.status_code == 400
