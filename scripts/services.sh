@@ -10,6 +10,10 @@ srifty_apt() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null 2>&1
 }
 
+srifty_free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
 srifty_services() {
   local need=()
   [ -x /usr/bin/chromium ] || need+=(chromium)
@@ -23,13 +27,15 @@ srifty_services() {
   mkdir -p var/test-services
   # Redis on a private port, in the background; stopped when the test script exits.
   if command -v redis-server >/dev/null 2>&1; then
-    local rport=56379
+    local rport
+    rport=$(srifty_free_port)
     redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --daemonize yes \
       --pidfile "$PWD/var/test-services/redis.pid" --logfile "$PWD/var/test-services/redis.log" >/dev/null
     export SRIFTY_TEST_REDIS_URL="redis://127.0.0.1:${rport}/0"
   fi
   # PostgreSQL: a throwaway cluster in var/, owned by an unprivileged user when run as root.
-  local initdb pgbin pgdir=/tmp/srifty-pg-$$ pport=55432 pguser
+  local initdb pgbin pgdir=/tmp/srifty-pg-$$ pport pguser
+  pport=$(srifty_free_port)
   initdb=$(ls /usr/lib/postgresql/*/bin/initdb 2>/dev/null | sort -V | tail -n1 || true)
   if [ -n "$initdb" ]; then
     pgbin=$(dirname "$initdb")
@@ -42,6 +48,7 @@ srifty_services() {
       export SRIFTY_TEST_DATABASE_URL="postgres://srifty@127.0.0.1:${pport}/postgres"
       SRIFTY_PG_STOP="$pgbin/pg_ctl -D $pgdir/data -m fast stop"
       SRIFTY_PG_USER="$pguser"
+      SRIFTY_PG_DIR="$pgdir"
     else
       echo "    (PostgreSQL did not start; see $pgdir/log)"
     fi
@@ -57,4 +64,5 @@ runuser_or_self() {
 srifty_services_stop() {
   [ -f var/test-services/redis.pid ] && kill "$(cat var/test-services/redis.pid)" 2>/dev/null || true
   [ -n "${SRIFTY_PG_STOP:-}" ] && runuser_or_self "$SRIFTY_PG_USER" $SRIFTY_PG_STOP >/dev/null 2>&1 || true
+  [ -n "${SRIFTY_PG_DIR:-}" ] && rm -rf "$SRIFTY_PG_DIR" || true
 }
