@@ -701,7 +701,10 @@ def main(argv: list[str] | None = None) -> int:
     def on_signal(signum, frame):
         raise KeyboardInterrupt(f"signal {signum}")
 
-    signal.signal(signal.SIGTERM, on_signal)
+    # Explicit handlers: a shell starts background jobs with SIGINT ignored, and Python then
+    # never raises KeyboardInterrupt (the watchdog below relies on SIGINT too).
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, on_signal)
     # The whole bench is bounded: past --max-seconds the main thread is interrupted (and cleans up).
     watchdog = threading.Timer(args.max_seconds, lambda: os.kill(os.getpid(), signal.SIGINT))
     watchdog.daemon = True
