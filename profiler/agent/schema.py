@@ -75,7 +75,7 @@ def _jsonschema_check(jsonschema: Any, doc: Any) -> None:
     # A oneOf failure hides the useful message; pick the deepest error of the branch for
     # the document's own kind, when there is one.
     kind = doc.get("kind") if isinstance(doc, dict) else None
-    branch = {"compute": 0, "comm": 1}.get(kind)
+    branch = {"compute": 0, "comm": 1}.get(kind) if isinstance(kind, str) else None
     candidates = []
     for error in errors:
         if error.validator == "oneOf" and branch is not None and error.context:

@@ -231,10 +231,7 @@ def assert_fully_stored(run, doc: dict) -> None:
 
 def open_bug(doc, exc: BaseException) -> str | None:
     """The still-open bug this exception is (pinned by a strict xfail below), or None."""
-    kind = doc.get("kind") if isinstance(doc, dict) else None
-    if isinstance(exc, TypeError) and "unhashable" in str(exc) and isinstance(kind, (list, dict)):
-        return "B16"  # profiler/agent/schema.py: {"compute": 0, "comm": 1}.get(kind) on a list/dict kind
-    return None
+    return None  # B16 (a list/dict kind raised TypeError in profiler/agent/schema.py) is fixed
 
 
 @PROPS
@@ -623,11 +620,6 @@ def test_b10_an_impossible_vcpu_count_is_a_line_error():
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG B16: a profile whose kind is a list or an object: profiler/agent/schema.py _jsonschema_check "
-    "does {'compute': 0, 'comm': 1}.get(kind) -> TypeError (unhashable) -> 500, not BadProfile/400",
-)
 def test_b16_a_profile_kind_that_is_a_list_is_a_400(running):
     run, token = running
     doc = copy.deepcopy(COMPUTE)
