@@ -253,14 +253,16 @@ def _instance_profile(value: str) -> dict:
 # --- Images -----------------------------------------------------------------------------------
 
 
-def default_image(region: str) -> str:
-    """Newest Amazon Deep Learning AMI (x86_64, NVIDIA driver + PyTorch) in ``region``.
+def default_image(region: str, arch: str = "x86_64") -> str:
+    """Newest Amazon Deep Learning AMI (NVIDIA driver + PyTorch) for ``arch`` in ``region``.
 
-    Falls back (with a warning) to the newest plain Amazon Linux x86_64 image when the region has
-    no such AMI (moto has none); raises AwsError when there is no image at all.
+    ``arch`` is the instance type's (``arm64`` for Graviton GPU types such as g5g: EC2 refuses
+    an x86_64 image there). Falls back (with a warning) to the newest plain Amazon Linux image of
+    that architecture when the region has no such AMI (moto has none); raises AwsError when
+    there is no image at all.
     """
     cli = client("ec2", region)
-    common = [{"Name": "architecture", "Values": ["x86_64"]}, {"Name": "state", "Values": ["available"]}]
+    common = [{"Name": "architecture", "Values": [arch]}, {"Name": "state", "Values": ["available"]}]
     for names in (DLAMI_NAMES, FALLBACK_IMAGE_NAMES):
         resp = _call(
             "ec2.describe_images", cli.describe_images, Owners=["amazon"],
@@ -273,7 +275,7 @@ def default_image(region: str) -> str:
                 log.warning("no Deep Learning AMI in %s; using %s", region, newest.get("Name"))
             return newest["ImageId"]
     raise AwsError(
-        f"ec2.describe_images found no Deep Learning AMI nor Amazon Linux x86_64 image in {region}"
+        f"ec2.describe_images found no Deep Learning AMI nor Amazon Linux {arch} image in {region}"
     )
 
 

@@ -64,7 +64,8 @@ class LocalProvider:
     def command(self, run: ProfilingRun, token: str | None) -> list[str]:
         """Without a token the agent only writes its file (``manage.py profile_model``)."""
         out, _ = self.paths(run)
-        report = ["--report-to", events_url(run), "--token", token] if token else []
+        # "--token=" form: a token may start with "-", which argparse would take for an option.
+        report = ["--report-to", events_url(run), f"--token={token}"] if token else []
         return [sys.executable, "-m", "profiler.agent", *agent_args(run, str(out)), *report]
 
     def start(self, run: ProfilingRun, token: str | None) -> int:

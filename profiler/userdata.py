@@ -200,7 +200,7 @@ def profiling_user_data(
         "cd /opt/srifty/work",
         'export PYTHONPATH="/opt/srifty/agent:/opt/srifty/work${PYTHONPATH:+:$PYTHONPATH}"',
         'echo "srifty: profiling run $SRIFTY_RUN_ID"',
-        '"$PY" -m profiler.agent "${AGENT_ARGS[@]}" --report-to "$SRIFTY_EVENTS_URL" --token "$SRIFTY_TOKEN"',
+        '"$PY" -m profiler.agent "${AGENT_ARGS[@]}" --report-to "$SRIFTY_EVENTS_URL" --token="$SRIFTY_TOKEN"',
     ]
     return check_size("\n".join(lines) + "\n")
 

@@ -274,8 +274,12 @@ def launch_job(job: Job) -> str:
         if use_group:
             ec2.create_placement_group(job.region, group_name)
         job = jobs.mark_launched(job, instance_ids=[], node_ips={}, placement_group=group_name if use_group else "")
-        image = ec2.default_image(job.region)
+        images: dict[str, str] = {}
         for node in launches:
+            arch = _arch_of(node.instance_type)
+            if arch not in images:
+                images[arch] = ec2.default_image(job.region, arch)
+            image = images[arch]
             minutes = _minutes_to_cap(job, lim.cap_hours)
             spec = ec2.LaunchSpec(
                 region=job.region, instance_type=node.instance_type, max_minutes=minutes, market=node.market,
@@ -456,3 +460,10 @@ def apply_replan(user, job: Job, plan_id, rank, max_spend_usd, max_hours, confir
     plan = _plan(user, plan_id)
     check_confirmation(confirmation, user, plan.pk, int(rank), job.train_command, spend, hours, replaces=job.pk)
     return jobs.apply_replan(job, user, plan, rank, spend, hours, confirm=True)
+
+
+def _arch_of(instance_type: str) -> str:
+    """The catalog's CPU architecture of a type (EC2 needs an image built for it)."""
+    from catalog.models import InstanceType
+
+    return InstanceType.objects.filter(name=instance_type).values_list("arch", flat=True).first() or "x86_64"

@@ -381,9 +381,6 @@ def launch_via_api(server, plan_id: int, rank: int) -> int:
 
 
 @pytest.mark.timeout(180)
-@pytest.mark.xfail(strict=True, reason="launch_job boots every node from ec2.default_image(region), which only "
-                   "looks for x86_64 images, while the planner ranks arm64 types (g5g, Graviton + T4g) too: on "
-                   "EC2 run_instances refuses the architecture mismatch (moto accepts it)")
 def test_an_arm64_plan_option_launches_with_an_arm64_image(staff_tab, shared):
     server = staff_tab.server
     ec2 = server.ec2()
@@ -542,8 +539,7 @@ IN_PROCESS_LAYER = ("with the embedded in-process channel layer (./run's default
 @pytest.mark.timeout(240)
 def test_a_node_lost_on_ec2_shows_up_on_the_open_job_page_without_a_reload(staff_tab, shared, request):
     page, server = staff_tab.page, staff_tab.server
-    if server.channel_layer == "in-memory":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=IN_PROCESS_LAYER))
+    # With the in-process layer (IN_PROCESS_LAYER) the page falls back to polling the API.
     plan_id = shared.get("plan") or solve_plan(staff_tab)
     job_id = launch_via_api(server, plan_id, 1)
     try:

@@ -41,10 +41,14 @@
   addReports(data.series || []);
 
   function addEvent(ev) {
+    const key = `${ev.kind}|${ev.message}`;
+    if (shown.has(key)) return;
+    shown.add(key);
     const list = $("events"), none = $("no-events");
     if (none) none.remove();
     const li = document.createElement("li");
     li.className = `event-${ev.kind}`;
+    li.dataset.key = key;
     const at = document.createElement("span"); at.className = "muted"; at.textContent = (ev.at || "").replace("T", " ").slice(0, 19);
     const kind = document.createElement("span"); kind.className = "badge"; kind.textContent = ev.kind;
     li.append(at, " ", kind, " ", ev.message);
@@ -61,7 +65,10 @@
       if (was === "launching" || FINISHED.includes(msg.status)) setTimeout(() => window.location.reload(), 800);  // instances, buttons
     }
   }
+  let lastMessage = Date.now();
+  const shown = new Set(Array.from(document.querySelectorAll("#events li")).map((li) => li.dataset.key).filter(Boolean));
   function onMessage(msg) {
+    lastMessage = Date.now();
     if (msg.type === "snapshot") { onStatus(msg); return; }  // reports and events are already on the page
     if (msg.type === "status") onStatus(msg);
     else if (msg.type === "report") addReports([msg]);
@@ -78,4 +85,17 @@
     };
   }
   connect();
+  // The background worker is another process: with the in-process channel layer (./run's
+  // default) its broadcasts cannot reach this page, so a quiet websocket is backed by polling.
+  setInterval(async () => {
+    if (FINISHED.includes(state.dataset.status) || Date.now() - lastMessage < 5000) return;
+    try {
+      const resp = await fetch(`/api/v1/jobs/${jobId}/`, { headers: { Accept: "application/json" } });
+      if (!resp.ok) return;
+      const job = await resp.json();
+      (job.events || []).forEach(addEvent);
+      onStatus({ status: job.status, spend_usd: Number(job.spend_usd), drift: job.drift_since !== null,
+                 reason: job.status_reason });
+    } catch (err) { /* offline for a moment: try again next tick */ }
+  }, 5000);
 })();

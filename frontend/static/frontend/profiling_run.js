@@ -44,7 +44,9 @@
   }
   drawStored();
 
+  let lastMessage = Date.now();
   function onMessage(msg) {
+    lastMessage = Date.now();
     if (msg.type === "snapshot") { (msg.events || []).forEach(onMessage); onStatus(msg); return; }
     if (msg.type === "status") { onStatus(msg); return; }
     if (msg.type === "progress") {
@@ -59,7 +61,7 @@
   function onStatus(msg) {
     $("status").textContent = msg.status;
     $("progress").value = Math.max($("progress").value, msg.progress || 0);
-    if (msg.error) { $("error").hidden = false; $("error").textContent = msg.error; }
+    if (msg.error) { $("error").hidden = false; $("error-text").textContent = msg.error; }
     if (["succeeded", "failed", "cancelled"].includes(msg.status) && state.dataset.status !== msg.status) {
       state.dataset.status = msg.status;
       if (msg.status === "succeeded") setTimeout(() => window.location.reload(), 800);  // show stored samples
@@ -78,4 +80,13 @@
     };
   }
   connect();
+  // Starting and watching a run happen in the background worker, another process: with the
+  // in-process channel layer (./run's default) those changes reach this page only by polling.
+  setInterval(async () => {
+    if (["succeeded", "failed", "cancelled"].includes(state.dataset.status) || Date.now() - lastMessage < 5000) return;
+    try {
+      const resp = await fetch(`/api/v1/profiling-runs/${runId}/`, { headers: { Accept: "application/json" } });
+      if (resp.ok) onStatus(await resp.json());
+    } catch (err) { /* try again next tick */ }
+  }, 5000);
 })();
