@@ -160,14 +160,15 @@ def record_event(run: ProfilingRun, event: dict) -> bool:
             raise RunClosed(f"run {locked.pk} is {locked.status}")
         payload = {k: v for k, v in event.items() if k not in ("seq", "type", "profile")}
         RunEvent.objects.create(run=locked, seq=seq, type=kind, payload=payload)
+        newest = seq > locked.last_seq  # a late (retried) event must not move the phase back
         locked.last_seq = max(locked.last_seq, seq)
         if locked.status in (RunStatus.PENDING, RunStatus.STARTING):
             locked.status = RunStatus.RUNNING
             locked.started_at = locked.started_at or timezone.now()
             broadcast(locked, status_message(locked))
         if kind == "progress":
-            _apply_progress(locked, event)
-        locked.save()
+            _apply_progress(locked, event, newest=newest)
+        locked.save(update_fields=["last_seq", "status", "started_at", "phase", "progress"])
         if kind in ("progress", "sample"):
             broadcast(locked, {"type": kind, "run": locked.pk, "seq": seq, **_small(payload)})
         if kind == "result":
@@ -177,8 +178,8 @@ def record_event(run: ProfilingRun, event: dict) -> bool:
     return True
 
 
-def _apply_progress(run: ProfilingRun, event: dict) -> None:
-    if isinstance(event.get("phase"), str):
+def _apply_progress(run: ProfilingRun, event: dict, *, newest: bool = True) -> None:
+    if newest and isinstance(event.get("phase"), str):
         run.phase = event["phase"][:32]
     fraction = event.get("fraction")
     if isinstance(fraction, (int, float)) and math.isfinite(fraction):

@@ -52,7 +52,11 @@ def schedule_watch(run_id: int, delay_s: float = WATCH_EVERY_S) -> None:
 @task()
 def watch_run_task(run_id: int) -> str:
     run = ProfilingRun.objects.get(pk=run_id)
-    state = watch_run(run)
+    try:
+        state = watch_run(run)
+    except Exception as exc:  # e.g. throttled DescribeInstances: look again, the deadline still holds
+        log.warning("watching run %s failed (%s); retrying", run_id, exc)
+        state = "watching"
     if state == "watching":
         schedule_watch(run_id)
     return state

@@ -93,9 +93,10 @@ TEMPLATES = [
 ]
 
 # --- Database -----------------------------------------------------------------------------
+# An empty DATABASE_URL means "not set": the embedded SQLite database.
 DATABASES = {
-    "default": dj_database_url.config(
-        default=f"sqlite:///{DATA_DIR / 'db.sqlite3'}",
+    "default": dj_database_url.parse(
+        env_str("DATABASE_URL") or f"sqlite:///{DATA_DIR / 'db.sqlite3'}",
         conn_max_age=env_int("DB_CONN_MAX_AGE", 0),
     )
 }

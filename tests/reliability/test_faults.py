@@ -375,12 +375,6 @@ def test_bug_b13_the_reused_instance_can_still_report(ec2_run, monkeypatch):
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG B14: an AwsError from provider.poll (throttling, a network blip) escapes "
-    "watch_run_task before it re-queues itself: the watch chain ends and the run stays running, its "
-    "deadline no longer enforced by the server",
-)
 def test_bug_b14_a_throttled_poll_keeps_the_watch_going(ec2_run, hooks, dummy_tasks):
     assert tasks.start_run_task.call(ec2_run.pk).startswith("started")
     dummy_tasks.results.clear()
@@ -443,11 +437,6 @@ def test_posts_arriving_out_of_order_are_each_stored_once_and_progress_never_goe
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG B12: a late (lower seq) progress event overwrites run.phase with its "
-    "older phase, while fraction is guarded with max(): the live page shows a stale phase",
-)
 def test_bug_b12_a_late_progress_event_does_not_move_the_phase_back(agent):
     run, client = agent
     _post(client, run.pk, {"seq": 2, "type": "progress", "phase": "buckets", "fraction": 0.9})
