@@ -104,10 +104,24 @@ class PriceFilters(serializers.Serializer):
         return attrs
 
 
+class PricePageSerializer(serializers.Serializer):
+    """A page of price observations (limit/offset pagination)."""
+
+    count = serializers.IntegerField()
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+    results = PriceSerializer(many=True)
+
+
+class PagingParams(serializers.Serializer):
+    limit = serializers.IntegerField(required=False, min_value=1, help_text="Rows per page (default 100)")
+    offset = serializers.IntegerField(required=False, min_value=0)
+
+
 class PriceListView(APIView):
     """Price observations with history, newest first: on-demand per region, spot per zone."""
 
-    @extend_schema(parameters=[PriceFilters], responses=PriceSerializer(many=True))
+    @extend_schema(parameters=[PriceFilters, PagingParams], responses=PricePageSerializer)
     def get(self, request: Request) -> Response:
         f = _validated(PriceFilters, request)
         rows: list[dict] = []
