@@ -7,12 +7,11 @@ averaged away.
 
 from __future__ import annotations
 
-import hashlib
-import secrets
-
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
+
+from srifty_web.tokens import ScopedTokenMixin
 
 
 class RunKind(models.TextChoices):
@@ -42,7 +41,7 @@ class Market(models.TextChoices):
     SPOT = "spot", "Spot"
 
 
-class ProfilingRun(models.Model):
+class ProfilingRun(ScopedTokenMixin, models.Model):
     kind = models.CharField(max_length=10, choices=RunKind.choices, default=RunKind.COMPUTE)
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="profiling_runs")
     # What to measure
@@ -98,22 +97,9 @@ class ProfilingRun(models.Model):
     def group_name(self) -> str:
         return f"profiling-run-{self.pk}"
 
-    # --- agent token --------------------------------------------------------------------
-    @staticmethod
-    def hash_token(raw: str) -> str:
-        return hashlib.sha256(raw.encode()).hexdigest()
-
-    def new_token(self) -> str:
-        """A fresh one-run token; the caller gives it to the agent, we keep only its hash."""
-        raw = secrets.token_urlsafe(32)
-        self.token_hash = self.hash_token(raw)
-        self.token_expires_at = self.deadline_at
-        return raw
-
-    def token_matches(self, raw: str) -> bool:
-        if not self.token_hash or not self.token_expires_at or self.token_expires_at <= timezone.now():
-            return False
-        return secrets.compare_digest(self.token_hash, self.hash_token(raw))
+    def token_expiry(self):
+        """An agent's token dies at the run's hard deadline (or earlier, when the run ends)."""
+        return self.deadline_at
 
 
 class ComputeSample(models.Model):

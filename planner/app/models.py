@@ -6,12 +6,11 @@ dataclasses, calls the pure code, and stores the dataclasses' JSON form.
 
 from __future__ import annotations
 
-import hashlib
-import secrets
-
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
+
+from srifty_web.tokens import ScopedTokenMixin
 
 
 class PlanStatus(models.TextChoices):
@@ -60,7 +59,7 @@ class JobStatus(models.TextChoices):
 JOB_FINISHED = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED)
 
 
-class Job(models.Model):
+class Job(ScopedTokenMixin, models.Model):
     """A launched training cluster: one plan option, on EC2, capped in spend and time."""
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
@@ -119,21 +118,9 @@ class Job(models.Model):
         end = self.finished_at or now
         return max(0.0, (end - start).total_seconds() / 3600.0) * float(self.hourly_usd)
 
-    # Tokens as for profiling runs: random, hashed at rest, dead when the job ends.
-    @staticmethod
-    def hash_token(raw: str) -> str:
-        return hashlib.sha256(raw.encode()).hexdigest()
-
-    def new_token(self) -> str:
-        raw = secrets.token_urlsafe(32)
-        self.token_hash = self.hash_token(raw)
-        self.token_expires_at = self.cap_at
-        return raw
-
-    def token_matches(self, raw: str) -> bool:
-        if not self.token_hash or not self.token_expires_at or self.token_expires_at <= timezone.now():
-            return False
-        return secrets.compare_digest(self.token_hash, self.hash_token(raw))
+    def token_expiry(self):
+        """Node tokens die at the job's cap (or earlier, when the job ends)."""
+        return self.cap_at
 
 
 class JobReport(models.Model):
