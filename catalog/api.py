@@ -3,7 +3,7 @@ that a bad filter is a 400 naming the parameter, not an empty list or a 500."""
 
 from __future__ import annotations
 
-from django.db.models import Prefetch, QuerySet
+from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, viewsets
 from rest_framework.pagination import LimitOffsetPagination
@@ -48,10 +48,7 @@ class InstanceTypeViewSet(viewsets.ReadOnlyModelViewSet):
     def get_queryset(self) -> QuerySet[InstanceType]:
         filters = _validated(InstanceTypeFilters, self.request) if self.action == "list" else {}
         region = filters.get("region")
-        qs = InstanceType.objects.select_related("accelerator").prefetch_related(
-            Prefetch("offerings", queryset=InstanceOffering.objects.select_related("zone__region"))
-        )
-        qs = qs.with_current_prices(region)
+        qs = InstanceType.objects.select_related("accelerator").with_current_prices(region)
         if "gpu" in filters:
             qs = qs.filter(accelerator__name__iexact=filters["gpu"])
         if "min_gpus" in filters:
@@ -69,6 +66,19 @@ class InstanceTypeViewSet(viewsets.ReadOnlyModelViewSet):
         elif filters.get("ddp") is False:
             qs = qs.exclude(accelerator__kind=AcceleratorKind.NVIDIA_GPU)
         return qs.order_by("name")
+
+    def get_serializer(self, *args, **kwargs):
+        """Regions of the types on this page in one query (not one object per zone offering)."""
+        instance = args[0] if args else None
+        items = instance if isinstance(instance, list) else [instance] if instance is not None else []
+        ids = [t.pk for t in items if isinstance(t, InstanceType)]
+        regions: dict[int, set[str]] = {}
+        pairs = InstanceOffering.objects.filter(instance_type_id__in=ids).values_list(
+            "instance_type_id", "zone__region__code").distinct()
+        for type_id, code in pairs:
+            regions.setdefault(type_id, set()).add(code)
+        kwargs.setdefault("context", self.get_serializer_context())["regions"] = regions
+        return super().get_serializer(*args, **kwargs)
 
 
 class AcceleratorFilters(serializers.Serializer):

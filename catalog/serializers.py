@@ -36,7 +36,10 @@ class InstanceTypeSerializer(serializers.ModelSerializer):
         ]  # fmt: skip
 
     def get_regions(self, obj: InstanceType) -> list[str]:
-        return sorted({o.zone.region.code for o in obj.offerings.all()})
+        known = self.context.get("regions")
+        if known is not None:  # computed for the whole page by the view
+            return sorted(known.get(obj.pk, ()))
+        return sorted(set(obj.offerings.values_list("zone__region__code", flat=True)))
 
 
 class PriceSerializer(serializers.Serializer):
