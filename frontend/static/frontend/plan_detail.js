@@ -17,7 +17,7 @@
       y: d.pareto.map((p) => p.time_h), text: d.pareto.map(hover), hoverinfo: "text",
       line: { color: "#2e7d32", shape: "hv" }, marker: { size: 7 } },
     { type: "scatter", mode: "markers+text", name: "ranked plans", x: d.plans.map((p) => p.total_usd),
-      y: d.plans.map((p) => p.time_h), text: d.plans.map((p) => `#${p.rank}`), textposition: "top center",
+      y: d.plans.map((p) => p.time_h), text: d.plans.map((p) => (p.rank === 1 ? "#1" : "")), textposition: "top center",
       hovertext: d.plans.map(hover), hoverinfo: "text", marker: { size: 11, color: "#f59e0b", symbol: "star" } },
     { type: "scatter", mode: "markers", name: "baselines", x: d.baselines.map((b) => b.total_usd),
       y: d.baselines.map((b) => b.time_h), text: d.baselines.map((b) => `${b.name}: ${hover(b)}`), hoverinfo: "text",

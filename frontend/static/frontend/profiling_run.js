@@ -26,7 +26,7 @@
     if (kind === "compute" && $("phase-chart")) {
       const box = stored.compute.map((s) => ({ type: "box", name: `${s.phase} @${s.batch_size}`, y: s.times_ms,
         boxpoints: "all", jitter: 0.3 }));
-      Plotly.react("phase-chart", box, layout("phase @ batch", "ms"), cfg);
+      Plotly.react("phase-chart", box, layout("phase @ batch", "ms", { legend: { orientation: "h", y: -0.3 } }), cfg);
       if (!Object.keys(traces).length) {
         stored.compute.filter((s) => s.phase === "forward").forEach((s) =>
           s.times_ms.forEach((t, i) => addPoint(`batch ${s.batch_size}`, i, t)));
