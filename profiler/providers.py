@@ -176,10 +176,15 @@ class EC2Provider:
         return Poll(True)
 
     def stop(self, run: ProfilingRun) -> None:
+        """Terminate the run's instances: the recorded ones and any tagged with the run, since a
+        launch whose answer was lost started an instance whose ID we never heard."""
         from profiler import ec2
 
-        if run.instance_ids:
-            ec2.terminate(run.region, run.instance_ids)
+        ids = set(run.instance_ids or [])
+        if run.region:
+            ids |= {s.id for s in ec2.find_managed(run.region, {"srifty:run-id": str(run.pk)})}
+        if ids:
+            ec2.terminate(run.region, sorted(ids))
 
     def result_file(self, run: ProfilingRun) -> dict | None:
         return None
