@@ -72,13 +72,24 @@ def create_run(owner, *, start: bool = True, **fields) -> ProfilingRun:
     return run
 
 
-def issue_token(run: ProfilingRun) -> str:
-    """A fresh one-run agent token (any older one stops working). Only its hash is stored:
-    the raw token goes straight to the agent (command line or user-data), never into a task
-    row or a log."""
+def issue_token(run: ProfilingRun, *, launch_key: str | None = None) -> str:
+    """The run's agent token (any older one stops working). Only its hash is stored: the raw
+    token goes straight to the agent (command line or user-data), never into a task row or a log.
+
+    With ``launch_key`` (the EC2 ClientToken) the token is derived from it with an HMAC of the
+    secret key, so a start re-delivered after a crash writes the same token that the instance it
+    finds again (same ClientToken) already carries in its user-data.
+    """
+    from django.utils.crypto import salted_hmac
+
     with transaction.atomic():
         run = ProfilingRun.objects.select_for_update().get(pk=run.pk)
-        raw = run.new_token()
+        if launch_key:
+            raw = salted_hmac("srifty.profiling-run-token", f"{run.pk}:{launch_key}").hexdigest()
+            run.token_hash = run.hash_token(raw)
+            run.token_expires_at = run.token_expiry()
+        else:
+            raw = run.new_token()
         run.save(update_fields=["token_hash", "token_expires_at"])
     return raw
 

@@ -58,6 +58,10 @@ class LocalProvider:
     """Runs the agent as a subprocess of this machine, in its own session so that it survives
     a restart of the worker that started it and can be stopped as a whole process group."""
 
+    def launch_key(self, run: ProfilingRun) -> None:
+        """A local agent gets a fresh random token each start (nothing outlives a restart)."""
+        return None
+
     def paths(self, run: ProfilingRun) -> tuple[Path, Path]:
         return run_dir() / f"run-{run.pk}.json", run_dir() / f"run-{run.pk}.log"
 
@@ -147,6 +151,10 @@ class EC2Provider:
     of the user-data script or at the run's hard deadline, whichever is first.
     """
 
+    def launch_key(self, run: ProfilingRun) -> str:
+        """The EC2 ClientToken: a retried start finds the same instance, so it gets the same token."""
+        return run.launch_token or f"srifty-run-{run.pk}"
+
     def start(self, run: ProfilingRun, token: str) -> list[str]:
         from django.utils import timezone
 
@@ -160,7 +168,7 @@ class EC2Provider:
         spec = ec2.LaunchSpec(
             region=run.region, instance_type=run.instance_type, count=1, market=run.market, user_data=script,
             tags={"srifty:run-id": str(run.pk), "Name": f"srifty-profile-{run.pk}"}, max_minutes=minutes,
-            client_token=run.launch_token or f"srifty-run-{run.pk}",
+            client_token=self.launch_key(run),
         )  # fmt: skip
         return ec2.launch(spec)
 

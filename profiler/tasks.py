@@ -29,7 +29,7 @@ def start_run_task(run_id: int) -> str:
 
 def start_run(run: ProfilingRun) -> str:
     provider = providers.for_run(run)
-    token = actions.issue_token(run)
+    token = actions.issue_token(run, launch_key=provider.launch_key(run))
     try:
         handle = provider.start(run, token)
     except Exception as exc:  # any failure to start ends the run with the reason

@@ -352,12 +352,6 @@ def test_a_start_redelivered_after_dying_between_launch_and_record_launches_no_s
 
 
 @pytest.mark.django_db
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG B13: a start re-delivered after a crash between launch and mark_starting "
-    "issues a new token, but the reused instance (same ClientToken) carries the old one in its "
-    "user-data: every post of its agent gets 401 and the run can only fail",
-)
 def test_bug_b13_the_reused_instance_can_still_report(ec2_run, monkeypatch):
     real = actions.mark_starting
     monkeypatch.setattr(actions, "mark_starting", lambda *a, **k: (_ for _ in ()).throw(WorkerDied()))
