@@ -85,7 +85,7 @@ def test_profiling_script_fetches_the_agent_and_reports_to_the_run():
     assert '"$SRIFTY_SERVER/api/v1/agent.tar.gz" -o' in script
     assert '-H "Authorization: Bearer $SRIFTY_TOKEN"' in script
     assert (
-        '-m profiler.agent "${AGENT_ARGS[@]}" --report-to "$SRIFTY_EVENTS_URL" --token "$SRIFTY_TOKEN"'
+        '-m profiler.agent "${AGENT_ARGS[@]}" --report-to "$SRIFTY_EVENTS_URL" --token="$SRIFTY_TOKEN"'
         in script
     )
     assert "pip install -q torch torchvision requests" in script
@@ -288,7 +288,7 @@ def test_profiling_script_runs_the_agent_with_its_arguments_then_powers_off(sand
     assert result.returncode == 0, result.stdout + result.stderr
     agent = sandbox.json("agent.json")
     assert agent["argv"] == ["--kind", "compute", "a b", "--report-to",
-                             f"{SERVER}/api/v1/profiling-runs/42/events/", "--token", token]  # fmt: skip
+                             f"{SERVER}/api/v1/profiling-runs/42/events/", f"--token={token}"]  # fmt: skip
     assert agent["cwd"] == f"{sandbox.root}/opt/srifty/work"
     assert not canary.exists()  # the token stayed a string
     assert sandbox.shutdowns() == ["-h +30", "-h now"]
