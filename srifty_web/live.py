@@ -30,3 +30,43 @@ def send_on_commit(group: str, handler: str, message: dict) -> None:
             log.exception("websocket fan-out to %s failed", group)
 
     transaction.on_commit(send)
+
+
+class ViewerConsumer:
+    """Mixin for a read-only live view of one object (a run, a job) over a websocket.
+
+    Anonymous viewers are closed with 4401; anyone who may not see the object with 4403 (not
+    found and not yours look the same, so ids cannot be probed). A viewer gets the snapshot
+    first, then every group message; whatever it sends is ignored. Subclasses set ``url_kwarg``
+    and ``group_prefix`` and implement ``snapshot(user, pk)`` (sync; ``None`` = refused).
+    """
+
+    url_kwarg = "pk"
+    group_prefix = ""
+
+    async def connect(self) -> None:
+        from channels.db import database_sync_to_async
+
+        user = self.scope.get("user")
+        pk = self.scope["url_route"]["kwargs"][self.url_kwarg]
+        if user is None or not user.is_authenticated:
+            await self.close(code=4401)
+            return
+        snapshot = await database_sync_to_async(self.snapshot)(user, pk)
+        if snapshot is None:
+            await self.close(code=4403)
+            return
+        self.group = f"{self.group_prefix}-{pk}"
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+        await self.send_json(snapshot)
+
+    async def disconnect(self, code: int) -> None:
+        if getattr(self, "group", None):
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def receive_json(self, content, **kwargs) -> None:
+        return  # viewers only listen
+
+    def snapshot(self, user, pk: int) -> dict | None:  # pragma: no cover - subclasses define it
+        raise NotImplementedError
