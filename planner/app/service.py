@@ -27,8 +27,6 @@ from django.db import transaction
 from planner.app import feed
 from planner.app.models import PlanRecord, PlanStatus
 
-PROFILE_BACKED_SOURCES = ("measured", "transferred")
-
 
 class PlanInputError(ValueError):
     """A field of the request is wrong or contradictory; ``field`` names it."""
