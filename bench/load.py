@@ -118,11 +118,14 @@ class Server:
     """daphne on 127.0.0.1 with a fresh SQLite database in ``workdir``; a context manager."""
 
     def __init__(self, workdir: Path, *, redis_url: str | None = None, catalog: bool = False, quiet: bool = True,
-                 throttle: str = "1000000/min", python: str = sys.executable) -> None:  # fmt: skip
+                 throttle: str = "1000000/min", python: str = sys.executable, workers: int = 1) -> None:  # fmt: skip
         if redis_url and not is_loopback(urlsplit(redis_url).hostname or ""):
             raise SystemExit(f"--redis must be a loopback address, not {redis_url!r}")
         self.workdir, self.redis_url, self.catalog, self.quiet = Path(workdir), redis_url, catalog, quiet
         self.throttle, self.python = throttle, python
+        if workers > 1 and not redis_url:
+            raise SystemExit("several workers need --redis (the in-process channel layer does not cross processes)")
+        self.workers = workers
         self.proc: subprocess.Popen | None = None
         self.port = 0
         self.api_token = self.session = self.agent_token = ""
@@ -176,8 +179,14 @@ class Server:
         self.port = free_port()
         self.log_path = self.workdir / "daphne.log"
         with open(self.log_path, "wb") as log:
+            # one worker: daphne itself, as ./run started it before; several: the supervisor
+            # (srifty_web.serve), whose daphne workers share one listening socket
+            cmd = ([self.python, "-m", "srifty_web.serve", "--port", str(self.port), "--workers", str(self.workers)]
+                   if self.workers > 1 else
+                   [self.python, "-m", "daphne", "-v", "0", "-b", "127.0.0.1", "-p", str(self.port),
+                    "srifty_web.asgi:application"])  # fmt: skip
             self.proc = subprocess.Popen(
-                [self.python, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "srifty_web.asgi:application"],
+                cmd,
                 cwd=REPO, env=self.env(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,
             )  # fmt: skip
@@ -531,7 +540,7 @@ class Load:
     # all of it --------------------------------------------------------------------------
     def run(self) -> Results:
         a = self.args
-        cpu0, self_cpu0 = proc_cpu_s(self.server.proc.pid), self_cpu_s()
+        cpu0, self_cpu0 = group_cpu_s(self.server.proc.pid), self_cpu_s()
         self.results.loadavg = os.getloadavg()
         self.hard_deadline = time.monotonic() + a.duration + a.drain + 60
         stop_flag: dict = {}
@@ -554,7 +563,7 @@ class Load:
             t.join(timeout=max(1.0, api_deadline + 35 - time.monotonic()))
         self.results.api_window_s = time.monotonic() - t0  # the last request started before the deadline
         self.results.duration_s = time.monotonic() - t0
-        self.results.server_cpu_s = proc_cpu_s(self.server.proc.pid) - cpu0
+        self.results.server_cpu_s = group_cpu_s(self.server.proc.pid) - cpu0
         self.results.client_cpu_s = self_cpu_s() - self_cpu0
         # let the fan-out finish: until every viewer has every accepted event, or --drain s
         accepted = {seq for seq, _, status in self.results.agent if status == 201}
@@ -578,13 +587,19 @@ class Load:
 # --- the report ---------------------------------------------------------------------------
 
 
-def proc_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process (Linux /proc), 0 when unknown."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return 0.0
+def group_cpu_s(pgid: int) -> float:
+    """CPU seconds of every live process in process group ``pgid`` (the server and its workers)."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid:  # field 5 of stat: the process group
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def self_cpu_s() -> float:
@@ -623,7 +638,7 @@ def report(r: Results, args, server: Server) -> dict:
     p99_ok = p99 < TARGET_P99_MS and api_bad == 0
 
     print()
-    print(f"Srifty load bench: {r.mode}; daphne x1 on 127.0.0.1:{server.port}, SQLite (WAL) in a temp dir, "
+    print(f"Srifty load bench: {r.mode}; daphne x{server.workers} on 127.0.0.1:{server.port}, SQLite (WAL) in a temp dir, "
           f"{os.cpu_count()} CPUs; setup {server.setup_s:.1f} s")  # fmt: skip
     load1 = f"{r.loadavg[0]:.1f}" if r.loadavg else "?"
     print(f"  CPU during the load: daphne {r.server_cpu_s:.1f} s over {r.duration_s:.1f} s "
@@ -666,7 +681,7 @@ def report(r: Results, args, server: Server) -> dict:
         "received_min": min(received) if received else 0,
         "received_median": statistics.median(received) if received else 0, "lost": lost,
         "p99_pass": p99_ok, "lost_pass": lost_ok,
-        "server_cpu_s": r.server_cpu_s, "duration_s": r.duration_s, "loadavg": r.loadavg,
+        "workers": server.workers, "think_ms": args.think_ms, "server_cpu_s": r.server_cpu_s, "duration_s": r.duration_s, "loadavg": r.loadavg,
     }  # fmt: skip
 
 
@@ -686,6 +701,8 @@ def main(argv: list[str] | None = None) -> int:
         "--think-ms", type=float, default=0, help="pause between an API client's requests (default 0)"
     )
     ap.add_argument("--redis", metavar="URL", help="use the Redis channel layer at URL (loopback only)")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="daphne worker processes behind srifty_web.serve (default 1; more need --redis)")
     ap.add_argument(
         "--max-seconds", type=float, default=170, help="the whole bench stops after this (default 170)"
     )
@@ -712,7 +729,7 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="srifty-bench-"))
     started = time.monotonic()
     try:
-        with Server(tmp / "data", redis_url=args.redis, catalog=True) as server:
+        with Server(tmp / "data", redis_url=args.redis, catalog=True, workers=args.workers) as server:
             print(f"server ready on 127.0.0.1:{server.port} after {server.setup_s:.1f} s "
                   f"(migrate, catalog import, daphne start)", flush=True)  # fmt: skip
             load = Load(server, args)

@@ -19,9 +19,7 @@ REPLAY_EVENTS = 500
 class RunConsumer(ViewerConsumer, AsyncJsonWebsocketConsumer):
     url_kwarg = "run_id"
     group_prefix = "profiling-run"
-
-    async def run_message(self, event: dict) -> None:
-        await self.send_json(event["message"])
+    live_handler = "run.message"
 
     def snapshot(self, user, run_id: int) -> dict | None:
         run = ProfilingRun.objects.filter(visible_owner_q(user)).filter(pk=run_id).first()

@@ -97,7 +97,11 @@ TEMPLATES = [
 DATABASES = {
     "default": dj_database_url.parse(
         env_str("DATABASE_URL") or f"sqlite:///{DATA_DIR / 'db.sqlite3'}",
-        conn_max_age=env_int("DB_CONN_MAX_AGE", 0),
+        # Kept open between requests: HTTP runs on the event loop's few long-lived pool threads
+        # (srifty_web/asgi.py), so this is one connection per thread, not one per request;
+        # reconnecting cost ~2 ms a request. Health checks drop a connection the server closed.
+        conn_max_age=env_int("DB_CONN_MAX_AGE", 60),
+        conn_health_checks=True,
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":

@@ -22,9 +22,7 @@ REPLAY_EVENTS = 200
 class JobConsumer(ViewerConsumer, AsyncJsonWebsocketConsumer):
     url_kwarg = "job_id"
     group_prefix = "job"
-
-    async def job_message(self, event: dict) -> None:
-        await self.send_json(event["message"])
+    live_handler = "job.message"
 
     def snapshot(self, user, job_id: int) -> dict | None:
         job = visible_jobs(user).filter(pk=job_id).first()
