@@ -118,14 +118,15 @@ class Server:
     """daphne on 127.0.0.1 with a fresh SQLite database in ``workdir``; a context manager."""
 
     def __init__(self, workdir: Path, *, redis_url: str | None = None, catalog: bool = False, quiet: bool = True,
-                 throttle: str = "1000000/min", python: str = sys.executable, workers: int = 1) -> None:  # fmt: skip
+                 throttle: str = "1000000/min", python: str = sys.executable, workers: int = 1,
+                 server: str = "daphne") -> None:  # fmt: skip
         if redis_url and not is_loopback(urlsplit(redis_url).hostname or ""):
             raise SystemExit(f"--redis must be a loopback address, not {redis_url!r}")
         self.workdir, self.redis_url, self.catalog, self.quiet = Path(workdir), redis_url, catalog, quiet
         self.throttle, self.python = throttle, python
         if workers > 1 and not redis_url:
             raise SystemExit("several workers need --redis (the in-process channel layer does not cross processes)")
-        self.workers = workers
+        self.workers, self.server = workers, server
         self.proc: subprocess.Popen | None = None
         self.port = 0
         self.api_token = self.session = self.agent_token = ""
@@ -185,6 +186,10 @@ class Server:
                    if self.workers > 1 else
                    [self.python, "-m", "daphne", "-v", "0", "-b", "127.0.0.1", "-p", str(self.port),
                     "srifty_web.asgi:application"])  # fmt: skip
+            if self.server == "uvicorn":  # for comparison only: not a dependency of Srifty
+                cmd = [self.python, "-m", "uvicorn", "srifty_web.asgi:application", "--host", "127.0.0.1",
+                       "--port", str(self.port), "--workers", str(self.workers), "--no-access-log",
+                       "--log-level", "warning"]  # fmt: skip
             self.proc = subprocess.Popen(
                 cmd,
                 cwd=REPO, env=self.env(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
@@ -638,7 +643,7 @@ def report(r: Results, args, server: Server) -> dict:
     p99_ok = p99 < TARGET_P99_MS and api_bad == 0
 
     print()
-    print(f"Srifty load bench: {r.mode}; daphne x{server.workers} on 127.0.0.1:{server.port}, SQLite (WAL) in a temp dir, "
+    print(f"Srifty load bench: {r.mode}; {server.server} x{server.workers} on 127.0.0.1:{server.port}, SQLite (WAL) in a temp dir, "
           f"{os.cpu_count()} CPUs; setup {server.setup_s:.1f} s")  # fmt: skip
     load1 = f"{r.loadavg[0]:.1f}" if r.loadavg else "?"
     print(f"  CPU during the load: daphne {r.server_cpu_s:.1f} s over {r.duration_s:.1f} s "
@@ -703,6 +708,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--redis", metavar="URL", help="use the Redis channel layer at URL (loopback only)")
     ap.add_argument("--workers", type=int, default=1,
                     help="daphne worker processes behind srifty_web.serve (default 1; more need --redis)")
+    ap.add_argument("--server", choices=("daphne", "uvicorn"), default="daphne",
+                    help="ASGI server (uvicorn only for comparison, when installed)")  # fmt: skip
     ap.add_argument(
         "--max-seconds", type=float, default=170, help="the whole bench stops after this (default 170)"
     )
@@ -729,7 +736,8 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="srifty-bench-"))
     started = time.monotonic()
     try:
-        with Server(tmp / "data", redis_url=args.redis, catalog=True, workers=args.workers) as server:
+        with Server(tmp / "data", redis_url=args.redis, catalog=True, workers=args.workers,
+                    server=args.server) as server:  # fmt: skip
             print(f"server ready on 127.0.0.1:{server.port} after {server.setup_s:.1f} s "
                   f"(migrate, catalog import, daphne start)", flush=True)  # fmt: skip
             load = Load(server, args)

@@ -7,7 +7,9 @@ dj-database-url URL), ``REDIS_URL`` switches the channel layer to Redis.
 
 from __future__ import annotations
 
+import os
 import secrets
+import tempfile
 from pathlib import Path
 
 import dj_database_url
@@ -99,9 +101,10 @@ DATABASES = {
         env_str("DATABASE_URL") or f"sqlite:///{DATA_DIR / 'db.sqlite3'}",
         # Kept open between requests: HTTP runs on the event loop's few long-lived pool threads
         # (srifty_web/asgi.py), so this is one connection per thread, not one per request;
-        # reconnecting cost ~2 ms a request. Health checks drop a connection the server closed.
+        # reconnecting cost ~2 ms a request. A database server (not SQLite, a file) may drop
+        # an idle connection: health checks notice that before a request uses it.
         conn_max_age=env_int("DB_CONN_MAX_AGE", 60),
-        conn_health_checks=True,
+        conn_health_checks=bool(env_str("DATABASE_URL")),
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
@@ -114,6 +117,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
             "timeout": 20,
         }
     )
+    # Tests get a file too, not Django's shared-cache in-memory database: with that, a live test
+    # server hands one connection to all its request threads, and two concurrent agent posts
+    # interleave savepoints on it. A file gives each thread its own connection, as in production.
+    DATABASES["default"]["TEST"] = {
+        "NAME": str(Path(tempfile.gettempdir()) / f"srifty-test-{os.getpid()}.sqlite3")
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Channels -----------------------------------------------------------------------------
