@@ -1,7 +1,9 @@
 #!/usr/bin/env python
 """Load bench for the live server: API readers, websocket viewers and an agent, all at once.
 
-Starts the real ASGI server (daphne, one process, on 127.0.0.1 and a free port) on a fresh
+Starts the real ASGI server (daphne, one process, or ``--workers N`` daphne processes behind
+``srifty_web.serve``, which needs ``--redis``; ``--server uvicorn`` for comparison only, when
+installed) on 127.0.0.1 and a free port, on a fresh
 SQLite database in a temporary SRIFTY_DATA_DIR (migrated, the bundled catalog imported, a user
 with a DRF token and a session, one running profiling run with an agent token), then for
 ``--duration`` seconds, concurrently:
@@ -25,6 +27,11 @@ and SIGTERM included.
 
     .venv/bin/python bench/load.py                       # in-memory channel layer
     .venv/bin/python bench/load.py --redis redis://127.0.0.1:56379/0
+    .venv/bin/python bench/load.py --redis redis://127.0.0.1:56379/0 --workers 2   # what ./run does with REDIS_URL
+    .venv/bin/python bench/load.py --redis ... --workers 2 --clients 0             # the fan-out target alone
+
+``--think-ms`` paces each API client (a dashboard polls; 0, the default, is a closed loop, whose
+latency is bounded below by clients / throughput: 50 clients at 170 req/s wait ~290 ms on average).
 
 ``Server`` is also used by tests/reliability/test_faults.py (concurrent agent posts on SQLite).
 """
