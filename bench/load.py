@@ -346,6 +346,7 @@ class Viewer:
     seqs: set = field(default_factory=set)
     duplicates: int = 0
     out_of_order: int = 0
+    frames: int = 0
     closed_by_server: bool = False
 
 
@@ -509,8 +510,12 @@ class Load:
                 if opcode == 8:
                     v.closed_by_server = True
                     break
-                msg = json.loads(data)
-                if msg.get("type") == "progress":
+                decoded = json.loads(data)
+                v.frames += 1
+                # one message, or several coalesced into an array (srifty_web/live.py)
+                for msg in decoded if isinstance(decoded, list) else [decoded]:
+                    if msg.get("type") != "progress":
+                        continue
                     seq = msg["seq"]
                     if seq in v.seqs:
                         v.duplicates += 1
@@ -675,7 +680,8 @@ def report(r: Results, args, server: Server) -> dict:
           + f"; connect p50 {pct(connect_ms, 50):.0f} ms, p99 {pct(connect_ms, 99):.0f} ms")  # fmt: skip
     if received:
         print(f"          events received per viewer: min {min(received)}, median {statistics.median(received):g}, "
-              f"max {max(received)} (of {len(accepted)} accepted); duplicates {sum(v.duplicates for v in live)}, "
+              f"max {max(received)} (of {len(accepted)} accepted) in median "
+              f"{statistics.median(v.frames for v in live):g} frames; duplicates {sum(v.duplicates for v in live)}, "
               f"out of seq order {sum(v.out_of_order for v in live)} (parallel posters); drain {r.drain_s:.1f} s")  # fmt: skip
         errs = [v.error for v in live if v.error]
         if errs:

@@ -21,6 +21,21 @@ def _private_data_dir(settings, tmp_path):
     settings.DATA_DIR.mkdir()
 
 
+async def _live_next(comm, timeout: float = 5):
+    """The next live message on a WebsocketCommunicator, whether it came alone or in a
+    coalesced array (srifty_web/live.py)."""
+    buffered = comm.__dict__.setdefault("_srifty_live", [])
+    if not buffered:
+        data = await comm.receive_json_from(timeout=timeout)
+        buffered.extend(data if isinstance(data, list) else [data])
+    return buffered.pop(0)
+
+
+@pytest.fixture
+def live_next():
+    return _live_next
+
+
 @pytest.fixture
 def user(django_user_model):
     return django_user_model.objects.create_user(username="alice", password="alice-pass-123")

@@ -46,10 +46,13 @@ WS_RECORDER = """
     const ws = new Native(...args);
     ws.addEventListener("message", (ev) => {
       try {
-        const m = JSON.parse(ev.data);
+        const data = JSON.parse(ev.data);
         const log = JSON.parse(sessionStorage.getItem("srifty-ws") || "[]");
-        log.push({t: Date.now(), path: new URL(ws.url).pathname, type: m.type, status: m.status,
-                  time_ms: m.time_ms, iteration: m.iteration, rank: m.rank});
+        // a frame is one message or an array of them (coalesced: srifty_web/live.py)
+        for (const m of Array.isArray(data) ? data : [data]) {
+          log.push({t: Date.now(), path: new URL(ws.url).pathname, type: m.type, status: m.status,
+                    time_ms: m.time_ms, iteration: m.iteration, rank: m.rank});
+        }
         sessionStorage.setItem("srifty-ws", JSON.stringify(log));
       } catch (e) { /* not JSON: not ours */ }
     });

@@ -58,27 +58,27 @@ def _post(token: str, job_id: int, body: dict) -> int:
     return c.post(f"/api/v1/jobs/{job_id}/reports/", body, format="json").status_code
 
 
-async def test_a_viewer_gets_the_snapshot_then_each_report_and_the_end(job_and_token, user):
+async def test_a_viewer_gets_the_snapshot_then_each_report_and_the_end(live_next, job_and_token, user):
     job, token = job_and_token
     assert await sync_to_async(_post)(token, job.pk, {"seq": 1, "rank": 0, "reports": [
         {"iteration": 1, "iter_time_s": 0.55}]}) == 201
     comm, connected, _ = await _connect(job.pk, await sync_to_async(_cookie)(user))
     assert connected
-    snap = await comm.receive_json_from(timeout=5)
+    snap = await live_next(comm, timeout=5)
     assert snap["type"] == "snapshot" and snap["status"] == "running" and snap["predicted_iter_s"] == 0.5
     assert snap["reports"] == [{"iteration": 1, "iter_time_s": 0.55, "rank": 0}]  # a late viewer sees the past
     assert [e["kind"] for e in snap["events"]] == ["created", "launched"]
 
     assert await sync_to_async(_post)(token, job.pk, {"seq": 2, "rank": 1, "reports": [
         {"iteration": 2, "iter_time_s": 0.61}, {"iteration": 3, "iter_time_s": 0.6}]}) == 201
-    assert await comm.receive_json_from(timeout=5) == {"type": "report", "iteration": 2, "iter_time_s": 0.61, "rank": 1}
-    assert await comm.receive_json_from(timeout=5) == {"type": "report", "iteration": 3, "iter_time_s": 0.6, "rank": 1}
+    assert await live_next(comm, timeout=5) == {"type": "report", "iteration": 2, "iter_time_s": 0.61, "rank": 1}
+    assert await live_next(comm, timeout=5) == {"type": "report", "iteration": 3, "iter_time_s": 0.6, "rank": 1}
     assert await sync_to_async(_post)(token, job.pk, {"seq": 2, "rank": 1, "reports": [
         {"iteration": 2, "iter_time_s": 0.61}]}) == 200
     assert await comm.receive_nothing(timeout=0.3)  # a retried post is not broadcast again
 
     await sync_to_async(jobs.stop_job)(job, "stopped by alice")
-    first, second = await comm.receive_json_from(timeout=5), await comm.receive_json_from(timeout=5)
+    first, second = await live_next(comm, timeout=5), await live_next(comm, timeout=5)
     assert first == {"type": "event", "kind": "stopped", "message": "stopped by alice", "at": first["at"]}
     assert second["type"] == "status" and second["status"] == "stopped" and second["reason"] == "stopped by alice"
     await comm.disconnect()

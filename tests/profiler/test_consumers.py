@@ -32,36 +32,36 @@ def _post(token: str, run_id: int, body: dict) -> int:
     return c.post(f"/api/v1/profiling-runs/{run_id}/events/", body, format="json").status_code
 
 
-async def test_a_viewer_gets_the_snapshot_then_live_progress_and_the_end(agent_run, user, compute_profile):
+async def test_a_viewer_gets_the_snapshot_then_live_progress_and_the_end(live_next, agent_run, user, compute_profile):
     run, token = agent_run
     cookie = await sync_to_async(_session_cookie)(user)
     assert await sync_to_async(_post)(token, run.pk, {"seq": 1, "type": "progress", "phase": "compute",
                                                       "fraction": 0.1, "time_ms": 12.5}) == 201
     comm, connected, _ = await _connect(run.pk, cookie)
     assert connected
-    snap = await comm.receive_json_from(timeout=5)
+    snap = await live_next(comm, timeout=5)
     assert snap["type"] == "snapshot" and snap["status"] == "running"
     assert snap["events"][0]["time_ms"] == 12.5  # a late viewer sees what came before
 
     assert await sync_to_async(_post)(token, run.pk, {"seq": 2, "type": "progress", "phase": "compute",
                                                       "batch_size": 8, "fraction": 0.5, "time_ms": 20.0}) == 201
-    live = await comm.receive_json_from(timeout=5)
+    live = await live_next(comm, timeout=5)
     assert live == {"type": "progress", "run": run.pk, "seq": 2, "phase": "compute", "batch_size": 8,
                     "fraction": 0.5, "time_ms": 20.0}
     assert await sync_to_async(_post)(token, run.pk, {"seq": 3, "type": "result", "profile": compute_profile}) == 201
-    end = await comm.receive_json_from(timeout=5)
+    end = await live_next(comm, timeout=5)
     assert end["type"] == "status" and end["status"] == "succeeded" and end["progress"] == 1.0
     await comm.disconnect()
 
 
-async def test_a_duplicate_post_is_not_broadcast_twice(agent_run, user):
+async def test_a_duplicate_post_is_not_broadcast_twice(live_next, agent_run, user):
     run, token = agent_run
     cookie = await sync_to_async(_session_cookie)(user)
     comm, connected, _ = await _connect(run.pk, cookie)
-    await comm.receive_json_from(timeout=5)
+    await live_next(comm, timeout=5)
     body = {"seq": 1, "type": "progress", "fraction": 0.2}
     assert await sync_to_async(_post)(token, run.pk, body) == 201
-    messages = [await comm.receive_json_from(timeout=5), await comm.receive_json_from(timeout=5)]
+    messages = [await live_next(comm, timeout=5), await live_next(comm, timeout=5)]
     assert [m["type"] for m in messages] == ["status", "progress"]
     assert await sync_to_async(_post)(token, run.pk, body) == 200
     assert await comm.receive_nothing(timeout=0.3)
@@ -87,3 +87,31 @@ async def test_a_foreign_origin_is_refused(agent_run, user):
     cookie = await sync_to_async(_session_cookie)(user)
     comm, connected, _ = await _connect(run.pk, cookie, origin=b"http://evil.example")
     assert not connected
+
+
+async def test_fast_messages_are_coalesced_into_arrays_in_order_and_a_lone_one_comes_bare(agent_run, user):
+    import asyncio
+    import json
+
+    from channels.layers import get_channel_layer
+
+    from srifty_web.live import COALESCE_S
+
+    run, _ = agent_run
+    comm, connected, _ = await _connect(run.pk, await sync_to_async(_session_cookie)(user))
+    assert connected
+    await comm.receive_json_from(timeout=5)  # the snapshot
+    layer = get_channel_layer()
+    for seq in range(1, 21):  # a burst, far faster than one per COALESCE_S
+        await layer.group_send(run.group_name, {"type": "run.message", "text": json.dumps({"seq": seq})})
+    frames = []
+    while sum(len(f) if isinstance(f, list) else 1 for f in frames) < 20:
+        frames.append(await comm.receive_json_from(timeout=5))
+    assert frames[0] == {"seq": 1}  # the first of a burst does not wait
+    assert [m["seq"] for f in frames for m in (f if isinstance(f, list) else [f])] == list(range(1, 21))
+    assert len(frames) <= 3  # 20 messages, at most one frame per window after the first
+
+    await asyncio.sleep(COALESCE_S * 2)  # a quiet viewer sends the next message alone, at once
+    await layer.group_send(run.group_name, {"type": "run.message", "text": json.dumps({"seq": 21})})
+    assert await comm.receive_json_from(timeout=1) == {"seq": 21}
+    await comm.disconnect()

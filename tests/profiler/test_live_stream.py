@@ -28,7 +28,7 @@ def redis_layer(settings):
                                            "CONFIG": {"hosts": [REDIS_URL]}}}
 
 
-async def test_a_local_run_streams_progress_to_the_viewer_and_stores_samples(live_server, settings, redis_layer, user):
+async def test_a_local_run_streams_progress_to_the_viewer_and_stores_samples(live_next, live_server, settings, redis_layer, user):
     settings.SITE_URL = live_server.url
     settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
 
@@ -48,13 +48,13 @@ async def test_a_local_run_streams_progress_to_the_viewer_and_stores_samples(liv
                                  headers=[(b"origin", b"http://127.0.0.1:8000"), (b"cookie", cookie)])
     connected, _ = await comm.connect()
     assert connected
-    assert (await comm.receive_json_from(timeout=5))["status"] == "pending"
+    assert (await live_next(comm, timeout=5))["status"] == "pending"
 
     run = await ProfilingRun.objects.aget(pk=run_id)
     assert (await sync_to_async(tasks.start_run)(run)).startswith("started")
     seen, times = [], []
     while True:
-        msg = await comm.receive_json_from(timeout=120)
+        msg = await live_next(comm, timeout=120)
         seen.append(msg["type"])
         if msg["type"] == "progress" and "time_ms" in msg:
             times.append(msg["time_ms"])

@@ -71,7 +71,11 @@
   let delay = 500;
   function connect() {
     const ws = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws/profiling-runs/${runId}/`);
-    ws.onmessage = (ev) => onMessage(JSON.parse(ev.data));
+    // one message, or several gathered into an array when they came fast (srifty_web/live.py)
+    ws.onmessage = (ev) => {
+      const data = JSON.parse(ev.data);
+      (Array.isArray(data) ? data : [data]).forEach(onMessage);
+    };
     ws.onopen = () => { delay = 500; };
     ws.onclose = () => {
       if (!["succeeded", "failed", "cancelled"].includes(state.dataset.status)) {
