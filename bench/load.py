@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Load bench for the live server: API readers, websocket viewers and an agent, all at once.
 
-Starts the real ASGI server (daphne, one process, or ``--workers N`` daphne processes behind
-``srifty_web.serve``, which needs ``--redis``; ``--server uvicorn`` for comparison only, when
+Starts the real ASGI server as ./run does (``srifty_web.serve``: one daphne process, or
+``--workers N``, which needs ``--redis``; ``--server uvicorn`` for comparison only, when
 installed) on 127.0.0.1 and a free port, on a fresh
 SQLite database in a temporary SRIFTY_DATA_DIR (migrated, the bundled catalog imported, a user
 with a DRF token and a session, one running profiling run with an agent token), then for
@@ -187,12 +187,8 @@ class Server:
         self.port = free_port()
         self.log_path = self.workdir / "daphne.log"
         with open(self.log_path, "wb") as log:
-            # one worker: daphne itself, as ./run started it before; several: the supervisor
-            # (srifty_web.serve), whose daphne workers share one listening socket
-            cmd = ([self.python, "-m", "srifty_web.serve", "--port", str(self.port), "--workers", str(self.workers)]
-                   if self.workers > 1 else
-                   [self.python, "-m", "daphne", "-v", "0", "-b", "127.0.0.1", "-p", str(self.port),
-                    "srifty_web.asgi:application"])  # fmt: skip
+            # what ./run starts: the supervisor, whose daphne workers share one listening socket
+            cmd = [self.python, "-m", "srifty_web.serve", "--port", str(self.port), "--workers", str(self.workers)]
             if self.server == "uvicorn":  # for comparison only: not a dependency of Srifty
                 cmd = [self.python, "-m", "uvicorn", "srifty_web.asgi:application", "--host", "127.0.0.1",
                        "--port", str(self.port), "--workers", str(self.workers), "--no-access-log",
@@ -205,7 +201,7 @@ class Server:
         deadline = time.monotonic() + 60
         while True:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"daphne exited with {self.proc.returncode}:\n{self.log_tail()}")
+                raise RuntimeError(f"the server exited with {self.proc.returncode}:\n{self.log_tail()}")
             try:
                 status, _ = self.get("/api/v1/profiling-runs/", timeout=5)
                 if status == 200:
@@ -213,7 +209,7 @@ class Server:
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError(f"daphne did not answer within 60 s:\n{self.log_tail()}")
+                raise RuntimeError(f"the server did not answer within 60 s:\n{self.log_tail()}")
             time.sleep(0.2)
         self.setup_s = time.monotonic() - t0
 
@@ -658,7 +654,7 @@ def report(r: Results, args, server: Server) -> dict:
     print(f"Srifty load bench: {r.mode}; {server.server} x{server.workers} on 127.0.0.1:{server.port}, SQLite (WAL) in a temp dir, "
           f"{os.cpu_count()} CPUs; setup {server.setup_s:.1f} s")  # fmt: skip
     load1 = f"{r.loadavg[0]:.1f}" if r.loadavg else "?"
-    print(f"  CPU during the load: daphne {r.server_cpu_s:.1f} s over {r.duration_s:.1f} s "
+    print(f"  CPU during the load: server {r.server_cpu_s:.1f} s over {r.duration_s:.1f} s "
           f"({100 * r.server_cpu_s / r.duration_s if r.duration_s else 0:.0f}% of one core), this bench "
           f"{r.client_cpu_s:.1f} s; machine load average {load1} at the start")  # fmt: skip
     print(f"  load: {args.clients} API clients, {args.viewers} viewers, agent {args.rate:g} events/s "

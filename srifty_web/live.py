@@ -32,8 +32,8 @@ COALESCE_S = 0.1  # seconds a viewer's frames are gathered when messages come fa
 
 
 def send_on_commit(group: str, handler: str, message: dict) -> None:
-    """Queue ``message`` for consumers of ``group``; ``handler`` is the consumer method's type
-    (``"run.message"`` calls ``run_message``)."""
+    """Queue ``message`` for consumers of ``group``; ``handler`` is the message type the
+    group's :class:`ViewerConsumer` forwards (its ``live_handler``, e.g. ``"run.message"``)."""
 
     text = json.dumps(message)  # now: the message may be mutated before the commit
 

@@ -2,8 +2,8 @@
 
     python -m srifty_web.serve [--host 127.0.0.1] [--port 8000] [--workers N]
 
-daphne runs one process with one thread for Django's sync code (``thread_sensitive`` views all
-share it), so a single process uses at most one core whatever the load. This supervisor binds
+One daphne process uses at most one core whatever the load (its event loop and the threads
+that run Django's sync views share one interpreter lock). This supervisor binds
 the socket once and starts ``--workers`` daphne processes that each adopt it (``daphne --fd``);
 the kernel hands every new connection to whichever worker accepts first, so a busy worker
 takes fewer. A worker that dies is started again (after 1 s, doubling up to 30 s while it keeps
@@ -83,7 +83,6 @@ class Worker:
     started_at: float = 0.0
     delay_s: float = RESTART_BACKOFF_S[0]
     restart_at: float = 0.0
-    restarts: int = 0
 
 
 @dataclass
@@ -110,7 +109,6 @@ class Supervisor:
             log(f"worker {w.index} (pid {w.proc.pid}) exited with {w.proc.returncode} after {lived:.0f} s; "
                 f"restarting in {w.delay_s:.0f} s")  # fmt: skip
             w.proc = None
-            w.restarts += 1
 
     def restart_due(self, now: float) -> None:
         for w in self.workers:
