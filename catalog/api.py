@@ -3,7 +3,10 @@ that a bad filter is a 400 naming the parameter, not an empty list or a 500."""
 
 from __future__ import annotations
 
+import hashlib
+
 from django.db.models import QuerySet
+from django.http import HttpResponse, HttpResponseNotModified
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, viewsets
 from rest_framework.pagination import LimitOffsetPagination
@@ -11,6 +14,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from catalog import revision
 from catalog.models import (
     Accelerator,
     AcceleratorKind,
@@ -39,8 +43,42 @@ class InstanceTypeFilters(serializers.Serializer):
     family = serializers.CharField(required=False)
 
 
+class RevisionCachedListMixin:
+    """Serve a list page's JSON from ``catalog.revision``'s cache while the catalog is unchanged.
+
+    Authentication, permissions and throttles run as usual (DRF's ``initial()`` comes first);
+    only building the page is skipped. The key is the catalog revision, the absolute URL (the
+    page's ``next``/``previous`` links carry scheme, host and query) and the media type; other
+    renderers (the browsable API) are not cached. The ETag lets a poller get a 304.
+    """
+
+    def list(self, request: Request, *args, **kwargs):
+        renderer = request.accepted_renderer
+        if renderer.format != "json":
+            return super().list(request, *args, **kwargs)
+        rev = revision.current()  # before the data: see catalog.revision
+        key = (type(self).__name__, rev, request.build_absolute_uri(), request.accepted_media_type)
+        entry = revision.cached(key)
+        if entry is None:
+            response = super().list(request, *args, **kwargs)
+            if response.status_code != 200:
+                return response
+            body = renderer.render(response.data, request.accepted_media_type, self.get_renderer_context())
+            content_type = renderer.media_type + (f"; charset={renderer.charset}" if renderer.charset else "")
+            etag = f'"c{rev}-{hashlib.blake2b(body, digest_size=8).hexdigest()}"'
+            entry = (body, content_type, etag)
+            revision.store(key, entry)
+        body, content_type, etag = entry
+        if etag in request.headers.get("If-None-Match", ""):
+            response = HttpResponseNotModified()
+        else:
+            response = HttpResponse(body, content_type=content_type)
+        response["ETag"] = etag
+        return response
+
+
 @extend_schema(parameters=[InstanceTypeFilters])
-class InstanceTypeViewSet(viewsets.ReadOnlyModelViewSet):
+class InstanceTypeViewSet(RevisionCachedListMixin, viewsets.ReadOnlyModelViewSet):
     serializer_class = InstanceTypeSerializer
     lookup_field = "name"
     lookup_value_regex = r"[^/]+"
@@ -86,7 +124,7 @@ class AcceleratorFilters(serializers.Serializer):
 
 
 @extend_schema(parameters=[AcceleratorFilters])
-class AcceleratorViewSet(viewsets.ReadOnlyModelViewSet):
+class AcceleratorViewSet(RevisionCachedListMixin, viewsets.ReadOnlyModelViewSet):
     serializer_class = AcceleratorSerializer
     lookup_field = "name"
     lookup_value_regex = r"[^/]+"

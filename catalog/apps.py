@@ -4,3 +4,8 @@ from django.apps import AppConfig
 class CatalogConfig(AppConfig):
     verbose_name = "GPU catalog"
     name = "catalog"
+
+    def ready(self) -> None:
+        from catalog import revision
+
+        revision.connect_receivers()

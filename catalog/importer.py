@@ -23,6 +23,7 @@ from typing import IO
 from django.conf import settings
 from django.db import transaction
 
+from catalog import revision
 from catalog.models import (
     Accelerator,
     AcceleratorKind,
@@ -351,6 +352,7 @@ def import_catalog(
         _add_offerings(rows, types, zones, report)
         _add_on_demand_prices(rows, types, regions, when, source, report)
         _add_spot_prices(rows, types, zones, when, source, report)
+        revision.bump()  # bulk_create sends no post_save
     return report
 
 

@@ -256,3 +256,17 @@ class SpotInterruption(models.Model):
 
 def as_decimal(value: float | str) -> Decimal:
     return Decimal(str(value)).quantize(Decimal("0.000001"))
+
+
+class CatalogRevision(models.Model):
+    """One row whose number goes up with every change to the catalog tables.
+
+    Catalog reads are cached against it (``catalog.revision``): a change bumps it in the same
+    transaction as the data, so a reader that sees the new number also sees the new rows.
+    """
+
+    number = models.PositiveBigIntegerField(default=0)
+    changed_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"catalog revision {self.number}"

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.db import transaction
 
-from catalog import aws
+from catalog import aws, revision
 from catalog.importer import accelerator_kind
 from catalog.models import (
     Accelerator,
@@ -69,6 +69,7 @@ def refresh_region(
         types = _apply_specs(specs, report)
         _add_spot(spot, types, region_obj, report)
         _add_on_demand(od, types, region_obj, now, report)
+        revision.bump()  # bulk_create sends no post_save
     return report
 
 

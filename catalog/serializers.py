@@ -3,9 +3,10 @@
 from rest_framework import serializers
 
 from catalog.models import Accelerator, InstanceType, OnDemandPrice, SpotPrice
+from srifty_web.serializers import ModelSerializer
 
 
-class AcceleratorSerializer(serializers.ModelSerializer):
+class AcceleratorSerializer(ModelSerializer):
     supports_ddp = serializers.BooleanField(read_only=True)
 
     class Meta:
@@ -17,7 +18,7 @@ class AcceleratorSerializer(serializers.ModelSerializer):
         ]  # fmt: skip
 
 
-class InstanceTypeSerializer(serializers.ModelSerializer):
+class InstanceTypeSerializer(ModelSerializer):
     accelerator = serializers.SlugRelatedField(slug_field="name", read_only=True)
     spot_supported = serializers.BooleanField(read_only=True)
     on_demand_usd = serializers.DecimalField(max_digits=12, decimal_places=6, read_only=True, allow_null=True,

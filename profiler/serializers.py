@@ -17,6 +17,7 @@ from profiler.models import (
     Provider,
     RunKind,
 )
+from srifty_web.serializers import ModelSerializer
 
 SPEC_RE = re.compile(r"^(torchvision:[A-Za-z0-9_]+|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$")
 SHAPE_RE = re.compile(r"^\d{1,5}(,\d{1,5}){0,4}$")
@@ -25,20 +26,20 @@ SIZES_RE = re.compile(r"^\d+(\.\d+)?[KMG]?B?\.\.\d+(\.\d+)?[KMG]?B?$", re.IGNORE
 MEMORY_RE = re.compile(r"^\d+(\.\d+)?[KMG]B$", re.IGNORECASE)
 
 
-class ComputeSampleSerializer(serializers.ModelSerializer):
+class ComputeSampleSerializer(ModelSerializer):
     class Meta:
         model = ComputeSample
         fields = ["batch_size", "phase", "median_ms", "p10_ms", "p90_ms", "mean_ms", "std_ms", "cv", "times_ms",
                   "peak_memory_bytes"]
 
 
-class BucketSampleSerializer(serializers.ModelSerializer):
+class BucketSampleSerializer(ModelSerializer):
     class Meta:
         model = BucketSample
         fields = ["batch_size", "index", "size_bytes", "num_params", "ready_ms", "ready_fraction"]
 
 
-class CommSampleSerializer(serializers.ModelSerializer):
+class CommSampleSerializer(ModelSerializer):
     class Meta:
         model = CommSample
         fields = ["size_bytes", "world_size", "backend", "median_ms", "p10_ms", "p90_ms", "mean_ms", "std_ms", "cv",
@@ -55,7 +56,7 @@ READ_ONLY = ["id", "owner", "status", "phase", "progress", "error", "created_at"
              "deadline_at", "instance_ids"]
 
 
-class ProfilingRunSerializer(serializers.ModelSerializer):
+class ProfilingRunSerializer(ModelSerializer):
     owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
     max_minutes = serializers.IntegerField(write_only=True, required=False, min_value=1, max_value=24 * 60,
                                            help_text="Hard time limit (default from settings)")

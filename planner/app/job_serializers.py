@@ -8,6 +8,7 @@ from rest_framework import serializers
 
 from planner.app import jobs
 from planner.app.models import Job, JobEvent
+from srifty_web.serializers import ModelSerializer
 
 MAX_REPORTS_PER_POST = 1000
 MAX_SEQ = 2**62
@@ -69,7 +70,7 @@ class PreviewSerializer(serializers.Serializer):
     offer = serializers.CharField(required=False, help_text="Re-plans: why and what was offered")
 
 
-class JobEventSerializer(serializers.ModelSerializer):
+class JobEventSerializer(ModelSerializer):
     class Meta:
         model = JobEvent
         fields = ["kind", "message", "data", "at"]
@@ -82,7 +83,7 @@ JOB_FIELDS = [
 ]  # fmt: skip
 
 
-class JobSerializer(serializers.ModelSerializer):
+class JobSerializer(ModelSerializer):
     owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
     spend_usd = serializers.SerializerMethodField(help_text="Spend so far ($/h x hours since launch)")
     cap_at = serializers.DateTimeField(read_only=True)

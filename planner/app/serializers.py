@@ -8,6 +8,7 @@ from catalog.models import Accelerator
 from catalog.regions import AWS_REGIONS
 from planner.app.models import PlanRecord
 from profiler.serializers import SHAPE_RE, SPEC_RE
+from srifty_web.serializers import ModelSerializer
 
 
 class ModelChoiceSerializer(serializers.Serializer):
@@ -96,7 +97,7 @@ class PlanRequestSerializer(serializers.Serializer):
         return attrs
 
 
-class PlanSerializer(serializers.ModelSerializer):
+class PlanSerializer(ModelSerializer):
     owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
 
     class Meta:
@@ -106,7 +107,7 @@ class PlanSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class PlanSummarySerializer(serializers.ModelSerializer):
+class PlanSummarySerializer(ModelSerializer):
     owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
     best = serializers.SerializerMethodField()
 
