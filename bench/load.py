@@ -32,6 +32,8 @@ and SIGTERM included.
 
 ``--think-ms`` paces each API client (a dashboard polls; 0, the default, is a closed loop, whose
 latency is bounded below by clients / throughput: 50 clients at 170 req/s wait ~290 ms on average).
+Paced clients start at a random phase and pause uniform in [0.5, 1.5] x think-ms, as independent
+dashboards do; pauses in step would send all 50 requests in one burst each period.
 
 ``Server`` is also used by tests/reliability/test_faults.py (concurrent agent posts on SQLite).
 """
@@ -47,6 +49,7 @@ import ipaddress
 import json
 import os
 import queue
+import random
 import shutil
 import signal
 import socket
@@ -378,6 +381,12 @@ class Load:
         conn, n = None, index
         headers = {"Authorization": f"Token {self.server.api_token}"}
         local, errors = [], {}
+        # Independent dashboards do not poll in step: a random phase, then each pause uniform in
+        # [0.5, 1.5] x think (seeded per client, so a rerun offers the same schedule).
+        rng = random.Random(index)
+        think_s = self.args.think_ms / 1000
+        if think_s:
+            self.stop.wait(rng.uniform(0, think_s))
         while not self.stop.is_set() and time.monotonic() < api_deadline:
             path = API_PATHS[n % len(API_PATHS)]
             n += 1
@@ -399,8 +408,8 @@ class Load:
                     conn.close()
                 conn = None
             local.append((path, time.perf_counter() - t0, status))
-            if self.args.think_ms:
-                time.sleep(self.args.think_ms / 1000)
+            if think_s:
+                time.sleep(rng.uniform(0.5, 1.5) * think_s)
         if conn is not None:
             conn.close()
         with self.lock:

@@ -31,7 +31,9 @@ class ProfilingRunViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
     """Start profiling runs and read them with their samples (your team's runs only)."""
 
     def get_queryset(self):
-        return ProfilingRun.objects.filter(visible_owner_q(self.request.user)).select_related("owner")
+        qs = ProfilingRun.objects.filter(visible_owner_q(self.request.user)).select_related("owner")
+        # A finished run's profile JSON is tens to hundreds of KB; the list never shows it.
+        return qs.defer("profile") if self.action == "list" else qs
 
     def get_serializer_class(self):
         return ProfilingRunDetailSerializer if self.action == "retrieve" else ProfilingRunSerializer

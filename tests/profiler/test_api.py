@@ -160,3 +160,17 @@ def test_the_agent_tarball_needs_a_live_run_token(agent_run):
     names = tarfile.open(fileobj=io.BytesIO(resp.content)).getnames()
     assert "profiler/agent/__main__.py" in names and "profiler/__init__.py" in names
     assert not any("models.py" in n or "actions.py" in n for n in names)  # no Django code ships
+
+
+def test_the_run_list_leaves_profiles_in_the_database(user_api, agent_run, compute_profile):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    run, token = agent_run
+    agent(token).post(events_url(run), {"seq": 1, "type": "result", "profile": compute_profile}, format="json")
+    with CaptureQueriesContext(connection) as ctx:
+        resp = user_api.get("/api/v1/profiling-runs/")
+    assert resp.status_code == 200 and run.pk in {r["id"] for r in resp.json()["results"]}
+    run_selects = [q["sql"] for q in ctx.captured_queries if 'FROM "profiler_profilingrun"' in q["sql"]]
+    assert run_selects and not any('"profiler_profilingrun"."profile"' in sql for sql in run_selects)
+    assert user_api.get(f"/api/v1/profiling-runs/{run.pk}/").status_code == 200
