@@ -9,15 +9,16 @@ For each model, all measurements close together in time (the shared machine's lo
 2. profile gloo all-reduce with 2 ranks (``python -m profiler.agent comm``) over the range of the
    model's bucket sizes, on loopback and, when network namespaces work here, over a veth pair
    shaped by ``tc tbf``;
-3. measure CPU contention (``bench/accuracy_contention.py``): on a CPU the gloo thread and the
-   backward pass share the cores, so each all-reduce runs slower while the backward runs, and
-   vice versa; both speeds are measured per bucket size with a matmul thread standing in for
-   the backward;
+3. (in step 2) the agent also measures each all-reduce's CPU share, process CPU time over wall
+   time: on a CPU the gloo threads and the backward pass share the cores (here one rank per
+   core, no spare one), so only the part of an all-reduce that waits on the link overlaps the
+   backward; the CPU-bound part slows it (``Contention.from_comm_profile``);
 4. measure DDP's own overhead: a DDP run whose all-reduces are replaced by a no-op comm hook
    (``--noop-comm``), minus the compute profile — gradient copies into and out of the buckets,
    reducer hooks, the per-forward buffer broadcast; no communication is involved;
 5. predict the 2-rank DDP iteration with :mod:`planner.simulator` (comm model fitted on step 2,
-   contention from step 3, overhead from step 4 charged after the last all-reduce);
+   contention from the CPU shares of step 3, overhead from step 4 charged after the last
+   all-reduce);
 6. run real ``DistributedDataParallel`` training (``bench/_ddp_train.py``, gloo, 2 processes,
    ``torch.set_num_threads(1)``) and compare per-iteration periods with the prediction; the first
    batch size is run twice to show the machine's own run-to-run noise.
@@ -142,7 +143,14 @@ def in_ns(ns: str | None, cmd: list[str]) -> list[str]:
 
 
 def netns_up(rate_mbit: int) -> str | None:
-    """Create two namespaces joined by a tbf-shaped veth pair; return None or why it failed."""
+    """Create two namespaces joined by a tbf-shaped veth pair; return None or why it failed.
+
+    The token bucket holds 256 KiB: a DDP iteration's all-reduces follow tens of ms of compute,
+    long enough to refill any bucket, so a big burst lets them pass at veth speed while the
+    comm profile's back-to-back all-reduces see the rate (a 1 MiB bucket sent 60 % of a 1.6 MiB
+    iteration unshaped). Much smaller ones drop 64 KiB GSO packets and retransmit (CPU share of
+    an all-reduce 0.8 instead of 0.1 at 64 KiB).
+    """
     if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc"):
         return "needs root with ip and tc (iproute2)"
     netns_down()
@@ -155,7 +163,7 @@ def netns_up(rate_mbit: int) -> str | None:
                   ["ip", "-n", NS[i], "link", "set", "lo", "up"],
                   ["ip", "-n", NS[i], "link", "set", VETH[i], "up"],
                   ["tc", "-n", NS[i], "qdisc", "add", "dev", VETH[i], "root", "tbf", "rate", f"{rate_mbit}mbit",
-                   "burst", "1mb", "latency", "200ms"]]
+                   "burst", "256kb", "latency", "200ms"]]
     for cmd in steps:
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
@@ -202,20 +210,6 @@ def profile_comm(work: Path, name: str, shaped: bool, lo: int, hi: int, repeats:
     return out
 
 
-def measure_contention(work: Path, name: str, shaped: bool, sizes: list[int]) -> Path:
-    outs = [work / f"contention_{name}_{r}.json" for r in (0, 1)]
-    port = 29730 if shaped else free_port()
-    cmds, envs = [], []
-    for r in (0, 1):
-        cmd = [PY, str(ROOT / "bench/accuracy_contention.py"), "--rank", str(r), "--world-size", "2",
-               "--master-addr", ADDR[0] if shaped else "127.0.0.1", "--master-port", str(port),
-               "--sizes", ",".join(str(x) for x in sizes), "--repeats", "5", "--out", str(outs[r])]
-        cmds.append(in_ns(NS[r], cmd) if shaped else cmd)
-        envs.append({"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": VETH[r] if shaped else "lo"})
-    run_parallel(cmds, envs=envs)
-    return outs[0]
-
-
 def run_ddp(case: Case, batch: int, work: Path, link: str, iters: int, tag: str = "", noop: bool = False) -> Path:
     outs = [work / f"ddp_{case.name}_{batch}_{link}{tag}_{r}.json" for r in (0, 1)]
     shaped = link != "loopback"
@@ -255,36 +249,6 @@ def predict(models: list[ComputeModel], batch: int, comm: list[CommTime],
     return simulate_iteration(loads, comm, samples=400, seed=0, contention=contention)
 
 
-def contention_for(work: Path, name: str, sizes: list[int]) -> list[Contention]:
-    """Per bucket: all-reduce speed (alone/loaded time) and compute speed while both run,
-    both ranks averaged, interpolated in log size between the measured sizes."""
-    import math
-
-    docs = [json.loads(p.read_text()) for p in sorted(work.glob(f"contention_{name}_[01].json"))]
-    by_size: dict[int, list[tuple[float, float]]] = {}
-    for doc in docs:
-        for smp in doc["samples"]:
-            speed = smp["alone_ms"] / smp["loaded_ms"] if smp["loaded_ms"] > 0 else 1.0
-            by_size.setdefault(smp["size_bytes"], []).append((speed, smp["compute_speed"]))
-    xs = sorted(by_size)
-    comm_s = [statistics.fmean(v[0] for v in by_size[x]) for x in xs]
-    comp_s = [statistics.fmean(v[1] for v in by_size[x]) for x in xs]
-
-    def interp(size: int, ys: list[float]) -> float:
-        lx = [math.log(x) for x in xs]
-        t = math.log(size)
-        if t <= lx[0]:
-            return ys[0]
-        for i in range(1, len(lx)):
-            if t <= lx[i]:
-                w = (t - lx[i - 1]) / (lx[i] - lx[i - 1])
-                return ys[i - 1] + w * (ys[i] - ys[i - 1])
-        return ys[-1]
-
-    return [Contention(min(1.0, max(0.05, interp(s, comm_s))), min(1.0, max(0.05, interp(s, comp_s))))
-            for s in sizes]
-
-
 def ddp_overhead(work: Path, case: Case, model: ComputeModel) -> float:
     """DDP's own per-iteration work (ms): no-op-comm DDP period minus the compute profile.
 
@@ -315,7 +279,6 @@ def measure_case(case: Case, work: Path, args: argparse.Namespace) -> None:
     profile_compute(case, work, args.profile_iters)
     sizes = bucket_sizes(pooled_model(work, case))
     profile_comm(work, f"{case.name}_loopback", False, sizes[0] // 2, sizes[-1] * 2, args.comm_repeats)
-    measure_contention(work, f"{case.name}_loopback", False, sizes)
     for b in case.batches:
         run_ddp(case, b, work, "loopback", args.ddp_iters, tag="_noop", noop=True)
         run_ddp(case, b, work, "loopback", args.ddp_iters)
@@ -325,7 +288,6 @@ def measure_case(case: Case, work: Path, args: argparse.Namespace) -> None:
 def measure_shaped(case: Case, work: Path, args: argparse.Namespace) -> None:
     sizes = bucket_sizes(pooled_model(work, case))
     profile_comm(work, f"{case.name}_shaped", True, sizes[0] // 2, sizes[-1] * 2, max(4, args.comm_repeats // 2))
-    measure_contention(work, f"{case.name}_shaped", True, sizes)
     for b in case.slow_batches:
         run_ddp(case, b, work, "shaped", max(8, args.ddp_iters // 2))
 
@@ -391,7 +353,8 @@ def main() -> int:
             comm_model, cluster = comm_model_for(load_comm_profile(work / f"comm_{case.name}_{link}.json"))
             label = "loopback" if link == "loopback" else link_name
             comm = comm_times(comm_model, cluster, sizes, label)
-            contention = contention_for(work, f"{case.name}_{link}", sizes)
+            contention = Contention.from_comm_profile(load_comm_profile(work / f"comm_{case.name}_{link}.json"),
+                                                      sizes)
             overhead = ddp_overhead(work, case, model)
             sim = predict([model, model], batch, comm, contention, overhead)
             measured = json.loads((work / f"ddp_{case.name}_{batch}_{link}_0.json").read_text())["periods_ms"]

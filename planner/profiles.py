@@ -143,6 +143,7 @@ class CommSample:
     stats: TimingStats
     algbw_gbps: float | None = None
     busbw_gbps: float | None = None
+    cpu_share: float | None = None  # CPU time / wall time of a CPU collective (docs/profile-format.md)
 
 
 @dataclass(frozen=True)
@@ -444,7 +445,16 @@ def _parse_comm_sample(doc: Any, where: str) -> CommSample:
         stats=_parse_stats(doc, where),
         algbw_gbps=_optional_number(doc, "algbw_gbps", where),
         busbw_gbps=_optional_number(doc, "busbw_gbps", where),
+        cpu_share=_cpu_share(doc, where),
     )
+
+
+def _cpu_share(doc: Mapping[str, Any], where: str) -> float | None:
+    share = _optional_number(doc, "cpu_share", where)
+    # Several threads (gloo's workers, the kernel's loopback) can exceed one core; 8 is absurd.
+    if share is not None and not 0 <= share <= 8:
+        raise ProfileError(f"{where}.cpu_share", f"must be between 0 and 8, got {share!r}")
+    return share
 
 
 def _quantile(sorted_xs: Sequence[float], q: float) -> float:

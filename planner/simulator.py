@@ -27,6 +27,10 @@ the compute rate with over without the all-reduce (what ``bench/accuracy_local.p
 or :meth:`Contention.from_cpu_share` for a thread that needs a fraction ``σ`` of a core under a
 fair scheduler: the all-reduce gets ``min(σ, ½)`` of the core, i.e. speed ``min(σ, ½)/σ``, the
 backward the rest, ``1 − min(σ, ½)``.  ``σ = 1`` conserves work: both then cost their sum.
+:meth:`Contention.from_comm_profile` takes ``σ`` per bucket from the comm profile, whose agent
+measures it on CPUs as process CPU time over wall time of each all-reduce: on loopback gloo is
+CPU-bound for large messages (σ ≈ 0.8) and mostly waiting for small ones; over a slow link the
+wait dominates and the all-reduce overlaps the backward almost freely.
 
 Monte-Carlo.  Each phase of each worker is scaled by ``exp(s·z)`` with ``z ~ N(0, 1)`` and
 ``s`` the phase's relative spread (median preserving); each all-reduce is log-normal with
@@ -43,6 +47,7 @@ from dataclasses import dataclass, field
 from planner.hardware import Cluster
 from planner.models.comm import CommModel, CommQuery
 from planner.models.compute import BucketSpec, ComputeModel, ComputeRangeError, PhaseTimes
+from planner.profiles import CommProfile
 
 Z90 = 1.2815515655446004
 COMM_BOUND_SHARE = 0.2  # exposed communication ≥ 20 % of the iteration → "communication"
@@ -93,6 +98,20 @@ class Contention:
         share = min(share, 1.0)
         grant = min(share, 0.5)
         return cls(grant / share, 1.0 - grant)
+
+    @classmethod
+    def from_comm_profile(cls, profile: CommProfile, sizes: Sequence[int]) -> list[Contention]:
+        """Per bucket size: :meth:`from_cpu_share` with the CPU share the comm profile measured
+        (``cpu_share`` of its samples, interpolated linearly in log size, clamped at the ends).
+
+        For CPU ranks with no spare core (one rank per core): the all-reduce then competes with
+        the backward for that core. A profile without CPU shares (NCCL on GPUs) gives free
+        overlap.
+        """
+        points = sorted((s.size_bytes, s.cpu_share) for s in profile.samples if s.cpu_share is not None)
+        if not points:
+            return [cls()] * len(sizes)
+        return [cls.from_cpu_share(_log_interp(points, size)) for size in sizes]
 
     @property
     def free(self) -> bool:
@@ -260,6 +279,17 @@ def balance_batch(global_batch: int, time_fns: Sequence[Callable[[int], float]],
 
 
 # --------------------------------------------------------------------------- internals
+
+
+def _log_interp(points: Sequence[tuple[int, float]], x: int) -> float:
+    """Piecewise-linear in log(x) through sorted (x, y) points, constant beyond the ends."""
+    if x <= points[0][0]:
+        return points[0][1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
+        if x <= x1:
+            w = (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
+            return y0 + w * (y1 - y0)
+    return points[-1][1]
 
 
 def _contentions(spec: ContentionSpec, n: int) -> list[Contention]:

@@ -261,6 +261,8 @@ def _check_ranges_and_keys(profile: dict) -> None:
                 raise BadProfile(f"{where}.size_bytes: {key} is out of range")
             if not (0 <= s["cv"] <= 1e6 and 0 <= s["algbw_gbps"] < 1e9 and 0 <= s["busbw_gbps"] < 1e9):
                 raise BadProfile(f"{where}: cv or bandwidth out of range")
+            if "cpu_share" in s and not 0 <= s["cpu_share"] <= 8:
+                raise BadProfile(f"{where}.cpu_share: {s['cpu_share']} is out of range")
         if key in seen:
             raise BadProfile(f"{where}: {'batch size' if profile['kind'] == RunKind.COMPUTE else 'size'} "
                              f"{key} appears twice")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import statistics
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -178,7 +179,11 @@ class _Collective:
         if self.device.type == "cuda":
             self.torch.cuda.synchronize(self.device)
 
-    def timed_all_reduce(self, buffer: Any) -> float:
+    def timed_all_reduce(self, buffer: Any) -> tuple[float, float | None]:
+        """(wall ms, CPU share): the share is the process's CPU time (all threads, user + system)
+        over the wall time, for CPU collectives only. It says how much of an all-reduce needs a
+        core and how much is waiting on the link: on a CPU cluster only the waiting part can
+        overlap the backward pass (see planner.simulator, Contention.from_cpu_share)."""
         torch, dist = self.torch, self.dist
         if self.device.type == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -186,10 +191,11 @@ class _Collective:
             dist.all_reduce(buffer)
             end.record()
             end.synchronize()
-            return start.elapsed_time(end)
-        began = time.perf_counter()
+            return start.elapsed_time(end), None
+        began, cpu_began = time.perf_counter(), time.process_time()
         dist.all_reduce(buffer)
-        return (time.perf_counter() - began) * 1000.0
+        wall_s, cpu_s = time.perf_counter() - began, time.process_time() - cpu_began
+        return wall_s * 1000.0, (cpu_s / wall_s if wall_s > 0 else None)
 
     def max_over_ranks(self, times_ms: list[float]) -> list[float]:
         torch, dist = self.torch, self.dist
@@ -226,13 +232,17 @@ def _measure_size(coll: _Collective, size: int, reporter: NullReporter, progress
         coll.dist.all_reduce(buffer)
     coll.sync()
     times: list[float] = []
+    shares: list[float] = []
     for i in range(options.repeats or 1):
         # The hold covers the barrier too: if rank 0 waited for a post after the barrier,
         # the other ranks would spend that wait inside their timed all_reduce.
         with reporter.hold():
             coll.dist.barrier()
             coll.sync()
-            times.append(coll.timed_all_reduce(buffer))
+            wall_ms, share = coll.timed_all_reduce(buffer)
+        times.append(wall_ms)
+        if share is not None:
+            shares.append(share)
         progress["done"] += size
         reporter.progress(
             phase="comm",
@@ -245,7 +255,12 @@ def _measure_size(coll: _Collective, size: int, reporter: NullReporter, progress
     stats = summarize(worst)
     algbw, busbw = bandwidth_gbps(size, stats["median_ms"], options.world_size)
     log.info("all_reduce %d bytes: median %.4f ms, busbw %.3f Gb/s", size, stats["median_ms"], busbw)
-    return {"size_bytes": size, **stats, "algbw_gbps": algbw, "busbw_gbps": busbw}
+    out = {"size_bytes": size, **stats, "algbw_gbps": algbw, "busbw_gbps": busbw}
+    if shares and len(shares) == len(times):
+        # The busiest rank's median: the ranks run the same algorithm, one may do more of the
+        # reductions or sit on the slower core.
+        out["cpu_share"] = round(statistics.median(coll.max_over_ranks(shares)), 4)
+    return out
 
 
 def _document(coll: _Collective, samples: list[dict], hosts: list[str]) -> dict:

@@ -132,6 +132,18 @@ def test_it_rejects_a_comm_profile_without_world_size():
         load_profile(doc)
 
 
+def test_it_reads_the_cpu_share_of_cpu_collectives_and_rejects_absurd_ones():
+    doc = comm_doc()
+    doc["samples"][0]["cpu_share"] = 0.75
+    prof = load_comm_profile(doc)
+    shares = {s.size_bytes: s.cpu_share for s in prof.samples}
+    assert shares == {4096: 0.75, 1024: None}
+    for bad in (-0.1, 9.0, "high"):
+        doc["samples"][0]["cpu_share"] = bad
+        with pytest.raises(ProfileError, match="cpu_share"):
+            load_profile(doc)
+
+
 def test_it_merges_repeated_profiles_by_pooling_iterations():
     a = compute_doc()
     b = copy.deepcopy(a)

@@ -73,6 +73,23 @@ def test_a_mostly_waiting_all_reduce_barely_slows_the_backward():
     assert t.iteration_ms == pytest.approx(t.backward_end_ms + 2.0)
 
 
+def test_contention_comes_from_the_cpu_shares_a_comm_profile_measured():
+    from planner.profiles import CommProfile, CommSample, TimingStats
+
+    def sample(size, share):
+        return CommSample(size, TimingStats((1.0,), 1.0, 1.0, 1.0, 1.0, 0.0), cpu_share=share)
+
+    prof = CommProfile("gloo", 2, 1, 2, (sample(1 << 20, 0.2), sample(4 << 20, 0.8)))
+    got = Contention.from_comm_profile(prof, [1 << 19, 1 << 20, 2 << 20, 4 << 20, 64 << 20])
+    # below and above the measured sizes the end shares hold; 2 MiB is halfway in log size: 0.5
+    assert got[0] == got[1] == Contention.from_cpu_share(0.2)
+    assert got[2] == Contention.from_cpu_share(0.5)
+    assert got[3] == got[4] == Contention.from_cpu_share(0.8)
+    # an NCCL profile has no CPU shares: the all-reduce overlaps for free
+    gpu = CommProfile("nccl", 2, 1, 2, (CommSample(1 << 20, TimingStats((1.0,), 1.0, 1.0, 1.0, 1.0, 0.0)),))
+    assert all(c.free for c in Contention.from_comm_profile(gpu, [1 << 20, 8 << 20]))
+
+
 def test_measured_contention_slows_both_sides_while_they_overlap():
     # bucket 0 (ready at 20 ms) runs at half speed beside the backward: 4 ms instead of 2,
     # during which the backward runs at 80 %; buckets 1 and 2 are not contended

@@ -16,6 +16,24 @@ def test_it_predicts_local_workers_from_a_profile_and_a_comm_profile(capsys):
     assert out["breakdown"]["forward"] > 0 and out["bottleneck"] in ("compute", "communication")
 
 
+def test_a_comm_profile_that_mostly_waits_on_the_link_overlaps_more_than_a_cpu_bound_one(tmp_path, capsys):
+    doc = json.loads((FIXTURES / "tiny_comm.json").read_text())
+    for sample in doc["samples"]:
+        sample["median_ms"] = sample["p10_ms"] = sample["p90_ms"] = sample["mean_ms"] = 40.0
+        sample["times_ms"] = [40.0] * len(sample["times_ms"])
+        sample["std_ms"] = sample["cv"] = 0.0
+    results = {}
+    for share in (1.0, 0.05):
+        for sample in doc["samples"]:
+            sample["cpu_share"] = share
+        path = tmp_path / f"comm_{share}.json"
+        path.write_text(json.dumps(doc))
+        call_command("predict", "--profile", str(FIXTURES / "tiny_compute.json"), "--comm", str(path),
+                     "--workers", "2", "--samples", "0", "--json")
+        results[share] = json.loads(capsys.readouterr().out)["iteration_ms_p50"]
+    assert results[0.05] < results[1.0]
+
+
 def test_one_local_worker_needs_no_comm_profile(capsys):
     call_command("predict", "--profile", str(FIXTURES / "tiny_compute.json"), "--workers", "1",
                  "--per-worker-batch", "2", "--json")

@@ -96,3 +96,13 @@ def test_an_agent_error_fails_the_run_and_keeps_partial_events(agent_run):
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED and "device-side assert" in run.error
     assert RunEvent.objects.filter(run=run).count() == 2
+
+
+@pytest.mark.parametrize("bad", [-0.5, 50.0])
+def test_an_absurd_cpu_share_in_a_comm_profile_is_rejected(make_run, comm_profile, bad):
+    run = make_run(kind="comm", world_size=2)
+    comm_profile["samples"][0]["cpu_share"] = bad
+    with pytest.raises(actions.BadProfile, match="cpu_share"):
+        actions.complete_run(run, comm_profile)
+    run.refresh_from_db()
+    assert run.profile is None

@@ -47,6 +47,7 @@ def test_comm_profile_with_two_gloo_ranks_validates_and_is_reported(tmp_path, ev
         algbw, busbw = bandwidth_gbps(sample["size_bytes"], sample["median_ms"], 2)
         assert sample["algbw_gbps"] == pytest.approx(algbw)
         assert sample["busbw_gbps"] == pytest.approx(sample["algbw_gbps"])  # 2(n-1)/n == 1 for n=2
+        assert 0 < sample["cpu_share"] <= 8  # gloo on a CPU: process CPU time over wall time
     events = event_server.events()
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     assert events[-1]["type"] == "result" and events[-1]["profile"] == doc
