@@ -253,14 +253,18 @@ def ddp_overhead(work: Path, case: Case, model: ComputeModel) -> float:
     """DDP's own per-iteration work (ms): no-op-comm DDP period minus the compute profile.
 
     It copies gradients into and out of the buckets and runs the reducer hooks, so it scales
-    with the parameter bytes, not the batch: the per-batch differences (each the difference of
-    two noisy medians) are averaged over the case's batch sizes.
+    with the parameter bytes, not the batch. Each batch size gives an estimate, the difference of
+    two noisy medians whose noise grows with the compute time (the machine's drift is a fraction
+    of it): they are combined weighted by 1 / compute², which mostly trusts the smallest batch.
     """
-    diffs = []
+    num = den = 0.0
     for b in case.batches:
         noop = json.loads((work / f"ddp_{case.name}_{b}_loopback_noop_0.json").read_text())["periods_ms"]
-        diffs.append(statistics.median(noop) - model.predict(b).total)
-    return max(0.0, statistics.fmean(diffs))
+        compute = model.predict(b).total
+        weight = 1.0 / max(compute, 1e-3) ** 2
+        num += weight * (statistics.median(noop) - compute)
+        den += weight
+    return max(0.0, num / den)
 
 
 def bucket_sizes(model: ComputeModel) -> list[int]:
