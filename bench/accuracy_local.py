@@ -25,7 +25,8 @@ For each model, all measurements close together in time (the shared machine's lo
 
 Prints: model, batch, link, predicted p50 ms, measured median ms, |error| %, share of measured
 iterations at or below the predicted p90; then median and max error.  ``--workdir`` keeps the
-profiles and runs; ``--reuse`` re-predicts from them without measuring again.
+profiles and runs; ``--reuse`` re-predicts from them without measuring again; ``--phases`` adds
+the per-phase medians of every profile process and DDP rank (where an error comes from).
 
 Run as root (namespaces, priority): ``.venv/bin/python bench/accuracy_local.py`` — 6–10 minutes.
 Measured processes run at ``--nice -10`` in their own scheduler autogroup, which shields them
@@ -296,6 +297,36 @@ def measure_shaped(case: Case, work: Path, args: argparse.Namespace) -> None:
         run_ddp(case, b, work, "shaped", max(8, args.ddp_iters // 2))
 
 
+def print_phases(work: Path, cases: list[Case]) -> None:
+    """Where the time goes: per-phase medians of both profiler processes and of both DDP ranks
+    (no-op comm hook, real, repeat, shaped); the raw view behind the error table."""
+    print("\nper-phase medians, ms (forward / backward / optimizer, then the iteration period of DDP runs)")
+
+    def fmt(v: list[float]) -> str:
+        return " / ".join(f"{x:6.1f}" for x in v)
+
+    for case in cases:
+        for b in case.batches + tuple(x for x in case.slow_batches if x not in case.batches):
+            prof = []
+            for i in (0, 1):
+                doc = json.loads((work / f"compute_{case.name}_{i}.json").read_text())
+                smp = next((x for x in doc["samples"] if x["batch_size"] == b), None)
+                if smp:
+                    prof.append(fmt([smp["phases"][p]["median_ms"] for p in ("forward", "backward", "optimizer")]))
+            print(f"{case.name:12} {b:>4}  profile        " + "  |  ".join(prof))
+            for tag in ("loopback_noop", "loopback", "loopback_repeat", "shaped"):
+                ranks = []
+                for r in (0, 1):
+                    path = work / f"ddp_{case.name}_{b}_{tag}_{r}.json"
+                    if path.exists():
+                        d = json.loads(path.read_text())
+                        ph = d["phases_ms"]
+                        ranks.append(fmt([statistics.median(x[i] for x in ph) for i in range(3)])
+                                     + f"  period {statistics.median(d['periods_ms']):6.1f}")
+                if ranks:
+                    print(f"{'':12} {'':>4}  {tag:15}" + "  |  ".join(ranks))
+
+
 # --------------------------------------------------------------------------- main
 
 
@@ -308,6 +339,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--ddp-iters", type=int, default=16)
     p.add_argument("--comm-repeats", type=int, default=8)
     p.add_argument("--only", default="", help="comma-separated case names")
+    p.add_argument("--phases", action="store_true",
+                   help="also print per-phase medians (fwd/bwd/opt ms) of each profile process and each DDP rank")
     p.add_argument("--nice", type=int, default=-10,
                    help="niceness of measured processes (negative needs root): shields them from other load")
     return p.parse_args()
@@ -396,6 +429,8 @@ def main() -> int:
     print("compute = predicted fwd+bwd+opt per rank (pooled profiles); ddp ovh = DDP's own overhead (no-op comm "
           "hook run minus compute), charged after the last all-reduce; comm = predicted sum of bucket all-reduces "
           "alone; all ms; retest = |run - repeat| / mean, first batch size")
+    if args.phases:
+        print_phases(work, cases)
     return 0
 
 
