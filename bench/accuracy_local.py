@@ -181,9 +181,9 @@ def netns_down() -> None:
 # --------------------------------------------------------------------------- measurements
 
 
-def profile_compute(case: Case, work: Path, iters: int) -> list[Path]:
-    outs = [work / f"compute_{case.name}_{i}.json" for i in (0, 1)]
-    batches = ",".join(str(b) for b in case.batches)
+def profile_compute(case: Case, work: Path, iters: int, batches: tuple[int, ...] = (), tag: str = "") -> list[Path]:
+    outs = [work / f"compute_{case.name}{tag}_{i}.json" for i in (0, 1)]
+    batches = ",".join(str(b) for b in batches or case.batches)
     cmds = [[PY, "-m", "profiler.agent", "compute", "--model", case.spec, "--input-shape", case.shape,
              "--batch-sizes", batches, "--device", "cpu", "--threads", "1", "--num-classes", "10",
              "--iters", str(iters), "--warmup", "3", "--min-iters", str(iters), "--max-seconds-per-size", "60",
@@ -250,7 +250,7 @@ def predict(models: list[ComputeModel], batch: int, comm: list[CommTime],
     return simulate_iteration(loads, comm, samples=400, seed=0, contention=contention)
 
 
-def ddp_overhead(work: Path, case: Case, model: ComputeModel) -> float:
+def ddp_overhead(work: Path, case: Case) -> float:
     """DDP's own per-iteration work (ms): no-op-comm DDP period minus the compute profile.
 
     It copies gradients into and out of the buckets and runs the reducer hooks, so it scales
@@ -261,7 +261,7 @@ def ddp_overhead(work: Path, case: Case, model: ComputeModel) -> float:
     num = den = 0.0
     for b in case.batches:
         noop = json.loads((work / f"ddp_{case.name}_{b}_loopback_noop_0.json").read_text())["periods_ms"]
-        compute = model.predict(b).total
+        compute = model_for(work, case, b).predict(b).total
         weight = 1.0 / max(compute, 1e-3) ** 2
         num += weight * (statistics.median(noop) - compute)
         den += weight
@@ -272,19 +272,31 @@ def bucket_sizes(model: ComputeModel) -> list[int]:
     return sorted({b.size_bytes for batch in model.batch_sizes for b in model.buckets(batch)})
 
 
-def pooled_model(work: Path, case: Case) -> ComputeModel:
+def pooled_model(work: Path, case: Case, tag: str = "") -> ComputeModel:
     # the two simultaneous profiles are pooled: which process ran slower is transient
     # (other load, core placement), not a property of a DDP rank; both ranks share the model
     return fit_compute_model(merge_compute_profiles(
-        [load_compute_profile(p) for p in sorted(work.glob(f"compute_{case.name}_[01].json"))]))
+        [load_compute_profile(p) for p in sorted(work.glob(f"compute_{case.name}{tag}_[01].json"))]))
+
+
+def model_for(work: Path, case: Case, batch: int, link: str = "loopback") -> ComputeModel:
+    """The profile taken right before this batch's DDP runs, or the first one (older work dirs)."""
+    tag = f"_b{batch}" + ("" if link == "loopback" else f"_{link}")
+    fresh = work / f"compute_{case.name}{tag}_0.json"
+    return pooled_model(work, case, tag) if fresh.exists() else pooled_model(work, case)
 
 
 def measure_case(case: Case, work: Path, args: argparse.Namespace) -> None:
-    """Profile and train one model on loopback, close together in time (the machine's load drifts)."""
+    """Profile and train one model on loopback, close together in time (the machine's load drifts).
+
+    The first profile (every batch size) gives the bucket layout for the comm profile; then each
+    batch size is profiled again right before its DDP runs and predicted from that profile: this
+    machine's speed drifts by several % within minutes, the profile-to-run gap should not."""
     profile_compute(case, work, args.profile_iters)
     sizes = bucket_sizes(pooled_model(work, case))
     profile_comm(work, f"{case.name}_loopback", False, sizes[0] // 2, sizes[-1] * 2, args.comm_repeats)
     for b in case.batches:
+        profile_compute(case, work, args.profile_iters, (b,), f"_b{b}")
         run_ddp(case, b, work, "loopback", args.ddp_iters, tag="_noop", noop=True)
         run_ddp(case, b, work, "loopback", args.ddp_iters)
     run_ddp(case, case.batches[0], work, "loopback", args.ddp_iters, tag="_repeat")
@@ -294,6 +306,7 @@ def measure_shaped(case: Case, work: Path, args: argparse.Namespace) -> None:
     sizes = bucket_sizes(pooled_model(work, case))
     profile_comm(work, f"{case.name}_shaped", True, sizes[0] // 2, sizes[-1] * 2, max(4, args.comm_repeats // 2))
     for b in case.slow_batches:
+        profile_compute(case, work, args.profile_iters, (b,), f"_b{b}_shaped")
         run_ddp(case, b, work, "shaped", max(8, args.ddp_iters // 2))
 
 
@@ -307,13 +320,16 @@ def print_phases(work: Path, cases: list[Case]) -> None:
 
     for case in cases:
         for b in case.batches + tuple(x for x in case.slow_batches if x not in case.batches):
-            prof = []
-            for i in (0, 1):
-                doc = json.loads((work / f"compute_{case.name}_{i}.json").read_text())
-                smp = next((x for x in doc["samples"] if x["batch_size"] == b), None)
-                if smp:
-                    prof.append(fmt([smp["phases"][p]["median_ms"] for p in ("forward", "backward", "optimizer")]))
-            print(f"{case.name:12} {b:>4}  profile        " + "  |  ".join(prof))
+            for label, tag in (("profile", ""), ("profile, fresh", f"_b{b}"), ("fresh, shaped", f"_b{b}_shaped")):
+                prof = []
+                for i in (0, 1):
+                    path = work / f"compute_{case.name}{tag}_{i}.json"
+                    doc = json.loads(path.read_text()) if path.exists() else {"samples": []}
+                    smp = next((x for x in doc["samples"] if x["batch_size"] == b), None)
+                    if smp:
+                        prof.append(fmt([smp["phases"][p]["median_ms"] for p in ("forward", "backward", "optimizer")]))
+                if prof:
+                    print(f"{case.name if not tag else '':12} {b if not tag else '':>4}  {label:15}" + "  |  ".join(prof))
             for tag in ("loopback_noop", "loopback", "loopback_repeat", "shaped"):
                 ranks = []
                 for r in (0, 1):
@@ -386,13 +402,14 @@ def main() -> int:
         runs += [(b, "shaped") for b in case.slow_batches if (work / f"comm_{case.name}_shaped.json").exists()
                  and not skip_reason]
         for batch, link in runs:
+            model = model_for(work, case, batch, link)
             sizes = [bk.size_bytes for bk in model.buckets(batch)]
             comm_model, cluster = comm_model_for(load_comm_profile(work / f"comm_{case.name}_{link}.json"))
             label = "loopback" if link == "loopback" else link_name
             comm = comm_times(comm_model, cluster, sizes, label)
             contention = Contention.from_comm_profile(load_comm_profile(work / f"comm_{case.name}_{link}.json"),
                                                       sizes)
-            overhead = ddp_overhead(work, case, model)
+            overhead = ddp_overhead(work, case)
             sim = predict([model, model], batch, comm, contention, overhead)
             measured = json.loads((work / f"ddp_{case.name}_{batch}_{link}_0.json").read_text())["periods_ms"]
             med = statistics.median(measured)
