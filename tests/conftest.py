@@ -21,6 +21,20 @@ def _private_data_dir(settings, tmp_path):
     settings.DATA_DIR.mkdir()
 
 
+@pytest.fixture(autouse=True)
+def _close_async_db_connections():
+    """Close the database connection of asgiref's one thread-sensitive thread after each test.
+
+    Async tests (consumers, ``database_sync_to_async``) run their ORM calls there, outside any
+    request, so nothing closes that connection (CONN_MAX_AGE keeps it); on PostgreSQL it would
+    still be open when the test database is dropped ("being accessed by other users")."""
+    yield
+    from asgiref.sync import SyncToAsync
+    from django.db import connections
+
+    SyncToAsync.single_thread_executor.submit(connections.close_all).result(timeout=30)
+
+
 async def _live_next(comm, timeout: float = 5):
     """The next live message on a WebsocketCommunicator, whether it came alone or in a
     coalesced array (srifty_web/live.py)."""

@@ -2,6 +2,7 @@ import threading
 
 import pytest
 from django.contrib.auth.models import Group, User
+from django.db import connection
 from rest_framework import serializers
 
 from srifty_web.serializers import ModelSerializer
@@ -76,6 +77,8 @@ def test_threads_building_and_using_serializers_at_once_agree():
                 out.append(tuple(sorted(s.errors)))
         except Exception as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
+        finally:
+            connection.close()  # this thread's own connection (PostgreSQL would keep it open)
 
     threads = [threading.Thread(target=work) for _ in range(4)]
     for t in threads:
