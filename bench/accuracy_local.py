@@ -5,7 +5,8 @@ For each model, all measurements close together in time (the shared machine's lo
 1. profile compute with the agent (``python -m profiler.agent compute``), one thread per process,
    **two profiler processes at once** — a 2-rank DDP job keeps both cores busy, so a profile
    taken alone on an idle machine would be optimistic (shared L3 cache, memory bandwidth);
-   their per-iteration samples are pooled into the compute model of both simulated ranks;
+   their per-iteration samples are pooled into the compute model of both simulated ranks; each
+   batch size is profiled again right before its DDP runs and predicted from that profile;
 2. profile gloo all-reduce with 2 ranks (``python -m profiler.agent comm``) over the range of the
    model's bucket sizes, on loopback and, when network namespaces work here, over a veth pair
    shaped by ``tc tbf``;
