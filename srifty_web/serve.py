@@ -9,8 +9,9 @@ daphne processes that each adopt a listening socket it bound (``daphne --fd``). 
 new connections over them evenly by hash. With one shared socket, whichever worker wakes first
 takes the connection: measured with 50 keep-alive clients on 2 workers, that pinned most
 connections to one worker (p50 179 ms against a 131 ms mean). A worker's socket stays open in the
-supervisor while the worker restarts, so connections the kernel queued there wait, not fail. A worker that dies is started again (after 1 s, doubling up to 30 s while it keeps
-dying within a minute); SIGTERM/SIGINT stop all of them (SIGKILL after ``--grace`` seconds).
+supervisor while the worker restarts, so connections the kernel queued there wait, not fail.
+A worker that dies is started again (after 1 s, doubling up to 30 s while it keeps dying
+within a minute); SIGTERM/SIGINT stop all of them (SIGKILL after ``--grace`` seconds).
 
 Several workers need ``REDIS_URL``: the in-process channel layer does not cross processes, so a
 websocket viewer held by one worker would miss the events another worker received. Without it
