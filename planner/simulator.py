@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 
 from planner.hardware import Cluster
 from planner.models.comm import CommModel, CommQuery
-from planner.models.compute import BucketSpec, ComputeModel, ComputeRangeError, PhaseTimes
+from planner.models.compute import BucketSpec, ComputeModel, ComputeRangeError, PhaseTimes, interpolate
 from planner.profiles import CommProfile
 
 Z90 = 1.2815515655446004
@@ -111,7 +111,8 @@ class Contention:
         points = sorted((s.size_bytes, s.cpu_share) for s in profile.samples if s.cpu_share is not None)
         if not points:
             return [cls()] * len(sizes)
-        return [cls.from_cpu_share(_log_interp(points, size)) for size in sizes]
+        log_sizes, shares = [math.log(x) for x, _ in points], [y for _, y in points]
+        return [cls.from_cpu_share(interpolate(math.log(size), log_sizes, shares)) for size in sizes]
 
     @property
     def free(self) -> bool:
@@ -279,17 +280,6 @@ def balance_batch(global_batch: int, time_fns: Sequence[Callable[[int], float]],
 
 
 # --------------------------------------------------------------------------- internals
-
-
-def _log_interp(points: Sequence[tuple[int, float]], x: int) -> float:
-    """Piecewise-linear in log(x) through sorted (x, y) points, constant beyond the ends."""
-    if x <= points[0][0]:
-        return points[0][1]
-    for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
-        if x <= x1:
-            w = (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
-            return y0 + w * (y1 - y0)
-    return points[-1][1]
 
 
 def _contentions(spec: ContentionSpec, n: int) -> list[Contention]:

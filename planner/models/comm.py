@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.hardware import Cluster, Link
+from planner.models.compute import interpolate
 from planner.profiles import CommProfile
 
 MODEL_FORMAT = "srifty-comm-model"
@@ -237,8 +238,8 @@ class CommModel:
             return self.pooled_ratio
         x = math.log(max(query.size_bytes, 1))
         xs = [c[0] for c in curve]
-        r50 = math.exp(_interp(x, xs, [c[1] for c in curve]))
-        r90 = math.exp(_interp(x, xs, [c[2] for c in curve]))
+        r50 = math.exp(interpolate(x, xs, [c[1] for c in curve]))
+        r90 = math.exp(interpolate(x, xs, [c[2] for c in curve]))
         return r50, max(r90, r50)
 
     def _xgb_ratios(self, queries: Sequence[CommQuery]) -> list[tuple[float, float]]:
@@ -323,15 +324,3 @@ def _pooled_ratio(obs: Sequence[CommObservation]) -> tuple[float, float]:
     r50 = [statistics.median(o.times_ms) / prior_ms(o.query) for o in obs]
     r90 = [_quantile(o.times_ms, 0.9) / prior_ms(o.query) for o in obs]
     return statistics.median(r50), max(statistics.median(r90), statistics.median(r50))
-
-
-def _interp(x: float, xs: Sequence[float], ys: Sequence[float]) -> float:
-    if x <= xs[0]:
-        return float(ys[0])
-    if x >= xs[-1]:
-        return float(ys[-1])
-    for i in range(1, len(xs)):
-        if x <= xs[i]:
-            t = (x - xs[i - 1]) / (xs[i] - xs[i - 1])
-            return float(ys[i - 1] + t * (ys[i] - ys[i - 1]))
-    return float(ys[-1])

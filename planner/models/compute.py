@@ -167,7 +167,7 @@ class ComputeModel:
         """Phase times (ms) at per-worker ``batch``; raises :class:`ComputeRangeError` if out of range."""
         self.check_batch(batch)
         times = {p: max(self.fits[p](batch), MIN_TIME_MS) for p in PHASES}
-        spread = PhaseSpread(**{p: _interp(batch, self.batch_sizes, self.spreads[p]) for p in PHASES})
+        spread = PhaseSpread(**{p: interpolate(batch, self.batch_sizes, self.spreads[p]) for p in PHASES})
         fit_error = PhaseSpread(**{p: self.fits[p].rel_rmse for p in PHASES})
         return PhaseTimes(forward=times["forward"], backward=times["backward"], optimizer=times["optimizer"],
                           spread=spread, fit_error=fit_error, source=self.source, batch_size=batch)
@@ -185,7 +185,7 @@ class ComputeModel:
             return self.buckets_by_batch[nearest]
         out = []
         for i, bucket in enumerate(layouts[-1]):
-            frac = _interp(batch, keys, [lay[i].ready_fraction for lay in layouts])
+            frac = interpolate(batch, keys, [lay[i].ready_fraction for lay in layouts])
             out.append(BucketSpec(bucket.size_bytes, min(max(frac, 0.0), 1.0)))
         return tuple(out)
 
@@ -295,8 +295,8 @@ def _weighted_lstsq(rows: Sequence[Sequence[float]], ys: Sequence[float], ws: Se
     return [float(c) for c in coef]
 
 
-def _interp(x: float, xs: Sequence[float], ys: Sequence[float]) -> float:
-    """Linear interpolation, clamped to the end values."""
+def interpolate(x: float, xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Linear interpolation through sorted ``xs``, clamped to the end values."""
     if x <= xs[0]:
         return float(ys[0])
     if x >= xs[-1]:
