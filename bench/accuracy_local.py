@@ -398,19 +398,18 @@ def main() -> int:
 
     rows = []
     for case in cases:
-        model = pooled_model(work, case)
         runs = [(b, "loopback") for b in case.batches]
         runs += [(b, "shaped") for b in case.slow_batches if (work / f"comm_{case.name}_shaped.json").exists()
                  and not skip_reason]
+        overhead = ddp_overhead(work, case)
         for batch, link in runs:
             model = model_for(work, case, batch, link)
             sizes = [bk.size_bytes for bk in model.buckets(batch)]
-            comm_model, cluster = comm_model_for(load_comm_profile(work / f"comm_{case.name}_{link}.json"))
+            comm_profile = load_comm_profile(work / f"comm_{case.name}_{link}.json")
+            comm_model, cluster = comm_model_for(comm_profile)
             label = "loopback" if link == "loopback" else link_name
             comm = comm_times(comm_model, cluster, sizes, label)
-            contention = Contention.from_comm_profile(load_comm_profile(work / f"comm_{case.name}_{link}.json"),
-                                                      sizes)
-            overhead = ddp_overhead(work, case)
+            contention = Contention.from_comm_profile(comm_profile, sizes)
             sim = predict([model, model], batch, comm, contention, overhead)
             measured = json.loads((work / f"ddp_{case.name}_{batch}_{link}_0.json").read_text())["periods_ms"]
             med = statistics.median(measured)

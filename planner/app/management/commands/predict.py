@@ -77,16 +77,13 @@ class Command(BaseCommand):
         # On CPUs gloo's all-reduce competes with backward for the same cores: by the CPU share the
         # comm profile measured per size, or as CPU-bound (share 1) for a profile without shares.
         contention = None
-        if profile.device.type == "cpu" and o["workers"] > 1 and comm_profile is not None:
-            try:
-                sizes = [b.size_bytes for b in model.buckets(batch)]
-            except ComputeRangeError as exc:
-                raise CommandError(str(exc)) from exc
-            if any(s.cpu_share is not None for s in comm_profile.samples):
-                contention = Contention.from_comm_profile(comm_profile, sizes)
-            else:
-                contention = Contention.from_cpu_share(1.0)
         try:
+            if profile.device.type == "cpu" and o["workers"] > 1 and comm_profile is not None:
+                if any(s.cpu_share is not None for s in comm_profile.samples):
+                    sizes = [b.size_bytes for b in model.buckets(batch)]
+                    contention = Contention.from_comm_profile(comm_profile, sizes)
+                else:
+                    contention = Contention.from_cpu_share(1.0)
             sim = simulate_ddp(model, [batch] * o["workers"], comm_fn, samples=o["samples"], contention=contention)
         except ComputeRangeError as exc:
             raise CommandError(str(exc)) from exc
