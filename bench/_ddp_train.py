@@ -99,9 +99,15 @@ def main(argv: list[str] | None = None) -> int:
         "rank": args.rank, "model": args.model, "batch": args.batch, "threads": args.threads,
         "periods_ms": periods, "phases_ms": phases, "pid": os.getpid(),
     }))
+    dist.barrier()  # the peer has finished its last collective too
     dist.destroy_process_group()
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    code = main()
+    # Skip interpreter teardown: now and then a gloo/DDP thread still joinable at exit aborts the
+    # process ("terminate called without an active exception") after its results were written.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -466,6 +466,39 @@ def _quantile(sorted_xs: Sequence[float], q: float) -> float:
     return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (pos - lo)
 
 
+def merge_comm_profiles(profiles: Sequence[CommProfile]) -> CommProfile:
+    """Pool repeated comm profiles of one group (same backend, world size and placement) into
+    one: per message size the per-collective times are concatenated and re-summarised, the
+    bandwidths recomputed from the pooled median and the CPU shares averaged.
+
+    Used when a profile was repeated around a measurement (before and after it), so that slow
+    drift of the machine averages out instead of landing on one side.
+    """
+    if not profiles:
+        raise ValueError("merge: no profiles")
+    first = profiles[0]
+    for i, p in enumerate(profiles[1:], start=1):
+        if (p.backend, p.world_size, p.nodes, p.ranks_per_node) != (
+                first.backend, first.world_size, first.nodes, first.ranks_per_node):
+            raise ProfileError(f"profiles[{i}]", "backend, world size, nodes and ranks per node must match the first")
+    by_size: dict[int, list[CommSample]] = {}
+    for p in profiles:
+        for s in p.samples:
+            by_size.setdefault(s.size_bytes, []).append(s)
+    merged = []
+    for size in sorted(by_size):
+        group = by_size[size]
+        stats = timing_stats([t for s in group for t in (s.stats.times_ms or (s.stats.median_ms,))])
+        shares = [s.cpu_share for s in group if s.cpu_share is not None]
+        algbw = size * 8 / (stats.median_ms * 1e6) if stats.median_ms > 0 else None  # Gbit/s
+        ratios = [s.busbw_gbps / s.algbw_gbps for s in group if s.busbw_gbps and s.algbw_gbps]
+        merged.append(CommSample(size, stats, algbw, algbw * statistics.fmean(ratios) if algbw and ratios else None,
+                                 statistics.fmean(shares) if shares else None))
+    return CommProfile(backend=first.backend, world_size=first.world_size, nodes=first.nodes,
+                       ranks_per_node=first.ranks_per_node, samples=tuple(merged), created_at=first.created_at,
+                       environment=first.environment)
+
+
 def merge_compute_profiles(profiles: Sequence[ComputeProfile]) -> ComputeProfile:
     """Pool repeated profiles of one (model, device) into one: per batch size the per-iteration
     times of every phase are concatenated and re-summarised; bucket ready times are averaged.

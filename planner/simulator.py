@@ -34,7 +34,12 @@ CPU-bound at every size (σ 0.8–1.0 measured here; it spins while it waits for
 
 Monte-Carlo.  Each phase of each worker is scaled by ``exp(s·z)`` with ``z ~ N(0, 1)`` and
 ``s`` the phase's relative spread (median preserving); each all-reduce is log-normal with
-median ``p50`` and ``σ = ln(p90/p50) / 1.2816``.  Draws use ``numpy.random.default_rng(seed)``.
+median ``p50`` and ``σ = ln(p90/p50) / 1.2816``.  A run-level factor ``exp(s_run·z)``, one
+draw per sample common to every phase of every worker and every all-reduce, adds the
+machine's drift between runs (``run_spread``; 0 by default): per-iteration noise averages out
+over a run, drift does not, so without it the predicted p90 only covers the iterations of a
+run that happens to sit at the profile's speed.  ``s_run`` comes from repeated profiles
+(:func:`planner.models.compute.run_spread`).  Draws use ``numpy.random.default_rng(seed)``.
 """
 
 from __future__ import annotations
@@ -177,9 +182,12 @@ def timeline(workers: Sequence[WorkerLoad], comm_ms: Sequence[float], *,
 
 
 def simulate_iteration(workers: Sequence[WorkerLoad], comm: Sequence[CommTime | float], *,
-                       samples: int = 2000, seed: int = 0, contention: ContentionSpec = None) -> SimulationResult:
+                       samples: int = 2000, seed: int = 0, contention: ContentionSpec = None,
+                       run_spread: float = 0.0) -> SimulationResult:
     """Monte-Carlo simulation of one DDP iteration; ``comm`` (and a sequence ``contention``)
-    has one entry per bucket."""
+    has one entry per bucket; ``run_spread`` is the relative run-to-run drift (module docstring)."""
+    if not 0.0 <= run_spread <= 1.0:  # also refuses NaN
+        raise ValueError(f"simulate: run_spread must be in [0, 1], got {run_spread}")
     if not workers:
         raise ValueError("simulate: at least one worker is needed")
     comm_t = [c if isinstance(c, CommTime) else CommTime(float(c)) for c in comm]
@@ -188,14 +196,15 @@ def simulate_iteration(workers: Sequence[WorkerLoad], comm: Sequence[CommTime | 
         raise ValueError(f"simulate: {len(comm_t)} comm times given for {n_buckets} buckets")
     det = timeline(workers, [c.p50_ms for c in comm_t], contention=contention)
     cont = _contentions(contention, n_buckets)
-    draws = _monte_carlo(workers, comm_t, samples, seed, cont) if samples > 0 else [det.iteration_ms]
+    draws = _monte_carlo(workers, comm_t, samples, seed, cont, run_spread) if samples > 0 else [det.iteration_ms]
     return _result(workers, comm_t, det, draws)
 
 
 def simulate_ddp(models: Sequence[ComputeModel] | ComputeModel, batches: Sequence[int],
                  comm_fn: Callable[[int], CommTime], *, samples: int = 2000, seed: int = 0,
                  contention: ContentionSpec = None, tail_ms: float = 0.0,
-                 predict: Callable[[int, int], PhaseTimes] | None = None) -> SimulationResult:
+                 predict: Callable[[int, int], PhaseTimes] | None = None,
+                 run_spread: float = 0.0) -> SimulationResult:
     """Build worker loads from compute models and simulate.
 
     ``models`` is one model per worker (or one shared by all), ``batches`` the per-worker batch
@@ -211,7 +220,7 @@ def simulate_ddp(models: Sequence[ComputeModel] | ComputeModel, batches: Sequenc
         phases = predict(i, batch) if predict else model.predict(batch)
         loads.append(WorkerLoad(phases, model.buckets(batch), batch, model.device, tail_ms))
     comm = [comm_fn(b.size_bytes) for b in loads[0].buckets]
-    return simulate_iteration(loads, comm, samples=samples, seed=seed, contention=contention)
+    return simulate_iteration(loads, comm, samples=samples, seed=seed, contention=contention, run_spread=run_spread)
 
 
 def cluster_comm_fn(comm_model: CommModel, cluster: Cluster) -> Callable[[int], CommTime]:
@@ -402,7 +411,7 @@ def _run_shared(opt: Sequence[float], fwd: Sequence[float], bwd: Sequence[float]
 
 
 def _monte_carlo(workers: Sequence[WorkerLoad], comm: Sequence[CommTime], samples: int, seed: int,
-                 contention: Sequence[Contention]) -> list[float]:
+                 contention: Sequence[Contention], run_spread: float = 0.0) -> list[float]:
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -413,19 +422,25 @@ def _monte_carlo(workers: Sequence[WorkerLoad], comm: Sequence[CommTime], sample
     c50 = np.array([c.p50_ms for c in comm])
     csig = np.array([c.sigma for c in comm])
     comm_draws = c50[None, :] * np.exp(csig[None, :] * rng.standard_normal((samples, n_k)))
-    tail = max((w.tail_ms for w in workers), default=0.0)
+    run = np.ones(samples)
+    if run_spread > 0:
+        # drawn after the others so that a zero run_spread leaves every earlier draw unchanged
+        run = np.exp(run_spread * rng.standard_normal(samples))
+        draws = {p: d * run[:, None] for p, d in draws.items()}
+        comm_draws = comm_draws * run[:, None]
+    tails = max((w.tail_ms for w in workers), default=0.0) * run   # DDP's own work drifts with the rest
     fractions = np.array(_ready_fractions(workers)) if n_k else np.zeros((n_w, 0))
     if not all(c.free for c in contention):
         frac_list = fractions.tolist()
         return [_run(draws["optimizer"][i], draws["forward"][i], draws["backward"][i], frac_list,
-                     comm_draws[i].tolist(), tail, contention).iteration_ms for i in range(samples)]
+                     comm_draws[i].tolist(), float(tails[i]), contention).iteration_ms for i in range(samples)]
     starts = draws["optimizer"] + draws["forward"]                      # (S, W)
     ends = (starts + draws["backward"]).max(axis=1)
     prev = np.zeros(samples)
     for k in range(n_k):
         ready = (starts + fractions[None, :, k] * draws["backward"]).max(axis=1)
         prev = np.maximum(ready, prev) + comm_draws[:, k]
-    return (np.maximum(ends, prev) + tail).tolist()
+    return (np.maximum(ends, prev) + tails).tolist()
 
 
 def _result(workers: Sequence[WorkerLoad], comm: Sequence[CommTime], det: Timeline,

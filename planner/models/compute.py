@@ -216,6 +216,32 @@ class ComputeModel:
         )
 
 
+def run_spread(profiles: Sequence[ComputeProfile]) -> float:
+    """Run-to-run relative spread of one (model, device) from profiles repeated at different
+    times (or by several processes at once): the pooled standard deviation of the log of each
+    profile's median iteration time (forward + backward + optimizer), per batch size::
+
+        s_run² = Σ_b Σ_i (ln t_{b,i} − mean_i ln t_{b,i})² / Σ_b (n_b − 1)
+
+    over the batch sizes ``b`` that at least two profiles share.  0 when none does.  The
+    per-iteration spread of one profile averages out over a run; this is what stays (a
+    machine whose speed drifts, a process that runs slow for its whole life).
+    """
+    groups: dict[int, list[float]] = {}
+    for profile in profiles:
+        for s in profile.samples:
+            total = sum(s.phases[p].median_ms for p in PHASES)
+            if total > 0:
+                groups.setdefault(s.batch_size, []).append(math.log(total))
+    ss = dof = 0.0
+    for logs in groups.values():
+        if len(logs) > 1:
+            mean = sum(logs) / len(logs)
+            ss += sum((x - mean) ** 2 for x in logs)
+            dof += len(logs) - 1
+    return math.sqrt(ss / dof) if dof else 0.0
+
+
 # --------------------------------------------------------------------------- fitting
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -13,6 +14,7 @@ from planner.models.compute import (
     OutOfProfiledRangeError,
     fit_compute_model,
     fit_piecewise_linear,
+    run_spread,
 )
 from planner.profiles import load_compute_profile
 
@@ -123,3 +125,27 @@ def test_it_roundtrips_through_a_dict():
     again = ComputeModel.from_dict(model.to_dict())
     assert again.predict(20) == model.predict(20)
     assert again.buckets(20) == model.buckets(20)
+
+
+def test_it_measures_the_run_to_run_spread_from_repeated_profiles():
+    # totals at batch 8: 10 and 10·e^0.1 ms; at batch 16: 20, 20 and 20·e^0.3; batch 32 only once
+    def prof(t8, t16=None):
+        pts = {8: (t8 / 2, t8 / 2, 0.0)}
+        if t16 is not None:
+            pts[16] = (t16 / 2, t16 / 2, 0.0)
+        return load_compute_profile(profile_doc(pts))
+
+    profiles = [prof(10.0, 20.0), prof(10.0 * math.exp(0.1), 20.0),
+                load_compute_profile(profile_doc({16: (10 * math.exp(0.3), 10 * math.exp(0.3), 0.0),
+                                                  32: (30.0, 30.0, 0.0)}))]
+    # pooled: batch 8 → deviations ±0.05 (1 dof); batch 16 → logs 0, 0, 0.3: ss 0.06 (2 dof)
+    expected = math.sqrt((2 * 0.05 ** 2 + 0.06) / 3)
+    assert run_spread(profiles) == pytest.approx(expected, rel=1e-9)
+
+
+def test_it_gives_no_run_spread_without_a_repeated_batch_size():
+    one = load_compute_profile(profile_doc({8: (1.0, 2.0, 0.5)}))
+    other = load_compute_profile(profile_doc({16: (2.0, 4.0, 0.5)}))
+    assert run_spread([one]) == 0.0
+    assert run_spread([one, other]) == 0.0
+    assert run_spread([]) == 0.0

@@ -14,6 +14,7 @@ from planner.profiles import (
     load_comm_profile,
     load_compute_profile,
     load_profile,
+    merge_comm_profiles,
     merge_compute_profiles,
 )
 
@@ -154,3 +155,28 @@ def test_it_merges_repeated_profiles_by_pooling_iterations():
     assert len(fwd.times_ms) == 6
     assert fwd.median_ms == pytest.approx(2.6)
     assert merged.sample_for(16).buckets[0].ready_fraction == pytest.approx((0.25 + 0.75) / 2)
+
+
+def test_it_merges_comm_profiles_taken_before_and_after_a_run():
+    before, after = comm_doc(), comm_doc()
+    before["samples"][0]["cpu_share"] = 0.5
+    after["samples"][0].update(times_ms=[0.7, 0.8], cpu_share=1.0)
+    after["samples"].append({"size_bytes": 8192, "times_ms": [1.0]})
+    merged = merge_comm_profiles([load_comm_profile(before), load_comm_profile(after)])
+    by_size = {s.size_bytes: s for s in merged.samples}
+    assert sorted(by_size) == [1024, 4096, 8192]
+    assert by_size[4096].stats.times_ms == (0.5, 0.6, 0.7, 0.8)
+    assert by_size[4096].stats.median_ms == pytest.approx(0.65)
+    assert by_size[4096].cpu_share == pytest.approx(0.75)
+    assert by_size[4096].algbw_gbps == pytest.approx(4096 * 8 / 0.65e6)
+    assert by_size[1024].stats.times_ms == (0.2, 0.2) and by_size[1024].cpu_share is None
+    assert len(by_size[8192].stats.times_ms) == 1
+
+
+def test_it_refuses_to_merge_comm_profiles_of_different_groups():
+    four = comm_doc()
+    four.update(world_size=4, ranks_per_node=4)
+    with pytest.raises(ProfileError, match="world size"):
+        merge_comm_profiles([load_comm_profile(comm_doc()), load_comm_profile(four)])
+    with pytest.raises(ValueError, match="no profiles"):
+        merge_comm_profiles([])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from planner.hardware import Cluster
@@ -116,6 +118,29 @@ def test_monte_carlo_is_seeded_and_p90_exceeds_p50():
     assert a.iteration_ms_p90 > a.iteration_ms_p50
     # the slowest of two noisy workers gates the iteration: median above the noiseless value
     assert a.iteration_ms_p50 > a.deterministic_ms
+
+
+@pytest.mark.parametrize("contention", [None, Contention.from_cpu_share(1.0)], ids=["free", "shared core"])
+def test_run_drift_scales_whole_iterations_and_widens_only_the_p90(contention):
+    # no per-iteration noise: every sample is the deterministic timeline scaled by its run factor
+    # (all phases, all-reduces and DDP's tail drift together), so p90 = T·exp(1.2816·s)
+    loads = [WorkerLoad(worker().phases, BUCKETS, 16, tail_ms=3.0)] * 2
+    comm = [CommTime(4, 4)] * 3
+    base = simulate_iteration(loads, comm, samples=4000, seed=3, contention=contention)
+    drift = simulate_iteration(loads, comm, samples=4000, seed=3, contention=contention, run_spread=0.05)
+    det = base.deterministic_ms
+    assert base.iteration_ms_p90 == pytest.approx(det)
+    assert drift.deterministic_ms == pytest.approx(det)
+    assert drift.iteration_ms_p50 == pytest.approx(det, rel=0.01)
+    assert drift.iteration_ms_p90 == pytest.approx(det * math.exp(1.2816 * 0.05), rel=0.01)
+    assert simulate_iteration(loads, comm, samples=200, seed=3, contention=contention, run_spread=0.0) == \
+        simulate_iteration(loads, comm, samples=200, seed=3, contention=contention)
+
+
+def test_it_rejects_a_negative_or_absurd_run_drift():
+    for bad in (-0.01, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="run_spread"):
+            simulate_iteration([worker()], [CommTime(1)] * 3, run_spread=bad)
 
 
 def test_the_result_names_the_bottleneck_link_and_breaks_the_time_down():

@@ -34,6 +34,44 @@ def test_a_comm_profile_that_mostly_waits_on_the_link_overlaps_more_than_a_cpu_b
     assert results[0.05] < results[1.0]
 
 
+def scaled_profile(tmp_path, factor):
+    doc = json.loads((FIXTURES / "tiny_compute.json").read_text())
+    for sample in doc["samples"]:
+        for stats in sample["phases"].values():
+            for key in ("median_ms", "p10_ms", "p90_ms", "mean_ms", "std_ms"):
+                if key in stats:
+                    stats[key] *= factor
+            if "times_ms" in stats:
+                stats["times_ms"] = [t * factor for t in stats["times_ms"]]
+    path = tmp_path / f"compute_x{factor}.json"
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def test_profiles_repeated_at_different_times_are_pooled_and_their_drift_widens_the_p90(tmp_path, capsys):
+    comm = str(FIXTURES / "tiny_comm.json")
+    args = ["--workers", "2", "--per-worker-batch", "4", "--json", "--comm", comm]
+    call_command("predict", "--profile", str(FIXTURES / "tiny_compute.json"), *args)
+    one = json.loads(capsys.readouterr().out)
+    call_command("predict", "--profile", str(FIXTURES / "tiny_compute.json"), "--profile",
+                 scaled_profile(tmp_path, 1.2), "--comm", comm, *args)
+    two = json.loads(capsys.readouterr().out)
+    assert one["run_spread"] == 0.0
+    assert two["run_spread"] > 0.1  # ln(1.2)/√2 = 0.129
+    assert two["iteration_ms_p50"] > one["iteration_ms_p50"]
+    assert two["iteration_ms_p90"] / two["iteration_ms_p50"] > one["iteration_ms_p90"] / one["iteration_ms_p50"]
+
+
+def test_it_refuses_to_pool_profiles_of_different_models(tmp_path):
+    doc = json.loads((FIXTURES / "tiny_compute.json").read_text())
+    doc["model"]["spec"] = "torchvision:resnet18"
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(doc))
+    with pytest.raises(CommandError, match="model spec and device must match"):
+        call_command("predict", "--profile", str(FIXTURES / "tiny_compute.json"), "--profile", str(other),
+                     "--workers", "1", "--json")
+
+
 def test_one_local_worker_needs_no_comm_profile(capsys):
     call_command("predict", "--profile", str(FIXTURES / "tiny_compute.json"), "--workers", "1",
                  "--per-worker-batch", "2", "--json")

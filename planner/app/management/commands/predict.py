@@ -1,6 +1,10 @@
 """``manage.py predict``: the predicted DDP iteration time, for local workers or a catalog cluster.
 
     predict --profile r18.json [--comm comm.json] --workers 2 [--per-worker-batch 32] --json
+    predict --profile r18_a.json --profile r18_b.json --comm c_a.json --comm c_b.json --workers 2
+
+Repeated ``--profile`` (``--comm``) files are pooled; profiles repeated at different times also
+give the run-to-run drift that widens the predicted p90 (``run_spread`` in the output).
     predict --model torchvision:resnet50 --instance p4d.24xlarge --nodes 2 --per-worker-batch 64 --json
 """
 
@@ -16,8 +20,10 @@ class Command(BaseCommand):
     help = "Predict DDP iteration time (p50/p90), throughput and the breakdown."
 
     def add_arguments(self, parser):
-        parser.add_argument("--profile", help="compute profile JSON (local prediction)")
-        parser.add_argument("--comm", help="comm profile JSON measured on the same machine")
+        parser.add_argument("--profile", action="append",
+                            help="compute profile JSON (local prediction); repeat to pool repeated profiles")
+        parser.add_argument("--comm", action="append",
+                            help="comm profile JSON measured on the same machine; repeat to pool")
         parser.add_argument("--workers", type=int, default=2, help="local worker processes")
         parser.add_argument("--model", help="model spec (catalog cluster prediction)")
         parser.add_argument("--input-shape", default="3,224,224")
@@ -47,17 +53,25 @@ class Command(BaseCommand):
     def _local(self, o) -> dict:
         from planner.hardware import Cluster
         from planner.models.comm import CommModel, CommQuery, fit_link_from_profile, observations_from_profile
-        from planner.models.compute import ComputeRangeError, fit_compute_model
-        from planner.profiles import ProfileError, load_comm_profile, load_compute_profile
+        from planner.models.compute import ComputeRangeError, fit_compute_model, run_spread
+        from planner.profiles import (
+            ProfileError,
+            load_comm_profile,
+            load_compute_profile,
+            merge_comm_profiles,
+            merge_compute_profiles,
+        )
         from planner.simulator import CommTime, Contention, simulate_ddp
 
         if o["workers"] < 1:
             raise CommandError("--workers must be >= 1")
         try:
-            profile = load_compute_profile(o["profile"])
-            comm_profile = load_comm_profile(o["comm"]) if o["comm"] else None
+            profiles = [load_compute_profile(p) for p in o["profile"]]
+            profile = merge_compute_profiles(profiles)
+            comm_profile = merge_comm_profiles([load_comm_profile(p) for p in o["comm"]]) if o["comm"] else None
         except (OSError, ProfileError, ValueError) as exc:
             raise CommandError(str(exc)) from exc
+        drift = run_spread(profiles)
         model = fit_compute_model(profile)
         batch = o["per_worker_batch"] or profile.batch_sizes[-1]
         if o["workers"] > 1 and comm_profile is None:
@@ -84,11 +98,12 @@ class Command(BaseCommand):
                     contention = Contention.from_comm_profile(comm_profile, sizes)
                 else:
                     contention = Contention.from_cpu_share(1.0)
-            sim = simulate_ddp(model, [batch] * o["workers"], comm_fn, samples=o["samples"], contention=contention)
+            sim = simulate_ddp(model, [batch] * o["workers"], comm_fn, samples=o["samples"], contention=contention,
+                               run_spread=drift)
         except ComputeRangeError as exc:
             raise CommandError(str(exc)) from exc
         return {"target": f"{o['workers']} local workers on {profile.device.name}", "source": model.source,
-                **dataclasses.asdict(sim)}
+                "run_spread": drift, **dataclasses.asdict(sim)}
 
     def _catalog(self, o) -> dict:
         from catalog.models import InstanceType
