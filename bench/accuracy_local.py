@@ -131,6 +131,7 @@ def free_port() -> int:
 
 NICE = 0  # set from --nice: measured processes run at this niceness
 PIN = False  # set from --pin: simultaneous measured processes held one per CPU
+ALIGN = True  # --no-drift: pool profiles unaligned and leave the run-to-run drift out
 # Freed memory stays in the process (glibc would unmap any block above 32 MiB and trim the heap):
 # on a VM that reports free pages to its host (virtio free page reporting, on here) touching
 # the memory again costs a host fault, ~7 µs per 4 KiB page instead of ~0.5 µs; a training step
@@ -295,11 +296,15 @@ def bucket_sizes(model: ComputeModel) -> list[int]:
     return sorted({b.size_bytes for batch in model.batch_sizes for b in model.buckets(batch)})
 
 
+def pooled(paths: list[Path]) -> ComputeModel:
+    # Simultaneous and repeated profiles are pooled: which process ran slower is transient
+    # (other load, core placement), not a property of a DDP rank; both ranks share the model.
+    # Aligned (unless --no-drift): their differences are run-to-run drift, not iteration noise.
+    return fit_compute_model(merge_compute_profiles([load_compute_profile(p) for p in paths], align=ALIGN))
+
+
 def pooled_model(work: Path, case: Case, tag: str = "") -> ComputeModel:
-    # the two simultaneous profiles are pooled: which process ran slower is transient
-    # (other load, core placement), not a property of a DDP rank; both ranks share the model
-    return fit_compute_model(merge_compute_profiles(
-        [load_compute_profile(p) for p in sorted(work.glob(f"compute_{case.name}{tag}_[01].json"))]))
+    return pooled(sorted(work.glob(f"compute_{case.name}{tag}_[01].json")))
 
 
 def fresh_tag(batch: int, link: str = "loopback") -> str:
@@ -314,7 +319,7 @@ def model_for(work: Path, case: Case, batch: int, link: str = "loopback") -> Com
     paths = [p for t in (tag, f"{tag}_after") for p in sorted(work.glob(f"compute_{case.name}{t}_[01].json"))]
     if not paths:
         return pooled_model(work, case)
-    return fit_compute_model(merge_compute_profiles([load_compute_profile(p) for p in paths]))
+    return pooled(paths)
 
 
 def comm_profile_for(work: Path, case: Case, batch: int, link: str) -> CommProfile:
@@ -459,7 +464,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--phases", action="store_true",
                    help="also print per-phase medians (fwd/bwd/opt ms) of each profile process and each DDP rank")
     p.add_argument("--no-drift", dest="drift", action="store_false",
-                   help="leave the run-to-run drift measured between repeated profiles out of the predicted p90")
+                   help="pool repeated profiles as they are (their differences count as iteration noise) "
+                        "instead of modelling them as run-to-run drift in the predicted p90")
     p.add_argument("--tries", type=int, default=3,
                    help="measure a block again when the profiles before and after it disagree (see --max-shift)")
     p.add_argument("--max-shift", type=float, default=0.05,
@@ -474,8 +480,9 @@ def parse_args() -> argparse.Namespace:
 
 
 def main() -> int:
-    global NICE, PIN
+    global NICE, PIN, ALIGN
     args = parse_args()
+    ALIGN = args.drift
     NICE = args.nice if os.geteuid() == 0 or args.nice >= 0 else 0
     PIN = args.pin and shutil.which("taskset") is not None
     if args.default_malloc:

@@ -499,12 +499,18 @@ def merge_comm_profiles(profiles: Sequence[CommProfile]) -> CommProfile:
                        environment=first.environment)
 
 
-def merge_compute_profiles(profiles: Sequence[ComputeProfile]) -> ComputeProfile:
+def merge_compute_profiles(profiles: Sequence[ComputeProfile], *, align: bool = False) -> ComputeProfile:
     """Pool repeated profiles of one (model, device) into one: per batch size the per-iteration
     times of every phase are concatenated and re-summarised; bucket ready times are averaged.
 
     Used when several identical profiling processes ran at once (e.g. one per core, to load
     the machine as a multi-process DDP job would) or when a profile was repeated.
+
+    ``align``: each profile's times of a phase are first scaled to the geometric mean of the
+    profiles' medians, so the pooled spread stays the iteration-to-iteration one and the
+    difference between the profiles (drift, a slow process) is left out of it — to be modelled
+    as run-to-run spread instead (:func:`planner.models.compute.run_spread`); otherwise two
+    profiles 10 % apart would look like very noisy iterations.
     """
     if not profiles:
         raise ValueError("merge: no profiles")
@@ -517,8 +523,13 @@ def merge_compute_profiles(profiles: Sequence[ComputeProfile]) -> ComputeProfile
         samples = [p.sample_for(batch) for p in profiles if batch in p.batch_sizes]
         phases = {}
         for name in PHASES:
-            times = [t for s in samples for t in (s.phases[name].times_ms or (s.phases[name].median_ms,))]
-            phases[name] = timing_stats(times)
+            stats = [s.phases[name] for s in samples]
+            scale = [1.0] * len(stats)
+            if align and len(stats) > 1 and all(st.median_ms > 0 for st in stats):
+                centre = math.exp(statistics.fmean(math.log(st.median_ms) for st in stats))
+                scale = [centre / st.median_ms for st in stats]
+            phases[name] = timing_stats([t * k for st, k in zip(stats, scale, strict=True)
+                                         for t in (st.times_ms or (st.median_ms,))])
         buckets = samples[0].buckets
         if buckets and all(len(s.buckets) == len(buckets) for s in samples):
             buckets = tuple(

@@ -180,3 +180,16 @@ def test_it_refuses_to_merge_comm_profiles_of_different_groups():
         merge_comm_profiles([load_comm_profile(comm_doc()), load_comm_profile(four)])
     with pytest.raises(ValueError, match="no profiles"):
         merge_comm_profiles([])
+
+
+def test_aligned_merging_keeps_the_iteration_spread_and_leaves_the_drift_out():
+    fast, slow = compute_doc(), compute_doc()
+    fast["samples"][0]["phases"]["backward"] = phase([3.9, 4.0, 4.1])
+    slow["samples"][0]["phases"]["backward"] = phase([7.8, 8.0, 8.2])  # same noise, twice as slow
+    profiles = [load_compute_profile(fast), load_compute_profile(slow)]
+    plain = merge_compute_profiles(profiles).sample_for(16).phase("backward")
+    aligned = merge_compute_profiles(profiles, align=True).sample_for(16).phase("backward")
+    assert aligned.median_ms == pytest.approx(math.sqrt(4.0 * 8.0))
+    same_twice = merge_compute_profiles([profiles[0], profiles[0]]).sample_for(16).phase("backward")
+    assert aligned.relative_spread == pytest.approx(same_twice.relative_spread)
+    assert plain.relative_spread > 5 * aligned.relative_spread

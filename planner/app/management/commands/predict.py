@@ -67,7 +67,7 @@ class Command(BaseCommand):
             raise CommandError("--workers must be >= 1")
         try:
             profiles = [load_compute_profile(p) for p in o["profile"]]
-            profile = merge_compute_profiles(profiles)
+            profile = merge_compute_profiles(profiles, align=True)  # their differences: run_spread
             comm_profile = merge_comm_profiles([load_comm_profile(p) for p in o["comm"]]) if o["comm"] else None
         except (OSError, ProfileError, ValueError) as exc:
             raise CommandError(str(exc)) from exc
