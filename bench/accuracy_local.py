@@ -1,17 +1,18 @@
 """End-to-end accuracy of Srifty's DDP prediction on this machine (CPU, gloo, 2 processes).
 
-For each model, all measurements close together in time (the shared machine's load drifts):
+For each model and batch size one *block* of interleaved measurements: ``--rounds`` rounds of
+(compute profile, comm profile, no-op-comm DDP run, DDP run), then a last compute and comm
+profile — this VM's speed moves by 10–25 % over seconds, so both sides of the comparison sample
+the same spells and are pooled over the block:
 
 1. profile compute with the agent (``python -m profiler.agent compute``), one thread per process,
    **two profiler processes at once** — a 2-rank DDP job keeps both cores busy, so a profile
    taken alone on an idle machine would be optimistic (shared L3 cache, memory bandwidth);
-   their per-iteration samples are pooled into the compute model of both simulated ranks; each
-   batch size is profiled right before and again right after its DDP runs (profile, runs,
-   profile: a linear drift of the machine's speed cancels in the pooled profile) and predicted
-   from those two;
+   their per-iteration samples, at every round boundary, are pooled into the compute model of
+   both simulated ranks (a linear drift of the machine's speed cancels);
 2. profile gloo all-reduce with 2 ranks (``python -m profiler.agent comm``) over the range of the
    model's bucket sizes, on loopback and, when network namespaces work here, over a veth pair
-   shaped by ``tc tbf`` — also right before and after each batch's runs, pooled;
+   shaped by ``tc tbf`` — also at every round boundary, pooled;
 3. (in step 2) the agent also measures each all-reduce's CPU share, process CPU time over wall
    time: on a CPU the gloo threads and the backward pass share the cores (here one rank per
    core, no spare one), so only the part of an all-reduce that waits on the link overlaps the
@@ -24,15 +25,16 @@ For each model, all measurements close together in time (the shared machine's lo
    all-reduce; the run-to-run drift between the model's repeated compute profiles,
    :func:`planner.models.compute.run_spread`, widens the predicted p90);
 6. run real ``DistributedDataParallel`` training (``bench/_ddp_train.py``, gloo, 2 processes,
-   ``torch.set_num_threads(1)``) and compare per-iteration periods with the prediction; the first
-   batch size is run twice to show the machine's own run-to-run noise.
+   ``torch.set_num_threads(1)``) once per round and compare the pooled per-iteration periods with
+   the prediction; the spread of the rounds' medians shows the machine's own noise floor.
 
 Prints: model, batch, link, predicted p50 ms, measured median ms, |error| %, share of measured
 iterations at or below the predicted p90; then median and max error.  ``--workdir`` keeps the
 profiles and runs; ``--reuse`` re-predicts from them without measuring again; ``--phases`` adds
 the per-phase medians of every profile process and DDP rank (where an error comes from).
 
-Run as root (namespaces, priority): ``.venv/bin/python bench/accuracy_local.py`` — 8–12 minutes.
+Run as root (namespaces, priority): ``.venv/bin/python bench/accuracy_local.py`` — about 20 minutes
+with 3 rounds (``--rounds 2``: about 14).
 Measured processes run at ``--nice -10`` in their own scheduler autogroup, which shields them
 from other work on the machine without starving it; the load average is printed. They keep
 freed memory (``MALLOC_ENV``), which removes this VM's host-fault noise.
@@ -42,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import shutil
 import socket
@@ -50,7 +51,6 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,7 +70,6 @@ from planner.profiles import (  # noqa: E402
 from planner.simulator import CommTime, Contention, SimulationResult, WorkerLoad, simulate_iteration  # noqa: E402
 
 PY = sys.executable
-TRIES: dict[tuple[str, int, str], tuple[int, float]] = {}  # (case, batch, link) -> (tries, kept block's shift)
 NS = ("srbench_a", "srbench_b")
 VETH = ("srbench_va", "srbench_vb")
 ADDR = ("10.200.0.1", "10.200.0.2")
@@ -278,13 +277,14 @@ def ddp_overhead(work: Path, case: Case) -> float:
     """DDP's own per-iteration work (ms): no-op-comm DDP period minus the compute profile.
 
     It copies gradients into and out of the buckets and runs the reducer hooks, so it scales
-    with the parameter bytes, not the batch. Each batch size gives an estimate, the difference of
-    two noisy medians whose noise grows with the compute time (the machine's drift is a fraction
-    of it): they are combined weighted by 1 / compute², which mostly trusts the smallest batch.
+    with the parameter bytes, not the batch. Each batch size gives an estimate (every no-op run
+    of its block pooled, against the block's pooled profiles), the difference of two noisy
+    medians whose noise grows with the compute time (the machine's drift is a fraction of it):
+    they are combined weighted by 1 / compute², which mostly trusts the smallest batch.
     """
     num = den = 0.0
     for b in case.batches:
-        noop = json.loads((work / f"ddp_{case.name}_{b}_loopback_noop_0.json").read_text())["periods_ms"]
+        noop = [t for run_ in ddp_rounds(work, case, b, "loopback", noop=True) for t in run_]
         compute = model_for(work, case, b).predict(b).total
         weight = 1.0 / max(compute, 1e-3) ** 2
         num += weight * (statistics.median(noop) - compute)
@@ -303,150 +303,129 @@ def pooled(paths: list[Path]) -> ComputeModel:
     return fit_compute_model(merge_compute_profiles([load_compute_profile(p) for p in paths], align=ALIGN))
 
 
-def pooled_model(work: Path, case: Case, tag: str = "") -> ComputeModel:
-    return pooled(sorted(work.glob(f"compute_{case.name}{tag}_[01].json")))
-
-
-def fresh_tag(batch: int, link: str = "loopback") -> str:
-    return f"_b{batch}" + ("" if link == "loopback" else f"_{link}")
+def block_tag(batch: int, link: str) -> str:
+    return f"_b{batch}_{link}"
 
 
 def model_for(work: Path, case: Case, batch: int, link: str = "loopback") -> ComputeModel:
-    """The profiles taken right before and right after this batch's DDP runs, pooled (the
-    machine's linear drift cancels: their mean time is the runs' mean time); the one before
-    alone, or the first profile, in older work dirs."""
-    tag = fresh_tag(batch, link)
-    paths = [p for t in (tag, f"{tag}_after") for p in sorted(work.glob(f"compute_{case.name}{t}_[01].json"))]
+    """Every compute profile of this batch's block pooled: one before each round of DDP runs and
+    one after the last, so the profiles sample the machine's drift over the block as the runs
+    do (a linear drift cancels exactly; spells of a few seconds average out over the rounds)."""
+    paths = sorted(work.glob(f"compute_{case.name}{block_tag(batch, link)}_r*_[01].json"))
     if not paths:
-        return pooled_model(work, case)
+        raise FileNotFoundError(f"no compute profiles of {case.name} batch {batch} ({link}) in {work}")
     return pooled(paths)
 
 
 def comm_profile_for(work: Path, case: Case, batch: int, link: str) -> CommProfile:
-    """Comm profiles before and after this batch's DDP runs, pooled; older work dirs: the case's one."""
-    tag = fresh_tag(batch) + f"_{link}"
-    paths = [p for t in (tag, f"{tag}_after") if (p := work / f"comm_{case.name}{t}.json").exists()]
+    """The block's comm profiles (one per round boundary, as the compute profiles), pooled."""
+    paths = [p for p in sorted(work.glob(f"comm_{case.name}{block_tag(batch, link)}_r*.json"))
+             if not p.name.endswith("_rank1.json")]
     if not paths:
-        return load_comm_profile(work / f"comm_{case.name}_{link}.json")
+        raise FileNotFoundError(f"no comm profiles of {case.name} batch {batch} ({link}) in {work}")
     return merge_comm_profiles([load_comm_profile(p) for p in paths])
+
+
+def ddp_rounds(work: Path, case: Case, batch: int, link: str, noop: bool = False) -> list[list[float]]:
+    """Rank 0's iteration periods (ms) of each round's DDP run, real or no-op comm, in order."""
+    kind = "_noop" if noop else ""
+    paths = sorted(work.glob(f"ddp_{case.name}_{batch}_{link}{kind}_r*_0.json"),
+                   key=lambda p: int(p.name.rsplit("_r", 1)[1].split("_")[0]))
+    return [json.loads(p.read_text())["periods_ms"] for p in paths]
+
+
+def round_spread(rounds: list[list[float]]) -> float | None:
+    """(largest - smallest) / mean of the rounds' median periods: the same DDP run, a few seconds
+    apart, on this machine — the noise floor any prediction is compared against."""
+    if len(rounds) < 2:
+        return None
+    meds = [statistics.median(r) for r in rounds]
+    return (max(meds) - min(meds)) / statistics.fmean(meds)
 
 
 def case_drift(work: Path, case: Case) -> float:
     """Run-to-run spread of this model's speed here: every compute profile of the case (two
-    processes at once, before and after each batch's runs; :func:`planner.models.compute.run_spread`)."""
+    processes at once, at every round boundary of every block;
+    :func:`planner.models.compute.run_spread`)."""
     return run_spread([load_compute_profile(p) for p in sorted(work.glob(f"compute_{case.name}*_[01].json"))])
 
 
-def block_shift(work: Path, case: Case, batch: int, link: str) -> float:
-    """How much the machine's speed moved across one block: |ln| of the ratio of the mean
-    iteration time (both processes, every phase) in the profile after the runs to the one before."""
-    def total(tag: str) -> float:
-        times = []
-        for path in sorted(work.glob(f"compute_{case.name}{tag}_[01].json")):
-            sample = load_compute_profile(path).sample_for(batch)
-            times.append(sum(sample.phases[p].median_ms for p in ("forward", "backward", "optimizer")))
-        return statistics.fmean(times)
+def measure_block(case: Case, batch: int, link: str, work: Path, args: argparse.Namespace, *,
+                  lo: int, hi: int, comm_repeats: int, ddp_iters: int, noop: bool) -> None:
+    """One batch size on one link, interleaved: ``--rounds`` rounds of (compute profile, comm
+    profile, [no-op-comm DDP run,] DDP run), then a last compute and comm profile.
 
-    tag = fresh_tag(batch, link)
-    return abs(math.log(total(f"{tag}_after") / total(tag)))
+    This VM's speed moves by ±10–25 % over 5–10 s windows (two busy processes, 5 s medians of
+    one model ranging 170–236 ms) and by more in spells; a single profile and a single run a
+    minute apart differ by that much whatever the model. Interleaving samples the same spells
+    for both sides of the comparison, and every measurement is used (an earlier version
+    re-measured a whole block when its profiles disagreed: most blocks needed 2–3 tries, and
+    the discarded tries were data)."""
+    shaped = link != "loopback"
 
+    def boundary(k: int) -> None:
+        profile_compute(case, work, args.profile_iters, (batch,), f"{block_tag(batch, link)}_r{k}")
+        profile_comm(work, f"{case.name}{block_tag(batch, link)}_r{k}", shaped, lo, hi, comm_repeats)
 
-def measure_block(case: Case, batch: int, link: str, work: Path, args: argparse.Namespace,
-                  body: Callable[[], None]) -> None:
-    """Run one block (profiles before, ``body``'s runs, profiles after) and keep it when the two
-    profiles agree within ``--max-shift``; otherwise the machine changed speed while it ran
-    (this VM has spells 20–50 % slower lasting tens of seconds) and the block is measured again,
-    up to ``--tries`` times, keeping the steadiest try. Only the profiles decide, never the runs
-    or the prediction. Earlier tries are kept under ``tries/`` for inspection."""
-    best: tuple[float, Path] | None = None
-    for attempt in range(1, args.tries + 1):
-        before = set(work.iterdir())
-        body()
-        made = sorted(set(work.iterdir()) - before)
-        shift = block_shift(work, case, batch, link)
-        keep = work / "tries" / f"{case.name}_b{batch}_{link}_try{attempt}"
-        keep.mkdir(parents=True, exist_ok=True)
-        for path in made:
-            path.rename(keep / path.name)
-        if best is None or shift < best[0]:
-            best = (shift, keep)
-        if shift <= args.max_shift:
-            break
-    shift, chosen = best
-    for path in chosen.iterdir():
-        shutil.copy2(path, work / path.name)
-    TRIES[(case.name, batch, link)] = (attempt, shift)
+    for k in range(args.rounds):
+        boundary(k)
+        if noop:
+            run_ddp(case, batch, work, link, ddp_iters, tag=f"_noop_r{k}", noop=True)
+        run_ddp(case, batch, work, link, ddp_iters, tag=f"_r{k}")
+    boundary(args.rounds)
 
 
 def measure_case(case: Case, work: Path, args: argparse.Namespace) -> None:
-    """Profile and train one model on loopback, close together in time (the machine's load drifts).
-
-    The first profile (every batch size) gives the bucket layout for the comm profile; then each
-    batch size is one block, profiled right before and right after its DDP runs and predicted
-    from both: this machine's speed drifts by several % within minutes, the profile-to-run gap
-    should not, and a linear drift cancels."""
+    """Profile and train one model on loopback: a first profile of every batch size gives the
+    bucket layout (the comm profiles' size range), then one interleaved block per batch size."""
     profile_compute(case, work, args.profile_iters)
-    sizes = bucket_sizes(pooled_model(work, case))
-    lo, hi = sizes[0] // 2, sizes[-1] * 2
+    sizes = bucket_sizes(pooled(sorted(work.glob(f"compute_{case.name}_[01].json"))))
     for b in case.batches:
-        def block(b: int = b) -> None:
-            profile_compute(case, work, args.profile_iters, (b,), f"_b{b}")
-            profile_comm(work, f"{case.name}_b{b}_loopback", False, lo, hi, args.comm_repeats)
-            run_ddp(case, b, work, "loopback", args.ddp_iters, tag="_noop", noop=True)
-            run_ddp(case, b, work, "loopback", args.ddp_iters)
-            profile_comm(work, f"{case.name}_b{b}_loopback_after", False, lo, hi, args.comm_repeats)
-            profile_compute(case, work, args.profile_iters, (b,), f"_b{b}_after")
-
-        measure_block(case, b, "loopback", work, args, block)
-    run_ddp(case, case.batches[0], work, "loopback", args.ddp_iters, tag="_repeat")
+        measure_block(case, b, "loopback", work, args, lo=sizes[0] // 2, hi=sizes[-1] * 2,
+                      comm_repeats=args.comm_repeats, ddp_iters=args.ddp_iters, noop=True)
 
 
 def measure_shaped(case: Case, work: Path, args: argparse.Namespace) -> None:
-    sizes = bucket_sizes(pooled_model(work, case))
-    lo, hi, repeats = sizes[0] // 2, sizes[-1] * 2, max(4, args.comm_repeats // 2)
+    sizes = bucket_sizes(pooled(sorted(work.glob(f"compute_{case.name}_[01].json"))))
     for b in case.slow_batches:
-        def block(b: int = b) -> None:
-            profile_compute(case, work, args.profile_iters, (b,), f"_b{b}_shaped")
-            profile_comm(work, f"{case.name}_b{b}_shaped", True, lo, hi, repeats)
-            run_ddp(case, b, work, "shaped", max(8, args.ddp_iters // 2))
-            profile_comm(work, f"{case.name}_b{b}_shaped_after", True, lo, hi, repeats)
-            profile_compute(case, work, args.profile_iters, (b,), f"_b{b}_shaped_after")
-
-        measure_block(case, b, "shaped", work, args, block)
+        measure_block(case, b, "shaped", work, args, lo=sizes[0] // 2, hi=sizes[-1] * 2,
+                      comm_repeats=max(4, args.comm_repeats // 2), ddp_iters=max(8, args.ddp_iters // 2),
+                      noop=False)
 
 
 def print_phases(work: Path, cases: list[Case]) -> None:
-    """Where the time goes: per-phase medians of both profiler processes and of both DDP ranks
-    (no-op comm hook, real, repeat, shaped); the raw view behind the error table."""
+    """Where the time goes: per-phase medians of both profiler processes at every round boundary
+    and of both DDP ranks in every round (no-op comm hook, real); the raw view behind the table."""
     print("\nper-phase medians, ms (forward / backward / optimizer, then the iteration period of DDP runs)")
 
     def fmt(v: list[float]) -> str:
         return " / ".join(f"{x:6.1f}" for x in v)
 
     for case in cases:
-        for b in case.batches + tuple(x for x in case.slow_batches if x not in case.batches):
-            for label, tag in (("profile", ""), ("profile, before", f"_b{b}"), ("profile, after", f"_b{b}_after"),
-                               ("shaped, before", f"_b{b}_shaped"), ("shaped, after", f"_b{b}_shaped_after")):
+        blocks = [(b, "loopback") for b in case.batches] + [(b, "shaped") for b in case.slow_batches]
+        for b, link in blocks:
+            print(f"{case.name:12} {b:>4}  {link}")
+            for k in range(100):
                 prof = []
                 for i in (0, 1):
-                    path = work / f"compute_{case.name}{tag}_{i}.json"
-                    doc = json.loads(path.read_text()) if path.exists() else {"samples": []}
-                    smp = next((x for x in doc["samples"] if x["batch_size"] == b), None)
-                    if smp:
-                        prof.append(fmt([smp["phases"][p]["median_ms"] for p in ("forward", "backward", "optimizer")]))
-                if prof:
-                    print(f"{case.name if not tag else '':12} {b if not tag else '':>4}  {label:15}" + "  |  ".join(prof))
-            for tag in ("loopback_noop", "loopback", "loopback_repeat", "shaped"):
-                ranks = []
-                for r in (0, 1):
-                    path = work / f"ddp_{case.name}_{b}_{tag}_{r}.json"
+                    path = work / f"compute_{case.name}{block_tag(b, link)}_r{k}_{i}.json"
                     if path.exists():
-                        d = json.loads(path.read_text())
-                        ph = d["phases_ms"]
-                        ranks.append(fmt([statistics.median(x[i] for x in ph) for i in range(3)])
-                                     + f"  period {statistics.median(d['periods_ms']):6.1f}")
-                if ranks:
-                    print(f"{'':12} {'':>4}  {tag:15}" + "  |  ".join(ranks))
+                        smp = load_compute_profile(path).sample_for(b)
+                        prof.append(fmt([smp.phases[p].median_ms for p in ("forward", "backward", "optimizer")]))
+                if not prof:
+                    break
+                print(f"{'':19}profile r{k}      " + "  |  ".join(prof))
+                for kind in ("_noop", ""):
+                    ranks = []
+                    for r in (0, 1):
+                        path = work / f"ddp_{case.name}_{b}_{link}{kind}_r{k}_{r}.json"
+                        if path.exists():
+                            d = json.loads(path.read_text())
+                            ph = d["phases_ms"]
+                            ranks.append(fmt([statistics.median(x[i] for x in ph) for i in range(3)])
+                                         + f"  period {statistics.median(d['periods_ms']):6.1f}")
+                    if ranks:
+                        print(f"{'':19}{'ddp no-op' if kind else 'ddp':9} r{k}    " + "  |  ".join(ranks))
 
 
 # --------------------------------------------------------------------------- main
@@ -466,10 +445,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--no-drift", dest="drift", action="store_false",
                    help="pool repeated profiles as they are (their differences count as iteration noise) "
                         "instead of modelling them as run-to-run drift in the predicted p90")
-    p.add_argument("--tries", type=int, default=3,
-                   help="measure a block again when the profiles before and after it disagree (see --max-shift)")
-    p.add_argument("--max-shift", type=float, default=0.05,
-                   help="largest |ln(after/before)| of a block's profiles that counts as a steady machine")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="rounds per block: (compute profile, comm profile, DDP runs) repeated, then a last profile")
     p.add_argument("--pin", action=argparse.BooleanOptionalAction, default=False,
                    help="hold simultaneous measured processes (profilers, DDP ranks) one per CPU")
     p.add_argument("--default-malloc", action="store_true",
@@ -510,20 +487,18 @@ def main() -> int:
         load_after = os.getloadavg()
         (work / "meta.json").write_text(json.dumps({
             "skip_reason": skip_reason, "link": link_name, "load": [load_before[0], load_after[0]],
-            "seconds": measured_s, "pin": PIN, "malloc_env": MALLOC_ENV,
-            "tries": [[*k, *v] for k, v in TRIES.items()]}))
+            "seconds": measured_s, "pin": PIN, "malloc_env": MALLOC_ENV, "rounds": args.rounds}))
     else:
         meta = json.loads((work / "meta.json").read_text()) if (work / "meta.json").exists() else {}
         skip_reason, link_name = meta.get("skip_reason"), meta.get("link", link_name)
         (lb, la), measured_s = meta.get("load", [float("nan")] * 2), meta.get("seconds", float("nan"))
         load_before, load_after = (lb,), (la,)
-        TRIES.update({(c, b, link): (n, shift) for c, b, link, n, shift in meta.get("tries", [])})
 
     rows = []
     for case in cases:
         runs = [(b, "loopback") for b in case.batches]
-        runs += [(b, "shaped") for b in case.slow_batches if not skip_reason and (
-            (work / f"comm_{case.name}_shaped.json").exists() or (work / f"comm_{case.name}_b{b}_shaped.json").exists())]
+        runs += [(b, "shaped") for b in case.slow_batches
+                 if not skip_reason and any(work.glob(f"ddp_{case.name}_{b}_shaped_r*_0.json"))]
         overhead = ddp_overhead(work, case)
         drift = case_drift(work, case) if args.drift else 0.0
         for batch, link in runs:
@@ -535,18 +510,15 @@ def main() -> int:
             comm = comm_times(comm_model, cluster, sizes, label)
             contention = Contention.from_comm_profile(comm_profile, sizes)
             sim = predict([model, model], batch, comm, contention, overhead, drift)
-            measured = json.loads((work / f"ddp_{case.name}_{batch}_{link}_0.json").read_text())["periods_ms"]
+            rounds = ddp_rounds(work, case, batch, link)
+            measured = [t for r in rounds for t in r]
             med = statistics.median(measured)
-            repeat = work / f"ddp_{case.name}_{batch}_{link}_repeat_0.json"
-            retest = None
-            if repeat.exists():
-                med2 = statistics.median(json.loads(repeat.read_text())["periods_ms"])
-                retest = 100 * abs(med2 - med) / ((med + med2) / 2)
+            spread = round_spread(rounds)
             err = 100 * abs(sim.iteration_ms_p50 - med) / med
             cover = sum(t <= sim.iteration_ms_p90 for t in measured) / len(measured)
             rows.append((case.name, batch, label, len(sizes), sum(sizes) / 2**20, model.predict(batch).total,
                          sum(c.p50_ms for c in comm), sim.iteration_ms_p50, sim.iteration_ms_p90, med, err, cover,
-                         sim.bottleneck, retest, overhead, drift, TRIES.get((case.name, batch, link))))
+                         sim.bottleneck, spread, overhead, drift, len(rounds)))
 
     print(f"\nSrifty local accuracy bench: 2 ranks, gloo, 1 thread per rank, {os.cpu_count()} CPUs; "
           f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f}; measured at nice {NICE}, "
@@ -554,26 +526,25 @@ def main() -> int:
     if skip_reason:
         print(f"shaped-link cases SKIPPED: network namespaces unavailable here ({skip_reason})")
     print(f"{'model':12} {'batch':>5} {'link':17} {'buckets':>7} {'MiB':>6} {'compute':>8} {'ddp ovh':>7} {'comm':>8} "
-          f"{'pred p50':>9} {'pred p90':>9} {'measured':>9} {'|err| %':>7} {'p90 cover':>9} {'retest %':>8} {'drift %':>7}"
-          f" {'tries':>5} {'shift %':>7}  bottleneck")
+          f"{'pred p50':>9} {'pred p90':>9} {'measured':>9} {'|err| %':>7} {'p90 cover':>9} {'rounds':>6} {'spread %':>8}"
+          f" {'drift %':>7}  bottleneck")
     for r in rows:
-        retest = f"{r[13]:>8.1f}" if r[13] is not None else f"{'':>8}"
+        spread = f"{100 * r[13]:>8.1f}" if r[13] is not None else f"{'':>8}"
         print(f"{r[0]:12} {r[1]:>5} {r[2]:17} {r[3]:>7} {r[4]:>6.1f} {r[5]:>8.1f} {r[14]:>7.1f} {r[6]:>8.1f} {r[7]:>9.1f} "
-              f"{r[8]:>9.1f} {r[9]:>9.1f} {r[10]:>7.1f} {r[11]:>8.0%} {retest} {100 * r[15]:>7.1f} "
-              + (f"{r[16][0]:>5} {100 * r[16][1]:>7.1f}" if r[16] else f"{'':>5} {'':>7}") + f"  {r[12]}")
+              f"{r[8]:>9.1f} {r[9]:>9.1f} {r[10]:>7.1f} {r[11]:>8.0%} {r[16]:>6} {spread} {100 * r[15]:>7.1f}  {r[12]}")
     errs = [r[10] for r in rows]
     covers = [r[11] for r in rows]
-    retests = [r[13] for r in rows if r[13] is not None]
+    spreads = [100 * r[13] for r in rows if r[13] is not None]
     print(f"median |error| {statistics.median(errs):.1f} %   max |error| {max(errs):.1f} %   "
           f"mean p90 coverage {statistics.fmean(covers):.0%}   (targets: median <= 5 %, max <= 12 %, coverage >= 85 %)")
-    if retests:
-        print(f"noise floor: the same DDP run repeated a minute later differs by median {statistics.median(retests):.1f} %, "
-              f"max {max(retests):.1f} %")
+    if spreads:
+        print(f"noise floor: within a block, the rounds' median DDP periods (same run, seconds apart) spread by "
+              f"median {statistics.median(spreads):.1f} %, max {max(spreads):.1f} % (largest - smallest, over their mean)")
     print("compute = predicted fwd+bwd+opt per rank (pooled profiles); ddp ovh = DDP's own overhead (no-op comm "
           "hook run minus compute), charged after the last all-reduce; comm = predicted sum of bucket all-reduces "
-          "alone; all ms; retest = |run - repeat| / mean, first batch size; drift = run-to-run spread of the model's "
-          "compute profiles (before and after each run, two processes each), in the predicted p90 unless --no-drift; "
-          "tries = times the block was measured, shift = |ln(after/before)| of its kept profiles")
+          "alone; all ms; measured = median period of every round's DDP run pooled; spread = noise floor above; "
+          "drift = run-to-run spread of the model's compute profiles (every round boundary, two processes each), "
+          "in the predicted p90 unless --no-drift")
     if args.phases:
         print_phases(work, cases)
     return 0
