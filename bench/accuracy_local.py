@@ -33,8 +33,8 @@ iterations at or below the predicted p90; then median and max error.  ``--workdi
 profiles and runs; ``--reuse`` re-predicts from them without measuring again; ``--phases`` adds
 the per-phase medians of every profile process and DDP rank (where an error comes from).
 
-Run as root (namespaces, priority): ``.venv/bin/python bench/accuracy_local.py`` — about 20 minutes
-with 3 rounds (``--rounds 2``: about 14).
+Run as root (namespaces, priority): ``.venv/bin/python bench/accuracy_local.py`` — about 18 minutes
+with 3 rounds (``--rounds 2``: about 12).
 Measured processes run at ``--nice -10`` in their own scheduler autogroup, which shields them
 from other work on the machine without starving it; the load average is printed. They keep
 freed memory (``MALLOC_ENV``), which removes this VM's host-fault noise.
