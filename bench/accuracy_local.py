@@ -43,6 +43,7 @@ freed memory (``MALLOC_ENV``), which removes this VM's host-fault noise.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -375,20 +376,27 @@ def measure_block(case: Case, batch: int, link: str, work: Path, args: argparse.
     boundary(args.rounds)
 
 
+def comm_size_range(work: Path, case: Case) -> tuple[int, int]:
+    """Bytes the comm profiles cover: half the smallest to twice the largest bucket of the case's
+    first profile (every batch size)."""
+    sizes = bucket_sizes(pooled(sorted(work.glob(f"compute_{case.name}_[01].json"))))
+    return sizes[0] // 2, sizes[-1] * 2
+
+
 def measure_case(case: Case, work: Path, args: argparse.Namespace) -> None:
     """Profile and train one model on loopback: a first profile of every batch size gives the
     bucket layout (the comm profiles' size range), then one interleaved block per batch size."""
     profile_compute(case, work, args.profile_iters)
-    sizes = bucket_sizes(pooled(sorted(work.glob(f"compute_{case.name}_[01].json"))))
+    lo, hi = comm_size_range(work, case)
     for b in case.batches:
-        measure_block(case, b, "loopback", work, args, lo=sizes[0] // 2, hi=sizes[-1] * 2,
+        measure_block(case, b, "loopback", work, args, lo=lo, hi=hi,
                       comm_repeats=args.comm_repeats, ddp_iters=args.ddp_iters, noop=True)
 
 
 def measure_shaped(case: Case, work: Path, args: argparse.Namespace) -> None:
-    sizes = bucket_sizes(pooled(sorted(work.glob(f"compute_{case.name}_[01].json"))))
+    lo, hi = comm_size_range(work, case)
     for b in case.slow_batches:
-        measure_block(case, b, "shaped", work, args, lo=sizes[0] // 2, hi=sizes[-1] * 2,
+        measure_block(case, b, "shaped", work, args, lo=lo, hi=hi,
                       comm_repeats=max(4, args.comm_repeats // 2), ddp_iters=max(8, args.ddp_iters // 2),
                       noop=False)
 
@@ -405,7 +413,7 @@ def print_phases(work: Path, cases: list[Case]) -> None:
         blocks = [(b, "loopback") for b in case.batches] + [(b, "shaped") for b in case.slow_batches]
         for b, link in blocks:
             print(f"{case.name:12} {b:>4}  {link}")
-            for k in range(100):
+            for k in itertools.count():
                 prof = []
                 for i in (0, 1):
                     path = work / f"compute_{case.name}{block_tag(b, link)}_r{k}_{i}.json"
@@ -453,7 +461,10 @@ def parse_args() -> argparse.Namespace:
                    help="let glibc return freed memory to the system (see MALLOC_ENV: noisy on VMs with page reporting)")
     p.add_argument("--nice", type=int, default=-10,
                    help="niceness of measured processes (negative needs root): shields them from other load")
-    return p.parse_args()
+    args = p.parse_args()
+    if args.rounds < 1:
+        p.error(f"--rounds must be at least 1, got {args.rounds}")
+    return args
 
 
 def main() -> int:
