@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import os
 import shutil
 import socket
@@ -54,6 +55,8 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -68,7 +71,14 @@ from planner.profiles import (  # noqa: E402
     merge_comm_profiles,
     merge_compute_profiles,
 )
-from planner.simulator import CommTime, Contention, SimulationResult, WorkerLoad, simulate_iteration  # noqa: E402
+from planner.simulator import (  # noqa: E402
+    Z90,
+    CommTime,
+    Contention,
+    SimulationResult,
+    WorkerLoad,
+    simulate_iteration,
+)
 
 PY = sys.executable
 NS = ("srbench_a", "srbench_b")
@@ -91,6 +101,30 @@ CASES = (
     Case("alexnet", "torchvision:alexnet", "3,64,64", (8, 32)),
     Case("transformer", "examples.tiny_model:build_transformer", "32,64", (16, 64), (16,)),
 )
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the table: a (model, batch, link) block, its prediction and its measurement."""
+
+    model: str
+    batch: int
+    link: str
+    sizes: list[int]          # bucket bytes
+    compute: float            # predicted fwd + bwd + opt per rank, ms
+    overhead: float           # DDP's own work, ms
+    comm: float               # predicted all-reduces alone, summed, ms
+    sim: SimulationResult
+    measured: float           # median DDP period, every round pooled, ms
+    cover: float              # share of measured periods at or below the predicted p90
+    rounds: int
+    spread: float | None      # the rounds' medians: (largest - smallest) / mean
+    drift: float
+    noise: float
+
+    @property
+    def error(self) -> float:
+        return 100 * abs(self.sim.iteration_ms_p50 - self.measured) / self.measured
 
 
 # --------------------------------------------------------------------------- process helpers
@@ -268,29 +302,50 @@ def comm_times(model: CommModel, cluster: Cluster, sizes: list[int], link: str) 
     return [CommTime(p.p50_ms, p.p90_ms, link) for p in preds]
 
 
-def predict(models: list[ComputeModel], batch: int, comm: list[CommTime],
-            contention: list[Contention], overhead_ms: float, drift: float = 0.0) -> SimulationResult:
+def predict(models: list[ComputeModel], batch: int, comm: list[CommTime], contention: list[Contention],
+            overhead_ms: float, drift: float = 0.0, noise: float = 0.0) -> SimulationResult:
     loads = [WorkerLoad(m.predict(batch), m.buckets(batch), batch, m.device, tail_ms=overhead_ms) for m in models]
-    return simulate_iteration(loads, comm, samples=400, seed=0, contention=contention, run_spread=drift)
+    return simulate_iteration(loads, comm, samples=400, seed=0, contention=contention, run_spread=drift,
+                              iteration_spread=noise)
 
 
-def ddp_overhead(work: Path, case: Case) -> float:
-    """DDP's own per-iteration work (ms): no-op-comm DDP period minus the compute profile.
+def ddp_overhead(work: Path, case: Case, batch: int) -> float:
+    """DDP's own per-iteration work (ms) at ``batch``: the block's no-op-comm DDP period (every
+    round pooled) minus its pooled compute profile; at least 0.
 
-    It copies gradients into and out of the buckets and runs the reducer hooks, so it scales
-    with the parameter bytes, not the batch. Each batch size gives an estimate (every no-op run
-    of its block pooled, against the block's pooled profiles), the difference of two noisy
-    medians whose noise grows with the compute time (the machine's drift is a fraction of it):
-    they are combined weighted by 1 / compute², which mostly trusts the smallest batch.
-    """
-    num = den = 0.0
+    It copies gradients into and out of the buckets and runs the reducer hooks (scaling with the
+    parameter bytes), and its ranks run in step — the buffer broadcast of every forward couples
+    them — where the profiler processes do not, which slows the compute with the batch (measured
+    here: tinycnn 9 → 19 ms, resnet18 31 → 47 ms, alexnet 101 → 118 ms from the small to the
+    large batch; the transformer, without buffers, 0). So it is measured per batch size, in the
+    same rounds as the runs it is charged to, which samples the same spells of the machine."""
+    noop = [t for run_ in ddp_rounds(work, case, batch, "loopback", noop=True) for t in run_]
+    return max(0.0, statistics.median(noop) - model_for(work, case, batch).predict(batch).total)
+
+
+def upper_spread(times: list[float]) -> float:
+    """``ln(p90 / p50) / 1.2816``: the relative spread of the upper tail (what a p90 covers)."""
+    return max(0.0, math.log(float(numpy.quantile(times, 0.9)) / float(numpy.quantile(times, 0.5))) / Z90)
+
+
+def ddp_noise(work: Path, case: Case, overheads: dict[int, float]) -> float:
+    """The training loop's own per-iteration noise (``iteration_spread`` of the simulator): the
+    upper-tail spread of the no-op-comm DDP runs, each round relative to its own median (the
+    drift between rounds is ``run_spread``'s), beyond the spread the simulator gives the same
+    no-op run (compute profile plus overhead, no communication, no drift)::
+
+        s_it² = mean over batch sizes of (s_no-op² − s_sim²),  at least 0
+
+    Measured here: no-op runs spread 0.09–0.16, the simulation of them 0.04–0.13."""
+    diffs = []
     for b in case.batches:
-        noop = [t for run_ in ddp_rounds(work, case, b, "loopback", noop=True) for t in run_]
-        compute = model_for(work, case, b).predict(b).total
-        weight = 1.0 / max(compute, 1e-3) ** 2
-        num += weight * (statistics.median(noop) - compute)
-        den += weight
-    return max(0.0, num / den)
+        rounds = ddp_rounds(work, case, b, "loopback", noop=True)
+        measured = upper_spread([t / statistics.median(r) for r in rounds for t in r])
+        model = model_for(work, case, b)
+        loads = [WorkerLoad(model.predict(b), model.buckets(b), b, model.device, tail_ms=overheads[b])] * 2
+        sim = simulate_iteration(loads, [0.0] * len(loads[0].buckets), samples=2000, seed=1)
+        diffs.append(measured ** 2 - (math.log(sim.iteration_ms_p90 / sim.iteration_ms_p50) / Z90) ** 2)
+    return math.sqrt(max(statistics.fmean(diffs), 0.0))
 
 
 def bucket_sizes(model: ComputeModel) -> list[int]:
@@ -453,6 +508,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--no-drift", dest="drift", action="store_false",
                    help="pool repeated profiles as they are (their differences count as iteration noise) "
                         "instead of modelling them as run-to-run drift in the predicted p90")
+    p.add_argument("--no-loop-noise", dest="loop_noise", action="store_false",
+                   help="leave the training loop's own per-iteration noise (measured on the no-op-comm DDP runs) "
+                        "out of the predicted p90")
     p.add_argument("--rounds", type=int, default=3,
                    help="rounds per block: (compute profile, comm profile, DDP runs) repeated, then a last profile")
     p.add_argument("--pin", action=argparse.BooleanOptionalAction, default=False,
@@ -510,8 +568,11 @@ def main() -> int:
         runs = [(b, "loopback") for b in case.batches]
         runs += [(b, "shaped") for b in case.slow_batches
                  if not skip_reason and any(work.glob(f"ddp_{case.name}_{b}_shaped_r*_0.json"))]
-        overhead = ddp_overhead(work, case)
+        # per batch size, from the loopback block's no-op runs (a shaped block has none: DDP's
+        # own work does not depend on the link)
+        overheads = {b: ddp_overhead(work, case, b) for b in case.batches}
         drift = case_drift(work, case) if args.drift else 0.0
+        noise = ddp_noise(work, case, overheads) if args.loop_noise else 0.0
         for batch, link in runs:
             model = model_for(work, case, batch, link)
             sizes = [bk.size_bytes for bk in model.buckets(batch)]
@@ -520,16 +581,14 @@ def main() -> int:
             label = "loopback" if link == "loopback" else link_name
             comm = comm_times(comm_model, cluster, sizes, label)
             contention = Contention.from_comm_profile(comm_profile, sizes)
-            sim = predict([model, model], batch, comm, contention, overhead, drift)
+            sim = predict([model, model], batch, comm, contention, overheads[batch], drift, noise)
             rounds = ddp_rounds(work, case, batch, link)
             measured = [t for r in rounds for t in r]
             med = statistics.median(measured)
-            spread = round_spread(rounds)
-            err = 100 * abs(sim.iteration_ms_p50 - med) / med
-            cover = sum(t <= sim.iteration_ms_p90 for t in measured) / len(measured)
-            rows.append((case.name, batch, label, len(sizes), sum(sizes) / 2**20, model.predict(batch).total,
-                         sum(c.p50_ms for c in comm), sim.iteration_ms_p50, sim.iteration_ms_p90, med, err, cover,
-                         sim.bottleneck, spread, overhead, drift, len(rounds)))
+            rows.append(Row(case.name, batch, label, sizes, model.predict(batch).total, overheads[batch],
+                            sum(c.p50_ms for c in comm), sim, med,
+                            sum(t <= sim.iteration_ms_p90 for t in measured) / len(measured),
+                            len(rounds), round_spread(rounds), drift, noise))
 
     print(f"\nSrifty local accuracy bench: 2 ranks, gloo, 1 thread per rank, {os.cpu_count()} CPUs; "
           f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f}; measured at nice {NICE}, "
@@ -538,24 +597,27 @@ def main() -> int:
         print(f"shaped-link cases SKIPPED: network namespaces unavailable here ({skip_reason})")
     print(f"{'model':12} {'batch':>5} {'link':17} {'buckets':>7} {'MiB':>6} {'compute':>8} {'ddp ovh':>7} {'comm':>8} "
           f"{'pred p50':>9} {'pred p90':>9} {'measured':>9} {'|err| %':>7} {'p90 cover':>9} {'rounds':>6} {'spread %':>8}"
-          f" {'drift %':>7}  bottleneck")
+          f" {'drift %':>7} {'noise %':>7}  bottleneck")
     for r in rows:
-        spread = f"{100 * r[13]:>8.1f}" if r[13] is not None else f"{'':>8}"
-        print(f"{r[0]:12} {r[1]:>5} {r[2]:17} {r[3]:>7} {r[4]:>6.1f} {r[5]:>8.1f} {r[14]:>7.1f} {r[6]:>8.1f} {r[7]:>9.1f} "
-              f"{r[8]:>9.1f} {r[9]:>9.1f} {r[10]:>7.1f} {r[11]:>8.0%} {r[16]:>6} {spread} {100 * r[15]:>7.1f}  {r[12]}")
-    errs = [r[10] for r in rows]
-    covers = [r[11] for r in rows]
-    spreads = [100 * r[13] for r in rows if r[13] is not None]
+        spread = f"{100 * r.spread:>8.1f}" if r.spread is not None else f"{'':>8}"
+        print(f"{r.model:12} {r.batch:>5} {r.link:17} {len(r.sizes):>7} {sum(r.sizes) / 2**20:>6.1f} {r.compute:>8.1f} "
+              f"{r.overhead:>7.1f} {r.comm:>8.1f} {r.sim.iteration_ms_p50:>9.1f} {r.sim.iteration_ms_p90:>9.1f} "
+              f"{r.measured:>9.1f} {r.error:>7.1f} {r.cover:>8.0%} {r.rounds:>6} {spread} {100 * r.drift:>7.1f} "
+              f"{100 * r.noise:>7.1f}  {r.sim.bottleneck}")
+    errs = [r.error for r in rows]
+    spreads = [100 * r.spread for r in rows if r.spread is not None]
     print(f"median |error| {statistics.median(errs):.1f} %   max |error| {max(errs):.1f} %   "
-          f"mean p90 coverage {statistics.fmean(covers):.0%}   (targets: median <= 5 %, max <= 12 %, coverage >= 85 %)")
+          f"mean p90 coverage {statistics.fmean(r.cover for r in rows):.0%}   "
+          f"(targets: median <= 5 %, max <= 12 %, coverage >= 85 %)")
     if spreads:
         print(f"noise floor: within a block, the rounds' median DDP periods (same run, seconds apart) spread by "
               f"median {statistics.median(spreads):.1f} %, max {max(spreads):.1f} % (largest - smallest, over their mean)")
-    print("compute = predicted fwd+bwd+opt per rank (pooled profiles); ddp ovh = DDP's own overhead (no-op comm "
-          "hook run minus compute), charged after the last all-reduce; comm = predicted sum of bucket all-reduces "
-          "alone; all ms; measured = median period of every round's DDP run pooled; spread = noise floor above; "
-          "drift = run-to-run spread of the model's compute profiles (every round boundary, two processes each), "
-          "in the predicted p90 unless --no-drift")
+    print("compute = predicted fwd+bwd+opt per rank (pooled profiles); ddp ovh = DDP's own overhead at this batch "
+          "size (no-op comm hook runs minus compute), charged after the last all-reduce; comm = predicted sum of "
+          "bucket all-reduces alone; all ms; measured = median period of every round's DDP run pooled; spread = "
+          "noise floor above; drift = run-to-run spread of the model's compute profiles (every round boundary, two "
+          "processes each), in the predicted p90 unless --no-drift; noise = the training loop's own per-iteration "
+          "spread (no-op runs beyond their simulation), in the predicted p90 unless --no-loop-noise")
     if args.phases:
         print_phases(work, cases)
     return 0

@@ -33,13 +33,27 @@ CPU-bound at every size (σ 0.8–1.0 measured here; it spins while it waits for
 1 Gbit/s link σ is 0.06–0.35 and the all-reduce overlaps the backward almost freely.
 
 Monte-Carlo.  Each phase of each worker is scaled by ``exp(s·z)`` with ``z ~ N(0, 1)`` and
-``s`` the phase's relative spread (median preserving); each all-reduce is log-normal with
-median ``p50`` and ``σ = ln(p90/p50) / 1.2816``.  A run-level factor ``exp(s_run·z)``, one
-draw per sample common to every phase of every worker and every all-reduce, adds the
-machine's drift between runs (``run_spread``; 0 by default): per-iteration noise averages out
-over a run, drift does not, so without it the predicted p90 only covers the iterations of a
-run that happens to sit at the profile's speed.  ``s_run`` comes from repeated profiles
-(:func:`planner.models.compute.run_spread`).  Draws use ``numpy.random.default_rng(seed)``.
+``s`` the phase's relative spread (median preserving); the three ``z`` of one worker share
+the profile's phase correlation ``ρ`` (``PhaseSpread.correlation``; one factor model
+``z_p = √ρ·c + √(1−ρ)·e_p`` with ``c, e_p ~ N(0, 1)`` independent), independent between
+workers.  Each all-reduce is log-normal with median ``p50`` and ``σ = ln(p90/p50) / 1.2816``.
+Two factors common to a whole iteration — every phase of every worker, every all-reduce and
+the tail — follow, each one draw per sample:
+
+* ``exp(s_run·z)``, the machine's drift between runs (``run_spread``; 0 by default):
+  per-iteration noise averages out over a run, drift does not, so without it the predicted
+  p90 only covers the iterations of a run that happens to sit at the profile's speed.
+  ``s_run`` comes from repeated profiles (:func:`planner.models.compute.run_spread`);
+* ``exp(s_it·z)``, per-iteration noise of the training loop that a compute profile does not
+  see (``iteration_spread``; 0 by default): DDP's own work (gradient copies, hooks, the
+  buffer broadcast that couples the ranks every forward), the allocator.  It is measured as
+  the spread of a DDP run whose all-reduces are no-ops beyond the spread this simulation
+  gives that run: ``s_it² = s_no-op² − s_sim²`` (``bench/accuracy_local.py``).
+
+Scaling every duration of a sample by one factor scales its iteration time by it (the
+timeline is homogeneous of degree 1; contention speeds are ratios), so both factors widen
+the distribution of whole iterations.  Draws use ``numpy.random.default_rng(seed)``; a zero
+``ρ``, ``run_spread`` or ``iteration_spread`` leaves the other draws as they were.
 """
 
 from __future__ import annotations
@@ -183,11 +197,13 @@ def timeline(workers: Sequence[WorkerLoad], comm_ms: Sequence[float], *,
 
 def simulate_iteration(workers: Sequence[WorkerLoad], comm: Sequence[CommTime | float], *,
                        samples: int = 2000, seed: int = 0, contention: ContentionSpec = None,
-                       run_spread: float = 0.0) -> SimulationResult:
+                       run_spread: float = 0.0, iteration_spread: float = 0.0) -> SimulationResult:
     """Monte-Carlo simulation of one DDP iteration; ``comm`` (and a sequence ``contention``)
-    has one entry per bucket; ``run_spread`` is the relative run-to-run drift (module docstring)."""
-    if not 0.0 <= run_spread <= 1.0:  # also refuses NaN
-        raise ValueError(f"simulate: run_spread must be in [0, 1], got {run_spread}")
+    has one entry per bucket; ``run_spread`` is the relative run-to-run drift,
+    ``iteration_spread`` the training loop's own per-iteration noise (module docstring)."""
+    for name, value in (("run_spread", run_spread), ("iteration_spread", iteration_spread)):
+        if not 0.0 <= value <= 1.0:  # also refuses NaN
+            raise ValueError(f"simulate: {name} must be in [0, 1], got {value}")
     if not workers:
         raise ValueError("simulate: at least one worker is needed")
     comm_t = [c if isinstance(c, CommTime) else CommTime(float(c)) for c in comm]
@@ -196,7 +212,8 @@ def simulate_iteration(workers: Sequence[WorkerLoad], comm: Sequence[CommTime | 
         raise ValueError(f"simulate: {len(comm_t)} comm times given for {n_buckets} buckets")
     det = timeline(workers, [c.p50_ms for c in comm_t], contention=contention)
     cont = _contentions(contention, n_buckets)
-    draws = _monte_carlo(workers, comm_t, samples, seed, cont, run_spread) if samples > 0 else [det.iteration_ms]
+    draws = (_monte_carlo(workers, comm_t, samples, seed, cont, run_spread, iteration_spread) if samples > 0
+             else [det.iteration_ms])
     return _result(workers, comm_t, det, draws)
 
 
@@ -204,7 +221,7 @@ def simulate_ddp(models: Sequence[ComputeModel] | ComputeModel, batches: Sequenc
                  comm_fn: Callable[[int], CommTime], *, samples: int = 2000, seed: int = 0,
                  contention: ContentionSpec = None, tail_ms: float = 0.0,
                  predict: Callable[[int, int], PhaseTimes] | None = None,
-                 run_spread: float = 0.0) -> SimulationResult:
+                 run_spread: float = 0.0, iteration_spread: float = 0.0) -> SimulationResult:
     """Build worker loads from compute models and simulate.
 
     ``models`` is one model per worker (or one shared by all), ``batches`` the per-worker batch
@@ -220,7 +237,8 @@ def simulate_ddp(models: Sequence[ComputeModel] | ComputeModel, batches: Sequenc
         phases = predict(i, batch) if predict else model.predict(batch)
         loads.append(WorkerLoad(phases, model.buckets(batch), batch, model.device, tail_ms))
     comm = [comm_fn(b.size_bytes) for b in loads[0].buckets]
-    return simulate_iteration(loads, comm, samples=samples, seed=seed, contention=contention, run_spread=run_spread)
+    return simulate_iteration(loads, comm, samples=samples, seed=seed, contention=contention, run_spread=run_spread,
+                              iteration_spread=iteration_spread)
 
 
 def cluster_comm_fn(comm_model: CommModel, cluster: Cluster) -> Callable[[int], CommTime]:
@@ -411,23 +429,30 @@ def _run_shared(opt: Sequence[float], fwd: Sequence[float], bwd: Sequence[float]
 
 
 def _monte_carlo(workers: Sequence[WorkerLoad], comm: Sequence[CommTime], samples: int, seed: int,
-                 contention: Sequence[Contention], run_spread: float = 0.0) -> list[float]:
+                 contention: Sequence[Contention], run_spread: float = 0.0,
+                 iteration_spread: float = 0.0) -> list[float]:
     import numpy as np
 
     rng = np.random.default_rng(seed)
     n_w, n_k = len(workers), len(comm)
-    base = {p: np.array([w.phases.get(p) for w in workers]) for p in ("optimizer", "forward", "backward")}
-    spread = {p: np.array([w.phases.spread.get(p) for w in workers]) for p in base}
-    draws = {p: base[p][None, :] * np.exp(spread[p][None, :] * rng.standard_normal((samples, n_w))) for p in base}
+    phases = ("optimizer", "forward", "backward")
+    base = {p: np.array([w.phases.get(p) for w in workers]) for p in phases}
+    spread = {p: np.array([w.phases.spread.get(p) for w in workers]) for p in phases}
+    z = {p: rng.standard_normal((samples, n_w)) for p in phases}
     c50 = np.array([c.p50_ms for c in comm])
     csig = np.array([c.sigma for c in comm])
     comm_draws = c50[None, :] * np.exp(csig[None, :] * rng.standard_normal((samples, n_k)))
-    run = np.ones(samples)
-    if run_spread > 0:
-        # drawn after the others so that a zero run_spread leaves every earlier draw unchanged
-        run = np.exp(run_spread * rng.standard_normal(samples))
-        draws = {p: d * run[:, None] for p, d in draws.items()}
-        comm_draws = comm_draws * run[:, None]
+    # Factors drawn after the others, each only when it is non-zero, so that leaving one out
+    # keeps every other draw (and seeded results) unchanged.
+    run = np.exp(run_spread * rng.standard_normal(samples)) if run_spread > 0 else np.ones(samples)
+    rho = np.array([w.phases.spread.correlation for w in workers])
+    if rho.any():
+        common = rng.standard_normal((samples, n_w))   # one per worker and sample, shared by its phases
+        z = {p: np.sqrt(rho)[None, :] * common + np.sqrt(1.0 - rho)[None, :] * zp for p, zp in z.items()}
+    if iteration_spread > 0:
+        run = run * np.exp(iteration_spread * rng.standard_normal(samples))
+    draws = {p: base[p][None, :] * np.exp(spread[p][None, :] * z[p]) * run[:, None] for p in phases}
+    comm_draws = comm_draws * run[:, None]
     tails = max((w.tail_ms for w in workers), default=0.0) * run   # DDP's own work drifts with the rest
     fractions = np.array(_ready_fractions(workers)) if n_k else np.zeros((n_w, 0))
     if not all(c.free for c in contention):

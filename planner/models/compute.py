@@ -24,6 +24,17 @@ Two spreads are kept per phase, both relative (fractions of the predicted time):
   interpolated linearly in batch size between profiled batches;
 * ``fit_error`` — RMS of the relative fit residuals (0 when the fit interpolates exactly).
 
+The phases of one iteration are not independent: a slow spell of the machine slows the
+forward and the backward alike (measured on 2-core CPU profiles: Pearson correlation of
+forward and backward 0.1–0.6).  Drawn independently, the iteration total would come out too
+narrow.  Per batch size the profile gives one correlation ``ρ`` (:func:`phase_correlation`),
+the equicorrelation that reproduces the variance of the per-iteration totals::
+
+    Var(Σ_p t_p) = Σ_p σ_p² + ρ · Σ_{p≠q} σ_p σ_q     →     ρ = clamp((Var(T) − Σ_p σ_p²) / Σ_{p≠q} σ_p σ_q, 0, 1)
+
+(``σ_p`` the standard deviation of phase ``p`` over the iterations, ``T`` their sum); the
+simulator draws the phases of a worker with that correlation.
+
 Range: predictions are allowed from ``b_min·(1 − margin)`` to ``b_max·(1 + margin)`` with
 ``margin = EXTRAPOLATION_MARGIN`` (0.25) of the profiled batch sizes; beyond it
 :class:`OutOfProfiledRangeError` is raised.  A batch above the profile's ``max_batch_size``
@@ -33,11 +44,12 @@ Range: predictions are allowed from ``b_min·(1 − margin)`` to ``b_max·(1 + m
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from planner.profiles import PHASES, ComputeProfile
+from planner.profiles import PHASES, ComputeProfile, ComputeSample
 
 EXTRAPOLATION_MARGIN = 0.25
 MIN_TIME_MS = 1e-6
@@ -62,6 +74,7 @@ class PhaseSpread:
     forward: float = 0.0
     backward: float = 0.0
     optimizer: float = 0.0
+    correlation: float = 0.0  # between the phases of one iteration (module docstring), in [0, 1]
 
     def get(self, phase: str) -> float:
         return float(getattr(self, phase))
@@ -140,6 +153,14 @@ class ComputeModel:
     max_batch_size: int | None = None
     margin: float = EXTRAPOLATION_MARGIN
     source: str = "measured"
+    correlations: tuple[float, ...] = ()  # per batch size; () = independent phases (older models)
+
+    def __post_init__(self) -> None:
+        if self.correlations and len(self.correlations) != len(self.batch_sizes):
+            raise ValueError(f"compute model: {len(self.correlations)} correlations for "
+                             f"{len(self.batch_sizes)} batch sizes")
+        if not all(0.0 <= r <= 1.0 for r in self.correlations):  # also refuses NaN
+            raise ValueError(f"compute model: correlations must be in [0, 1], got {list(self.correlations)}")
 
     @property
     def min_batch(self) -> int:
@@ -167,7 +188,9 @@ class ComputeModel:
         """Phase times (ms) at per-worker ``batch``; raises :class:`ComputeRangeError` if out of range."""
         self.check_batch(batch)
         times = {p: max(self.fits[p](batch), MIN_TIME_MS) for p in PHASES}
-        spread = PhaseSpread(**{p: interpolate(batch, self.batch_sizes, self.spreads[p]) for p in PHASES})
+        rho = interpolate(batch, self.batch_sizes, self.correlations) if self.correlations else 0.0
+        spread = PhaseSpread(**{p: interpolate(batch, self.batch_sizes, self.spreads[p]) for p in PHASES},
+                             correlation=rho)
         fit_error = PhaseSpread(**{p: self.fits[p].rel_rmse for p in PHASES})
         return PhaseTimes(forward=times["forward"], backward=times["backward"], optimizer=times["optimizer"],
                           spread=spread, fit_error=fit_error, source=self.source, batch_size=batch)
@@ -195,6 +218,7 @@ class ComputeModel:
             "fits": {p: f.to_dict() for p, f in self.fits.items()},
             "batch_sizes": list(self.batch_sizes),
             "spreads": {p: list(v) for p, v in self.spreads.items()},
+            "correlations": list(self.correlations),
             "buckets_by_batch": {str(b): [[x.size_bytes, x.ready_fraction] for x in lay]
                                  for b, lay in self.buckets_by_batch.items()},
             "max_batch_size": self.max_batch_size, "margin": self.margin, "source": self.source,
@@ -209,6 +233,7 @@ class ComputeModel:
             fits={p: PiecewiseLinear(**f) for p, f in doc["fits"].items()},
             batch_sizes=tuple(doc["batch_sizes"]),
             spreads={p: tuple(v) for p, v in doc["spreads"].items()},
+            correlations=tuple(float(r) for r in doc.get("correlations", ())),
             buckets_by_batch={int(b): tuple(BucketSpec(int(s), float(r)) for s, r in lay)
                               for b, lay in doc.get("buckets_by_batch", {}).items()},
             max_batch_size=doc.get("max_batch_size"), margin=doc.get("margin", EXTRAPOLATION_MARGIN),
@@ -242,6 +267,23 @@ def run_spread(profiles: Sequence[ComputeProfile]) -> float:
     return math.sqrt(ss / dof) if dof else 0.0
 
 
+def phase_correlation(sample: ComputeSample) -> float:
+    """Equicorrelation ``ρ`` of the phases of one iteration from a sample's per-iteration
+    times (module docstring); 0 with fewer than three iterations or phases of unequal length
+    (summaries without their iterations)."""
+    series = [sample.phases[p].times_ms for p in PHASES]
+    n = len(series[0])
+    if n < 3 or any(len(x) != n for x in series):
+        return 0.0
+    var = [statistics.pvariance(x) for x in series]
+    sd = [math.sqrt(v) for v in var]
+    cross = sum(sd[i] * sd[j] for i in range(len(sd)) for j in range(len(sd)) if i != j)
+    if cross <= 0:
+        return 0.0
+    total = statistics.pvariance([sum(ts) for ts in zip(*series, strict=True)])
+    return min(max((total - sum(var)) / cross, 0.0), 1.0)
+
+
 # --------------------------------------------------------------------------- fitting
 
 
@@ -254,12 +296,13 @@ def fit_compute_model(profile: ComputeProfile, *, margin: float = EXTRAPOLATION_
         medians = [s.phases[phase].median_ms for s in profile.samples]
         fits[phase] = fit_piecewise_linear(batches, medians)
         spreads[phase] = tuple(s.phases[phase].relative_spread for s in profile.samples)
+    correlations = tuple(phase_correlation(s) for s in profile.samples)
     buckets = {s.batch_size: tuple(BucketSpec(b.size_bytes, b.ready_fraction) for b in s.buckets)
                for s in profile.samples if s.buckets}
     return ComputeModel(
         model_spec=profile.model.spec, device=profile.device.name, precision=profile.device.precision,
         fits=fits, batch_sizes=tuple(batches), spreads=spreads, buckets_by_batch=buckets,
-        max_batch_size=profile.max_batch_size, margin=margin,
+        max_batch_size=profile.max_batch_size, margin=margin, correlations=correlations,
     )
 
 

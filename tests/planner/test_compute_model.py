@@ -14,6 +14,7 @@ from planner.models.compute import (
     OutOfProfiledRangeError,
     fit_compute_model,
     fit_piecewise_linear,
+    phase_correlation,
     run_spread,
 )
 from planner.profiles import load_compute_profile
@@ -149,3 +150,66 @@ def test_it_gives_no_run_spread_without_a_repeated_batch_size():
     assert run_spread([one]) == 0.0
     assert run_spread([one, other]) == 0.0
     assert run_spread([]) == 0.0
+
+
+def sample_of(fwd, bwd, opt):
+    """A one-batch profile sample with the given per-iteration phase times."""
+    doc = profile_doc({8: (1.0, 1.0, 1.0)})
+    doc["samples"][0]["phases"] = {"forward": {"times_ms": fwd}, "backward": {"times_ms": bwd},
+                                   "optimizer": {"times_ms": opt}}
+    return load_compute_profile(doc).sample_for(8)
+
+
+def test_phases_that_move_together_are_fully_correlated():
+    # forward and backward rise and fall together, the optimizer is constant: Var(T) = (σf + σb)²
+    assert phase_correlation(sample_of([1, 2, 3, 4], [2, 4, 6, 8], [1, 1, 1, 1])) == pytest.approx(1.0)
+
+
+def test_phases_that_move_against_each_other_count_as_independent():
+    # forward up while backward down: negative covariance, clamped to 0 (the one-factor model
+    # in the simulator needs ρ ≥ 0)
+    assert phase_correlation(sample_of([1, 2, 3, 4], [4, 3, 2, 1], [1, 1, 1, 1])) == 0.0
+
+
+def test_the_correlation_reproduces_the_variance_of_the_iteration_totals():
+    # forward 10, 12, 10, 12; backward 20, 20, 24, 24 (uncorrelated); optimizer 5, 6, 6, 5 (ρ_fo = 0,
+    # ρ_bo = 0): Var(T) = Σ Var: ρ = 0
+    assert phase_correlation(sample_of([10, 12, 10, 12], [20, 20, 24, 24], [5, 6, 6, 5])) == pytest.approx(0.0)
+    # forward 10, 12, 10, 12 and backward 20, 24, 22, 22: cov = 1, σf = 1, σb = √2, optimizer constant
+    # → ρ = 2·cov / (2·σf·σb) = 1/√2
+    assert phase_correlation(sample_of([10, 12, 10, 12], [20, 24, 22, 22], [5, 5, 5, 5])) == \
+        pytest.approx(1 / math.sqrt(2))
+
+
+def test_too_few_iterations_give_no_correlation():
+    assert phase_correlation(sample_of([1, 2], [2, 4], [1, 1])) == 0.0
+
+
+def test_the_model_keeps_the_phase_correlation_per_batch_and_interpolates_it():
+    rng = random.Random(1)
+    doc = profile_doc({8: (1.0, 2.0, 0.5), 16: (2.0, 4.0, 0.5)})
+    for sample, rho in zip(doc["samples"], (0.0, 1.0), strict=True):
+        common = [rng.gauss(0, 1) for _ in range(40)]
+        own = {p: [rng.gauss(0, 1) for _ in range(40)] for p in ("forward", "backward", "optimizer")}
+        for p, base in zip(("forward", "backward", "optimizer"), (10.0, 20.0, 5.0), strict=True):
+            sample["phases"][p] = {"times_ms": [base * (1 + 0.05 * (math.sqrt(rho) * c + math.sqrt(1 - rho) * e))
+                                                for c, e in zip(common, own[p], strict=True)]}
+    model = fit_compute_model(load_compute_profile(doc))
+    assert model.correlations[0] < 0.25
+    assert model.correlations[1] == pytest.approx(1.0)
+    assert model.predict(12).spread.correlation == pytest.approx(sum(model.correlations) / 2)
+    assert ComputeModel.from_dict(model.to_dict()).predict(12) == model.predict(12)
+
+
+def test_a_stored_model_without_correlations_reads_as_independent_phases():
+    doc = linear_model().to_dict()
+    del doc["correlations"]
+    assert ComputeModel.from_dict(doc).predict(16).spread.correlation == 0.0
+
+
+def test_it_rejects_correlations_that_do_not_match_the_batch_sizes_or_leave_0_1():
+    doc = linear_model().to_dict()
+    with pytest.raises(ValueError, match="correlations for 4 batch sizes"):
+        ComputeModel.from_dict({**doc, "correlations": [0.5]})
+    with pytest.raises(ValueError, match=r"in \[0, 1\]"):
+        ComputeModel.from_dict({**doc, "correlations": [0.5, 0.5, 1.5, 0.5]})

@@ -141,6 +141,40 @@ def test_it_rejects_a_negative_or_absurd_run_drift():
     for bad in (-0.01, 1.5, float("nan")):
         with pytest.raises(ValueError, match="run_spread"):
             simulate_iteration([worker()], [CommTime(1)] * 3, run_spread=bad)
+        with pytest.raises(ValueError, match="iteration_spread"):
+            simulate_iteration([worker()], [CommTime(1)] * 3, iteration_spread=bad)
+
+
+def test_correlated_phases_widen_the_iteration_as_one_phase_would():
+    # one worker, no communication: T = fwd + bwd + opt. Fully correlated phases with the same
+    # relative spread s scale together, so T is log-normal with spread s: p90 = T·exp(1.2816·s);
+    # independent ones partly cancel and give a narrower iteration
+    def load(rho):
+        phases = PhaseTimes(10.0, 20.0, 5.0, spread=PhaseSpread(0.1, 0.1, 0.1, correlation=rho))
+        return [WorkerLoad(phases, BUCKETS, 16)]
+
+    comm = [CommTime(0.0)] * 3
+    full = simulate_iteration(load(1.0), comm, samples=8000, seed=5)
+    half = simulate_iteration(load(0.5), comm, samples=8000, seed=5)
+    independent = simulate_iteration(load(0.0), comm, samples=8000, seed=5)
+    assert full.iteration_ms_p90 == pytest.approx(35.0 * math.exp(1.2816 * 0.1), rel=0.01)
+    assert independent.iteration_ms_p90 < half.iteration_ms_p90 < full.iteration_ms_p90
+    assert independent == simulate_iteration([WorkerLoad(worker(spread=0.1).phases, BUCKETS, 16)], comm,
+                                             samples=8000, seed=5)
+
+
+def test_the_loops_own_noise_scales_whole_iterations_and_adds_to_the_drift():
+    # independent log-normal factors: their log spreads add in quadrature, and a zero one draws nothing
+    loads = [WorkerLoad(worker().phases, BUCKETS, 16, tail_ms=3.0)] * 2
+    comm = [CommTime(4, 4)] * 3
+    det = simulate_iteration(loads, comm, samples=0).deterministic_ms
+    noisy = simulate_iteration(loads, comm, samples=8000, seed=3, iteration_spread=0.08)
+    both = simulate_iteration(loads, comm, samples=8000, seed=3, iteration_spread=0.08, run_spread=0.06)
+    assert noisy.iteration_ms_p50 == pytest.approx(det, rel=0.01)
+    assert noisy.iteration_ms_p90 == pytest.approx(det * math.exp(1.2816 * 0.08), rel=0.01)
+    assert both.iteration_ms_p90 == pytest.approx(det * math.exp(1.2816 * 0.1), rel=0.01)
+    assert simulate_iteration(loads, comm, samples=200, seed=3, run_spread=0.05, iteration_spread=0.0) == \
+        simulate_iteration(loads, comm, samples=200, seed=3, run_spread=0.05)
 
 
 def test_the_result_names_the_bottleneck_link_and_breaks_the_time_down():
