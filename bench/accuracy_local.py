@@ -18,12 +18,16 @@ the same spells and are pooled over the block:
    core, no spare one), so only the part of an all-reduce that waits on the link overlaps the
    backward; the CPU-bound part slows it (``Contention.from_comm_profile``);
 4. measure DDP's own overhead: a DDP run whose all-reduces are replaced by a no-op comm hook
-   (``--noop-comm``), minus the compute profile — gradient copies into and out of the buckets,
-   reducer hooks, the per-forward buffer broadcast; no communication is involved;
+   (``--noop-comm``), minus the compute profile, per batch size — gradient copies into and out
+   of the buckets, reducer hooks, the per-forward buffer broadcast; no communication is
+   involved — and the training loop's own per-iteration noise: the spread of those no-op runs
+   beyond the spread the simulator gives them;
 5. predict the 2-rank DDP iteration with :mod:`planner.simulator` (comm model fitted on step 2,
    contention from the CPU shares of step 3, overhead from step 4 charged after the last
-   all-reduce; the run-to-run drift between the model's repeated compute profiles,
-   :func:`planner.models.compute.run_spread`, widens the predicted p90);
+   all-reduce; the phases of a rank drawn with the correlation their profile shows; the
+   run-to-run drift between the model's repeated compute profiles,
+   :func:`planner.models.compute.run_spread`, and the loop noise of step 4 widen the
+   predicted p90);
 6. run real ``DistributedDataParallel`` training (``bench/_ddp_train.py``, gloo, 2 processes,
    ``torch.set_num_threads(1)``) once per round and compare the pooled per-iteration periods with
    the prediction; the spread of the rounds' medians shows the machine's own noise floor.

@@ -276,9 +276,8 @@ def phase_correlation(sample: ComputeSample) -> float:
     if n < 3 or any(len(x) != n for x in series):
         return 0.0
     var = [statistics.pvariance(x) for x in series]
-    sd = [math.sqrt(v) for v in var]
-    cross = sum(sd[i] * sd[j] for i in range(len(sd)) for j in range(len(sd)) if i != j)
-    if cross <= 0:
+    cross = sum(math.sqrt(v) for v in var) ** 2 - sum(var)   # Σ_{p≠q} σ_p σ_q
+    if cross <= 1e-9 * sum(var):   # at most one phase varies (rounding can leave a tiny positive)
         return 0.0
     total = statistics.pvariance([sum(ts) for ts in zip(*series, strict=True)])
     return min(max((total - sum(var)) / cross, 0.0), 1.0)

@@ -213,3 +213,7 @@ def test_it_rejects_correlations_that_do_not_match_the_batch_sizes_or_leave_0_1(
         ComputeModel.from_dict({**doc, "correlations": [0.5]})
     with pytest.raises(ValueError, match=r"in \[0, 1\]"):
         ComputeModel.from_dict({**doc, "correlations": [0.5, 0.5, 1.5, 0.5]})
+
+
+def test_a_single_varying_phase_has_no_correlation():
+    assert phase_correlation(sample_of([1.1, 2.3, 3.7, 4.9], [2, 2, 2, 2], [1, 1, 1, 1])) == 0.0
