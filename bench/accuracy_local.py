@@ -16,14 +16,17 @@ the same spells and are pooled over the block:
 3. (in step 2) the agent also measures each all-reduce's CPU share, process CPU time over wall
    time: on a CPU the gloo threads and the backward pass share the cores (here one rank per
    core, no spare one), so only the part of an all-reduce that waits on the link overlaps the
-   backward; the CPU-bound part slows it (``Contention.from_comm_profile``);
+   backward; the CPU-bound part slows it (``Contention.from_comm_profile``). Over the shaped
+   link the measured share holds; on loopback the wait is for the peer's CPU, busy with its own
+   backward in training, so the whole all-reduce counts as CPU work (``same_host``);
 4. measure DDP's own overhead: a DDP run whose all-reduces are replaced by a no-op comm hook
    (``--noop-comm``), minus the compute profile, per batch size — gradient copies into and out
    of the buckets, reducer hooks, the per-forward buffer broadcast; no communication is
    involved — and the training loop's own per-iteration noise: the spread of those no-op runs
    beyond the spread the simulator gives them;
 5. predict the 2-rank DDP iteration with :mod:`planner.simulator` (comm model fitted on step 2,
-   contention from the CPU shares of step 3, overhead from step 4 charged after the last
+   each bucket's all-reduce drawn from the measured times of the nearest profiled size — gloo's
+   small messages take ~0.4 ms or ~3–5 ms here, two modes — contention from step 3, overhead from step 4 charged after the last
    all-reduce; the phases of a rank drawn with the correlation their profile shows; the
    run-to-run drift between the model's repeated compute profiles,
    :func:`planner.models.compute.run_spread`, and the loop noise of step 4 widen the
@@ -66,7 +69,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from planner.hardware import Cluster  # noqa: E402
-from planner.models.comm import CommModel, fit_link_from_profile, observations_from_profile  # noqa: E402
+from planner.models.comm import (  # noqa: E402
+    CommModel,
+    fit_link_from_profile,
+    observations_from_profile,
+    time_ratios,
+)
 from planner.models.compute import ComputeModel, fit_compute_model, run_spread  # noqa: E402
 from planner.profiles import (  # noqa: E402
     CommProfile,
@@ -299,11 +307,14 @@ def comm_model_for(profile: CommProfile) -> tuple[CommModel, Cluster]:
     return CommModel.fit(observations_from_profile(profile, cluster)), cluster
 
 
-def comm_times(model: CommModel, cluster: Cluster, sizes: list[int], link: str) -> list[CommTime]:
+def comm_times(model: CommModel, cluster: Cluster, sizes: list[int], link: str,
+               profile: CommProfile) -> list[CommTime]:
+    """Per bucket: the comm model's p50/p90 and the profile's measured time distribution at the
+    nearest size (bootstrapped by the simulator: gloo's small messages are two-mode here)."""
     from planner.models.comm import CommQuery
 
     preds = model.predict_many([CommQuery.from_cluster(s, cluster) for s in sizes])
-    return [CommTime(p.p50_ms, p.p90_ms, link) for p in preds]
+    return [CommTime(p.p50_ms, p.p90_ms, link, time_ratios(profile, s)) for p, s in zip(preds, sizes, strict=True)]
 
 
 def predict(models: list[ComputeModel], batch: int, comm: list[CommTime], contention: list[Contention],
@@ -583,8 +594,8 @@ def main() -> int:
             comm_profile = comm_profile_for(work, case, batch, link)
             comm_model, cluster = comm_model_for(comm_profile)
             label = "loopback" if link == "loopback" else link_name
-            comm = comm_times(comm_model, cluster, sizes, label)
-            contention = Contention.from_comm_profile(comm_profile, sizes)
+            comm = comm_times(comm_model, cluster, sizes, label, comm_profile)
+            contention = Contention.from_comm_profile(comm_profile, sizes, same_host=link == "loopback")
             sim = predict([model, model], batch, comm, contention, overheads[batch], drift, noise)
             rounds = ddp_rounds(work, case, batch, link)
             measured = [t for r in rounds for t in r]

@@ -28,15 +28,18 @@ or :meth:`Contention.from_cpu_share` for a thread that needs a fraction ``σ`` o
 fair scheduler: the all-reduce gets ``min(σ, ½)`` of the core, i.e. speed ``min(σ, ½)/σ``, the
 backward the rest, ``1 − min(σ, ½)``.  ``σ = 1`` conserves work: both then cost their sum.
 :meth:`Contention.from_comm_profile` takes ``σ`` per bucket from the comm profile, whose agent
-measures it on CPUs as process CPU time over wall time of each all-reduce: on loopback gloo is
-CPU-bound at every size (σ 0.8–1.0 measured here; it spins while it waits for its peer); over a
-1 Gbit/s link σ is 0.06–0.35 and the all-reduce overlaps the backward almost freely.
+measures it on CPUs as process CPU time over wall time of each all-reduce: over a 1 Gbit/s link
+σ is 0.06–0.35 and the all-reduce overlaps the backward almost freely.  On loopback it measured
+0.7–1.0 beside an idle peer, but in training that peer computes on a busy core too, so the
+waiting is CPU work as well: ``same_host=True`` takes ``σ = 1`` there.
 
 Monte-Carlo.  Each phase of each worker is scaled by ``exp(s·z)`` with ``z ~ N(0, 1)`` and
 ``s`` the phase's relative spread (median preserving); the three ``z`` of one worker share
 the profile's phase correlation ``ρ`` (``PhaseSpread.correlation``; one factor model
 ``z_p = √ρ·c + √(1−ρ)·e_p`` with ``c, e_p ~ N(0, 1)`` independent), independent between
-workers.  Each all-reduce is log-normal with median ``p50`` and ``σ = ln(p90/p50) / 1.2816``.
+workers.  Each all-reduce is log-normal with median ``p50`` and ``σ = ln(p90/p50) / 1.2816``,
+or, where the measured times of its size are given (``CommTime.ratios``), ``p50`` times one of
+their ratios to their median drawn at random (a bootstrap of the measured distribution).
 Two factors common to a whole iteration — every phase of every worker, every all-reduce and
 the tail — follow, each one draw per sample:
 
@@ -85,11 +88,18 @@ class WorkerLoad:
 
 @dataclass(frozen=True)
 class CommTime:
-    """All-reduce time of one bucket: median and 90th percentile (ms)."""
+    """All-reduce time of one bucket: median and 90th percentile (ms).
+
+    ``ratios``: measured times of single all-reduces over their median (e.g.
+    :func:`planner.models.comm.time_ratios`); when given, the Monte-Carlo draws ``p50 · ratio``
+    from them instead of a log-normal — gloo's small messages on loopback take either ~0.4 ms
+    or ~3–5 ms, a two-mode distribution that no log-normal through p50 and p90 reproduces.
+    """
 
     p50_ms: float
     p90_ms: float | None = None
     link: str = ""
+    ratios: tuple[float, ...] = ()
 
     @property
     def sigma(self) -> float:
@@ -119,17 +129,29 @@ class Contention:
         return cls(grant / share, 1.0 - grant)
 
     @classmethod
-    def from_comm_profile(cls, profile: CommProfile, sizes: Sequence[int]) -> list[Contention]:
+    def from_comm_profile(cls, profile: CommProfile, sizes: Sequence[int], *,
+                          same_host: bool = False) -> list[Contention]:
         """Per bucket size: :meth:`from_cpu_share` with the CPU share the comm profile measured
         (``cpu_share`` of its samples, interpolated linearly in log size, clamped at the ends).
 
         For CPU ranks with no spare core (one rank per core): the all-reduce then competes with
         the backward for that core. A profile without CPU shares (NCCL on GPUs) gives free
         overlap.
+
+        ``same_host``: the ranks share one host's cores and talk through its memory (loopback).
+        What an all-reduce waits for there is its peer's CPU work, which in training competes
+        with the peer's backward on a busy core just as this rank's part does; the waiting the
+        profile measured beside an idle peer (share 0.7–0.95 here) is then CPU work too, and the
+        whole all-reduce is CPU-bound (share 1: all-reduce and backward cost their sum). Measured
+        here: real-minus-no-op DDP periods are 1.0–1.1× the all-reduces alone for resnet18 and
+        alexnet, where the measured shares predicted 0.85–0.95×. Over a real link (a shaped veth
+        pair) the waiting is for the wire and overlaps the backward: the measured share holds.
         """
         points = sorted((s.size_bytes, s.cpu_share) for s in profile.samples if s.cpu_share is not None)
         if not points:
             return [cls()] * len(sizes)
+        if same_host:
+            return [cls.from_cpu_share(1.0)] * len(sizes)
         log_sizes, shares = [math.log(x) for x, _ in points], [y for _, y in points]
         return [cls.from_cpu_share(interpolate(math.log(size), log_sizes, shares)) for size in sizes]
 
@@ -451,6 +473,9 @@ def _monte_carlo(workers: Sequence[WorkerLoad], comm: Sequence[CommTime], sample
         z = {p: np.sqrt(rho)[None, :] * common + np.sqrt(1.0 - rho)[None, :] * zp for p, zp in z.items()}
     if iteration_spread > 0:
         run = run * np.exp(iteration_spread * rng.standard_normal(samples))
+    for k, c in enumerate(comm):
+        if c.ratios:   # measured distribution of this bucket's all-reduce (CommTime docstring)
+            comm_draws[:, k] = c.p50_ms * rng.choice(np.asarray(c.ratios, dtype=float), samples)
     draws = {p: base[p][None, :] * np.exp(spread[p][None, :] * z[p]) * run[:, None] for p in phases}
     comm_draws = comm_draws * run[:, None]
     tails = max((w.tail_ms for w in workers), default=0.0) * run   # DDP's own work drifts with the rest

@@ -146,6 +146,18 @@ def observations_from_profile(profile: CommProfile, cluster: Cluster, link: Link
     return out
 
 
+def time_ratios(profile: CommProfile, size_bytes: int) -> tuple[float, ...]:
+    """The measured single all-reduce times over their median at the profiled size nearest to
+    ``size_bytes`` (in log size): the shape of the time distribution, for the simulator's
+    bootstrap (:class:`planner.simulator.CommTime`). Empty when the profile kept no per-call
+    times (a summary-only profile) or the median is 0."""
+    timed = [s for s in profile.samples if s.stats.times_ms and s.stats.median_ms > 0]
+    if not timed or size_bytes <= 0:
+        return ()
+    near = min(timed, key=lambda s: (abs(math.log(s.size_bytes / size_bytes)), s.size_bytes))
+    return tuple(t / near.stats.median_ms for t in near.stats.times_ms)
+
+
 def fit_link_from_profile(profile: CommProfile) -> tuple[float, float]:
     """Least-squares ``(bandwidth_gbps, alpha_us)`` of the ring prior to a profile's medians.
 

@@ -17,6 +17,7 @@ from planner.models.comm import (
     observations_from_profile,
     prior_ms,
     ring_allreduce_prior_ms,
+    time_ratios,
 )
 from planner.profiles import load_comm_profile
 
@@ -142,3 +143,18 @@ def test_it_fits_link_bandwidth_and_latency_from_a_profile():
     assert [o.query.size_bytes for o in obs] == sizes
     model = CommModel.fit(obs)
     assert model.predict(CommQuery.from_cluster(3 << 20, cluster)).p50_ms == pytest.approx((3 << 20) / 1e6 + 0.1, rel=1e-3)
+
+
+def test_time_ratios_are_the_nearest_measured_sizes_times_over_their_median():
+    doc = {"schema_version": 1, "kind": "comm", "backend": "gloo", "world_size": 2, "samples": [
+        {"size_bytes": 1 << 20, "times_ms": [0.5, 0.4, 4.0, 0.5, 3.5], "median_ms": 0.5},
+        {"size_bytes": 16 << 20, "times_ms": [8.0, 10.0, 12.0], "median_ms": 10.0},
+        {"size_bytes": 64 << 20, "median_ms": 40.0},   # summary only: no per-call times
+    ]}
+    profile = load_comm_profile(doc)
+    # 3 MiB is nearer 1 MiB than 16 MiB in log size; 8 MiB nearer 16 MiB
+    assert time_ratios(profile, 3 << 20) == pytest.approx((1.0, 0.8, 8.0, 1.0, 7.0))
+    assert time_ratios(profile, 8 << 20) == pytest.approx((0.8, 1.0, 1.2))
+    # the summary-only size is skipped: 64 MiB takes the nearest size that kept its times
+    assert time_ratios(profile, 64 << 20) == pytest.approx((0.8, 1.0, 1.2))
+    assert time_ratios(load_comm_profile({**doc, "samples": doc["samples"][2:]}), 1 << 20) == ()

@@ -92,6 +92,33 @@ def test_contention_comes_from_the_cpu_shares_a_comm_profile_measured():
     assert all(c.free for c in Contention.from_comm_profile(gpu, [1 << 20, 8 << 20]))
 
 
+def test_on_one_host_every_all_reduce_is_cpu_bound_whatever_share_was_measured():
+    from planner.profiles import CommProfile, CommSample, TimingStats
+
+    def sample(size, share):
+        return CommSample(size, TimingStats((1.0,), 1.0, 1.0, 1.0, 1.0, 0.0), cpu_share=share)
+
+    prof = CommProfile("gloo", 2, 1, 2, (sample(1 << 20, 0.2), sample(4 << 20, 0.8)))
+    # loopback: what the all-reduce waited for beside an idle peer is the peer's CPU work
+    assert Contention.from_comm_profile(prof, [1 << 20, 4 << 20], same_host=True) == [Contention.from_cpu_share(1.0)] * 2
+    # GPUs (no shares measured) overlap freely on one host too
+    gpu = CommProfile("nccl", 2, 1, 2, (CommSample(1 << 20, TimingStats((1.0,), 1.0, 1.0, 1.0, 1.0, 0.0)),))
+    assert all(c.free for c in Contention.from_comm_profile(gpu, [1 << 20], same_host=True))
+
+
+def test_a_two_mode_all_reduce_is_drawn_from_its_measured_times():
+    # communication-bound: T = opt + fwd + 0.25·bwd + Σ comm = 20 + 30 + 40 + c₃, with c₃ = 50 ms
+    # three times in four and 150 ms once (gloo's fast and slow modes): T is 140 or 240, never between
+    comm = [CommTime(30, 30), CommTime(40, 40), CommTime(50, 150, ratios=(1.0, 1.0, 1.0, 3.0))]
+    result = simulate_iteration([worker(), worker()], comm, samples=4000, seed=5)
+    assert result.iteration_ms_p50 == pytest.approx(140.0)
+    assert result.iteration_ms_p90 == pytest.approx(240.0)
+    assert result.iteration_ms_mean == pytest.approx(140 + 100 / 4, abs=3.0)
+    # the measured times, not the p90, set the spread: times all at their median give none
+    steady = simulate_iteration([worker(), worker()], comm[:2] + [CommTime(50, 150, ratios=(1.0,) * 4)], samples=500)
+    assert steady.iteration_ms_p50 == steady.iteration_ms_p90 == pytest.approx(140.0)
+
+
 def test_measured_contention_slows_both_sides_while_they_overlap():
     # bucket 0 (ready at 20 ms) runs at half speed beside the backward: 4 ms instead of 2,
     # during which the backward runs at 80 %; buckets 1 and 2 are not contended

@@ -16,22 +16,31 @@ def test_it_predicts_local_workers_from_a_profile_and_a_comm_profile(capsys):
     assert out["breakdown"]["forward"] > 0 and out["bottleneck"] in ("compute", "communication")
 
 
-def test_a_comm_profile_that_mostly_waits_on_the_link_overlaps_more_than_a_cpu_bound_one(tmp_path, capsys):
+def predict_with_share(tmp_path, capsys, share, *extra):
+    """p50 of 2 local workers whose 40 ms all-reduces measured ``share`` of a core."""
     doc = json.loads((FIXTURES / "tiny_comm.json").read_text())
     for sample in doc["samples"]:
         sample["median_ms"] = sample["p10_ms"] = sample["p90_ms"] = sample["mean_ms"] = 40.0
         sample["times_ms"] = [40.0] * len(sample["times_ms"])
         sample["std_ms"] = sample["cv"] = 0.0
-    results = {}
-    for share in (1.0, 0.05):
-        for sample in doc["samples"]:
-            sample["cpu_share"] = share
-        path = tmp_path / f"comm_{share}.json"
-        path.write_text(json.dumps(doc))
-        call_command("predict", "--profile", str(FIXTURES / "tiny_compute.json"), "--comm", str(path),
-                     "--workers", "2", "--samples", "0", "--json")
-        results[share] = json.loads(capsys.readouterr().out)["iteration_ms_p50"]
-    assert results[0.05] < results[1.0]
+        sample["cpu_share"] = share
+    path = tmp_path / f"comm_{share}.json"
+    path.write_text(json.dumps(doc))
+    call_command("predict", "--profile", str(FIXTURES / "tiny_compute.json"), "--comm", str(path),
+                 "--workers", "2", "--samples", "0", "--json", *extra)
+    return json.loads(capsys.readouterr().out)["iteration_ms_p50"]
+
+
+def test_over_a_network_an_all_reduce_that_mostly_waits_overlaps_more_than_a_cpu_bound_one(tmp_path, capsys):
+    waiting = predict_with_share(tmp_path, capsys, 0.05, "--link", "network")
+    assert waiting < predict_with_share(tmp_path, capsys, 1.0, "--link", "network")
+
+
+def test_over_loopback_every_all_reduce_is_cpu_work_whatever_share_was_measured(tmp_path, capsys):
+    # the peer a loopback all-reduce waits for computes on a busy core too (Contention.from_comm_profile)
+    cpu_bound = predict_with_share(tmp_path, capsys, 1.0, "--link", "network")
+    assert predict_with_share(tmp_path, capsys, 0.05) == pytest.approx(cpu_bound)
+    assert predict_with_share(tmp_path, capsys, 0.05, "--link", "loopback") == pytest.approx(cpu_bound)
 
 
 def scaled_profile(tmp_path, factor):
@@ -87,6 +96,9 @@ def test_bad_arguments_are_explained():
                      "--per-worker-batch", "4096")
     with pytest.raises(CommandError, match="give --profile"):
         call_command("predict")
+    with pytest.raises(CommandError, match="--link"):
+        call_command("predict", "--profile", str(FIXTURES / "tiny_compute.json"), "--comm",
+                     str(FIXTURES / "tiny_comm.json"), "--link", "carrier-pigeon")
 
 
 @pytest.mark.django_db

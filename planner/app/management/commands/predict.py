@@ -1,6 +1,6 @@
 """``manage.py predict``: the predicted DDP iteration time, for local workers or a catalog cluster.
 
-    predict --profile r18.json [--comm comm.json] --workers 2 [--per-worker-batch 32] --json
+    predict --profile r18.json [--comm comm.json] --workers 2 [--per-worker-batch 32] [--link network] --json
     predict --profile r18_a.json --profile r18_b.json --comm c_a.json --comm c_b.json --workers 2
 
 Repeated ``--profile`` (``--comm``) files are pooled; profiles repeated at different times also
@@ -25,6 +25,11 @@ class Command(BaseCommand):
         parser.add_argument("--comm", action="append",
                             help="comm profile JSON measured on the same machine; repeat to pool")
         parser.add_argument("--workers", type=int, default=2, help="local worker processes")
+        parser.add_argument("--link", choices=("loopback", "network"), default="loopback",
+                            help="how the local workers' all-reduces travel, as in the comm profile: loopback "
+                                 "(this host's memory: every all-reduce is CPU work, whatever share the profile "
+                                 "measured) or network (a real or shaped link: only the measured CPU share "
+                                 "competes with the backward)")
         parser.add_argument("--model", help="model spec (catalog cluster prediction)")
         parser.add_argument("--input-shape", default="3,224,224")
         parser.add_argument("--precision", default="amp")
@@ -52,7 +57,13 @@ class Command(BaseCommand):
 
     def _local(self, o) -> dict:
         from planner.hardware import Cluster
-        from planner.models.comm import CommModel, CommQuery, fit_link_from_profile, observations_from_profile
+        from planner.models.comm import (
+            CommModel,
+            CommQuery,
+            fit_link_from_profile,
+            observations_from_profile,
+            time_ratios,
+        )
         from planner.models.compute import ComputeRangeError, fit_compute_model, run_spread
         from planner.profiles import (
             ProfileError,
@@ -83,19 +94,22 @@ class Command(BaseCommand):
             comm_model = CommModel.fit(observations_from_profile(comm_profile, cluster))
 
             def comm_fn(size: int) -> CommTime:
+                # the profile's measured distribution at the nearest size is bootstrapped (two-mode on gloo)
                 p = comm_model.predict(CommQuery.from_cluster(size, cluster))
-                return CommTime(p.p50_ms, p.p90_ms, "loopback")
+                return CommTime(p.p50_ms, p.p90_ms, o["link"], time_ratios(comm_profile, size))
         else:
             def comm_fn(size: int) -> CommTime:
                 return CommTime(0.0, 0.0)
-        # On CPUs gloo's all-reduce competes with backward for the same cores: by the CPU share the
-        # comm profile measured per size, or as CPU-bound (share 1) for a profile without shares.
+        # On CPUs gloo's all-reduce competes with backward for the same cores: over loopback as
+        # CPU-bound (the peer it waits for computes too), over a network by the CPU share the comm
+        # profile measured per size; CPU-bound (share 1) for a profile without shares.
         contention = None
         try:
             if profile.device.type == "cpu" and o["workers"] > 1 and comm_profile is not None:
                 if any(s.cpu_share is not None for s in comm_profile.samples):
                     sizes = [b.size_bytes for b in model.buckets(batch)]
-                    contention = Contention.from_comm_profile(comm_profile, sizes)
+                    contention = Contention.from_comm_profile(comm_profile, sizes,
+                                                              same_host=o["link"] == "loopback")
                 else:
                     contention = Contention.from_cpu_share(1.0)
             sim = simulate_ddp(model, [batch] * o["workers"], comm_fn, samples=o["samples"], contention=contention,
