@@ -26,10 +26,10 @@ the same spells and are pooled over the block:
    beyond the spread the simulator gives them;
 5. predict the 2-rank DDP iteration with :mod:`planner.simulator` (comm model fitted on step 2,
    each bucket's all-reduce drawn from the measured times of the nearest profiled size — gloo's
-   small messages take ~0.4 ms or ~3–5 ms here, two modes — contention from step 3, overhead from step 4 charged after the last
-   all-reduce; the phases of a rank drawn with the correlation their profile shows; the
-   run-to-run drift between the model's repeated compute profiles,
-   :func:`planner.models.compute.run_spread`, and the loop noise of step 4 widen the
+   small messages take ~0.4 ms or ~3–5 ms here, two modes — contention from step 3, overhead
+   from step 4 charged after the last all-reduce; the phases of a rank drawn with the
+   correlation their profile shows; the run-to-run drift between the model's repeated compute
+   profiles, :func:`planner.models.compute.run_spread`, and the loop noise of step 4 widen the
    predicted p90);
 6. run real ``DistributedDataParallel`` training (``bench/_ddp_train.py``, gloo, 2 processes,
    ``torch.set_num_threads(1)``) once per round and compare the pooled per-iteration periods with
@@ -40,8 +40,8 @@ iterations at or below the predicted p90; then median and max error.  ``--workdi
 profiles and runs; ``--reuse`` re-predicts from them without measuring again; ``--phases`` adds
 the per-phase medians of every profile process and DDP rank (where an error comes from).
 
-Run as root (namespaces, priority): ``.venv/bin/python bench/accuracy_local.py`` — about 18 minutes
-with 3 rounds (``--rounds 2``: about 12).
+Run as root (namespaces, priority): ``.venv/bin/python bench/accuracy_local.py`` — 12 to 26 minutes
+with 3 rounds, as fast or slow as the VM is that day (703–1549 s measured; ``--rounds 2``: ~2/3).
 Measured processes run at ``--nice -10`` in their own scheduler autogroup, which shields them
 from other work on the machine without starving it; the load average is printed. They keep
 freed memory (``MALLOC_ENV``), which removes this VM's host-fault noise.
