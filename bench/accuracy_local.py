@@ -71,6 +71,7 @@ sys.path.insert(0, str(ROOT))
 from planner.hardware import Cluster  # noqa: E402
 from planner.models.comm import (  # noqa: E402
     CommModel,
+    CommQuery,
     fit_link_from_profile,
     observations_from_profile,
     time_ratios,
@@ -311,8 +312,6 @@ def comm_times(model: CommModel, cluster: Cluster, sizes: list[int], link: str,
                profile: CommProfile) -> list[CommTime]:
     """Per bucket: the comm model's p50/p90 and the profile's measured time distribution at the
     nearest size (bootstrapped by the simulator: gloo's small messages are two-mode here)."""
-    from planner.models.comm import CommQuery
-
     preds = model.predict_many([CommQuery.from_cluster(s, cluster) for s in sizes])
     return [CommTime(p.p50_ms, p.p90_ms, link, time_ratios(profile, s)) for p, s in zip(preds, sizes, strict=True)]
 

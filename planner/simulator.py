@@ -67,7 +67,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from planner.hardware import Cluster
-from planner.models.comm import CommModel, CommQuery
+from planner.models.comm import CommModel, CommQuery, time_ratios
 from planner.models.compute import BucketSpec, ComputeModel, ComputeRangeError, PhaseTimes, interpolate
 from planner.profiles import CommProfile
 
@@ -263,15 +263,21 @@ def simulate_ddp(models: Sequence[ComputeModel] | ComputeModel, batches: Sequenc
                               iteration_spread=iteration_spread)
 
 
-def cluster_comm_fn(comm_model: CommModel, cluster: Cluster) -> Callable[[int], CommTime]:
-    """``size_bytes -> CommTime`` for :func:`simulate_ddp`: the comm model on the cluster's slowest link."""
+def cluster_comm_fn(comm_model: CommModel, cluster: Cluster, *, profile: CommProfile | None = None,
+                    label: str | None = None) -> Callable[[int], CommTime]:
+    """``size_bytes -> CommTime`` for :func:`simulate_ddp`: the comm model on the cluster's slowest link.
+
+    ``profile``: the comm profile measured on that cluster; each size then carries its nearest
+    measured time distribution (:func:`planner.models.comm.time_ratios`) for the Monte-Carlo.
+    ``label`` names the link in the result (default: the link's kind)."""
     link = cluster.slowest_link()
     cache: dict[int, CommTime] = {}
 
     def comm(size_bytes: int) -> CommTime:
         if size_bytes not in cache:
             pred = comm_model.predict(CommQuery.from_link(size_bytes, cluster, link))
-            cache[size_bytes] = CommTime(pred.p50_ms, pred.p90_ms, link.kind)
+            ratios = time_ratios(profile, size_bytes) if profile is not None else ()
+            cache[size_bytes] = CommTime(pred.p50_ms, pred.p90_ms, label or link.kind, ratios)
         return cache[size_bytes]
 
     return comm

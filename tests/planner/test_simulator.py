@@ -261,3 +261,15 @@ def test_cluster_comm_fn_uses_the_slowest_link_of_the_cluster():
     comm = cluster_comm_fn(CommModel(), cluster)(25 << 20)
     assert comm.p50_ms == pytest.approx(ring_allreduce_prior_ms(25 << 20, 8, 50.0, 50.0))
     assert comm.link == "tcp"
+    assert comm.ratios == ()
+
+
+def test_cluster_comm_fn_carries_the_measured_times_of_a_profile_and_its_label():
+    from planner.profiles import load_comm_profile
+
+    profile = load_comm_profile({"schema_version": 1, "kind": "comm", "backend": "gloo", "world_size": 8,
+                                 "samples": [{"size_bytes": 16 << 20, "times_ms": [8.0, 10.0, 12.0]}]})
+    cluster = Cluster(nodes=2, gpus_per_node=4, network_gbps=50.0)
+    comm = cluster_comm_fn(CommModel(), cluster, profile=profile, label="shaped")(25 << 20)
+    assert comm.ratios == pytest.approx((0.8, 1.0, 1.2))
+    assert comm.link == "shaped"

@@ -57,13 +57,7 @@ class Command(BaseCommand):
 
     def _local(self, o) -> dict:
         from planner.hardware import Cluster
-        from planner.models.comm import (
-            CommModel,
-            CommQuery,
-            fit_link_from_profile,
-            observations_from_profile,
-            time_ratios,
-        )
+        from planner.models.comm import CommModel, fit_link_from_profile, observations_from_profile
         from planner.models.compute import ComputeRangeError, fit_compute_model, run_spread
         from planner.profiles import (
             ProfileError,
@@ -72,7 +66,7 @@ class Command(BaseCommand):
             merge_comm_profiles,
             merge_compute_profiles,
         )
-        from planner.simulator import CommTime, Contention, simulate_ddp
+        from planner.simulator import CommTime, Contention, cluster_comm_fn, simulate_ddp
 
         if o["workers"] < 1:
             raise CommandError("--workers must be >= 1")
@@ -92,11 +86,8 @@ class Command(BaseCommand):
             cluster = Cluster(nodes=1, gpus_per_node=o["workers"], intra_node_gbps=gbps, alpha_us=alpha,
                               device=profile.device.name)
             comm_model = CommModel.fit(observations_from_profile(comm_profile, cluster))
-
-            def comm_fn(size: int) -> CommTime:
-                # the profile's measured distribution at the nearest size is bootstrapped (two-mode on gloo)
-                p = comm_model.predict(CommQuery.from_cluster(size, cluster))
-                return CommTime(p.p50_ms, p.p90_ms, o["link"], time_ratios(comm_profile, size))
+            # the profile's measured distribution at each size is bootstrapped (two-mode on gloo)
+            comm_fn = cluster_comm_fn(comm_model, cluster, profile=comm_profile, label=o["link"])
         else:
             def comm_fn(size: int) -> CommTime:
                 return CommTime(0.0, 0.0)
