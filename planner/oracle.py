@@ -31,6 +31,7 @@ needs torch) and reuse it for every configuration the solver asks about.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -79,8 +80,11 @@ class Workload:
 
     @classmethod
     def from_dict(cls, doc: Mapping) -> Workload:
-        if doc.get("version") != 1:
-            raise ValueError(f"workload: version must be 1, got {doc.get('version')!r}")
+        """Read :meth:`to_dict`'s form, e.g. the ``workload`` an agent posted with its profile
+        (untrusted: ``check_trace`` raises ``ValueError`` on anything malformed)."""
+        from profiler.agent.workload import check_trace
+
+        doc = check_trace(doc)
         return cls(model_spec=doc["model_spec"], input_shape=tuple(doc["input_shape"]), precision=doc["precision"],
                    cost=WorkloadCost.from_dict(doc["cost"]), bucket_sizes=tuple(doc["bucket_sizes"]),
                    static_bytes=int(doc["static_bytes"]),
@@ -298,37 +302,20 @@ def _bottleneck(communication_bound: bool, cluster: Cluster) -> str:
 
 
 def workload_for_spec(spec: str, input_shape: Sequence[int], *, precision: str = "fp32", num_classes: int = 1000,
-                      measured: ComputeModel | None = None, measured_on: str | None = None) -> Workload:
+                      measured: ComputeModel | None = None, measured_on: str | None = None,
+                      allow_code: bool = False) -> Workload:
     """Count FLOPs/bytes, bucket sizes, static memory and saved activations of ``spec`` on the
-    meta device (no weights, no memory, seconds even for large models)."""
-    import torch
+    meta device (no weights, no memory, seconds even for large models).
 
-    from planner.models.transfer import count_workload, precision_family
-    from profiler.agent.buckets import ddp_buckets
-    from profiler.agent.memory import measure_saved_activations, static_memory
+    Library specs only, unless ``allow_code`` (the operator's own commands): the web process
+    and the task worker never import a team's model code (``profiler.agent.specs``)."""
     from profiler.agent.specs import load_model
+    from profiler.agent.workload import trace_workload
 
     shape = tuple(int(x) for x in input_shape)
 
     def build():
-        return load_model(spec, num_classes=num_classes, input_shape=shape)
+        return load_model(spec, num_classes=num_classes, input_shape=shape, allow_code=allow_code)
 
-    cost = count_workload(build, shape, precision=precision, model_spec=spec, num_classes=num_classes)
-    half = precision_family(precision) == "half"
-    with torch.device("meta"):
-        model = build()
-        batch = 4
-        x = torch.randn(batch, *shape, dtype=torch.float16 if half else torch.float32)
-    params = [p for p in model.parameters() if p.requires_grad]
-    static = static_memory(model).total_bytes
-    if half:  # AMP keeps fp32 weights and grads; activations are half precision (counted below)
-        static += sum(p.numel() * 2 for p in params)
-        model = model.half()
-    saved = measure_saved_activations(lambda: model(x), exclude=list(model.parameters()))
-    sizes = [p.numel() * p.element_size() for p in params]
-    buckets = tuple(b.size_bytes for b in ddp_buckets(sizes))
-    return Workload(
-        model_spec=spec, input_shape=shape, precision=precision, cost=cost, bucket_sizes=buckets,
-        static_bytes=static, activation_bytes_per_sample=saved.total_bytes / batch,
-        measured=measured, measured_on=measured_on,
-    )  # fmt: skip
+    doc = trace_workload(build, shape, precision=precision, model_spec=spec, num_classes=num_classes)
+    return dataclasses.replace(Workload.from_dict(doc), measured=measured, measured_on=measured_on)

@@ -224,6 +224,16 @@ def check_profile(run: ProfilingRun, profile) -> None:
     _check_ranges_and_keys(profile)
     if profile.get("kind") != run.kind:
         raise BadProfile(f"profile kind {profile.get('kind')!r} does not match run kind {run.kind!r}")
+    if run.kind == RunKind.COMPUTE and profile["model"]["spec"] != run.model_spec:
+        raise BadProfile(f"model.spec: the profile is of {profile['model']['spec']!r}, this run profiles "
+                         f"{run.model_spec!r}")
+    if profile.get("workload") is not None:
+        from profiler.agent.workload import check_trace
+
+        try:  # the planner reads it instead of importing the model: it must be well-formed
+            check_trace(profile["workload"])
+        except ValueError as exc:
+            raise BadProfile(str(exc)) from exc
     for i, sample in enumerate(profile.get("samples", [])):
         for where, stats in _timing_blocks(profile["kind"], sample):
             for key, value in stats.items():

@@ -9,9 +9,11 @@ first backs off and retries throttling (``RequestLimitExceeded``) and transient 
 
 Safety rules every launch follows:
 
-* Instances and their volumes are tagged ``srifty:managed=true`` plus the caller's tags
-  (``srifty:run-id``, ``srifty:job-id``...), so the reconciler (``find_managed``) finds every VM
-  Srifty ever started, and ``terminate`` refuses instances that are not Srifty's.
+* Instances and their volumes are tagged ``srifty:managed=true``, ``srifty:install-id=<this
+  install's settings.INSTALL_ID>`` and the caller's tags (``srifty:run-id``, ``srifty:job-id``...),
+  so the reconciler (``find_managed``) finds every VM this install started, and ``terminate``
+  refuses instances that are not Srifty's or that another install (a staging server, a
+  colleague's ``./run``) started in the same AWS account: their ``job 7`` is not ours.
 * ``InstanceInitiatedShutdownBehavior=terminate`` and a ``shutdown -h +N`` guard in the
   user-data (``profiler.userdata.with_time_limit``): the VM terminates itself at the hard time
   limit even if Srifty is gone. IMDSv2 is required (``HttpTokens=required``).
@@ -48,7 +50,7 @@ from catalog.aws import AwsError
 from profiler.userdata import check_size, with_time_limit
 
 __all__ = [
-    "AwsError", "InstanceState", "LaunchSpec", "MANAGED_TAG", "console_output", "create_launch_template",
+    "AwsError", "INSTALL_TAG", "InstanceState", "LaunchSpec", "MANAGED_TAG", "console_output", "create_launch_template",
     "create_placement_group", "default_image", "delete_launch_template", "delete_placement_group",
     "describe", "find_managed", "launch", "launch_from_template", "spot_interruption_notices", "terminate",
 ]  # fmt: skip
@@ -59,6 +61,7 @@ log = logging.getLogger(__name__)
 _RETRY = Config(retries={"max_attempts": 8, "mode": "adaptive"}, connect_timeout=10, read_timeout=60)
 
 MANAGED_TAG = "srifty:managed"
+INSTALL_TAG = "srifty:install-id"
 CLIENT_TOKEN_TAG = "srifty:client-token"
 MARKETS = ("spot", "on-demand")
 LIVE_STATES = ("pending", "running", "shutting-down", "stopping", "stopped")
@@ -227,6 +230,7 @@ def _state(item: dict) -> InstanceState:
 def _tags(tags: Mapping[str, object], client_token: str | None = None) -> list[dict]:
     merged = {str(k): str(v) for k, v in tags.items()}
     merged[MANAGED_TAG] = "true"  # always, whatever the caller passed
+    merged[INSTALL_TAG] = settings.INSTALL_ID
     if client_token:
         merged[CLIENT_TOKEN_TAG] = client_token
     return [{"Key": k, "Value": v} for k, v in merged.items()]
@@ -480,12 +484,17 @@ def describe(region: str, ids: Iterable[str]) -> list[InstanceState]:
     return sorted(out, key=lambda s: s.id)
 
 
-def find_managed(region: str, tag_filters: Mapping[str, str] | None = None) -> list[InstanceState]:
-    """Every live (not terminated) Srifty-managed instance, optionally only those with these tags."""
+def find_managed(region: str, tag_filters: Mapping[str, str] | None = None, *,
+                 any_install: bool = False) -> list[InstanceState]:
+    """Every live (not terminated) Srifty-managed instance of this install (``srifty:install-id``),
+    optionally only those with these tags. ``any_install``: those of every install and those
+    launched before install ids, for the reconciler's report; it acts on this install's only."""
     filters = [
         {"Name": f"tag:{MANAGED_TAG}", "Values": ["true"]},
         {"Name": "instance-state-name", "Values": list(LIVE_STATES)},
     ]
+    if not any_install:
+        filters.append({"Name": f"tag:{INSTALL_TAG}", "Values": [settings.INSTALL_ID]})
     filters += [{"Name": f"tag:{k}", "Values": [str(v)]} for k, v in (tag_filters or {}).items()]
     return sorted((_state(i) for i in _instances(client("ec2", region), Filters=filters)), key=lambda s: s.id)
 
@@ -496,17 +505,23 @@ _ID_RE = re.compile(r"i-[0-9a-zA-Z]+")
 def terminate(region: str, ids: Iterable[str], *, only_managed: bool = True) -> list[str]:
     """Terminate instances; returns the IDs EC2 accepted (IDs it does not know are skipped).
 
-    With ``only_managed`` (the default) an instance that EC2 shows without ``srifty:managed=true``
-    is refused (AwsError, nothing terminated): a bug in Srifty must not stop someone else's VM. An
-    ID that is not visible yet (just launched; EC2 is eventually consistent) is still terminated.
+    With ``only_managed`` (the default) an instance that EC2 shows without ``srifty:managed=true``,
+    or with another install's ``srifty:install-id``, is refused (AwsError, nothing terminated): a
+    bug in Srifty must not stop someone else's VM. (One without an install id was launched before
+    install ids existed; a caller that names it has it on record, so it passes.) An ID that is
+    not visible yet (just launched; EC2 is eventually consistent) is still terminated.
     """
     ids = sorted(set(ids))
     if not ids:
         return []
     if only_managed:
-        foreign = [s.id for s in describe(region, ids) if s.tags.get(MANAGED_TAG) != "true"]
+        seen = describe(region, ids)
+        foreign = [s.id for s in seen if s.tags.get(MANAGED_TAG) != "true"]
         if foreign:
             raise AwsError(f"ec2.terminate_instances refused: not Srifty-managed: {', '.join(foreign)}")
+        others = [s.id for s in seen if s.tags.get(INSTALL_TAG, settings.INSTALL_ID) != settings.INSTALL_ID]
+        if others:
+            raise AwsError(f"ec2.terminate_instances refused: started by another Srifty install: {', '.join(others)}")
     cli = client("ec2", region)
     done: list[str] = []
     for chunk in _chunks(ids):

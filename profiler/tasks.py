@@ -9,14 +9,28 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
+from django.conf import settings
 from django.utils import timezone
 from django_tasks import default_task_backend, task
 
 from profiler import actions, providers
-from profiler.models import ProfilingRun, RunStatus
+from profiler.models import ProfilingRun, Provider, RunKind, RunStatus
 
 log = logging.getLogger(__name__)
 WATCH_EVERY_S = 3.0
+
+
+def local_code_refused(run: ProfilingRun) -> bool:
+    """A local compute run of model code while local code execution is off (checked again
+    here: the run may have been stored while it was on)."""
+    from profiler.agent.specs import SpecError, parse_spec
+
+    if run.kind != RunKind.COMPUTE or run.provider != Provider.LOCAL or settings.LOCAL_CODE_EXECUTION:
+        return False
+    try:
+        return not parse_spec(run.model_spec).is_library
+    except SpecError:
+        return True
 
 
 @task()
@@ -28,6 +42,10 @@ def start_run_task(run_id: int) -> str:
 
 
 def start_run(run: ProfilingRun) -> str:
+    if local_code_refused(run):
+        actions.fail_run(run, "model code runs on this server only when the operator allows it "
+                              "(SRIFTY_LOCAL_CODE=1); profile it on EC2 or use a library model")
+        return "refused: local code execution is off"
     provider = providers.for_run(run)
     token = actions.issue_token(run, launch_key=provider.launch_key(run))
     try:

@@ -1,7 +1,11 @@
 """The reconciler: terminate Srifty-managed EC2 instances that no live job or run accounts for.
 
-It looks at every instance tagged ``srifty:managed=true`` (``profiler.ec2.find_managed``) and
-terminates those whose ``srifty:job-id`` / ``srifty:run-id`` points at
+It looks at every instance tagged ``srifty:managed=true`` (``profiler.ec2.find_managed``). Only
+those tagged with this install's ``srifty:install-id`` (``settings.INSTALL_ID``) are its to judge:
+a staging server or a colleague's ``./run`` in the same AWS account has its own job 7, which this
+database knows nothing of. Other installs' instances are counted and left alone; instances without
+an install id (launched before install ids) are kept and reported, since nothing says whose they
+are. Of its own, it terminates those whose ``srifty:job-id`` / ``srifty:run-id`` points at
 
 * nothing (the row is gone),
 * a job or run that has finished, or
@@ -48,6 +52,7 @@ class Action:
 class Report:
     regions: list[str] = field(default_factory=list)
     scanned: int = 0
+    other_installs: int = 0  # managed instances of another install: never judged here
     terminated: list[Action] = field(default_factory=list)
     kept: list[Action] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -61,8 +66,9 @@ class Report:
         verb = "would terminate" if self.dry_run else "terminated"
         out = [f"{verb} {a.instance_id} ({a.region}, {a.owner}): {a.reason}" for a in self.terminated]
         out += [f"error: {e}" for e in self.errors]
-        out.append(f"{self.scanned} managed instance(s) in {', '.join(self.regions) or 'no region'}: "
-                   f"{len(self.terminated)} {verb}, {len(self.kept)} kept")  # fmt: skip
+        out.append(f"{self.scanned} managed instance(s) of this install in {', '.join(self.regions) or 'no region'}: "
+                   f"{len(self.terminated)} {verb}, {len(self.kept)} kept"
+                   + (f"; {self.other_installs} of other installs left alone" if self.other_installs else ""))  # fmt: skip
         return out
 
 
@@ -114,15 +120,23 @@ def reconcile(regions: list[str] | None = None, dry_run: bool = False, now=None)
     report = Report(regions=sorted(set(regions)) if regions else regions_to_scan(now), dry_run=dry_run)
     for region in report.regions:
         try:
-            managed = ec2.find_managed(region)
+            managed = ec2.find_managed(region, any_install=True)
         except ec2.AwsError as exc:
             report.errors.append(f"{region}: {exc}")
             continue
-        report.scanned += len(managed)
         doomed: list[str] = []
         for state in managed:
+            install = state.tags.get(ec2.INSTALL_TAG)
+            if install is not None and install != settings.INSTALL_ID:
+                report.other_installs += 1
+                continue
+            report.scanned += 1
             if state.state in ("shutting-down",):
                 continue  # already on its way out
+            if install is None:
+                report.kept.append(Action(state.id, region, "-", f"no {ec2.INSTALL_TAG} tag (launched before "
+                                          "install ids, or not by Srifty): whose it is is unknown; left alone"))
+                continue
             decision, reason, job = verdict(state, now)
             owner = (f"job {state.tags['srifty:job-id']}" if "srifty:job-id" in state.tags
                      else f"run {state.tags['srifty:run-id']}" if "srifty:run-id" in state.tags else "-")  # fmt: skip

@@ -17,6 +17,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -66,53 +67,94 @@ def transfer_model():
     return _transfer_cache[key]
 
 
-def workload(spec: str, input_shape: tuple[int, ...], precision: str, measured=None, measured_on=None):
-    """The model's workload, counted once and cached on disk (a meta-device trace takes seconds)."""
-    from planner.oracle import Workload, workload_for_spec
+def workload(spec: str, input_shape: tuple[int, ...], precision: str, measured=None, measured_on=None, *,
+             allow_code: bool = False):
+    """The model's workload, counted once and cached on disk (a meta-device trace takes seconds).
 
+    Library specs only (``check_library_spec``), unless ``allow_code`` (the operator's own
+    ``manage.py plan``/``predict``); only library workloads are cached, since a code spec's
+    module can change under the same name."""
+    from planner.oracle import Workload, workload_for_spec
+    from profiler.agent.specs import SpecError, check_library_spec, parse_spec
+
+    try:
+        library = parse_spec(spec).is_library
+        if not allow_code:
+            check_library_spec(spec)
+    except SpecError as exc:
+        raise PlanInputError("spec", str(exc)) from exc
     key = hashlib.sha256(f"{spec}|{input_shape}|{precision}|v1".encode()).hexdigest()[:20]
     path = Path(settings.DATA_DIR) / "models" / f"workload-{key}.json"
-    if path.exists():
+    if library and path.exists():
         base = Workload.from_dict(json.loads(path.read_text()))
     else:
         try:
-            base = workload_for_spec(spec, input_shape, precision=precision)
+            base = workload_for_spec(spec, input_shape, precision=precision, allow_code=allow_code)
         except Exception as exc:  # unknown model, factory error, shape mismatch
             raise PlanInputError("model", f"cannot build {spec} with input shape {input_shape}: {exc}") from exc
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(base.to_dict()))
-        tmp.replace(path)
+        if library:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(base.to_dict()))
+            tmp.replace(path)
     return dataclasses.replace(base, measured=measured, measured_on=measured_on)
 
 
 # --- request -> pure inputs ---------------------------------------------------------------
 
 
-def _model_inputs(req: dict):
-    """(Workload, source label, profile run or None) for the request's model."""
+def _profile_workload(run, profile, precision: str, measured, measured_on, allow_code: bool):
+    """The workload the agent traced with the profile; without one (older agents), a library
+    spec is counted here, and model code is refused: the server never imports it."""
+    from planner.oracle import Workload
+
+    trace = (run.profile or {}).get("workload")
+    if trace is not None:
+        try:
+            base = Workload.from_dict(trace)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise PlanInputError("profile_run", f"the workload trace of run {run.pk} is malformed: {exc}") from exc
+        # Not cached by spec: the trace is the run's own (its agent may have posted anything).
+        return dataclasses.replace(base, measured=measured, measured_on=measured_on)
+    shape = tuple(profile.model.input_shape) or tuple(int(x) for x in run.input_shape.split(","))
+    try:
+        return workload(profile.model.spec, shape, profile.device.precision or precision, measured, measured_on,
+                        allow_code=allow_code)
+    except PlanInputError as exc:
+        if exc.field != "spec":
+            raise
+        raise PlanInputError("profile_run", f"run {run.pk} carries no workload trace and names model code, which "
+                             "the server does not run; profile it again with this version's agent") from exc
+
+
+def _model_inputs(req: dict, owner=None, allow_code: bool = False):
+    """(Workload, profile run or None) for the request's model.
+
+    A profiling run is looked up through the team rule (``visible_owner_q``): another team's
+    run is "not found", exactly like one that does not exist."""
     from planner.models.compute import fit_compute_model
     from planner.profiles import ProfileError, parse_compute_profile
     from profiler.models import ProfilingRun, RunKind, RunStatus
+    from srifty_web.teams import visible_owner_q
 
     model = req["model"]
     precision = model.get("precision", "fp32")
     if model.get("profile_run"):
-        run = ProfilingRun.objects.filter(pk=model["profile_run"], kind=RunKind.COMPUTE,
-                                          status=RunStatus.SUCCEEDED).first()
-        if run is None or run.profile is None:
-            raise PlanInputError("model", f"profiling run {model['profile_run']} is not a finished compute profile")
+        runs = ProfilingRun.objects.all() if owner is None else ProfilingRun.objects.filter(visible_owner_q(owner))
+        run = runs.filter(pk=model["profile_run"]).first()
+        if run is None:
+            raise PlanInputError("profile_run", f"profiling run {model['profile_run']} not found")
+        if run.kind != RunKind.COMPUTE or run.status != RunStatus.SUCCEEDED or run.profile is None:
+            raise PlanInputError("profile_run", f"profiling run {run.pk} is not a finished compute profile")
         try:
             profile = parse_compute_profile(run.profile)
         except ProfileError as exc:
             raise PlanInputError("model", f"profile of run {run.pk} cannot be used: {exc}") from exc
         measured = fit_compute_model(profile)
-        shape = tuple(profile.model.input_shape) or tuple(int(x) for x in run.input_shape.split(","))
         device = profile.device.name if profile.device.type == "cuda" else None
-        wl = workload(profile.model.spec, shape, profile.device.precision or precision, measured, device)
-        return wl, run
+        return _profile_workload(run, profile, precision, measured, device, allow_code), run
     shape = tuple(int(x) for x in str(model["input_shape"]).split(","))
-    return workload(model["spec"], shape, precision), None
+    return workload(model["spec"], shape, precision, allow_code=allow_code), None
 
 
 def plan_request(req: dict):
@@ -149,15 +191,18 @@ def candidates(req: dict):
 # --- solving ------------------------------------------------------------------------------
 
 
-def solve_request(req: dict) -> dict:
-    """Solve and return the result as JSON-able dict; raises PlanInputError or Infeasible."""
+def solve_request(req: dict, owner=None, *, allow_code: bool = False) -> dict:
+    """Solve and return the result as JSON-able dict; raises PlanInputError or Infeasible.
+
+    ``owner``: whose team rule applies to referenced profiling runs (``None``: the operator's
+    commands, which see every run); ``allow_code``: see :func:`workload`."""
     from planner.baselines import evaluate_baselines
     from planner.oracle import Oracle
     from planner.solver import solve
 
     started = time.perf_counter()
     pr = plan_request(req)
-    wl, run = _model_inputs(req)
+    wl, run = _model_inputs(req, owner, allow_code)
     cands = candidates(req)
     if not cands:
         raise PlanInputError("regions", "no CUDA GPU instance type with a price matches the regions and markets")
@@ -257,7 +302,7 @@ def _baseline_json(b) -> dict:
     }  # fmt: skip
 
 
-def create_plan(owner, request: dict, *, name: str = "") -> PlanRecord:
+def create_plan(owner, request: dict, *, name: str = "", allow_code: bool = False) -> PlanRecord:
     """Solve ``request`` (already validated by ``PlanRequestSerializer``) and store it either way.
 
     Raises :class:`PlanInputError` for a contradictory request (nothing stored); an infeasible
@@ -270,7 +315,7 @@ def create_plan(owner, request: dict, *, name: str = "") -> PlanRecord:
     if request.get("model", {}).get("profile_run"):
         record.profile_run_id = request["model"]["profile_run"]
     try:
-        result = solve_request(request)
+        result = solve_request(request, owner, allow_code=allow_code)
     except Infeasible as exc:
         record.status = PlanStatus.INFEASIBLE
         record.error = str(exc)

@@ -1,7 +1,7 @@
 """Cross-device transfer: predict a model's phase times on a GPU that was never profiled.
 
-Workload cost.  :func:`count_workload` runs one training step of the model on the ``meta``
-device (no memory, no arithmetic) under a dispatch mode that records, for every aten operator
+Workload cost.  :func:`count_workload` (``profiler.agent.workload``) runs one training step of
+the model on the ``meta`` device (no memory, no arithmetic) under a dispatch mode that records, for every aten operator
 ``i`` of forward, backward and optimizer, its floating-point operations ``F_i`` (the formulas of
 ``torch.utils.flop_counter``, i.e. what ``FlopCounterMode`` counts) and the bytes it touches
 ``M_i = Σ |inputs| + Σ |outputs|`` (view operators move nothing and are skipped).  It does so at
@@ -59,7 +59,7 @@ from __future__ import annotations
 import csv
 import math
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,7 +67,9 @@ from typing import Any
 from planner.hardware import GpuSpec
 from planner.models.compute import PhaseSpread, PhaseTimes
 
-PHASES = ("forward", "backward", "optimizer")
+# The workload counter lives with the agent (it runs where the model's code may run); these
+# names stay importable from here.
+from profiler.agent.workload import PHASES, OpCost, WorkloadCost, count_workload, precision_family  # noqa: F401
 
 CALIBRATION_ALIASES: dict[str, str] = {
     "V100-SXM2-16GB": "V100",
@@ -95,164 +97,8 @@ W_REF_GB_S = 1000.0
 ETA_CUDA_PRIOR = 0.6
 
 
-def precision_family(precision: str) -> str:
-    """``"half"`` for fp16/bf16/amp (16-bit activations), else ``"full"``."""
-    return "half" if precision.lower() in ("fp16", "bf16", "amp") else "full"
-
-
 def spec_name_for(calibration_gpu: str) -> str:
     return CALIBRATION_ALIASES.get(calibration_gpu, calibration_gpu)
-
-
-# --------------------------------------------------------------------------- workload cost
-
-
-@dataclass(frozen=True)
-class OpCost:
-    """One operator: ``flops(b) = f0 + f1·b``, ``bytes(b) = m0 + m1·b``."""
-
-    name: str
-    f0: float
-    f1: float
-    m0: float
-    m1: float
-
-
-@dataclass(frozen=True)
-class WorkloadCost:
-    """Per-operator FLOPs and bytes of one training step, linear in the batch size."""
-
-    model_spec: str
-    precision: str
-    ops: Mapping[str, tuple[OpCost, ...]]
-    param_count: int = 0
-
-    def arrays(self, phase: str, batch: float) -> tuple[Any, Any]:
-        import numpy as np
-
-        ops = self.ops[phase]
-        flops = np.array([max(o.f0 + o.f1 * batch, 0.0) for o in ops])
-        nbytes = np.array([max(o.m0 + o.m1 * batch, 0.0) for o in ops])
-        return flops, nbytes
-
-    def totals(self, batch: float) -> dict[str, tuple[float, float]]:
-        """``{phase: (FLOPs, bytes)}`` at ``batch``."""
-        out = {}
-        for p in PHASES:
-            f, m = self.arrays(p, batch)
-            out[p] = (float(f.sum()), float(m.sum()))
-        return out
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"version": 1, "model_spec": self.model_spec, "precision": self.precision,
-                "param_count": self.param_count,
-                "ops": {p: [[o.name, o.f0, o.f1, o.m0, o.m1] for o in ops] for p, ops in self.ops.items()}}
-
-    @classmethod
-    def from_dict(cls, doc: Mapping[str, Any]) -> WorkloadCost:
-        if doc.get("version") != 1:
-            raise ValueError(f"workload cost: version must be 1, got {doc.get('version')!r}")
-        return cls(doc["model_spec"], doc["precision"],
-                   {p: tuple(OpCost(*o) for o in ops) for p, ops in doc["ops"].items()},
-                   int(doc.get("param_count", 0)))
-
-
-def count_workload(builder: Callable[[], Any], input_shape: Sequence[int], *, precision: str = "fp32",
-                   model_spec: str = "", optimizer: str = "sgd", num_classes: int | None = None,
-                   batch_sizes: tuple[int, int] = (2, 4),
-                   make_batch: Callable[[int], tuple[Any, Any]] | None = None) -> WorkloadCost:
-    """Count per-operator FLOPs and bytes of one training step on the ``meta`` device.
-
-    ``builder()`` must create the model (it is called under ``torch.device("meta")``);
-    ``make_batch(b) -> (inputs, targets)`` overrides the default random float inputs of
-    ``input_shape`` with integer class targets and a cross-entropy loss.
-    """
-    per_batch = [_trace_step(builder, input_shape, b, precision, optimizer, num_classes, make_batch)
-                 for b in batch_sizes]
-    (b1, (ops1, params)), (b2, (ops2, _)) = zip(batch_sizes, per_batch, strict=True)
-    phases = {}
-    for p in PHASES:
-        a, c = ops1[p], ops2[p]
-        if len(a) != len(c) or any(x[0] != y[0] for x, y in zip(a, c, strict=True)):
-            a = [("aggregate", sum(x[1] for x in a), sum(x[2] for x in a))]
-            c = [("aggregate", sum(x[1] for x in c), sum(x[2] for x in c))]
-        phases[p] = tuple(_linear_op(x, y, b1, b2) for x, y in zip(a, c, strict=True))
-    return WorkloadCost(model_spec, precision, phases, params)
-
-
-def _linear_op(x: tuple[str, float, float], y: tuple[str, float, float], b1: int, b2: int) -> OpCost:
-    f1 = (y[1] - x[1]) / (b2 - b1)
-    m1 = (y[2] - x[2]) / (b2 - b1)
-    return OpCost(x[0], x[1] - f1 * b1, f1, x[2] - m1 * b1, m1)
-
-
-def _trace_step(builder: Callable[[], Any], input_shape: Sequence[int], batch: int, precision: str,
-                optimizer: str, num_classes: int | None,
-                make_batch: Callable[[int], tuple[Any, Any]] | None) -> tuple[dict[str, list[tuple[str, float, float]]], int]:
-    import torch
-    import torch.nn.functional as fn
-
-    dtype = torch.float16 if precision_family(precision) == "half" else torch.float32
-    with torch.device("meta"):
-        model = builder().to(dtype)
-        if make_batch is not None:
-            x, y = make_batch(batch)
-        else:
-            x = torch.randn(batch, *input_shape, dtype=dtype)
-            y = None
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = (torch.optim.Adam(params, lr=1e-3, foreach=False) if optimizer == "adam"
-           else torch.optim.SGD(params, lr=0.1, momentum=0.9, foreach=False))
-    recorder = _CostRecorder()
-    with recorder.phase("forward"):
-        out = model(x)
-        if isinstance(out, tuple | list):
-            out = out[0]
-        if y is None and out.dim() == 2:
-            classes = num_classes or out.shape[1]
-            y = torch.zeros(batch, dtype=torch.long, device="meta").clamp_(0, classes - 1)
-        loss = fn.cross_entropy(out, y) if y is not None and out.dim() == 2 else out.float().mean()
-    with recorder.phase("backward"):
-        loss.backward()
-    with recorder.phase("optimizer"):
-        opt.step()
-    return recorder.ops, sum(p.numel() for p in params)
-
-
-class _CostRecorder:
-    """Collects ``(op name, FLOPs, bytes)`` per phase through a ``TorchDispatchMode``."""
-
-    def __init__(self) -> None:
-        self.ops: dict[str, list[tuple[str, float, float]]] = {p: [] for p in PHASES}
-
-    def phase(self, name: str) -> Any:
-        import torch
-        from torch.utils._python_dispatch import TorchDispatchMode
-        from torch.utils._pytree import tree_flatten
-        from torch.utils.flop_counter import flop_registry
-
-        sink = self.ops[name]
-
-        def nbytes(obj: Any) -> float:
-            return float(sum(t.numel() * t.element_size() for t in tree_flatten(obj)[0]
-                             if isinstance(t, torch.Tensor)))
-
-        class Mode(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-                kwargs = kwargs or {}
-                packet = func._overloadpacket
-                if packet not in flop_registry and not func.is_view:
-                    decomposed = func.decompose(*args, **kwargs)
-                    if decomposed is not NotImplemented:
-                        return decomposed
-                out = func(*args, **kwargs)
-                if func.is_view:
-                    return out
-                flops = float(flop_registry[packet](*args, **kwargs, out_val=out)) if packet in flop_registry else 0.0
-                sink.append((str(packet), flops, nbytes((args, kwargs)) + nbytes(out)))
-                return out
-
-        return Mode()
 
 
 # --------------------------------------------------------------------------- roofline model

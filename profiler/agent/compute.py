@@ -471,6 +471,24 @@ def count_flops(trainer: Trainer) -> tuple[float | None, float | None]:
     return float(forward), float(train)
 
 
+def workload_trace(options: ComputeOptions) -> dict | None:
+    """The model's workload (``profiler.agent.workload.trace_workload``) for the planner, which
+    never imports a team's model itself; ``None`` (with a warning) when the model cannot be
+    traced on the meta device, so a profile is never lost to it."""
+    from profiler.agent.workload import trace_workload
+
+    precision = "amp" if options.precision in ("amp", "bf16") else "fp32"
+    try:
+        return trace_workload(
+            lambda: load_model(options.model, options.num_classes, options.input_shape, allow_code=True),
+            options.input_shape, precision=precision, model_spec=options.model,
+            num_classes=options.num_classes,
+        )  # fmt: skip
+    except Exception as exc:  # ops without meta kernels, data-dependent code, ...
+        log.warning("workload trace failed (plans from this profile need a library model spec): %s", exc)
+        return None
+
+
 # -- the batch search --------------------------------------------------------------------
 
 
@@ -512,7 +530,7 @@ class CpuMemoryProbe:
             return None  # CPU autocast does not apply to meta tensors: the bytes would differ
         try:
             with torch.device("meta"):
-                model = load_model(options.model, options.num_classes, options.input_shape).train()
+                model = load_model(options.model, options.num_classes, options.input_shape, allow_code=True).train()
             real = self.trainer.saved_activations_forward(2)
             meta = self._meta_saved(model, 2)
         except Exception as exc:  # ops without meta kernels, data-dependent code, ...
@@ -643,7 +661,9 @@ class ComputeProfiler:
             if options.max_memory is not None:
                 total = torch.cuda.get_device_properties(device).total_memory
                 torch.cuda.set_per_process_memory_fraction(min(1.0, options.max_memory / total), device)
-        model = load_model(options.model, options.num_classes, options.input_shape)
+        # The agent is where a team's model code may run (its VM, or a local subprocess the
+        # operator allowed): it builds code specs too.
+        model = load_model(options.model, options.num_classes, options.input_shape, allow_code=True)
         trainer = Trainer(model, options)
         try:
             return self._run_with(trainer)
@@ -675,6 +695,7 @@ class ComputeProfiler:
         doc = self._document(trainer, forward_flops, train_flops, max_batch, probes, samples, failed + oom)
         doc["memory_budget_bytes"] = memory_budget
         doc["min_batch_size"] = min_batch
+        doc["workload"] = workload_trace(options)
         return doc
 
     def _memory_budget(self, trainer: Trainer) -> int | None:

@@ -1,25 +1,54 @@
 """Turning a ``--model`` spec into an ``nn.Module``.
 
-Two forms:
+Library specs, built from the libraries' own registries (names only: no code of the caller's
+runs, no weights, no network):
 
-* ``torchvision:NAME`` - any torchvision classification model, built with ``weights=None``
-  (no download: the agent must work offline) and ``num_classes``.
+* ``torchvision:NAME`` - a torchvision classification model, ``weights=None``.
+* ``timm:NAME`` - a ``timm.create_model`` name (``timm.list_models()``), ``pretrained=False``.
+* ``transformers:MODEL_TYPE`` or ``transformers:MODEL_TYPE(key=value,...)`` - a Hugging Face
+  model type (``CONFIG_MAPPING``, e.g. ``bert``, ``gpt2``, ``vit``) built from its default
+  config, with optional overrides of numeric/boolean config fields (``bert(num_hidden_layers=24,
+  hidden_size=1024,num_attention_heads=16,intermediate_size=4096)`` is BERT-large). Head:
+  encoders (types with a masked-LM head) get a sequence-classification head
+  (``num_labels = num_classes``), decoders a causal-LM head, vision types an image
+  classifier, anything else is the bare model. Token models take their input as floats of
+  ``input_shape = (sequence_length,)`` like every other model here; ``_token_input`` maps
+  them to ids in ``[0, vocab_size)`` (a few elementwise operators per token), so the profiler,
+  the workload counter and the meta-device tracing serve them unchanged.
+
+Code specs (the operator's or a team's own model code):
+
 * ``package.module:factory`` (or ``path/to/file.py:factory``) - a callable returning an
   ``nn.Module``. It is called with ``num_classes=`` and/or ``input_shape=`` when its signature
   accepts them, so one factory can serve several shapes.
+
+Where code may run: a code spec imports a module and calls an attribute of it, so whoever
+writes the spec runs code in the process that builds it. :func:`load_model` therefore builds
+code specs only with ``allow_code=True``, which the agent (on its own VM, or a local subprocess
+that the operator allowed) and the operator's own commands pass; the web process and the task
+worker build library specs only (:func:`check_library_spec` validates them without building).
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
 import importlib.util
 import inspect
+import os
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+LIBRARY_KINDS = ("torchvision", "timm", "transformers")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
+_HF_RE = re.compile(r"^(?P<type>[a-z0-9][a-z0-9_\-]{0,63})(?:\((?P<args>[^()]{0,400})\))?$")
+_HF_ARG_RE = re.compile(r"^(?P<key>[a-z_][a-z0-9_]{0,63})=(?P<value>true|false|-?\d{1,12}(\.\d{1,12})?(e-?\d{1,3})?)$")
+_CODE_RE = re.compile(r"^[A-Za-z_][\w.]*(\.py)?:[A-Za-z_][\w.]*$|^[\w./\-]+\.py:[A-Za-z_][\w.]*$")
 
 
 class SpecError(ValueError):
@@ -28,23 +57,36 @@ class SpecError(ValueError):
 
 @dataclass(frozen=True)
 class ModelSpec:
-    kind: str  # "torchvision" or "factory"
-    target: str  # model name, or "module:attr"
+    kind: str  # "torchvision", "timm", "transformers" or "factory"
+    target: str  # registry name (with transformers overrides), or "module:attr"
+
+    @property
+    def is_library(self) -> bool:
+        return self.kind in LIBRARY_KINDS
 
     def __str__(self) -> str:
-        return f"torchvision:{self.target}" if self.kind == "torchvision" else self.target
+        return f"{self.kind}:{self.target}" if self.is_library else self.target
 
 
 def parse_spec(text: str) -> ModelSpec:
-    module, sep, attr = text.strip().rpartition(":")
-    if not sep or not module or not attr:
+    """The spec's kind and target, by syntax alone (nothing is imported)."""
+    text = text.strip()
+    kind, sep, rest = text.partition(":")
+    if sep and kind in LIBRARY_KINDS:
+        ok = _HF_RE.match(rest) if kind == "transformers" else _NAME_RE.match(rest)
+        if not ok:
+            raise SpecError(f"bad model spec {text!r}: {kind}:NAME with a name from the {kind} registry")
+        return ModelSpec(kind, rest)
+    module, sep, attr = text.rpartition(":")
+    if not sep or not module or not attr or not _CODE_RE.match(text):
         raise SpecError(
-            f"bad model spec {text!r}: use torchvision:NAME (e.g. torchvision:resnet18) "
-            "or package.module:factory (e.g. examples.tiny_model:build)"
+            f"bad model spec {text!r}: use torchvision:NAME, timm:NAME, transformers:MODEL_TYPE "
+            "(e.g. torchvision:resnet18) or package.module:factory (e.g. examples.tiny_model:build)"
         )
-    if module == "torchvision":
-        return ModelSpec("torchvision", attr)
     return ModelSpec("factory", f"{module}:{attr}")
+
+
+# --- library registries -----------------------------------------------------------------
 
 
 def torchvision_classification_models() -> list[str]:
@@ -53,20 +95,165 @@ def torchvision_classification_models() -> list[str]:
     return sorted(torchvision.models.list_models(module=torchvision.models))
 
 
+@functools.cache
+def _registry(kind: str) -> frozenset[str]:
+    if kind == "torchvision":
+        return frozenset(torchvision_classification_models())
+    if kind == "timm":
+        try:
+            import timm
+        except ImportError as exc:
+            raise SpecError("timm is not installed here") from exc
+        return frozenset(timm.list_models())
+    try:
+        from transformers import CONFIG_MAPPING
+    except ImportError as exc:
+        raise SpecError("transformers is not installed here") from exc
+    return frozenset(CONFIG_MAPPING.keys())
+
+
+def _known(kind: str, name: str) -> None:
+    names = _registry(kind)
+    base = name.split(".", 1)[0] if kind == "timm" else name  # timm: "name.pretrained_tag"
+    if base not in names:
+        close = difflib.get_close_matches(base, sorted(names), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        what = {"torchvision": "torchvision classification model", "timm": "timm model",
+                "transformers": "transformers model type"}[kind]  # fmt: skip
+        raise SpecError(f"unknown {what} {base!r}{hint}")
+
+
+def _hf_overrides(spec: ModelSpec) -> tuple[str, dict[str, Any]]:
+    match = _HF_RE.match(spec.target)
+    assert match is not None  # parse_spec checked it
+    overrides: dict[str, Any] = {}
+    for item in filter(None, (match["args"] or "").split(",")):
+        arg = _HF_ARG_RE.match(item.strip())
+        if not arg:
+            raise SpecError(f"bad config override {item.strip()!r} in {spec}: key=number or key=true|false")
+        value: Any = arg["value"]
+        value = value == "true" if value in ("true", "false") else float(value) if "." in value or "e" in value else int(value)
+        overrides[arg["key"]] = value
+    return match["type"], overrides
+
+
+def _hf_config(spec: ModelSpec, num_classes: int) -> Any:
+    from transformers import AutoConfig
+
+    model_type, overrides = _hf_overrides(spec)
+    config = AutoConfig.for_model(model_type)
+    for key, value in overrides.items():
+        current = getattr(config, key, None)
+        # Only existing numeric/boolean fields: no new attributes, no strings (nothing that a
+        # config could turn into a file name, a module or remote code).
+        if isinstance(current, bool) != isinstance(value, bool) or not isinstance(current, int | float):
+            raise SpecError(f"{spec}: {key!r} is not a numeric or boolean field of the {model_type} config")
+        setattr(config, key, type(current)(value) if not isinstance(current, bool) else value)
+    config.num_labels = num_classes
+    return config
+
+
+def check_library_spec(text: str) -> ModelSpec:
+    """A library spec whose name is in its registry, else :class:`SpecError` (nothing built)."""
+    spec = parse_spec(text)
+    if not spec.is_library:
+        raise SpecError(
+            f"{text!r} names model code; the server builds library models only "
+            "(torchvision:NAME, timm:NAME, transformers:MODEL_TYPE). Profile your own model with "
+            "the agent instead: its profile carries the workload, so plans need no code"
+        )
+    if spec.kind == "transformers":
+        model_type, _ = _hf_overrides(spec)
+        _known(spec.kind, model_type)
+        _hf_config(spec, 2)  # the overrides name real fields (a config is cheap; no model is built)
+    else:
+        _known(spec.kind, spec.target)
+    return spec
+
+
+# --- builders -----------------------------------------------------------------------------
+
+
 def _build_torchvision(name: str, num_classes: int) -> Any:
     import torchvision.models
 
-    names = torchvision_classification_models()
-    if name not in names:
-        close = difflib.get_close_matches(name, names, n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise SpecError(f"unknown torchvision classification model {name!r}{hint}")
+    _known("torchvision", name)
     kwargs: dict[str, Any] = {"weights": None, "num_classes": num_classes}
     if name in ("inception_v3", "googlenet"):
         # Their auxiliary heads only matter for training from their own recipe; without
         # weights torchvision would also warn about init_weights.
         kwargs.update(aux_logits=False, init_weights=True)
     return torchvision.models.get_model(name, **kwargs)
+
+
+def _build_timm(name: str, num_classes: int) -> Any:
+    import timm
+
+    _known("timm", name)
+    return timm.create_model(name, pretrained=False, num_classes=num_classes)
+
+
+def _token_input(model: Any) -> Any:
+    """``model`` behind a float input, like every other model here.
+
+    Token models (``main_input_name == "input_ids"``) get ``ids = ⌊|x|·997⌋ mod vocab_size``
+    and an all-ones attention mask; the others get ``x`` as their main input (``pixel_values`` ...). The output is the logits,
+    or the last hidden state of a bare model.
+    """
+    import torch.nn as nn
+
+    class TokenInput(nn.Module):
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.inner = inner
+            self.vocab = int(getattr(inner.config, "vocab_size", 0) or 0)
+            self.input_name = getattr(inner, "main_input_name", "input_ids")
+
+        def forward(self, x: Any) -> Any:
+            inputs = {self.input_name: x}
+            if self.input_name == "input_ids":
+                ids = x.detach().abs().mul(997).long().remainder(max(self.vocab, 1))
+                # No attention mask: with one the model inspects its values (a branch the meta
+                # device cannot take); there is no padding here.
+                inputs = {"input_ids": ids}
+            out = self.inner(**inputs)
+            for name in ("logits", "last_hidden_state"):
+                if getattr(out, name, None) is not None:
+                    return getattr(out, name)
+            return out[0]
+
+    for module in model.modules():
+        if hasattr(module, "warn_if_padding_and_no_attention_mask"):
+            # It reads the ids' values to warn about padding, impossible on the meta device
+            # (and there is no padding here).
+            module.warn_if_padding_and_no_attention_mask = lambda *args, **kwargs: None
+    return TokenInput(model)
+
+
+def _build_transformers(spec: ModelSpec, num_classes: int) -> Any:
+    import transformers
+    from transformers.models.auto import modeling_auto
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # configs come from the package, never the hub
+    model_type, _ = _hf_overrides(spec)
+    _known("transformers", model_type)
+    config = _hf_config(spec, num_classes)
+    if getattr(config, "is_encoder_decoder", False):
+        raise SpecError(f"{spec}: encoder-decoder models need decoder inputs, which the profiler does not make yet")
+    # Encoders (they have a masked-LM head) fine-tune with a classification head, decoders train
+    # as causal LMs, vision types classify images; anything else is the bare model.
+    heads = (
+        (modeling_auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES, transformers.AutoModelForSequenceClassification),
+        (modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, transformers.AutoModelForCausalLM),
+        (modeling_auto.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES, transformers.AutoModelForSequenceClassification),
+        (modeling_auto.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES, transformers.AutoModelForImageClassification),
+    )  # fmt: skip
+    auto = next((cls for names, cls in heads if model_type in names), transformers.AutoModel)
+    try:
+        model = auto.from_config(config)
+    except Exception as exc:  # a type that needs sub-configs or extra inputs
+        raise SpecError(f"cannot build {spec}: {type(exc).__name__}: {exc}") from exc
+    return _token_input(model)
 
 
 def _import_target(module_name: str) -> Any:
@@ -123,14 +310,29 @@ def _call_factory(factory: Callable[..., Any], num_classes: int, input_shape: tu
 
 
 def load_model(
-    spec: str | ModelSpec, num_classes: int = 1000, input_shape: tuple[int, ...] = (3, 224, 224)
+    spec: str | ModelSpec,
+    num_classes: int = 1000,
+    input_shape: tuple[int, ...] = (3, 224, 224),
+    *,
+    allow_code: bool = False,
 ) -> Any:
-    """Build the model named by ``spec`` (on CPU, in train mode)."""
+    """Build the model named by ``spec`` (on CPU, in train mode).
+
+    A code spec (``package.module:factory``) is imported and called only with
+    ``allow_code=True``; without it this raises :class:`SpecError` before anything is imported.
+    """
     import torch.nn as nn
 
     parsed = parse_spec(spec) if isinstance(spec, str) else spec
     if parsed.kind == "torchvision":
         model = _build_torchvision(parsed.target, num_classes)
+    elif parsed.kind == "timm":
+        model = _build_timm(parsed.target, num_classes)
+    elif parsed.kind == "transformers":
+        model = _build_transformers(parsed, num_classes)
+    elif not allow_code:
+        check_library_spec(str(parsed))  # raises the "names model code" error
+        raise AssertionError("unreachable")
     else:
         model = _call_factory(_resolve_factory(parsed.target), num_classes, input_shape)
     if not isinstance(model, nn.Module):

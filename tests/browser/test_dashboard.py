@@ -22,7 +22,7 @@ pytestmark = pytest.mark.browser
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
-PLAN_FORM = {"spec": "examples.tiny_model:build", "input_shape": "3,32,32", "samples_per_epoch": "100000",
+PLAN_FORM = {"spec": "torchvision:squeezenet1_1", "input_shape": "3,32,32", "samples_per_epoch": "100000",
              "epochs": "5", "deadline_hours": "12", "max_nodes": "4", "global_batch_min": "256",
              "global_batch_max": "512"}  # fmt: skip
 

@@ -7,7 +7,7 @@ from planner.app.models import PlanRecord
 
 pytestmark = pytest.mark.django_db
 
-FORM = {"model_source": "spec", "spec": "examples.tiny_model:build", "input_shape": "3,32,32", "precision": "amp",
+FORM = {"model_source": "spec", "spec": "torchvision:squeezenet1_1", "input_shape": "3,32,32", "precision": "amp",
         "samples_per_epoch": "100000", "epochs": "5", "objective": "cost", "deadline_hours": "12",
         "regions": ["us-east-1"], "spot": "on", "on_demand": "on", "max_nodes": "4", "max_types": "1",
         "global_batch_min": "256", "global_batch_max": "512", "checkpoint_interval_h": "0.5",

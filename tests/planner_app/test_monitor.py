@@ -275,7 +275,7 @@ def test_replan_without_the_solver_service_says_so(owner, plan, monkeypatch, use
 @pytest.mark.slow
 def test_a_real_plan_launches_and_its_interruption_is_replanned_by_the_real_solver(cloud, owner, user_api, catalog,
                                                                                    monkeypatch):
-    request = {"model": {"spec": "examples.tiny_model:build", "input_shape": "3,32,32", "precision": "amp"},
+    request = {"model": {"spec": "torchvision:squeezenet1_1", "input_shape": "3,32,32", "precision": "amp"},
                "samples_per_epoch": 1_281_167, "epochs": 2, "objective": "cost", "deadline_hours": 24, "spot": True,
                "max_nodes": 4, "max_types": 1, "regions": ["us-east-1"], "global_batch_min": 256,
                "global_batch_max": 256}  # fmt: skip

@@ -9,7 +9,7 @@ from planner.app.models import PlanRecord, PlanStatus
 
 pytestmark = pytest.mark.django_db
 
-TINY = {"spec": "examples.tiny_model:build", "input_shape": "3,32,32", "precision": "amp"}
+TINY = {"spec": "torchvision:squeezenet1_1", "input_shape": "3,32,32", "precision": "amp"}
 
 
 def _request(**over):
@@ -90,15 +90,46 @@ def test_plans_are_private_to_the_team(user_api, catalog, django_user_model):
     assert other.get(f"/api/v1/plans/{plan_id}/").status_code == 404
 
 
+def traced(profile: dict) -> dict:
+    """The profile with the workload trace that the agent adds (as the agent builds it)."""
+    from profiler.agent.specs import load_model
+    from profiler.agent.workload import trace_workload
+
+    spec, shape = profile["model"]["spec"], tuple(profile["model"]["input_shape"])
+    build = lambda: load_model(spec, 10, shape, allow_code=True)  # noqa: E731
+    return {**profile, "workload": trace_workload(build, shape, model_spec=spec, num_classes=10)}
+
+
 def test_a_plan_from_a_stored_cpu_profile(user_api, catalog, make_run, compute_profile):
     from profiler import actions
 
     run = make_run()
-    actions.complete_run(run, compute_profile)
+    actions.complete_run(run, traced(compute_profile))
     resp = user_api.post("/api/v1/plans/", _request(model={"profile_run": run.pk}), format="json")
     assert resp.status_code == 201, resp.json()
     model = resp.json()["result"]["model"]
     assert model["profile_run"] == run.pk and model["source"] == "analytical"  # a CPU profile cannot transfer
+
+
+def test_a_profile_of_model_code_without_a_workload_trace_is_refused_not_imported(user_api, catalog, make_run,
+                                                                                 compute_profile, monkeypatch):
+    from profiler import actions
+    from profiler.agent import specs
+
+    imported = []
+    monkeypatch.setattr(specs, "_resolve_factory", lambda target: imported.append(target))
+    run = make_run()
+    actions.complete_run(run, compute_profile)  # an older agent: no "workload"
+    resp = user_api.post("/api/v1/plans/", _request(model={"profile_run": run.pk}), format="json")
+    assert resp.status_code == 400 and "no workload trace" in resp.json()["profile_run"][0]
+    assert imported == []
+
+
+def test_the_plan_command_still_plans_the_operators_own_factory(db, catalog, staff, capsys):
+    call_command("plan", "--model", "examples.tiny_model:build", "--input-shape", "3,32,32", "--samples", "100000",
+                 "--epochs", "5", "--objective", "cost", "--deadline-hours", "12", "--regions", "us-east-1",
+                 "--json")
+    assert json.loads(capsys.readouterr().out)["model"]["spec"] == "examples.tiny_model:build"
 
 
 def test_the_plan_command_prints_the_table_and_json(db, catalog, staff, capsys):

@@ -109,10 +109,10 @@ def test_the_command_prints_what_it_did_and_scans_the_regions_given(cloud, user)
 def test_a_region_that_cannot_be_scanned_is_an_error_and_the_others_still_run(cloud, monkeypatch):
     real = ec2.find_managed
 
-    def find(region, tag_filters=None):
+    def find(region, tag_filters=None, **kwargs):
         if region == "eu-west-1":
             raise ec2.AwsError("ec2.describe_instances failed: UnauthorizedOperation: no")
-        return real(region, tag_filters)
+        return real(region, tag_filters, **kwargs)
 
     monkeypatch.setattr(ec2, "find_managed", find)
     orphan = vm({"srifty:run-id": "77777"})

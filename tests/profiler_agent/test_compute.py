@@ -165,7 +165,7 @@ def test_real_forward_probes_agree_with_the_meta_device_estimate():
     options = ComputeOptions(
         model="examples.tiny_model:build", input_shape=(3, 32, 32), num_classes=10
     ).resolved()
-    trainer = Trainer(load_model(options.model, 10, options.input_shape), options)
+    trainer = Trainer(load_model(options.model, 10, options.input_shape, allow_code=True), options)
     trainer.probe_output()
     budget = 32 * 1024**2
     meta_probe = CpuMemoryProbe(trainer, budget)

@@ -55,7 +55,7 @@ def _trainer(**kwargs) -> Trainer:
     options = ComputeOptions(
         model="examples.tiny_model:build", input_shape=(3, 16, 16), num_classes=10, **kwargs
     )
-    trainer = Trainer(load_model(options.model, 10, options.input_shape), options.resolved())
+    trainer = Trainer(load_model(options.model, 10, options.input_shape, allow_code=True), options.resolved())
     trainer.probe_output()
     return trainer
 

@@ -16,17 +16,17 @@ def test_torchvision_spec_builds_an_untrained_model_with_the_requested_classes()
 def test_user_factory_spec_gets_num_classes_and_input_shape():
     import torch
 
-    model = load_model("examples.tiny_model:build_transformer", num_classes=5, input_shape=(16, 24))
+    model = load_model("examples.tiny_model:build_transformer", num_classes=5, input_shape=(16, 24), allow_code=True)
     out = model(torch.randn(2, 16, 24))
     assert out.shape == (2, 5)
-    cnn = load_model("examples.tiny_model:build", num_classes=3, input_shape=(1, 28, 28))
+    cnn = load_model("examples.tiny_model:build", num_classes=3, input_shape=(1, 28, 28), allow_code=True)
     assert cnn(torch.randn(2, 1, 28, 28)).shape == (2, 3)
 
 
 def test_factory_can_be_loaded_from_a_file_path(tmp_path):
     path = tmp_path / "my_model.py"
     path.write_text("import torch\ndef make():\n    return torch.nn.Linear(4, 2)\n")
-    model = load_model(f"{path}:make")
+    model = load_model(f"{path}:make", allow_code=True)
     assert model.out_features == 2
 
 
@@ -49,7 +49,7 @@ def test_unknown_torchvision_model_is_an_error_with_suggestions():
 )
 def test_bad_specs_are_rejected_with_a_clear_message(spec, message):
     with pytest.raises(SpecError, match=message):
-        load_model(spec)
+        load_model(spec, allow_code=True)
 
 
 def test_spec_parsing_keeps_the_kind_and_target():
