@@ -11,12 +11,12 @@ from decimal import Decimal
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
 from planner.app import jobs, launch, monitor
 from planner.app.models import PlanRecord
-from srifty_web.teams import visible_owner_q
 
 
 def _job(request: HttpRequest, job_id: int):
@@ -48,7 +48,7 @@ def job_new(request: HttpRequest) -> HttpResponse:
         plan_id, rank = int(source.get("plan", "")), int(source.get("rank", "1"))
     except ValueError as exc:
         raise Http404("give ?plan=<id>&rank=<option>") from exc
-    plan = PlanRecord.objects.filter(visible_owner_q(request.user)).filter(pk=plan_id).first()
+    plan = PlanRecord.objects.visible_to(request.user).filter(pk=plan_id).first()
     if plan is None:
         raise Http404("no such plan")
     context = {"plan": plan, "rank": rank, "errors": {}, "preview": None, "confirmation": ""}
@@ -116,9 +116,8 @@ def job_stop(request: HttpRequest, job_id: int) -> HttpResponse:
     if request.method != "POST":
         return redirect("job-page", job_id=job_id)
     job = _job(request, job_id)
-    if not jobs.can_stop(request.user, job):
-        messages.error(request, "Only the owner may stop this job.")
-        return redirect("job-page", job_id=job_id)
+    if not jobs.can_stop(request.user, job):  # a teammate who may watch the job, not stop it
+        raise PermissionDenied("only the owner (or plans.change_job) may stop this job")
     jobs.stop_job(job, f"stopped by {request.user.get_username()}")
     messages.success(request, f"Job {job.pk} is stopping; its instances are being terminated.")
     return redirect("job-page", job_id=job_id)
@@ -130,9 +129,9 @@ def job_replan(request: HttpRequest, job_id: int) -> HttpResponse:
     if request.method != "POST":
         return redirect("job-page", job_id=job_id)
     job = _job(request, job_id)
+    if not (jobs.can_launch(request.user) and jobs.can_stop(request.user, job)):
+        raise PermissionDenied("a re-plan needs the plans.add_job permission and the right to stop this job")
     try:
-        if not jobs.can_launch(request.user):
-            raise jobs.NotAllowed("launching a job needs the plans.add_job permission")
         prepared = launch.prepare_replan(request.user, job, refresh=request.POST.get("refresh") == "1")
     except (jobs.JobError, jobs.NotAllowed) as exc:
         messages.error(request, f"No re-plan: {getattr(exc, 'message', exc)}")
@@ -145,6 +144,8 @@ def job_replan_apply(request: HttpRequest, job_id: int) -> HttpResponse:
     if request.method != "POST":
         return redirect("job-page", job_id=job_id)
     job = _job(request, job_id)
+    if not (jobs.can_launch(request.user) and jobs.can_stop(request.user, job)):
+        raise PermissionDenied("a re-plan needs the plans.add_job permission and the right to stop this job")
     try:
         new = launch.apply_replan(request.user, job, request.POST.get("plan"), int(request.POST.get("rank", "0")),
                                   Decimal(request.POST.get("max_spend_usd", "0") or "0"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -11,7 +13,6 @@ from planner.app import service
 from planner.app.models import PlanRecord, PlanStatus
 from planner.app.serializers import PlanRequestSerializer
 from profiler.models import ProfilingRun, RunKind, RunStatus
-from srifty_web.teams import visible_owner_q
 
 FORM_DEFAULTS = {
     "model_source": "spec", "spec": "torchvision:resnet50", "input_shape": "3,224,224", "precision": "amp",
@@ -23,7 +24,7 @@ FORM_DEFAULTS = {
 
 
 def _visible_plans(request: HttpRequest):
-    return PlanRecord.objects.filter(visible_owner_q(request.user)).select_related("owner")
+    return PlanRecord.objects.visible_to(request.user).select_related("owner")
 
 
 def _to_request(v: dict) -> dict:
@@ -57,8 +58,9 @@ def _flatten_errors(errors: dict) -> dict[str, str]:
 @login_required
 def plan_list(request: HttpRequest) -> HttpResponse:
     values, errors, infeasible = dict(FORM_DEFAULTS), {}, None
-    if request.GET.get("from"):
-        base = _visible_plans(request).filter(pk=request.GET["from"]).first()
+    base_id = request.GET.get("from", "")
+    if re.fullmatch(r"[0-9]{1,18}", base_id):  # anything else (or another team's plan) is ignored: the empty form
+        base = _visible_plans(request).filter(pk=int(base_id)).first()
         if base is not None:
             values.update(_values_from_request(base.request))
     if request.method == "POST":
@@ -78,8 +80,7 @@ def plan_list(request: HttpRequest) -> HttpResponse:
                 infeasible = record
         else:
             errors = _flatten_errors(checked.errors)
-    runs = ProfilingRun.objects.filter(visible_owner_q(request.user), kind=RunKind.COMPUTE,
-                                       status=RunStatus.SUCCEEDED)[:30]
+    runs = ProfilingRun.objects.visible_to(request.user).filter(kind=RunKind.COMPUTE, status=RunStatus.SUCCEEDED)[:30]
     return render(request, "frontend/plans.html", {
         "values": values, "errors": errors, "infeasible": infeasible, "plans": _visible_plans(request)[:30],
         "regions": Region.objects.values_list("code", flat=True), "runs": runs,

@@ -3,27 +3,32 @@
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
 from catalog.models import InstanceType, Region
 from profiler import actions
-from profiler.models import ProfilingRun
+from profiler.api import CANCEL_PERMISSION
+from profiler.models import ProfilingRun, Provider
 from profiler.serializers import ProfilingRunSerializer
-from srifty_web.teams import visible_owner_q
+from srifty_web.teams import acts_for_owner
 
+# Suggestions only (any registry name works). Model code (the examples.tiny_model factories)
+# profiles locally only with SRIFTY_LOCAL_CODE=1, as ./run sets it.
 MODEL_CHOICES = [
-    "examples.tiny_model:build", "examples.tiny_model:build_transformer", "torchvision:resnet18",
-    "torchvision:resnet50", "torchvision:mobilenet_v3_small", "torchvision:vgg11", "torchvision:alexnet",
-    "torchvision:vit_b_16",
+    "torchvision:resnet18", "torchvision:resnet50", "torchvision:mobilenet_v3_small", "torchvision:vgg11",
+    "torchvision:alexnet", "torchvision:vit_b_16", "timm:resnet50", "timm:vit_base_patch16_224",
+    "timm:convnext_tiny", "transformers:bert", "transformers:gpt2", "transformers:roberta",
+    "examples.tiny_model:build", "examples.tiny_model:build_transformer",
 ]  # fmt: skip
-DEFAULTS = {"kind": "compute", "model_spec": "examples.tiny_model:build", "input_shape": "3,32,32",
+DEFAULTS = {"kind": "compute", "model_spec": "torchvision:resnet18", "input_shape": "3,32,32",
             "batch_sizes": "auto", "device": "cpu", "precision": "fp32", "iters": 5, "max_memory": "2GB",
             "world_size": 2, "backend": "gloo", "sizes": "1KB..16MB", "provider": "local", "market": "on-demand"}
 
 
 def _visible_runs(request: HttpRequest):
-    return ProfilingRun.objects.filter(visible_owner_q(request.user)).select_related("owner")
+    return ProfilingRun.objects.visible_to(request.user).select_related("owner")
 
 
 @login_required
@@ -37,6 +42,7 @@ def runs(request: HttpRequest) -> HttpResponse:
             data.pop("input_shape", None)
         checked = ProfilingRunSerializer(data=data)
         if checked.is_valid():
+            actions.check_may_start(request.user, checked.validated_data.get("provider", Provider.LOCAL))
             run = actions.create_run(request.user, **checked.validated_data)
             return redirect("profiling-run", run_id=run.pk)
         errors = {k: " ".join(str(e) for e in v) for k, v in checked.errors.items()}
@@ -54,6 +60,8 @@ def cancel(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _visible_runs(request).filter(pk=run_id).first()
     if run is None:
         raise Http404("no such run")
+    if not acts_for_owner(request.user, run, CANCEL_PERMISSION):
+        raise PermissionDenied("only the owner (or profiler.change_profilingrun) may cancel this run")
     actions.cancel_run(run)
     return redirect("profiling-run", run_id=run_id)
 
@@ -67,6 +75,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     comm = list(run.comm_samples.all())
     return render(request, "frontend/profiling_run.html", {
         "run": run, "compute": compute, "comm": comm, "buckets": list(run.bucket_samples.all()),
+        "can_cancel": acts_for_owner(request.user, run, CANCEL_PERMISSION) and not run.finished,
         "samples_json": {
             "compute": [{"batch_size": s.batch_size, "phase": s.phase, "times_ms": s.times_ms,
                          "median_ms": s.median_ms, "cv": s.cv} for s in compute],

@@ -20,6 +20,7 @@ from profiler.models import (
     CommSample,
     ComputeSample,
     ProfilingRun,
+    Provider,
     RunEvent,
     RunKind,
     RunStatus,
@@ -56,6 +57,18 @@ def status_message(run: ProfilingRun) -> dict:
 
 
 # --- lifecycle ----------------------------------------------------------------------------
+
+
+EC2_PERMISSION = "profiler.add_profilingrun"
+
+
+def check_may_start(user, provider: str) -> None:
+    """An EC2 run rents a VM, which costs money: it needs ``profiler.add_profilingrun`` (staff
+    have it), as a launch needs ``plans.add_job``. A local run needs only a login."""
+    from django.core.exceptions import PermissionDenied
+
+    if provider == Provider.EC2 and not user.has_perm(EC2_PERMISSION):
+        raise PermissionDenied(f"profiling on EC2 rents a VM: it needs the {EC2_PERMISSION} permission")
 
 
 def create_run(owner, *, start: bool = True, **fields) -> ProfilingRun:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import tarfile
 from functools import cache
 from pathlib import Path
@@ -13,25 +14,38 @@ from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound
+from rest_framework.exceptions import NotFound, PermissionDenied
 from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
 from profiler import actions
 from profiler.auth import AgentTokenAuthentication, IsAgentForThisRun
-from profiler.models import ProfilingRun
+from profiler.models import ProfilingRun, Provider, RunEvent
 from profiler.serializers import AgentEventSerializer, ProfilingRunDetailSerializer, ProfilingRunSerializer
-from srifty_web.teams import visible_owner_q
+from srifty_web.teams import acts_for_owner
+
+CANCEL_PERMISSION = "profiler.change_profilingrun"  # teammates without it may read a run, not cancel it
 
 MAX_EVENT_BYTES = 8 * 1024 * 1024  # a result with every iteration of a large ladder fits well inside
+# What one stored event (RunEvent.payload) may weigh, by type. Progress and sample events are
+# replayed to every viewer that connects (the last 500) and broadcast to every open page, so
+# they stay small; an error ends the run; a result's profile is checked and stored apart.
+MAX_PAYLOAD_BYTES = {"progress": 4 * 1024, "error": 64 * 1024, "sample": 256 * 1024, "result": 4 * 1024}
+MAX_SAMPLE_EVENTS = 256  # per run: one per batch size (<= 32 given, ~20 auto) or message size (~40)
+
+
+def content_length(request) -> int | None:
+    """The request's Content-Length, or None when it is not a plain non-negative integer."""
+    raw = str(request.META.get("CONTENT_LENGTH") or "0").strip()
+    return int(raw) if raw.isdigit() and len(raw) <= 18 else None
 
 
 class ProfilingRunViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     """Start profiling runs and read them with their samples (your team's runs only)."""
 
     def get_queryset(self):
-        qs = ProfilingRun.objects.filter(visible_owner_q(self.request.user)).select_related("owner")
+        qs = ProfilingRun.objects.visible_to(self.request.user).select_related("owner")
         # A finished run's profile JSON is tens to hundreds of KB; the list never shows it.
         return qs.defer("profile") if self.action == "list" else qs
 
@@ -39,17 +53,21 @@ class ProfilingRunViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
         return ProfilingRunDetailSerializer if self.action == "retrieve" else ProfilingRunSerializer
 
     def perform_create(self, serializer):
+        actions.check_may_start(self.request.user, serializer.validated_data.get("provider", Provider.LOCAL))
         serializer.instance = actions.create_run(self.request.user, **serializer.validated_data)
 
     @extend_schema(request=None, responses=ProfilingRunSerializer)
     @action(detail=True, methods=["post"])
-    def cancel(self, request, pk=None):
-        run = actions.cancel_run(self.get_object())
+    def cancel(self, request, pk=None, **kwargs):
+        run = self.get_object()
+        if not acts_for_owner(request.user, run, CANCEL_PERMISSION):
+            raise PermissionDenied("only the owner (or profiler.change_profilingrun) may cancel this run")
+        run = actions.cancel_run(run)
         return Response(ProfilingRunSerializer(run).data)
 
     @extend_schema(responses={200: OpenApiResponse(description="The profile JSON (docs/profile-format.md)")})
     @action(detail=True, methods=["get"], url_path="profile")
-    def profile(self, request, pk=None):
+    def profile(self, request, pk=None, **kwargs):
         run = self.get_object()
         if run.profile is None:
             raise NotFound("this run has no profile yet")
@@ -68,14 +86,25 @@ class AgentEventView(APIView):
 
     @extend_schema(request=AgentEventSerializer, responses={201: None, 200: None, 409: None})
     def post(self, request, pk: int):
-        length = int(request.META.get("CONTENT_LENGTH") or 0)
+        length = content_length(request)
+        if length is None:
+            return Response({"detail": "Content-Length must be a byte count"}, status=status.HTTP_400_BAD_REQUEST)
         if length > MAX_EVENT_BYTES:
             return Response({"detail": f"event larger than {MAX_EVENT_BYTES} bytes"},
                             status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
         envelope = AgentEventSerializer(data=request.data)
         envelope.is_valid(raise_exception=True)
-        event = {**request.data, **envelope.validated_data}
+        event = dict(envelope.validated_data)  # known fields only: nothing else is stored or broadcast
         run = request.user.run
+        payload = {k: v for k, v in event.items() if k not in ("seq", "type", "profile")}
+        limit = MAX_PAYLOAD_BYTES[event["type"]]
+        if len(json.dumps(payload, ensure_ascii=False).encode()) > limit:
+            return Response({"detail": f"a {event['type']} event carries at most {limit} bytes of fields"},
+                            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
+        if (event["type"] == "sample" and not RunEvent.objects.filter(run=run, seq=event["seq"]).exists()
+                and RunEvent.objects.filter(run=run, type="sample").count() >= MAX_SAMPLE_EVENTS):
+            return Response({"detail": f"run {run.pk} already has {MAX_SAMPLE_EVENTS} sample events"},
+                            status=status.HTTP_409_CONFLICT)
         try:
             with transaction.atomic():
                 created = actions.record_event(run, event)

@@ -29,7 +29,9 @@ class AgentTokenAuthentication(authentication.BaseAuthentication):
         token = header[1].decode(errors="replace")
         token_hash = ProfilingRun.hash_token(token)
         run = ProfilingRun.objects.filter(token_hash=token_hash).first()
-        if run is None or not run.token_matches(token):
+        # The run's state decides too, not only the expiry: a token re-issued by a start task that
+        # raced a cancel must not come back to life for a finished run.
+        if run is None or run.finished or not run.token_matches(token):
             raise exceptions.AuthenticationFailed("invalid or expired agent token")
         return AgentPrincipal(run), token
 

@@ -11,7 +11,6 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from profiler.actions import status_message
 from profiler.models import ProfilingRun, RunEvent
 from srifty_web.live import ViewerConsumer
-from srifty_web.teams import visible_owner_q
 
 REPLAY_EVENTS = 500
 
@@ -22,7 +21,7 @@ class RunConsumer(ViewerConsumer, AsyncJsonWebsocketConsumer):
     live_handler = "run.message"
 
     def snapshot(self, user, run_id: int) -> dict | None:
-        run = ProfilingRun.objects.filter(visible_owner_q(user)).filter(pk=run_id).first()
+        run = ProfilingRun.objects.visible_to(user).filter(pk=run_id).first()
         if run is None:
             return None
         recent = list(

@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from srifty_web.teams import TeamQuerySet
 from srifty_web.tokens import ScopedTokenMixin
 
 
@@ -78,6 +79,8 @@ class ProfilingRun(ScopedTokenMixin, models.Model):
     token_expires_at = models.DateTimeField(null=True, blank=True)
     last_seq = models.PositiveIntegerField(default=0)
     profile = models.JSONField(null=True, blank=True)
+
+    objects = TeamQuerySet.as_manager()  # ProfilingRun.objects.visible_to(user): the team rule
 
     class Meta:
         ordering = ["-created_at"]

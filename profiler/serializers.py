@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from django.conf import settings
 from rest_framework import serializers
 
 from catalog.models import InstanceType
@@ -19,11 +20,33 @@ from profiler.models import (
 )
 from srifty_web.serializers import ModelSerializer
 
-SPEC_RE = re.compile(r"^(torchvision:[A-Za-z0-9_]+|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$")
-SHAPE_RE = re.compile(r"^\d{1,5}(,\d{1,5}){0,4}$")
-BATCHES_RE = re.compile(r"^(auto|\d{1,6}(,\d{1,6}){0,31})$")
-SIZES_RE = re.compile(r"^\d+(\.\d+)?[KMG]?B?\.\.\d+(\.\d+)?[KMG]?B?$", re.IGNORECASE)
-MEMORY_RE = re.compile(r"^\d+(\.\d+)?[KMG]B$", re.IGNORECASE)
+# \Z, not $: "$" also matches before a trailing newline, so "3,224,224\n" would pass.
+SHAPE_RE = re.compile(r"^\d{1,5}(,\d{1,5}){0,4}\Z")
+BATCHES_RE = re.compile(r"^(auto|\d{1,6}(,\d{1,6}){0,31})\Z")
+SIZES_RE = re.compile(r"^\d{1,12}(\.\d{1,6})?[KMG]?B?\.\.\d{1,12}(\.\d{1,6})?[KMG]?B?\Z", re.IGNORECASE)
+MEMORY_RE = re.compile(r"^\d{1,12}(\.\d{1,6})?[KMG]B\Z", re.IGNORECASE)
+
+
+def model_spec_problem(spec: str, provider: str, allow_local_code: bool) -> str | None:
+    """Why ``spec`` cannot be profiled by ``provider``, or ``None``.
+
+    Library specs (torchvision/timm/transformers names) are checked against their registries.
+    A code spec (``package.module:factory``) runs the named code in the agent: on EC2 that is
+    the team's own VM; locally it is this server, so only with ``allow_local_code``
+    (``settings.LOCAL_CODE_EXECUTION``, or the operator's ``manage.py profile_model``)."""
+    from profiler.agent.specs import SpecError, check_library_spec, parse_spec
+
+    try:
+        if parse_spec(spec).is_library:
+            check_library_spec(spec)
+            return None
+    except SpecError as exc:
+        return str(exc)
+    if provider == Provider.LOCAL and not allow_local_code:
+        return ("model code (package.module:factory) runs on this server only when the operator allows "
+                "it (SRIFTY_LOCAL_CODE=1); profile it on EC2, or use torchvision:NAME, timm:NAME or "
+                "transformers:MODEL_TYPE")
+    return None
 
 
 class ComputeSampleSerializer(ModelSerializer):
@@ -55,6 +78,69 @@ RUN_FIELDS = [
 READ_ONLY = ["id", "owner", "status", "phase", "progress", "error", "created_at", "started_at", "finished_at",
              "deadline_at", "instance_ids"]
 
+# What one profiling run may ask of the machine it runs on (this server, for local runs).
+MAX_SAMPLE_ELEMENTS = 2**26  # one input sample: 3x224x224 is 150k, 3x16x224x224 video 2.4M
+MAX_BATCH = 65_536  # an explicit batch size
+MAX_BATCH_ELEMENTS = 2**31  # largest explicit batch x sample elements: 8 GiB of fp32 input alone
+MAX_WORLD_SIZE = {Provider.LOCAL: 16, Provider.EC2: 256}  # ranks, all on one host
+MAX_MESSAGE_BYTES = 4 * 2**30  # the largest all_reduce message (defaults: gloo 64MB, nccl 1GB)
+MAX_COMM_BYTES = 64 * 2**30  # world size x largest message: what the host holds at once
+MAX_MEMORY_BYTES = 16 * 2**40
+
+
+def work_problems(attrs: dict, kind: str) -> dict[str, str]:
+    """Field -> why a well-formed request would still take gigabytes or hours (checked after
+    the syntax): the agent runs on this server for local runs, so nothing it is asked may be
+    more than one machine can do."""
+    from profiler.agent.units import ArgumentValueError, parse_size, parse_size_range
+
+    errors: dict[str, str] = {}
+    if kind == RunKind.COMPUTE:
+        shape = attrs.get("input_shape", "")
+        if SHAPE_RE.match(shape):
+            elements = 1
+            for dim in shape.split(","):
+                elements *= int(dim)
+            if elements == 0:
+                errors["input_shape"] = "every dimension must be at least 1"
+            elif elements > MAX_SAMPLE_ELEMENTS:
+                errors["input_shape"] = f"{elements} elements per sample; at most {MAX_SAMPLE_ELEMENTS}"
+            batches = attrs.get("batch_sizes", "auto")
+            if BATCHES_RE.match(batches) and batches != "auto" and "input_shape" not in errors:
+                sizes = [int(b) for b in batches.split(",")]
+                if min(sizes) < 1 or max(sizes) > MAX_BATCH:
+                    errors["batch_sizes"] = f"batch sizes from 1 to {MAX_BATCH}"
+                elif max(sizes) * elements > MAX_BATCH_ELEMENTS:
+                    errors["batch_sizes"] = (f"batch {max(sizes)} x {elements} elements per sample is more than "
+                                             f"{MAX_BATCH_ELEMENTS} input elements")
+        memory = attrs.get("max_memory")
+        if memory and MEMORY_RE.match(memory):
+            try:
+                ok = 0 < parse_size(memory) <= MAX_MEMORY_BYTES
+            except ArgumentValueError:
+                ok = False
+            if not ok:
+                errors["max_memory"] = f"more than 0 and at most {MAX_MEMORY_BYTES // 2**40}TB"
+    else:
+        provider = attrs.get("provider", Provider.LOCAL)
+        ranks = attrs.get("world_size", 2)
+        most = MAX_WORLD_SIZE.get(provider, MAX_WORLD_SIZE[Provider.LOCAL])
+        if ranks > most:
+            errors["world_size"] = f"at most {most} ranks on one {'VM' if provider == Provider.EC2 else 'server'}"
+        sizes = attrs.get("sizes")
+        if sizes and SIZES_RE.match(sizes):
+            try:
+                low, high = parse_size_range(sizes)
+            except ArgumentValueError as exc:
+                errors["sizes"] = str(exc)
+            else:
+                if high > MAX_MESSAGE_BYTES:
+                    errors["sizes"] = f"messages of at most {MAX_MESSAGE_BYTES // 2**30}GB"
+                elif high * ranks > MAX_COMM_BYTES:
+                    errors["sizes"] = (f"{ranks} ranks x {high} bytes is more than {MAX_COMM_BYTES // 2**30}GB "
+                                       "on one host")
+    return errors
+
 
 class ProfilingRunSerializer(ModelSerializer):
     owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
@@ -70,8 +156,10 @@ class ProfilingRunSerializer(ModelSerializer):
         kind = attrs.get("kind", RunKind.COMPUTE)
         errors: dict[str, str] = {}
         if kind == RunKind.COMPUTE:
-            if not SPEC_RE.match(attrs.get("model_spec", "")):
-                errors["model_spec"] = "use torchvision:NAME or package.module:factory"
+            problem = model_spec_problem(attrs.get("model_spec", ""), attrs.get("provider", Provider.LOCAL),
+                                         self.context.get("allow_local_code", settings.LOCAL_CODE_EXECUTION))
+            if problem:
+                errors["model_spec"] = problem
             if not SHAPE_RE.match(attrs.get("input_shape", "")):
                 errors["input_shape"] = "comma-separated positive integers, e.g. 3,224,224"
             if not BATCHES_RE.match(attrs.get("batch_sizes", "auto")):
@@ -91,6 +179,8 @@ class ProfilingRunSerializer(ModelSerializer):
                 errors["world_size"] = "between 2 and 1024"
             if attrs.get("sizes") and not SIZES_RE.match(attrs["sizes"]):
                 errors["sizes"] = "a range like 1KB..64MB"
+        for name, problem in work_problems(attrs, kind).items():
+            errors.setdefault(name, problem)
         if attrs.get("provider", Provider.LOCAL) == Provider.EC2:
             if not InstanceType.objects.filter(name=attrs.get("instance_type", "")).exists():
                 errors["instance_type"] = "unknown instance type"
@@ -117,15 +207,28 @@ class ProfilingRunDetailSerializer(ProfilingRunSerializer):
         fields = [*RUN_FIELDS, "compute_samples", "bucket_samples", "comm_samples"]
 
 
-class AgentEventSerializer(serializers.Serializer):
-    """The envelope of an agent post; the rest of the body is the event's own fields."""
+# (run, seq) is unique, so the largest seq bounds how many events one agent token can store.
+# A compute run of 32 batch sizes x 1000 iterations posts ~35k events; a comm run far fewer.
+MAX_AGENT_SEQ = 1_000_000
+MAX_AGENT_INT = 2**53  # sizes and counts: exact in JSON, fit every integer column
 
-    seq = serializers.IntegerField(min_value=1, max_value=10_000_000)
+
+class AgentEventSerializer(serializers.Serializer):
+    """An agent post. Only these fields are kept (stored in ``RunEvent.payload``, replayed to
+    viewers, broadcast): whatever else a body carries is dropped, so a token cannot store or
+    push arbitrary data, nor override the ``run`` of the live messages."""
+
+    seq = serializers.IntegerField(min_value=1, max_value=MAX_AGENT_SEQ)
     type = serializers.ChoiceField(choices=["progress", "sample", "result", "error"])
     phase = serializers.CharField(required=False, max_length=32)
     fraction = serializers.FloatField(required=False, min_value=0, max_value=1)
     time_ms = serializers.FloatField(required=False, min_value=0, max_value=3.6e6)
     message = serializers.CharField(required=False, max_length=10_000)
+    batch_size = serializers.IntegerField(required=False, min_value=0, max_value=MAX_AGENT_INT)
+    size_bytes = serializers.IntegerField(required=False, min_value=0, max_value=MAX_AGENT_INT)
+    iteration = serializers.IntegerField(required=False, min_value=0, max_value=MAX_AGENT_INT)
+    fits = serializers.BooleanField(required=False)
+    sample = serializers.DictField(required=False)
     profile = serializers.DictField(required=False)
 
     def validate(self, attrs: dict) -> dict:

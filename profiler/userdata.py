@@ -96,7 +96,10 @@ fi
 
 
 def _q(value: object) -> str:
-    return shlex.quote(str(value))
+    text = str(value)
+    if "\x00" in text:  # bash cannot hold a NUL in a variable: it would cut or shift the script
+        raise ValueError(f"a user-data value contains a NUL byte: {text[:40]!r}")
+    return shlex.quote(text)
 
 
 def _int(name: str, value: object, minimum: int = 1) -> int:

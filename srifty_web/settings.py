@@ -44,6 +44,29 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "t
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 SITE_URL = env_str("SITE_URL", "http://127.0.0.1:8000")
 
+# A team's own model code (a ``package.module:factory`` spec) runs only inside the agent: on its
+# EC2 VM, or as a local subprocess of this server, which is this machine running whatever a user
+# typed. So a local agent takes code specs only when the operator says so: ./run (one demo user
+# on 127.0.0.1) turns it on, a shared install leaves it off. The web process and the task worker
+# never build code specs at all (profiler/agent/specs.py).
+LOCAL_CODE_EXECUTION = env_bool("SRIFTY_LOCAL_CODE", False)
+
+
+def _install_id() -> str:
+    """This install's id, tagged on every EC2 instance it starts (``srifty:install-id``) so that
+    its reconciler terminates only its own, never those of another install in the same AWS
+    account. From ``SRIFTY_INSTALL_ID``, else generated once and kept in DATA_DIR."""
+    value = env_str("SRIFTY_INSTALL_ID")
+    if value:
+        return value
+    path = DATA_DIR / "install_id"
+    if not path.exists():
+        path.write_text(secrets.token_hex(8))
+    return path.read_text().strip()
+
+
+INSTALL_ID = _install_id()
+
 INSTALLED_APPS = [
     "daphne",
     "django.contrib.admin",
@@ -165,9 +188,22 @@ SESSION_COOKIE_SECURE = SECURE_HTTPS
 CSRF_COOKIE_SECURE = SECURE_HTTPS
 SECURE_SSL_REDIRECT = SECURE_HTTPS
 SECURE_HSTS_SECONDS = 31536000 if SECURE_HTTPS else 0
+# Behind a proxy that terminates TLS, Django sees plain HTTP: without trusting the proxy's
+# X-Forwarded-Proto it would redirect every request to HTTPS forever. Set only behind a proxy
+# that overwrites that header.
+if env_bool("SECURE_PROXY_SSL", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
 SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+# Content-Security-Policy on every response (srifty_web/security.py), right inside Django's
+# SecurityMiddleware so that it also covers what the inner middleware answer (CSRF 403s, redirects).
+MIDDLEWARE.insert(MIDDLEWARE.index("django.middleware.security.SecurityMiddleware") + 1,
+                  "srifty_web.security.ContentSecurityPolicyMiddleware")
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("DATA_UPLOAD_MAX_MEMORY_SIZE", 10 * 1024 * 1024)
 
 # --- I18N ---------------------------------------------------------------------------------

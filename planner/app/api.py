@@ -9,14 +9,13 @@ from rest_framework.response import Response
 from planner.app import service
 from planner.app.models import PlanRecord, PlanStatus
 from planner.app.serializers import PlanRequestSerializer, PlanSerializer, PlanSummarySerializer
-from srifty_web.teams import visible_owner_q
 
 
 class PlanViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     """Plans are solved on creation and stored with their inputs, so they can be reopened."""
 
     def get_queryset(self):
-        return PlanRecord.objects.filter(visible_owner_q(self.request.user)).select_related("owner")
+        return PlanRecord.objects.visible_to(self.request.user).select_related("owner")
 
     def get_serializer_class(self):
         if self.action == "create":

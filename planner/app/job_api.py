@@ -66,7 +66,9 @@ class JobTokenAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed("malformed Bearer header")
         token = header[1].decode(errors="replace")
         job = Job.objects.filter(token_hash=Job.hash_token(token)).first()
-        if job is None or not job.token_matches(token):
+        # A finished job's token is dead whatever its expiry says (``jobs.mark_launched`` re-arms
+        # the expiry when a job stopped during its launch records its first instances).
+        if job is None or job.finished or not job.token_matches(token):
             raise exceptions.AuthenticationFailed("invalid or expired job token")
         return JobAgent(job), token
 
@@ -132,7 +134,7 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
     @extend_schema(request=LaunchParamsSerializer, responses={200: PreviewSerializer, 400: None, 403: None})
     @action(detail=False, methods=["post"])
     @_job_errors
-    def preview(self, request):
+    def preview(self, request, *args, **kwargs):
         """The exact instances, $/h, maximum spend and cap time of a launch, and the short-lived
         confirmation id that ``POST /jobs/`` needs to launch exactly that."""
         if not jobs.can_launch(request.user):
@@ -159,7 +161,7 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
     @extend_schema(request=None, responses={200: JobSerializer, 403: None})
     @action(detail=True, methods=["post"])
     @_job_errors
-    def stop(self, request, pk=None):
+    def stop(self, request, pk=None, **kwargs):
         job = self.get_object()
         if not jobs.can_stop(request.user, job):
             raise jobs.NotAllowed("only the owner (or plans.change_job) may stop this job")
@@ -169,7 +171,7 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
     @extend_schema(request=ReplanRequestSerializer, responses={200: PreviewSerializer, 400: None, 403: None})
     @action(detail=True, methods=["post"])
     @_job_errors
-    def replan(self, request, pk=None):
+    def replan(self, request, pk=None, **kwargs):
         """The re-plan for the remaining work (solved now if none was offered yet) as a launch
         preview; apply it with ``POST /jobs/{id}/replan/apply/``."""
         job = self.get_object()
@@ -182,7 +184,7 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
     @extend_schema(request=ApplyReplanSerializer, responses={201: JobDetailSerializer, 400: None, 403: None})
     @action(detail=True, methods=["post"], url_path="replan/apply")
     @_job_errors
-    def apply(self, request, pk=None):
+    def apply(self, request, pk=None, **kwargs):
         """Stop this job's cluster and launch the confirmed re-plan option instead."""
         job = self.get_object()
         if not jobs.can_launch(request.user):
@@ -198,6 +200,11 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
 # --- nodes --------------------------------------------------------------------------------
 
 
+def job_world_size(job: Job) -> int:
+    """Training processes of the job: torchrun starts ``gpus_per_node`` ranks on every node."""
+    return sum(int(g["count"]) * max(1, int(g.get("gpus_per_node") or 1)) for g in job.option.get("groups", []))
+
+
 class JobAgentView(APIView):
     authentication_classes = [JobTokenAuthentication]
     permission_classes = [IsAgentForThisJob]
@@ -209,13 +216,23 @@ class JobReportsView(JobAgentView):
 
     @extend_schema(request=ReportBatchSerializer, responses={201: None, 200: None, 409: None, 413: None})
     def post(self, request, pk: int):
-        if int(request.META.get("CONTENT_LENGTH") or 0) > MAX_REPORT_BYTES:
+        from profiler.api import content_length
+
+        length = content_length(request)
+        if length is None:
+            return Response({"detail": "Content-Length must be a byte count"}, status=status.HTTP_400_BAD_REQUEST)
+        if length > MAX_REPORT_BYTES:
             return Response({"detail": f"post larger than {MAX_REPORT_BYTES} bytes"},
                             status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
         batch = ReportBatchSerializer(data=request.data)
         batch.is_valid(raise_exception=True)
         data = batch.validated_data
         job = request.user.job
+        world = job_world_size(job)
+        if data["rank"] >= world:
+            # rows are unique per (job, rank, seq): ranks outside the job would let a token store without end
+            return Response({"rank": [f"this job has {world} rank(s): 0..{world - 1}"]},
+                            status=status.HTTP_400_BAD_REQUEST)
         try:
             stored = jobs.record_reports(job, data["rank"], data["seq"], data["reports"])
         except jobs.JobClosed as exc:

@@ -12,7 +12,7 @@ Who may do what:
   through a group) *and* an explicit confirmation (``confirm=True``; the API and the pages only
   pass it with a valid signed confirmation id from ``planner.app.launch.confirmation_for``);
 * stopping a job: its owner, or anyone with ``plans.change_job`` who can see it;
-* seeing a job: the owner's team (``srifty_web.teams.visible_owner_q``).
+* seeing a job: the owner's team (``Job.objects.visible_to``, ``srifty_web.teams.visible_owner_q``).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from django.utils.crypto import salted_hmac
 
 from planner.app.models import Job, JobEvent, JobReport, JobStatus, PlanRecord, PlanStatus
 from srifty_web.live import send_on_commit
-from srifty_web.teams import visible_owner_q
+from srifty_web.teams import acts_for_owner
 
 log = logging.getLogger(__name__)
 
@@ -74,13 +74,11 @@ def can_launch(user) -> bool:
 
 
 def can_stop(user, job: Job) -> bool:
-    if not (user and user.is_authenticated):
-        return False
-    return job.owner_id == user.pk or user.has_perm(STOP_PERMISSION)
+    return acts_for_owner(user, job, STOP_PERMISSION)
 
 
 def visible_jobs(user):
-    return Job.objects.filter(visible_owner_q(user)).select_related("owner", "plan")
+    return Job.objects.visible_to(user).select_related("owner", "plan")
 
 
 # --- websocket fan-out --------------------------------------------------------------------
@@ -136,7 +134,7 @@ def clean_params(train_command, max_spend_usd, max_hours) -> tuple[str, Decimal,
 
 def plan_option(owner, plan: PlanRecord, rank) -> dict:
     """The option ``rank`` of a solved plan the owner may see, or JobError."""
-    if not PlanRecord.objects.filter(visible_owner_q(owner)).filter(pk=plan.pk).exists():
+    if not PlanRecord.objects.visible_to(owner).filter(pk=plan.pk).exists():
         raise JobError("plan", "no such plan")
     if plan.status != PlanStatus.SOLVED:
         raise JobError("plan", f"the plan is {plan.status}, not solved")

@@ -10,6 +10,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from srifty_web.teams import TeamQuerySet
 from srifty_web.tokens import ScopedTokenMixin
 
 
@@ -34,6 +35,8 @@ class PlanRecord(models.Model):
     binding_constraint = models.CharField(max_length=40, blank=True)
     solve_time_s = models.FloatField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+
+    objects = TeamQuerySet.as_manager()  # PlanRecord.objects.visible_to(user): the team rule
 
     class Meta:
         ordering = ["-created_at"]
@@ -88,6 +91,8 @@ class Job(ScopedTokenMixin, models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = TeamQuerySet.as_manager()  # Job.objects.visible_to(user): the team rule
 
     class Meta:
         ordering = ["-created_at"]

@@ -7,24 +7,37 @@ from rest_framework import serializers
 from catalog.models import Accelerator
 from catalog.regions import AWS_REGIONS
 from planner.app.models import PlanRecord
-from profiler.serializers import SHAPE_RE, SPEC_RE
+from profiler.serializers import SHAPE_RE
 from srifty_web.serializers import ModelSerializer
 
 
 class ModelChoiceSerializer(serializers.Serializer):
-    """Either a finished compute profiling run, or a model spec to predict analytically."""
+    """Either a finished compute profiling run, or a library model to predict analytically.
+
+    ``spec`` names a model in a library's registry (``torchvision:NAME``, ``timm:NAME``,
+    ``transformers:MODEL_TYPE``): the server builds nothing else. A team's own model is
+    profiled by the agent, and plans use that profile (its workload trace). The operator's
+    ``manage.py plan`` passes ``context={"allow_code": True}`` to plan a factory directly."""
 
     profile_run = serializers.IntegerField(required=False, min_value=1)
-    spec = serializers.CharField(required=False, max_length=200)
+    spec = serializers.CharField(required=False, max_length=200,
+                                 help_text="torchvision:NAME, timm:NAME or transformers:MODEL_TYPE")
     input_shape = serializers.CharField(required=False, max_length=64)
     precision = serializers.ChoiceField(choices=["fp32", "tf32", "amp", "fp16", "bf16"], default="amp")
 
     def validate(self, attrs: dict) -> dict:
+        from profiler.agent.specs import SpecError, check_library_spec, parse_spec
+
         if attrs.get("profile_run"):
             return attrs
         errors = {}
-        if not SPEC_RE.match(attrs.get("spec", "")):
-            errors["spec"] = "give profile_run, or spec as torchvision:NAME or package.module:factory"
+        try:
+            if self.context.get("allow_code"):
+                parse_spec(attrs.get("spec", ""))
+            else:
+                check_library_spec(attrs.get("spec", ""))
+        except SpecError as exc:
+            errors["spec"] = f"give profile_run, or spec as a library model: {exc}"
         if not SHAPE_RE.match(attrs.get("input_shape", "")):
             errors["input_shape"] = "comma-separated positive integers, e.g. 3,224,224"
         if errors:

@@ -91,7 +91,10 @@ def workload(spec: str, input_shape: tuple[int, ...], precision: str, measured=N
         try:
             base = workload_for_spec(spec, input_shape, precision=precision, allow_code=allow_code)
         except Exception as exc:  # unknown model, factory error, shape mismatch
-            raise PlanInputError("model", f"cannot build {spec} with input shape {input_shape}: {exc}") from exc
+            # The first line of the error says what is wrong (a shape mismatch, an unknown name);
+            # the rest of a framework's message is internals that a 400 need not show.
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            raise PlanInputError("model", f"cannot build {spec} with input shape {input_shape}: {reason}") from exc
         if library:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.tmp")

@@ -47,7 +47,7 @@ from typing import Any
 LIBRARY_KINDS = ("torchvision", "timm", "transformers")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
 _HF_RE = re.compile(r"^(?P<type>[a-z0-9][a-z0-9_\-]{0,63})(?:\((?P<args>[^()]{0,400})\))?$")
-_HF_ARG_RE = re.compile(r"^(?P<key>[a-z_][a-z0-9_]{0,63})=(?P<value>true|false|-?\d{1,12}(\.\d{1,12})?(e-?\d{1,3})?)$")
+_HF_ARG_RE = re.compile(r"^(?P<key>[a-z][a-z0-9_]{0,63})=(?P<value>true|false|-?\d{1,12}(\.\d{1,12})?(e-?\d{1,3})?)$")
 _CODE_RE = re.compile(r"^[A-Za-z_][\w.]*(\.py)?:[A-Za-z_][\w.]*$|^[\w./\-]+\.py:[A-Za-z_][\w.]*$")
 
 

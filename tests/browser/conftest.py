@@ -175,6 +175,7 @@ def server(tmp_path_factory, moto_server):
         "AWS_ENDPOINT_URL": moto_server, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": "us-east-1", "DEBUG": "0", "PYTHONUNBUFFERED": "1",
         "LOG_LEVEL": "INFO",
+        "SRIFTY_LOCAL_CODE": "1",  # single-user mode, as ./run starts it: local agents may run model code
     })  # fmt: skip
     layer = "in-memory"
     if os.environ.get("SRIFTY_TEST_REDIS_URL"):

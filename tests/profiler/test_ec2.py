@@ -12,6 +12,7 @@ import pytest
 from botocore.awsrequest import AWSResponse
 from botocore.config import Config
 from botocore.stub import Stubber
+from django.conf import settings
 
 from profiler import ec2 as ec2_api
 from profiler.ec2 import AwsError, LaunchSpec
@@ -128,8 +129,9 @@ def test_launch_on_demand_tags_instance_and_volume_and_terminates_on_shutdown(ec
         assert item["InstanceType"] == "g5.xlarge"
         assert "InstanceLifecycle" not in item  # on-demand
         assert item["MetadataOptions"]["HttpTokens"] == "required"
-        assert tags_of(item) == {"srifty:managed": "true", "srifty:run-id": "12"}
-        assert volume_tags(ec2, instance_id) == {"srifty:managed": "true", "srifty:run-id": "12"}
+        ours = {"srifty:managed": "true", "srifty:install-id": settings.INSTALL_ID, "srifty:run-id": "12"}
+        assert tags_of(item) == ours
+        assert volume_tags(ec2, instance_id) == ours
         assert attribute(ec2, instance_id, "instanceInitiatedShutdownBehavior") == "terminate"
 
 
@@ -139,9 +141,11 @@ def test_launch_puts_the_time_limit_guard_into_the_user_data(ec2):
     assert user_data == "#!/bin/bash\nshutdown -h +45\necho hello\n"
 
 
-def test_the_managed_tag_cannot_be_overridden_by_the_caller(ec2):
-    (instance_id,) = ec2_api.launch(spec(tags={"srifty:managed": "false", "srifty:job-id": "3"}))
-    assert tags_of(instance(ec2, instance_id)) == {"srifty:managed": "true", "srifty:job-id": "3"}
+def test_the_managed_and_install_tags_cannot_be_overridden_by_the_caller(ec2):
+    (instance_id,) = ec2_api.launch(spec(tags={"srifty:managed": "false", "srifty:install-id": "someone-else",
+                                               "srifty:job-id": "3"}))
+    assert tags_of(instance(ec2, instance_id)) == {"srifty:managed": "true", "srifty:install-id": settings.INSTALL_ID,
+                                                   "srifty:job-id": "3"}
 
 
 def test_launch_spot_sends_one_time_terminate_market_options(ec2, sent):
@@ -383,7 +387,8 @@ def test_launch_from_template_tags_and_terminates_on_shutdown(ec2, network, sent
         assert item["SubnetId"] == network["subnets"][0]
         assert item["InstanceLifecycle"] == "spot"
         assert {"srifty:managed": "true", "srifty:job-id": "3"}.items() <= tags_of(item).items()
-        assert volume_tags(ec2, instance_id) == {"srifty:managed": "true", "srifty:job-id": "3"}
+        assert volume_tags(ec2, instance_id) == {"srifty:managed": "true", "srifty:install-id": settings.INSTALL_ID,
+                                                 "srifty:job-id": "3"}
         assert attribute(ec2, instance_id, "instanceInitiatedShutdownBehavior") == "terminate"
         assert (
             base64.b64decode(attribute(ec2, instance_id, "userData"))
@@ -439,7 +444,8 @@ def test_deleting_a_launch_template_twice_is_fine(ec2):
 
 def test_create_placement_group_asks_for_a_cluster_group_and_tolerates_an_existing_one(stubbed):
     expected = {"GroupName": "srifty-job-3", "Strategy": "cluster", "TagSpecifications": [
-        {"ResourceType": "placement-group", "Tags": [{"Key": "srifty:managed", "Value": "true"}]}]}  # fmt: skip
+        {"ResourceType": "placement-group", "Tags": [{"Key": "srifty:managed", "Value": "true"},
+                                                     {"Key": "srifty:install-id", "Value": settings.INSTALL_ID}]}]}  # fmt: skip
     stubbed.add_response("create_placement_group", {}, expected)
     stubbed.add_client_error("create_placement_group", "InvalidPlacementGroup.Duplicate", "exists")
     ec2_api.create_placement_group(REGION, "srifty-job-3")

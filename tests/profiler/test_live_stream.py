@@ -22,6 +22,13 @@ pytestmark = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _local_code(settings):
+    """These runs profile examples.tiny_model (model code) in a local agent: the operator's
+    single-user mode (SRIFTY_LOCAL_CODE=1, as ./run sets it)."""
+    settings.LOCAL_CODE_EXECUTION = True
+
+
 @pytest.fixture
 def redis_layer(settings):
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",

@@ -16,6 +16,13 @@ from profiler.providers import LocalProvider, _is_our_agent
 TINY = {"model_spec": "examples.tiny_model:build", "input_shape": "3,16,16", "batch_sizes": "2,4", "iters": 2}
 
 
+@pytest.fixture(autouse=True)
+def _local_code(settings):
+    """These runs profile examples.tiny_model (model code) in a local agent: the operator's
+    single-user mode (SRIFTY_LOCAL_CODE=1, as ./run sets it)."""
+    settings.LOCAL_CODE_EXECUTION = True
+
+
 def _wait(predicate, timeout_s: float = 120.0, every_s: float = 0.25):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -178,8 +178,9 @@ def test_a_start_redelivered_for_a_run_that_is_not_pending_launches_nothing(make
 
 
 @pytest.mark.django_db
-def test_two_workers_handed_the_same_start_launch_one_agent(make_run, monkeypatch, dummy_tasks):
+def test_two_workers_handed_the_same_start_launch_one_agent(make_run, monkeypatch, dummy_tasks, settings):
     """Duplicate delivery of start_run_task: the second one finds the run no longer pending."""
+    settings.LOCAL_CODE_EXECUTION = True  # the run profiles examples.tiny_model locally
     run = make_run()
     launched = []
     monkeypatch.setattr(LocalProvider, "start", lambda self, run, token: launched.append(run.pk) or 999_999)

@@ -1,6 +1,9 @@
 // Catalog page: client-side column sort (the server sorts too, via ?sort=) and the price chart.
 (function () {
   "use strict";
+  // Plotly renders a subset of HTML in names, text and hover labels (links, styles): stored
+  // strings (instance type names from a catalog CSV, agent-reported values) go in as text.
+  const esc = (s) => String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
   const table = document.getElementById("catalog-table");
   if (table) {
     table.querySelectorAll("thead th[data-key]").forEach((th, col) => {
@@ -31,7 +34,7 @@
   const data = dataEl ? JSON.parse(dataEl.textContent) : null;
   if (!data || !chart || typeof Plotly === "undefined") return;
   const traces = Object.entries(data.series).map(([name, s]) => ({
-    name, x: s.x, y: s.y, type: "scatter", mode: s.x.length > 1 ? "lines+markers" : "markers",
+    name: esc(name), x: s.x, y: s.y, type: "scatter", mode: s.x.length > 1 ? "lines+markers" : "markers",
     line: { shape: "hv", dash: s.market === "on-demand" ? "dash" : "solid" },
   }));
   // One observation per series (the bundled snapshot) would give Plotly a zero-width time axis:

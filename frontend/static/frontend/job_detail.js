@@ -3,6 +3,9 @@
 // tables and events; without JavaScript the page still shows everything stored.
 (function () {
   "use strict";
+  // Plotly renders a subset of HTML in names, text and hover labels (links, styles): stored
+  // strings (instance type names from a catalog CSV, agent-reported values) go in as text.
+  const esc = (s) => String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
   const state = document.getElementById("job-state");
   if (!state || typeof Plotly === "undefined") return;
   const jobId = state.dataset.job;
@@ -32,7 +35,7 @@
     Object.keys(byRank).forEach((rank) => {
       if (!(rank in rankTrace)) {
         rankTrace[rank] = 2 + Object.keys(rankTrace).length;
-        Plotly.addTraces("iter-chart", { name: `rank ${rank}`, x: [], y: [], mode: "markers", type: "scattergl", marker: { size: 4 } });
+        Plotly.addTraces("iter-chart", { name: esc(`rank ${rank}`), x: [], y: [], mode: "markers", type: "scattergl", marker: { size: 4 } });
       }
       Plotly.extendTraces("iter-chart", { x: [byRank[rank].x], y: [byRank[rank].y] }, [rankTrace[rank]], 5000);
     });

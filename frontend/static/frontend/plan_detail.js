@@ -2,10 +2,13 @@
 // ranked plans, baselines, and the deadline / budget lines. The table below works without JS.
 (function () {
   "use strict";
+  // Plotly renders a subset of HTML in names, text and hover labels (links, styles): stored
+  // strings (instance type names from a catalog CSV, agent-reported values) go in as text.
+  const esc = (s) => String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
   const el = document.getElementById("chart-data");
   if (!el || typeof Plotly === "undefined") return;
   const d = JSON.parse(el.textContent);
-  const hover = (p) => `${p.label}<br>$${p.total_usd.toFixed(2)} · ${p.time_h.toFixed(2)} h` +
+  const hover = (p) => `${esc(p.label)}<br>$${p.total_usd.toFixed(2)} · ${p.time_h.toFixed(2)} h` +
     (p.hourly_usd !== undefined ? ` · $${p.hourly_usd.toFixed(2)}/h · ${Math.round(p.throughput_sps)} samples/s` : "");
   const feasible = d.points.filter((p) => p.feasible), other = d.points.filter((p) => !p.feasible);
   const scatter = (pts, name, marker) => ({ type: "scattergl", mode: "markers", name, x: pts.map((p) => p.total_usd),
@@ -20,7 +23,7 @@
       y: d.plans.map((p) => p.time_h), text: d.plans.map((p) => (p.rank === 1 ? "#1" : "")), textposition: "top center",
       hovertext: d.plans.map(hover), hoverinfo: "text", marker: { size: 11, color: "#f59e0b", symbol: "star" } },
     { type: "scatter", mode: "markers", name: "baselines", x: d.baselines.map((b) => b.total_usd),
-      y: d.baselines.map((b) => b.time_h), text: d.baselines.map((b) => `${b.name}: ${hover(b)}`), hoverinfo: "text",
+      y: d.baselines.map((b) => b.time_h), text: d.baselines.map((b) => `${esc(b.name)}: ${hover(b)}`), hoverinfo: "text",
       marker: { size: 11, color: "#c62828", symbol: "diamond" } },
   ];
   const shapes = [];

@@ -2,6 +2,9 @@
 // Tables are rendered by the server; without JavaScript the page still shows everything stored.
 (function () {
   "use strict";
+  // Plotly renders a subset of HTML in names, text and hover labels (links, styles): stored
+  // strings (instance type names from a catalog CSV, agent-reported values) go in as text.
+  const esc = (s) => String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
   const state = document.getElementById("run-state");
   if (!state || typeof Plotly === "undefined") return;
   const runId = state.dataset.run, kind = state.dataset.kind;
@@ -16,7 +19,7 @@
   function addPoint(key, x, y) {
     if (!(key in traces)) {
       traces[key] = Object.keys(traces).length;
-      Plotly.addTraces("latency-chart", { name: key, x: [], y: [], mode: "lines+markers", type: "scatter" });
+      Plotly.addTraces("latency-chart", { name: esc(key), x: [], y: [], mode: "lines+markers", type: "scatter" });
     }
     Plotly.extendTraces("latency-chart", { x: [[x]], y: [[y]] }, [traces[key]], 2000);
   }
@@ -24,7 +27,7 @@
 
   function drawStored() {
     if (kind === "compute" && $("phase-chart")) {
-      const box = stored.compute.map((s) => ({ type: "box", name: `${s.phase} @${s.batch_size}`, y: s.times_ms,
+      const box = stored.compute.map((s) => ({ type: "box", name: esc(`${s.phase} @${s.batch_size}`), y: s.times_ms,
         boxpoints: "all", jitter: 0.3 }));
       Plotly.react("phase-chart", box, layout("phase @ batch", "ms", { legend: { orientation: "h", y: -0.3 } }), cfg);
       if (!Object.keys(traces).length) {
