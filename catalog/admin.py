@@ -96,8 +96,10 @@ class InstanceTypeAdmin(admin.ModelAdmin):
                     source=PriceSource.CSV, observed_at=form.cleaned_data.get("observed_at"),
                 )  # fmt: skip
             except CatalogImportError as exc:
-                errors = exc.errors
-                self.message_user(request, f"Nothing imported: {len(errors)} bad row(s).", messages.ERROR)
+                shown = 100  # a file of 200,000 bad rows must not become a page of 200,000 items
+                errors = exc.errors[:shown] + ([f"... and {len(exc.errors) - shown} more"]
+                                               if len(exc.errors) > shown else [])
+                self.message_user(request, f"Nothing imported: {len(exc.errors)} error(s).", messages.ERROR)
             else:
                 self.message_user(request, f"Imported: {report.summary()}", messages.SUCCESS)
                 return redirect("admin:catalog_instancetype_changelist")

@@ -13,6 +13,7 @@ import ast
 import csv
 import io
 import math
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -51,6 +52,19 @@ NETWORK_COLUMNS = (
 SPEC_COLUMNS = ("gpu", "vendor", "architecture", "fp32_tflops", "memory_bandwidth_gbps", "memory_gib")
 # Catalog accelerator names whose datasheet row goes by another name.
 SPEC_ALIASES = {"V100-32GB": "V100", "T4g": "T4"}
+MAX_FILE_BYTES = 32 * 1024 * 1024  # the bundled snapshot is 0.6 MB (settings.CATALOG_UPLOAD_MAX_BYTES)
+MAX_ROWS = 200_000  # the bundled snapshot has 2,274
+# Text cells: strict patterns, no leading = + - @ (a spreadsheet would run them as formulas),
+# and within the database column's length.
+INSTANCE_TYPE_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}\.[a-z0-9][a-z0-9-]{0,30}\Z")
+ZONE_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}\Z")
+ACCELERATOR_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 ()._+/-]{0,63}\Z")
+ARCH_RE = re.compile(r"^[a-z0-9][a-z0-9_]{0,15}\Z")
+NETWORK_TEXT_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9 .;_-]{0,63})?\Z")
+
+
+def max_file_bytes() -> int:
+    return int(getattr(settings, "CATALOG_UPLOAD_MAX_BYTES", MAX_FILE_BYTES))
 
 
 class CatalogImportError(ValueError):
@@ -106,11 +120,20 @@ class ImportReport:
 
 
 def _open_text(source: str | Path | IO) -> IO[str]:
+    """The file as text, at most ``max_file_bytes()`` of it: a path or an upload is read as bytes
+    (binary junk is a clear error, not a traceback half-way through the rows)."""
+    limit = max_file_bytes()
     if isinstance(source, (str, Path)):
-        return open(source, newline="", encoding="utf-8-sig")  # noqa: SIM115 - caller closes
-    if isinstance(source, io.TextIOBase):
+        if Path(source).is_dir():
+            raise CatalogImportError([f"{source} is a directory, not a CSV file"])
+        with open(source, "rb") as fh:
+            data = fh.read(limit + 1)
+    elif isinstance(source, io.TextIOBase):
         return source
-    data = source.read()
+    else:
+        data = source.read(limit + 1)
+    if len(data) > limit:
+        raise CatalogImportError([f"file is larger than {limit} bytes; split it or raise CATALOG_UPLOAD_MAX_BYTES"])
     if isinstance(data, bytes):
         try:
             data = data.decode("utf-8-sig")
@@ -122,19 +145,25 @@ def _open_text(source: str | Path | IO) -> IO[str]:
 def _read_csv(source: str | Path | IO, required: Iterable[str]) -> list[tuple[int, dict[str, str]]]:
     stream = _open_text(source)
     try:
-        try:
-            reader = csv.DictReader(stream)
-            header = reader.fieldnames or []
-            missing = [c for c in required if c not in header]
-            if missing:
-                raise CatalogImportError([f"line 1: missing column(s): {', '.join(missing)}"])
-            # Line numbers as an editor shows them: the header is line 1.
-            return [(reader.line_num, row) for row in reader]
-        except csv.Error as exc:
-            raise CatalogImportError([f"line {reader.line_num}: not valid CSV ({exc})"]) from exc
-    finally:
-        if isinstance(source, (str, Path)):
-            stream.close()
+        reader = csv.DictReader(stream)
+        header = reader.fieldnames or []
+        missing = [c for c in required if c not in header]
+        if missing:
+            raise CatalogImportError([f"line 1: missing column(s): {', '.join(missing)}"])
+        # Line numbers as an editor shows them: the header is line 1.
+        rows, ragged = [], []
+        for row in reader:
+            if len(rows) >= MAX_ROWS:
+                raise CatalogImportError([f"line {reader.line_num}: more than {MAX_ROWS} rows; split the file"])
+            if None in row or None in row.values():  # more or fewer fields than the header
+                ragged.append(f"line {reader.line_num}: {len(header)} columns in the header, "
+                              f"{len(header) - list(row.values()).count(None) + len(row.get(None) or [])} here")
+            rows.append((reader.line_num, row))
+        if ragged:
+            raise CatalogImportError(ragged)
+        return rows
+    except csv.Error as exc:
+        raise CatalogImportError([f"line {reader.line_num}: not valid CSV ({exc})"]) from exc
 
 
 def _number(raw: str | None, name: str, *, optional: bool = False, integer: bool = False,
@@ -163,6 +192,8 @@ def _price(raw: str | None, name: str) -> Decimal | None:
         return None
     if value > 10_000:
         raise ValueError(f"{name}={raw!r} USD/hour is not plausible for one instance")
+    if value == 0:
+        raise ValueError(f"{name}={raw!r}: a price must be more than 0 (leave it empty when there is none)")
     try:
         return as_decimal(raw.strip())
     except InvalidOperation as exc:  # pragma: no cover - float() accepted it
@@ -202,29 +233,45 @@ def _whole(value, limit: int) -> bool:
 
 def parse_instances(source: str | Path | IO) -> list[InstanceRow]:
     rows, errors = [], []
+    first: dict[str, InstanceRow] = {}  # the first row of each type: later rows must agree with it
     for line, raw in _read_csv(source, INSTANCE_COLUMNS):
         try:
-            rows.append(_instance_row(line, raw))
+            row = _instance_row(line, raw)
         except ValueError as exc:
             errors.append(f"line {line}: {exc}")
+            continue
+        seen = first.setdefault(row.instance_type, row)
+        facts = ("accelerator", "accelerator_count", "vcpus", "memory_gib", "arch")
+        if any(getattr(seen, f) != getattr(row, f) for f in facts):
+            errors.append(f"line {line}: {row.instance_type} has other specs than on line {seen.line}")
+            continue
+        rows.append(row)
     if errors:
         raise CatalogImportError(errors)
     return rows
 
 
+def _text(raw: str | None, name: str, pattern: re.Pattern, what: str) -> str:
+    text = (raw or "").strip()
+    if not pattern.match(text):
+        raise ValueError(f"{name}={text[:40]!r} is not {what}")
+    return text
+
+
 def _instance_row(line: int, raw: dict[str, str]) -> InstanceRow:
     name = (raw.get("InstanceType") or "").strip()
-    if not name or "." not in name or len(name) > 64 or "\x00" in name:
-        raise ValueError(f"InstanceType={name!r} is not an instance type name like p4d.24xlarge")
+    if not INSTANCE_TYPE_RE.match(name):
+        raise ValueError(f"InstanceType={name[:70]!r} is not an instance type name like p4d.24xlarge")
     region = (raw.get("Region") or "").strip()
     if region not in AWS_REGIONS:
-        raise ValueError(f"unknown region {region!r}")
+        raise ValueError(f"unknown region {region[:40]!r}")
     zone = (raw.get("AvailabilityZone") or "").strip()
-    if not zone or len(zone) > 32 or "\x00" in zone:
-        raise ValueError("AvailabilityZone is empty or not a zone ID")
+    if not ZONE_RE.match(zone):
+        raise ValueError("AvailabilityZone is empty or not a zone ID like use1-az1")
     accelerator = (raw.get("AcceleratorName") or "").strip()
-    if len(accelerator) > 64 or "\x00" in accelerator:
-        raise ValueError("AcceleratorName is longer than 64 characters")
+    if accelerator and not ACCELERATOR_RE.match(accelerator):
+        raise ValueError(f"AcceleratorName={accelerator[:40]!r} is not a name (letters, digits, space ()._+/-, "
+                         "at most 64)")
     return InstanceRow(
         line=line,
         instance_type=name,
@@ -244,7 +291,7 @@ def _instance_row(line: int, raw: dict[str, str]) -> InstanceRow:
 
 def _arch(raw: str | None) -> str:
     arch = (raw or "x86_64").strip() or "x86_64"
-    if len(arch) > 16 or "\x00" in arch:
+    if not ARCH_RE.match(arch):
         raise ValueError(f"Arch={arch[:20]!r} is not an architecture")
     return arch
 
@@ -253,17 +300,24 @@ def parse_network(source: str | Path | IO) -> dict[str, dict]:
     out, errors = {}, []
     for line, raw in _read_csv(source, NETWORK_COLUMNS):
         try:
-            out[raw["InstanceType"].strip()] = {
-                "network_performance": raw["NetworkPerformance"].strip(),
-                "baseline_gbps": _number(raw["BaselineBandwidthGbps"], "BaselineBandwidthGbps", optional=True),
-                "peak_gbps": _number(raw["PeakBandwidthGbps"], "PeakBandwidthGbps", optional=True),
-                "network_cards": int(_number(raw["MaximumNetworkCards"], "MaximumNetworkCards", optional=True) or 1),
-                "efa_supported": raw["EfaSupported"].strip().lower() == "true",
+            cell = {k: (v if isinstance(v, str) else "") for k, v in raw.items() if k is not None}  # short rows
+            out[_text(cell.get("InstanceType"), "InstanceType", INSTANCE_TYPE_RE, "an instance type name")] = {
+                "network_performance": _text(cell.get("NetworkPerformance"), "NetworkPerformance", NETWORK_TEXT_RE,
+                                             "a network performance like 100 Gigabit"),
+                "baseline_gbps": _number(cell.get("BaselineBandwidthGbps"), "BaselineBandwidthGbps", optional=True,
+                                         maximum=1e6),
+                "peak_gbps": _number(cell.get("PeakBandwidthGbps"), "PeakBandwidthGbps", optional=True, maximum=1e6),
+                "network_cards": int(_number(cell.get("MaximumNetworkCards"), "MaximumNetworkCards", optional=True,
+                                             integer=True, maximum=1024) or 1),
+                "efa_supported": cell.get("EfaSupported", "").strip().lower() == "true",
                 "max_efa_interfaces": int(
-                    _number(raw["MaximumEfaInterfaces"], "MaximumEfaInterfaces", optional=True) or 0
+                    _number(cell.get("MaximumEfaInterfaces"), "MaximumEfaInterfaces", optional=True, integer=True,
+                            maximum=1024) or 0
                 ),
-                "placement_group_strategies": raw["PlacementGroupStrategies"].strip(),
-                "usage_classes": raw["SupportedUsageClasses"].strip(),
+                "placement_group_strategies": _text(cell.get("PlacementGroupStrategies"), "PlacementGroupStrategies",
+                                                    NETWORK_TEXT_RE, "a ;-separated list"),
+                "usage_classes": _text(cell.get("SupportedUsageClasses"), "SupportedUsageClasses", NETWORK_TEXT_RE,
+                                       "a ;-separated list"),
             }
         except ValueError as exc:
             errors.append(f"line {line}: {exc}")

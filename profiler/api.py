@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import tarfile
 from functools import cache
 from pathlib import Path
@@ -15,6 +16,7 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, PermissionDenied
+from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
@@ -35,6 +37,41 @@ MAX_PAYLOAD_BYTES = {"progress": 4 * 1024, "error": 64 * 1024, "sample": 256 * 1
 MAX_SAMPLE_EVENTS = 256  # per run: one per batch size (<= 32 given, ~20 auto) or message size (~40)
 
 
+MAX_PAGE_SIZE = 500
+
+
+class BoundedPagination(LimitOffsetPagination):
+    """``?limit=`` is capped (a list never serializes a whole table) and so is ``?offset=``
+    (a huge one overflows the database's integer)."""
+
+    max_limit = MAX_PAGE_SIZE
+    max_offset = 2**31 - 1
+
+    def get_offset(self, request) -> int:
+        return min(super().get_offset(request), self.max_offset)
+
+
+RESERVED_FIELDS = {"run", "seq", "type", "profile", "status"}  # set by the server in live messages
+EXTRA_FIELD_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}\Z")
+MAX_EXTRA_FIELDS = 16
+MAX_EXTRA_TEXT = 200
+
+
+def extra_fields(data, known) -> dict:
+    """The fields of an agent post beyond the serializer's own that are kept: a few short
+    scalars with plain names. Lists and objects (only ``sample`` and ``profile`` carry those),
+    long strings and the names the server itself uses in live messages (``run``, ...) are dropped."""
+    out = {}
+    for key, value in (data.items() if hasattr(data, "items") else ()):
+        if key in known or key in RESERVED_FIELDS or not EXTRA_FIELD_RE.match(str(key)):
+            continue
+        if isinstance(value, (int, float, bool)) or (isinstance(value, str) and len(value) <= MAX_EXTRA_TEXT):
+            out[key] = value
+            if len(out) >= MAX_EXTRA_FIELDS:
+                break
+    return out
+
+
 def content_length(request) -> int | None:
     """The request's Content-Length, or None when it is not a plain non-negative integer."""
     raw = str(request.META.get("CONTENT_LENGTH") or "0").strip()
@@ -43,6 +80,8 @@ def content_length(request) -> int | None:
 
 class ProfilingRunViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     """Start profiling runs and read them with their samples (your team's runs only)."""
+
+    pagination_class = BoundedPagination
 
     def get_queryset(self):
         qs = ProfilingRun.objects.visible_to(self.request.user).select_related("owner")
@@ -94,7 +133,7 @@ class AgentEventView(APIView):
                             status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
         envelope = AgentEventSerializer(data=request.data)
         envelope.is_valid(raise_exception=True)
-        event = dict(envelope.validated_data)  # known fields only: nothing else is stored or broadcast
+        event = {**extra_fields(request.data, envelope.fields), **envelope.validated_data}
         run = request.user.run
         payload = {k: v for k, v in event.items() if k not in ("seq", "type", "profile")}
         limit = MAX_PAYLOAD_BYTES[event["type"]]

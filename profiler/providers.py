@@ -68,8 +68,9 @@ class LocalProvider:
     def command(self, run: ProfilingRun, token: str | None) -> list[str]:
         """Without a token the agent only writes its file (``manage.py profile_model``)."""
         out, _ = self.paths(run)
-        # "--token=" form: a token may start with "-", which argparse would take for an option.
-        report = ["--report-to", events_url(run), f"--token={token}"] if token else []
+        # The token itself goes in the environment (spawn), never on the command line, which
+        # every local user can read in ps or /proc/*/cmdline.
+        report = ["--report-to", events_url(run)] if token else []
         return [sys.executable, "-m", "profiler.agent", *agent_args(run, str(out)), *report]
 
     def start(self, run: ProfilingRun, token: str | None) -> int:
@@ -79,6 +80,9 @@ class LocalProvider:
         out, logfile = self.paths(run)
         out.unlink(missing_ok=True)
         env = {**os.environ, "PYTHONPATH": str(settings.BASE_DIR), "PYTHONUNBUFFERED": "1"}
+        env.pop("SRIFTY_TOKEN", None)
+        if token:
+            env["SRIFTY_TOKEN"] = token  # the agent reads it when --token is not given
         with open(logfile, "ab") as log_fh:
             return subprocess.Popen(
                 self.command(run, token), cwd=settings.BASE_DIR, env=env, stdin=subprocess.DEVNULL,

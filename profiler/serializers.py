@@ -84,7 +84,7 @@ MAX_BATCH = 65_536  # an explicit batch size
 MAX_BATCH_ELEMENTS = 2**31  # largest explicit batch x sample elements: 8 GiB of fp32 input alone
 MAX_WORLD_SIZE = {Provider.LOCAL: 16, Provider.EC2: 256}  # ranks, all on one host
 MAX_MESSAGE_BYTES = 4 * 2**30  # the largest all_reduce message (defaults: gloo 64MB, nccl 1GB)
-MAX_COMM_BYTES = 64 * 2**30  # world size x largest message: what the host holds at once
+MAX_COMM_BYTES = {Provider.LOCAL: 16 * 2**30, Provider.EC2: 256 * 2**30}  # ranks x largest message, one host
 MAX_MEMORY_BYTES = 16 * 2**40
 
 
@@ -136,9 +136,9 @@ def work_problems(attrs: dict, kind: str) -> dict[str, str]:
             else:
                 if high > MAX_MESSAGE_BYTES:
                     errors["sizes"] = f"messages of at most {MAX_MESSAGE_BYTES // 2**30}GB"
-                elif high * ranks > MAX_COMM_BYTES:
-                    errors["sizes"] = (f"{ranks} ranks x {high} bytes is more than {MAX_COMM_BYTES // 2**30}GB "
-                                       "on one host")
+                elif high * ranks > MAX_COMM_BYTES.get(provider, MAX_COMM_BYTES[Provider.LOCAL]):
+                    most = MAX_COMM_BYTES.get(provider, MAX_COMM_BYTES[Provider.LOCAL]) // 2**30
+                    errors["sizes"] = f"{ranks} ranks x {high} bytes is more than {most}GB on one host"
     return errors
 
 

@@ -37,8 +37,10 @@ from planner.app.job_serializers import (
     ReportBatchSerializer,
 )
 from planner.app.models import Job
+from profiler.api import BoundedPagination, content_length
 
 MAX_REPORT_BYTES = 1024 * 1024
+RANKS_PER_GPU = 8
 DRIFT_CHECK_EVERY_S = 5
 
 
@@ -124,6 +126,8 @@ def _job_errors(view):
 
 class JobViewSet(viewsets.ReadOnlyModelViewSet):
     """Launch training jobs from plan options and follow them (your team's jobs only)."""
+
+    pagination_class = BoundedPagination
 
     def get_queryset(self):
         return jobs.visible_jobs(self.request.user)
@@ -216,8 +220,6 @@ class JobReportsView(JobAgentView):
 
     @extend_schema(request=ReportBatchSerializer, responses={201: None, 200: None, 409: None, 413: None})
     def post(self, request, pk: int):
-        from profiler.api import content_length
-
         length = content_length(request)
         if length is None:
             return Response({"detail": "Content-Length must be a byte count"}, status=status.HTTP_400_BAD_REQUEST)
@@ -228,10 +230,12 @@ class JobReportsView(JobAgentView):
         batch.is_valid(raise_exception=True)
         data = batch.validated_data
         job = request.user.job
-        world = job_world_size(job)
-        if data["rank"] >= world:
-            # rows are unique per (job, rank, seq): ranks outside the job would let a token store without end
-            return Response({"rank": [f"this job has {world} rank(s): 0..{world - 1}"]},
+        # Rows are unique per (job, rank, seq): ranks far outside the job would let one token store
+        # without end. A few processes per GPU stay allowed (CPU-only training, e.g. gloo on a
+        # 1-GPU node, runs several ranks per node).
+        most = RANKS_PER_GPU * job_world_size(job)
+        if data["rank"] >= most:
+            return Response({"rank": [f"this job has {job_world_size(job)} GPU(s): ranks 0..{most - 1}"]},
                             status=status.HTTP_400_BAD_REQUEST)
         try:
             stored = jobs.record_reports(job, data["rank"], data["seq"], data["reports"])

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import re
+
 from rest_framework import serializers
 
 from catalog.models import Accelerator
@@ -49,17 +52,78 @@ class QuotaField(serializers.DictField):
     child = serializers.FloatField(min_value=0)
 
 
+# --- how much a plan request may make the solver enumerate (it solves inside the request) ---
+# Measured on the bundled catalog (57 CUDA types, up to 109 offers a region, 2 cores):
+# homogeneous curves cost one oracle call per type x node count x grid batch (~80 us each);
+# mixes are a best-first search whose bounds prune well for "cost" under a deadline (64 nodes x
+# 3 types: 3 s) but hardly for "time" / "throughput" (8 nodes x 3 types: 36 s to minutes, GBs).
+MAX_LIST = 64  # gpu_models, quota classes
+MAX_QUOTA_VCPUS = 10_000_000
+QUOTA_KEY_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}\Z")
+MAX_NODE_BATCH_POINTS = 2048  # max_nodes x global batches searched: ~57 x 2048 oracle calls, ~10 s
+MAX_COUNT_VECTORS = 2_000_000  # count vectors of one k-type subset x batches (numpy arrays per subset)
+MAX_MIXED_SEARCH = 30_000_000  # "time"/"throughput": sum over regions of k-subsets x count vectors x batches
+
+
+def batch_grid_size(lo: int, hi: int) -> int:
+    """How many global batches the solver tries for ``[lo, hi]`` (``planner.solver.batch_grid``)."""
+    inner, p = 0, 1
+    while p <= hi:
+        inner += lo < p < hi
+        p *= 2
+    return len({lo, hi}) + inner
+
+
+def offers_per_region(attrs: dict) -> list[int]:
+    """Candidate offers (CUDA instance type x allowed market) of each region the request allows."""
+    from django.db.models import Count
+
+    from catalog.models import InstanceOffering, InstanceType
+
+    types = InstanceType.objects.ddp_capable()
+    if attrs.get("gpu_models"):
+        types = types.filter(accelerator__name__in=attrs["gpu_models"])
+    offers = InstanceOffering.objects.filter(instance_type__in=types)
+    if attrs.get("regions"):
+        offers = offers.filter(zone__region__code__in=attrs["regions"])
+    markets = int(bool(attrs.get("spot", True))) + int(bool(attrs.get("on_demand", True)))
+    counts = offers.values("zone__region__code").annotate(n=Count("instance_type", distinct=True))
+    return [row["n"] * markets for row in counts]
+
+
+def search_size_problems(attrs: dict) -> dict[str, str]:
+    """Field -> why the request would make the solver run for minutes or take gigabytes."""
+    nodes, types = attrs.get("max_nodes", 16), attrs.get("max_types", 1)
+    grid = batch_grid_size(attrs.get("global_batch_min", 256), attrs.get("global_batch_max", 256))
+    if nodes * grid > MAX_NODE_BATCH_POINTS:
+        return {"max_nodes": f"max_nodes {nodes} x {grid} global batch sizes searched is more than "
+                             f"{MAX_NODE_BATCH_POINTS}: lower max_nodes or narrow global_batch_min..global_batch_max"}
+    vectors = math.comb(nodes, types) * grid
+    if types > 1 and vectors > MAX_COUNT_VECTORS:
+        return {"max_types": f"{types} types over max_nodes {nodes} x {grid} batch sizes is {vectors} node-count "
+                             f"combinations per type set; at most {MAX_COUNT_VECTORS}: lower max_types or max_nodes"}
+    if types > 1 and attrs.get("objective") != "cost":
+        search = sum(math.comb(k_r, k) * math.comb(nodes, k) * grid
+                     for k_r in offers_per_region(attrs) for k in range(2, types + 1))
+        if search > MAX_MIXED_SEARCH:
+            return {"max_types": f"mixing {types} types for objective {attrs.get('objective')!r} searches ~{search} "
+                                 f"configurations; at most {MAX_MIXED_SEARCH}: lower max_types or max_nodes, "
+                                 "choose fewer regions or gpu_models, or use objective 'cost'"}
+    return {}
+
+
 class PlanRequestSerializer(serializers.Serializer):
     name = serializers.CharField(required=False, allow_blank=True, max_length=120)
     model = ModelChoiceSerializer()
-    samples_per_epoch = serializers.IntegerField(required=False, min_value=1)
+    samples_per_epoch = serializers.IntegerField(required=False, min_value=1, max_value=10**13)
     epochs = serializers.FloatField(required=False, min_value=0.001, max_value=100_000)
-    iterations = serializers.IntegerField(required=False, min_value=1)
+    iterations = serializers.IntegerField(required=False, min_value=1, max_value=10**12)
     objective = serializers.ChoiceField(choices=["cost", "time", "throughput"])
     deadline_hours = serializers.FloatField(required=False, allow_null=True, min_value=0.01, max_value=24 * 365)
-    budget_usd = serializers.FloatField(required=False, allow_null=True, min_value=0.01)
-    max_hourly_usd = serializers.FloatField(required=False, allow_null=True, min_value=0.01)
-    regions = serializers.ListField(child=serializers.CharField(), required=False, allow_empty=True)
+    budget_usd = serializers.FloatField(required=False, allow_null=True, min_value=0.01, max_value=1e9)
+    max_hourly_usd = serializers.FloatField(required=False, allow_null=True, min_value=0.01, max_value=1e7)
+    regions = serializers.ListField(child=serializers.CharField(max_length=32), required=False, allow_empty=True,
+                                    max_length=len(AWS_REGIONS))
     spot = serializers.BooleanField(default=True)
     on_demand = serializers.BooleanField(default=True)
     max_nodes = serializers.IntegerField(default=16, min_value=1, max_value=512)
@@ -68,13 +132,32 @@ class PlanRequestSerializer(serializers.Serializer):
     quotas_spot = QuotaField(required=False)
     global_batch_min = serializers.IntegerField(default=256, min_value=1, max_value=1 << 20)
     global_batch_max = serializers.IntegerField(default=256, min_value=1, max_value=1 << 20)
-    checkpoint_interval_h = serializers.FloatField(default=0.5, min_value=0.01)
-    restart_overhead_h = serializers.FloatField(default=0.1, min_value=0)
+    checkpoint_interval_h = serializers.FloatField(default=0.5, min_value=0.01, max_value=24 * 365)
+    restart_overhead_h = serializers.FloatField(default=0.1, min_value=0, max_value=24 * 30)
     max_miss_risk = serializers.FloatField(required=False, allow_null=True, min_value=0.001, max_value=1)
-    gpu_models = serializers.ListField(child=serializers.CharField(), required=False, allow_empty=True)
-    baseline_gpu = serializers.CharField(required=False, allow_blank=True,
+    gpu_models = serializers.ListField(child=serializers.CharField(max_length=64), required=False, allow_empty=True,
+                                       max_length=MAX_LIST)
+    baseline_gpu = serializers.CharField(required=False, allow_blank=True, max_length=64,
                                          help_text="GPU a SkyPilot-style user would ask for, e.g. A100")
     top_k = serializers.IntegerField(default=8, min_value=1, max_value=50)
+
+    def _quotas(self, value: dict) -> dict:
+        if len(value) > MAX_LIST:
+            raise serializers.ValidationError(f"at most {MAX_LIST} quota classes")
+        bad = [k for k in value if not QUOTA_KEY_RE.match(str(k))]
+        if bad:
+            raise serializers.ValidationError(f"quota class names are letters, digits, - and _ (at most 64): "
+                                              f"{str(bad[0])[:70]!r}")
+        big = [k for k, v in value.items() if v > MAX_QUOTA_VCPUS]
+        if big:
+            raise serializers.ValidationError(f"{big[0]}: at most {MAX_QUOTA_VCPUS} vCPUs")
+        return value
+
+    def validate_quotas_on_demand(self, value: dict) -> dict:
+        return self._quotas(value)
+
+    def validate_quotas_spot(self, value: dict) -> dict:
+        return self._quotas(value)
 
     def validate_regions(self, value: list[str]) -> list[str]:
         bad = [r for r in value if r not in AWS_REGIONS]
@@ -105,6 +188,8 @@ class PlanRequestSerializer(serializers.Serializer):
             errors["global_batch_min"] = "must not exceed global_batch_max"
         if not attrs.get("spot") and not attrs.get("on_demand"):
             errors["spot"] = "allow spot, on-demand or both"
+        if not errors:
+            errors.update(search_size_problems(attrs))
         if errors:
             raise serializers.ValidationError(errors)
         return attrs

@@ -52,6 +52,7 @@ from catalog.models import (
 )
 from profiler import actions
 from profiler.models import BucketSample, CommSample, ComputeSample, ProfilingRun, RunEvent, RunStatus
+from profiler.serializers import MAX_AGENT_SEQ
 
 FIXTURES = Path(__file__).parent.parent / "profiler" / "fixtures"
 COMPUTE = json.loads((FIXTURES / "tiny_compute.json").read_text())
@@ -335,7 +336,7 @@ JSONISH = st.recursive(
     max_leaves=8,
 )
 ENVELOPE_VALUES = {
-    "seq": st.one_of(st.integers(min_value=-2, max_value=12), st.sampled_from([10**7, 10**7 + 1, 2**63, "3", "x", 1.5, 2.0, None, []])),
+    "seq": st.one_of(st.integers(min_value=-2, max_value=12), st.sampled_from([MAX_AGENT_SEQ, MAX_AGENT_SEQ + 1, 2**63, "3", "x", 1.5, 2.0, None, []])),
     "type": st.one_of(st.sampled_from(["progress", "sample", "error", "result", "PROGRESS", "", "log"]), st.text(max_size=5)),
     "phase": st.one_of(st.text(max_size=40), st.integers(), st.none()),
     "fraction": st.one_of(st.floats(allow_nan=False), st.sampled_from([-1, 0, 1, 2, "0.5", None])),
