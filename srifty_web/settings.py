@@ -23,23 +23,30 @@ DATA_DIR.mkdir(parents=True, exist_ok=True)
 DEBUG = env_bool("DEBUG", False)
 
 
-def _secret_key() -> str:
-    """SECRET_KEY from the environment, else one generated once and kept in DATA_DIR.
-
-    A generated key keeps sessions valid across restarts of a local install without ever
-    shipping a fixed key in the repository.
-    """
-    key = env_str("SECRET_KEY")
-    if key:
-        return key
-    path = DATA_DIR / "secret_key"
+def _env_or_kept(name: str, filename: str, make) -> str:
+    """``$name``, else a value made once by ``make()`` and kept in ``DATA_DIR/filename``
+    (readable by the owner only), so that it survives restarts of a local install."""
+    value = env_str(name)
+    if value:
+        return value
+    path = DATA_DIR / filename
     if not path.exists():
-        path.write_text(secrets.token_urlsafe(50))
-        path.chmod(0o600)
+        # Written aside, then linked into place: of two processes starting at once (daphne and
+        # the worker), one value wins and neither reads a half-written file.
+        tmp = path.with_name(f".{filename}.{os.getpid()}")
+        tmp.write_text(make())
+        tmp.chmod(0o600)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
     return path.read_text().strip()
 
 
-SECRET_KEY = _secret_key()
+# A generated key keeps sessions valid across restarts without shipping a fixed key in the repo.
+SECRET_KEY = _env_or_kept("SECRET_KEY", "secret_key", lambda: secrets.token_urlsafe(50))
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 SITE_URL = env_str("SITE_URL", "http://127.0.0.1:8000")
@@ -52,20 +59,9 @@ SITE_URL = env_str("SITE_URL", "http://127.0.0.1:8000")
 LOCAL_CODE_EXECUTION = env_bool("SRIFTY_LOCAL_CODE", False)
 
 
-def _install_id() -> str:
-    """This install's id, tagged on every EC2 instance it starts (``srifty:install-id``) so that
-    its reconciler terminates only its own, never those of another install in the same AWS
-    account. From ``SRIFTY_INSTALL_ID``, else generated once and kept in DATA_DIR."""
-    value = env_str("SRIFTY_INSTALL_ID")
-    if value:
-        return value
-    path = DATA_DIR / "install_id"
-    if not path.exists():
-        path.write_text(secrets.token_hex(8))
-    return path.read_text().strip()
-
-
-INSTALL_ID = _install_id()
+# This install's id, tagged on every EC2 instance it starts (``srifty:install-id``) so that its
+# reconciler terminates only its own, never those of another install in the same AWS account.
+INSTALL_ID = _env_or_kept("SRIFTY_INSTALL_ID", "install_id", lambda: secrets.token_hex(8))
 
 INSTALLED_APPS = [
     "daphne",

@@ -153,15 +153,19 @@ def _hf_config(spec: ModelSpec, num_classes: int) -> Any:
     return config
 
 
+def _code_refused(text: str) -> SpecError:
+    return SpecError(
+        f"{text!r} names model code; the server builds library models only "
+        "(torchvision:NAME, timm:NAME, transformers:MODEL_TYPE). Profile your own model with "
+        "the agent instead: its profile carries the workload, so plans need no code"
+    )
+
+
 def check_library_spec(text: str) -> ModelSpec:
     """A library spec whose name is in its registry, else :class:`SpecError` (nothing built)."""
     spec = parse_spec(text)
     if not spec.is_library:
-        raise SpecError(
-            f"{text!r} names model code; the server builds library models only "
-            "(torchvision:NAME, timm:NAME, transformers:MODEL_TYPE). Profile your own model with "
-            "the agent instead: its profile carries the workload, so plans need no code"
-        )
+        raise _code_refused(text)
     if spec.kind == "transformers":
         model_type, _ = _hf_overrides(spec)
         _known(spec.kind, model_type)
@@ -331,8 +335,7 @@ def load_model(
     elif parsed.kind == "transformers":
         model = _build_transformers(parsed, num_classes)
     elif not allow_code:
-        check_library_spec(str(parsed))  # raises the "names model code" error
-        raise AssertionError("unreachable")
+        raise _code_refused(str(parsed))
     else:
         model = _call_factory(_resolve_factory(parsed.target), num_classes, input_shape)
     if not isinstance(model, nn.Module):

@@ -1,4 +1,9 @@
-"""The reconciler against moto's real EC2 server: orphans go, live work stays."""
+"""The reconciler against moto's real EC2 server: orphans go, live work stays, and another
+install's instances in the same AWS account are never touched.
+
+Before install ids, the reconciler judged every ``srifty:managed`` instance by ``srifty:job-id``
+in its *own* database, so install A terminated install B's training clusters ("job 7 does not
+exist" here, or A's job 7 is finished while B's job 7 trains)."""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from planner.app import reconcile
+from planner.app import launch, reconcile
 from planner.app.models import Job, JobStatus, PlanRecord
 from profiler import ec2
 
@@ -130,3 +135,70 @@ def test_the_periodic_task_requeues_itself(cloud):
     assert result["dry_run"] is True and result["regions"] == [REGION]
     (queued,) = default_task_backend.results
     assert queued.task.name == "reconcile_task" and queued.task.run_after is not None
+
+
+# --- two installs, one AWS account ---------------------------------------------------------
+
+
+def vm_of(settings, install: str, tags: dict) -> str:
+    settings.INSTALL_ID = install
+    return vm(tags)
+
+
+def test_every_instance_carries_its_install_id(cloud, settings):
+    instance_id = vm_of(settings, "install-a", {"srifty:job-id": "1"})
+    (state,) = ec2.describe(REGION, [instance_id])
+    assert state.tags[ec2.INSTALL_TAG] == "install-a" and state.tags[ec2.MANAGED_TAG] == "true"
+
+
+def test_each_reconciler_terminates_only_its_own_installs_orphans(cloud, settings, user):
+    finished = job(user, status=JobStatus.SUCCEEDED, finished_at=timezone.now())
+    # Install B trains its own job with the same id as A's finished one, and one A never heard of.
+    b_same_id = vm_of(settings, "install-b", {"srifty:job-id": str(finished.pk)})
+    b_unknown = vm_of(settings, "install-b", {"srifty:job-id": "99999"})
+    b_run = vm_of(settings, "install-b", {"srifty:run-id": "88888"})
+    a_done = vm_of(settings, "install-a", {"srifty:job-id": str(finished.pk)})
+    a_orphan = vm_of(settings, "install-a", {"srifty:job-id": "99999"})
+
+    settings.INSTALL_ID = "install-a"
+    report = reconcile.reconcile([REGION])
+    assert {a.instance_id for a in report.terminated} == {a_done, a_orphan}
+    assert report.other_installs == 3 and report.scanned == 2
+    assert {b_same_id, b_unknown, b_run} <= live_ids(cloud)
+    assert not {a_done, a_orphan} & live_ids(cloud)
+    assert "3 of other installs left alone" in report.lines()[-1]
+
+    # B's own reconciler, on its database (here the same one: job 99999 is missing there too).
+    settings.INSTALL_ID = "install-b"
+    report_b = reconcile.reconcile([REGION])
+    assert {a.instance_id for a in report_b.terminated} == {b_same_id, b_unknown, b_run}
+
+
+def test_an_instance_without_an_install_id_is_kept_and_reported(cloud, settings):
+    settings.INSTALL_ID = "install-a"
+    legacy = cloud.run_instances(
+        ImageId=ec2.default_image(REGION), MinCount=1, MaxCount=1, InstanceType="g5.xlarge",
+        TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": ec2.MANAGED_TAG, "Value": "true"},
+                                                                 {"Key": "srifty:job-id", "Value": "424242"}]}],
+    )["Instances"][0]["InstanceId"]  # fmt: skip
+    report = reconcile.reconcile([REGION])
+    (kept,) = report.kept
+    assert kept.instance_id == legacy and ec2.INSTALL_TAG in kept.reason
+    assert legacy in live_ids(cloud) and not report.terminated
+
+
+def test_terminate_refuses_another_installs_instance(cloud, settings):
+    theirs = vm_of(settings, "install-b", {"srifty:job-id": "7"})
+    settings.INSTALL_ID = "install-a"
+    with pytest.raises(ec2.AwsError, match="another Srifty install"):
+        ec2.terminate(REGION, [theirs])
+    assert theirs in live_ids(cloud)
+
+
+def test_tearing_down_a_job_leaves_another_installs_job_of_the_same_id_running(cloud, settings, user):
+    ours = job(user)
+    theirs = vm_of(settings, "install-b", {"srifty:job-id": str(ours.pk)})
+    mine = vm_of(settings, "install-a", {"srifty:job-id": str(ours.pk)})
+    assert launch.job_instances(ours) == [mine]
+    launch.teardown(ours)
+    assert theirs in live_ids(cloud) and mine not in live_ids(cloud)

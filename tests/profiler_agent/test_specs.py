@@ -64,3 +64,45 @@ def test_logits_are_found_in_tuples_and_named_outputs():
     assert logits_of(t) is t
     assert logits_of((t, torch.ones(1))) is t
     assert logits_of({"logits": t}) is t
+
+
+def test_code_specs_are_built_only_when_code_is_allowed(monkeypatch):
+    from profiler.agent import specs
+
+    imported = []
+    monkeypatch.setattr(specs, "_import_target", lambda name: imported.append(name))
+    with pytest.raises(SpecError, match="names model code"):
+        load_model("examples.tiny_model:build")
+    assert imported == []
+
+
+def test_timm_and_transformers_models_are_built_from_their_registries():
+    import torch
+
+    vit = load_model("timm:test_vit", num_classes=4, input_shape=(3, 160, 160))
+    assert vit(torch.randn(2, 3, 160, 160)).shape == (2, 4)
+    bert = load_model("transformers:bert(num_hidden_layers=1,hidden_size=32,num_attention_heads=2,"
+                      "intermediate_size=64)", num_classes=3, input_shape=(16,))
+    assert bert(torch.randn(2, 16)).shape == (2, 3)  # float input mapped to token ids, classification head
+    gpt = load_model("transformers:gpt2(n_layer=1,n_embd=32,n_head=2)", num_classes=3, input_shape=(16,))
+    assert gpt(torch.randn(2, 16)).shape == (2, 16, gpt.inner.config.vocab_size)  # causal-LM head
+
+
+def test_transformers_overrides_must_name_numeric_fields_of_the_config():
+    from profiler.agent.specs import check_library_spec
+
+    assert check_library_spec("transformers:bert(num_hidden_layers=2)").kind == "transformers"
+    for bad in ("transformers:bert(name_or_path=1)", "transformers:bert(hidden_act=1)",
+                "transformers:bert(_private=1)", "transformers:bert(num_hidden_layers=x)"):
+        with pytest.raises(SpecError):
+            check_library_spec(bad)
+    with pytest.raises(SpecError, match="encoder-decoder"):
+        load_model("transformers:t5", input_shape=(8,))
+
+
+def test_library_models_trace_on_the_meta_device():
+    from profiler.agent.workload import check_trace, trace_workload
+
+    spec = "transformers:bert(num_hidden_layers=1,hidden_size=32,num_attention_heads=2,intermediate_size=64)"
+    trace = trace_workload(lambda: load_model(spec, 2, (16,)), (16,), model_spec=spec, num_classes=2)
+    assert check_trace(trace)["bucket_sizes"] and trace["cost"]["ops"]["forward"]
