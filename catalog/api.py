@@ -9,7 +9,6 @@ from django.db.models import QuerySet
 from django.http import HttpResponse, HttpResponseNotModified
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, viewsets
-from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -24,6 +23,7 @@ from catalog.models import (
     SpotPrice,
 )
 from catalog.serializers import AcceleratorSerializer, InstanceTypeSerializer, PriceSerializer
+from srifty_web.pagination import BoundedPagination
 
 
 def _validated(serializer_class: type[serializers.Serializer], request: Request) -> dict:
@@ -184,7 +184,7 @@ class PriceListView(APIView):
                 qs = qs.filter(zone__zone_id=f["zone"])
             rows += [PriceSerializer.from_spot(p) for p in qs]
         rows.sort(key=lambda r: (r["observed_at"], r["instance_type"]), reverse=True)
-        paginator = LimitOffsetPagination()
+        paginator = BoundedPagination()
         page = paginator.paginate_queryset(rows, request, view=self)
         return paginator.get_paginated_response(PriceSerializer(page, many=True).data)
 

@@ -16,7 +16,6 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, PermissionDenied
-from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
@@ -37,18 +36,6 @@ MAX_PAYLOAD_BYTES = {"progress": 4 * 1024, "error": 64 * 1024, "sample": 256 * 1
 MAX_SAMPLE_EVENTS = 256  # per run: one per batch size (<= 32 given, ~20 auto) or message size (~40)
 
 
-MAX_PAGE_SIZE = 500
-
-
-class BoundedPagination(LimitOffsetPagination):
-    """``?limit=`` is capped (a list never serializes a whole table) and so is ``?offset=``
-    (a huge one overflows the database's integer)."""
-
-    max_limit = MAX_PAGE_SIZE
-    max_offset = 2**31 - 1
-
-    def get_offset(self, request) -> int:
-        return min(super().get_offset(request), self.max_offset)
 
 
 RESERVED_FIELDS = {"run", "seq", "type", "profile", "status"}  # set by the server in live messages
@@ -81,7 +68,6 @@ def content_length(request) -> int | None:
 class ProfilingRunViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     """Start profiling runs and read them with their samples (your team's runs only)."""
 
-    pagination_class = BoundedPagination
 
     def get_queryset(self):
         qs = ProfilingRun.objects.visible_to(self.request.user).select_related("owner")

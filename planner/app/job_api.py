@@ -37,7 +37,7 @@ from planner.app.job_serializers import (
     ReportBatchSerializer,
 )
 from planner.app.models import Job
-from profiler.api import BoundedPagination, content_length
+from profiler.api import content_length
 
 MAX_REPORT_BYTES = 1024 * 1024
 RANKS_PER_GPU = 8
@@ -126,8 +126,6 @@ def _job_errors(view):
 
 class JobViewSet(viewsets.ReadOnlyModelViewSet):
     """Launch training jobs from plan options and follow them (your team's jobs only)."""
-
-    pagination_class = BoundedPagination
 
     def get_queryset(self):
         return jobs.visible_jobs(self.request.user)

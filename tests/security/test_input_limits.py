@@ -190,11 +190,14 @@ def test_agent_and_report_post_limits_sit_below_the_upload_limit(settings):
 def test_a_list_page_is_capped_whatever_limit_is_asked(user_api, user, monkeypatch):
     from django.utils import timezone
 
+    from planner.app.api import PlanViewSet
     from planner.app.job_api import JobViewSet
-    from profiler.api import MAX_PAGE_SIZE, BoundedPagination, ProfilingRunViewSet
+    from profiler.api import ProfilingRunViewSet
     from profiler.models import ProfilingRun
+    from srifty_web.pagination import MAX_PAGE_SIZE, BoundedPagination
 
-    assert ProfilingRunViewSet.pagination_class is BoundedPagination is JobViewSet.pagination_class
+    views = (ProfilingRunViewSet, JobViewSet, PlanViewSet)
+    assert all(v().paginator.__class__ is BoundedPagination for v in views)  # the API's default
     assert BoundedPagination.max_limit == MAX_PAGE_SIZE <= 500
     ProfilingRun.objects.bulk_create([ProfilingRun(owner=user, kind="comm", deadline_at=timezone.now())
                                       for _ in range(5)])  # fmt: skip
@@ -203,7 +206,7 @@ def test_a_list_page_is_capped_whatever_limit_is_asked(user_api, user, monkeypat
     assert resp.status_code == 200 and len(resp.json()["results"]) == 3 and resp.json()["count"] == 5
 
 
-@pytest.mark.parametrize("url", ["/api/v1/profiling-runs/", "/api/v1/jobs/"])
+@pytest.mark.parametrize("url", ["/api/v1/profiling-runs/", "/api/v1/jobs/", "/api/v1/plans/", "/api/v1/prices/"])
 @pytest.mark.parametrize("query", [{"offset": 10**30}, {"offset": -1}, {"limit": -5}, {"limit": "x"},
                                    {"offset": "1e999"}, {"limit": 10**30}])
 def test_absurd_pagination_parameters_are_never_a_500(user_api, url, query):
