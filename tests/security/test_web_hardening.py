@@ -82,7 +82,7 @@ def _hostile_job(owner, plan) -> Job:
 
 
 def _hostile_run(make_run, **fields) -> ProfilingRun:
-    run = make_run(model_spec=XSS, input_shape=XSS, error=XSS, phase=XSS, status="running", **fields)
+    run = make_run(model_spec=XSS, input_shape=XSS, error=XSS, phase=XSS_SHORT, status="running", **fields)
     ComputeSample.objects.create(run=run, batch_size=4, phase="forward", median_ms=1.0, p10_ms=0.9, p90_ms=1.1,
                                  mean_ms=1.0, std_ms=0.1, cv=0.1, times_ms=[1.0, 1.1, 0.9])
     return run
