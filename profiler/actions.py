@@ -89,6 +89,8 @@ def issue_token(run: ProfilingRun, *, launch_key: str | None = None) -> str:
     """The run's agent token (any older one stops working). Only its hash is stored: the raw
     token goes straight to the agent (command line or user-data), never into a task row or a log.
 
+    A finished run gets none (``RunClosed``): its token died with it.
+
     With ``launch_key`` (the EC2 ClientToken) the token is derived from it with an HMAC of the
     secret key, so a start re-delivered after a crash writes the same token that the instance it
     finds again (same ClientToken) already carries in its user-data.
@@ -97,6 +99,8 @@ def issue_token(run: ProfilingRun, *, launch_key: str | None = None) -> str:
 
     with transaction.atomic():
         run = ProfilingRun.objects.select_for_update().get(pk=run.pk)
+        if run.finished:  # cancelled between its start being queued and now: no live token again
+            raise RunClosed(f"run {run.pk} is {run.status}")
         if launch_key:
             raw = salted_hmac("srifty.profiling-run-token", f"{run.pk}:{launch_key}").hexdigest()
             run.token_hash = run.hash_token(raw)

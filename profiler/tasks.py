@@ -47,7 +47,10 @@ def start_run(run: ProfilingRun) -> str:
                               "(SRIFTY_LOCAL_CODE=1); profile it on EC2 or use a library model")
         return "refused: local code execution is off"
     provider = providers.for_run(run)
-    token = actions.issue_token(run, launch_key=provider.launch_key(run))
+    try:
+        token = actions.issue_token(run, launch_key=provider.launch_key(run))
+    except actions.RunClosed as exc:
+        return f"not started: {exc}"
     try:
         handle = provider.start(run, token)
     except Exception as exc:  # any failure to start ends the run with the reason

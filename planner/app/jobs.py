@@ -236,7 +236,7 @@ def mark_launched(job: Job, *, instance_ids: list[str], node_ips: dict[str, str 
             locked.placement_group = placement_group
         if locked.started_at is None and instance_ids:
             locked.started_at = timezone.now()
-            if locked.token_hash:
+            if locked.token_hash and not locked.finished:  # a job stopped mid-launch keeps a dead token
                 locked.token_expires_at = locked.cap_at + TOKEN_GRACE
         locked.save()
     return locked

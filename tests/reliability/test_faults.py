@@ -165,8 +165,9 @@ def test_a_watch_after_a_reboot_does_not_mistake_a_reused_pid_for_the_agent(make
     [RunStatus.STARTING, RunStatus.RUNNING, RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED],
 )
 def test_a_start_redelivered_for_a_run_that_is_not_pending_launches_nothing(make_run, monkeypatch, status):
-    run = make_run(status=status, pid=4242)
-    token = actions.issue_token(run)
+    run = make_run(pid=4242)
+    token = actions.issue_token(run)  # while it could still start: a finished run gets no token
+    ProfilingRun.objects.filter(pk=run.pk).update(status=status)
     before = ProfilingRun.objects.get(pk=run.pk)
     launched = []
     monkeypatch.setattr(LocalProvider, "start", lambda self, run, token: launched.append(run.pk) or 1)

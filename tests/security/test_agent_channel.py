@@ -214,6 +214,21 @@ def test_a_finished_runs_token_is_refused_even_if_its_expiry_was_pushed_back(age
     assert not RunEvent.objects.filter(run=run).exists()
 
 
+def test_a_cancelled_run_gets_no_new_token_and_is_not_started(agent_run, monkeypatch, settings):
+    """The cause of the race above: a start re-delivered after a cancel issues nothing."""
+    from profiler import providers, tasks
+
+    settings.LOCAL_CODE_EXECUTION = True  # the run profiles examples.tiny_model locally
+    run, _ = agent_run
+    actions.cancel_run(run)
+    with pytest.raises(actions.RunClosed):
+        actions.issue_token(run)
+    started = []
+    monkeypatch.setattr(providers.LocalProvider, "start", lambda self, run, token: started.append(run.pk))
+    assert tasks.start_run(ProfilingRun.objects.get(pk=run.pk)).startswith("not started")
+    assert started == []
+
+
 def test_an_expired_run_token_is_refused(agent_run):
     run, token = agent_run
     ProfilingRun.objects.filter(pk=run.pk).update(token_expires_at=timezone.now() - timedelta(seconds=1))
@@ -249,6 +264,15 @@ def test_a_finished_jobs_token_is_refused_even_if_its_expiry_was_pushed_back(mak
     client = bearer(token)
     assert client.post(reports_url(job), report_batch(), format="json").status_code == 401
     assert client.get(f"/api/v1/jobs/{job.pk}/agent.tar.gz").status_code == 401
+
+
+def test_recording_a_late_launch_of_a_stopped_job_does_not_rearm_its_token(make_job):
+    job, _ = make_job()
+    jobs.stop_job(job, "stopped while launching")
+    before = Job.objects.get(pk=job.pk)
+    Job.objects.filter(pk=job.pk).update(started_at=None)
+    jobs.mark_launched(Job.objects.get(pk=job.pk), instance_ids=["i-late"], node_ips={})
+    assert Job.objects.get(pk=job.pk).token_expires_at == before.token_expires_at
 
 
 def test_an_expired_job_token_is_refused(make_job):
