@@ -199,8 +199,12 @@ def test_no_operation_answers_5xx(case, seeded, user):
 @FUZZ
 def test_the_agent_event_endpoint_with_a_real_agent_token(case, seeded):
     from profiler import actions
+    from profiler.models import ProfilingRun, RunStatus
 
     run = seeded["live"]
+    # An earlier example may have ended the run (an error or result event): live again, since a
+    # finished run gets no token.
+    ProfilingRun.objects.filter(pk=run.pk).update(status=RunStatus.RUNNING, finished_at=None)
     case.path_parameters = {**(case.path_parameters or {}), "id": run.pk}
     token = actions.issue_token(run)
     cache.clear()
