@@ -174,6 +174,11 @@ def complete_run(run: ProfilingRun, profile: dict) -> ProfilingRun:
 # --- agent events -------------------------------------------------------------------------
 
 
+def event_payload(event: dict) -> dict:
+    """What a ``RunEvent`` stores of an agent event: all but the envelope and the profile."""
+    return {k: v for k, v in event.items() if k not in ("seq", "type", "profile")}
+
+
 def record_event(run: ProfilingRun, event: dict) -> bool:
     """Apply one agent event. Returns False for a duplicate (same seq already seen).
 
@@ -186,7 +191,7 @@ def record_event(run: ProfilingRun, event: dict) -> bool:
             return False
         if locked.status in FINISHED:
             raise RunClosed(f"run {locked.pk} is {locked.status}")
-        payload = {k: v for k, v in event.items() if k not in ("seq", "type", "profile")}
+        payload = event_payload(event)
         RunEvent.objects.create(run=locked, seq=seq, type=kind, payload=payload)
         newest = seq > locked.last_seq  # a late (retried) event must not move the phase back
         locked.last_seq = max(locked.last_seq, seq)

@@ -35,9 +35,6 @@ MAX_EVENT_BYTES = 8 * 1024 * 1024  # a result with every iteration of a large la
 MAX_PAYLOAD_BYTES = {"progress": 4 * 1024, "error": 64 * 1024, "sample": 256 * 1024, "result": 4 * 1024}
 MAX_SAMPLE_EVENTS = 256  # per run: one per batch size (<= 32 given, ~20 auto) or message size (~40)
 
-
-
-
 RESERVED_FIELDS = {"run", "seq", "type", "profile", "status"}  # set by the server in live messages
 EXTRA_FIELD_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}\Z")
 MAX_EXTRA_FIELDS = 16
@@ -67,7 +64,6 @@ def content_length(request) -> int | None:
 
 class ProfilingRunViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     """Start profiling runs and read them with their samples (your team's runs only)."""
-
 
     def get_queryset(self):
         qs = ProfilingRun.objects.visible_to(self.request.user).select_related("owner")
@@ -121,9 +117,8 @@ class AgentEventView(APIView):
         envelope.is_valid(raise_exception=True)
         event = {**extra_fields(request.data, envelope.fields), **envelope.validated_data}
         run = request.user.run
-        payload = {k: v for k, v in event.items() if k not in ("seq", "type", "profile")}
         limit = MAX_PAYLOAD_BYTES[event["type"]]
-        if len(json.dumps(payload, ensure_ascii=False).encode()) > limit:
+        if len(json.dumps(actions.event_payload(event), ensure_ascii=False).encode()) > limit:
             return Response({"detail": f"a {event['type']} event carries at most {limit} bytes of fields"},
                             status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
         if (event["type"] == "sample" and not RunEvent.objects.filter(run=run, seq=event["seq"]).exists()
