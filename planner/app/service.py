@@ -130,7 +130,7 @@ def _profile_workload(run, profile, precision: str, measured, measured_on, allow
                              "the server does not run; profile it again with this version's agent") from exc
 
 
-def _model_inputs(req: dict, owner=None, allow_code: bool = False):
+def _model_inputs(req: dict, owner, allow_code: bool = False):
     """(Workload, profile run or None) for the request's model.
 
     A profiling run is looked up through the team rule (``visible_owner_q``): another team's
@@ -138,13 +138,10 @@ def _model_inputs(req: dict, owner=None, allow_code: bool = False):
     from planner.models.compute import fit_compute_model
     from planner.profiles import ProfileError, parse_compute_profile
     from profiler.models import ProfilingRun, RunKind, RunStatus
-    from srifty_web.teams import visible_owner_q
-
     model = req["model"]
     precision = model.get("precision", "fp32")
     if model.get("profile_run"):
-        runs = ProfilingRun.objects.all() if owner is None else ProfilingRun.objects.filter(visible_owner_q(owner))
-        run = runs.filter(pk=model["profile_run"]).first()
+        run = ProfilingRun.objects.visible_to(owner).filter(pk=model["profile_run"]).first()
         if run is None:
             raise PlanInputError("profile_run", f"profiling run {model['profile_run']} not found")
         if run.kind != RunKind.COMPUTE or run.status != RunStatus.SUCCEEDED or run.profile is None:
@@ -194,11 +191,11 @@ def candidates(req: dict):
 # --- solving ------------------------------------------------------------------------------
 
 
-def solve_request(req: dict, owner=None, *, allow_code: bool = False) -> dict:
+def solve_request(req: dict, owner, *, allow_code: bool = False) -> dict:
     """Solve and return the result as JSON-able dict; raises PlanInputError or Infeasible.
 
-    ``owner``: whose team rule applies to referenced profiling runs (``None``: the operator's
-    commands, which see every run); ``allow_code``: see :func:`workload`."""
+    ``owner``: whose team rule applies to referenced profiling runs; ``allow_code``: see
+    :func:`workload`."""
     from planner.baselines import evaluate_baselines
     from planner.oracle import Oracle
     from planner.solver import solve
