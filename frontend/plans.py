@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import re
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
 from catalog.models import Region
-from planner.app import service
+from planner.app import profile_first, service
 from planner.app.models import PlanRecord, PlanStatus
 from planner.app.serializers import PlanRequestSerializer
+from profiler import actions
 from profiler.models import ProfilingRun, RunKind, RunStatus
 
 FORM_DEFAULTS = {
@@ -121,4 +123,6 @@ def plan_detail(request: HttpRequest, plan_id: int) -> HttpResponse:
     return render(request, "frontend/plan_detail.html", {
         "plan": record, "result": result, "req": req, "chart": chart,
         "can_launch": request.user.has_perm("plans.add_job"),
+        "profile_offers": profile_first.offers(result, req, settings.PROFILER_MAX_RUN_MINUTES),
+        "can_profile_ec2": request.user.has_perm(actions.EC2_PERMISSION), "ec2_permission": actions.EC2_PERMISSION,
     })  # fmt: skip

@@ -34,6 +34,8 @@ def _visible_runs(request: HttpRequest):
 @login_required
 def runs(request: HttpRequest) -> HttpResponse:
     values, errors = dict(DEFAULTS), {}
+    if request.method == "GET":  # prefilled from a link (e.g. a plan's "profile on a cheap GPU first")
+        values.update({k: v for k, v in request.GET.items() if k in DEFAULTS or k in ("instance_type", "region")})
     if request.method == "POST":
         values.update({k: v for k, v in request.POST.items() if k in DEFAULTS or k in ("instance_type", "region")})
         data = {k: v for k, v in values.items() if v != ""}

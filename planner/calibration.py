@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+import math
+import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from planner.hardware import GpuSpec
@@ -45,14 +47,248 @@ def load_or_calibrate(calibration_csv: str | Path, specs: Mapping[str, GpuSpec],
     return model
 
 
-def calibrate_from_csv(calibration_csv: str | Path, specs: Mapping[str, GpuSpec]) -> TransferModel:
+def resnet50_costs() -> dict:
     from profiler.agent.specs import load_model
 
     def build():
         return load_model("torchvision:resnet50")
 
-    costs = {
+    return {
         "full": count_workload(build, (3, 224, 224), precision="tf32", model_spec="torchvision:resnet50"),
         "half": count_workload(build, (3, 224, 224), precision="amp", model_spec="torchvision:resnet50"),
     }
-    return calibrate(load_calibration_csv(calibration_csv), costs, specs, batch=CALIBRATION_BATCH)
+
+
+def calibrate_from_csv(calibration_csv: str | Path, specs: Mapping[str, GpuSpec]) -> TransferModel:
+    return calibrate(load_calibration_csv(calibration_csv), resnet50_costs(), specs, batch=CALIBRATION_BATCH)
+
+
+# --------------------------------------------------------------------------- the compute model
+#
+# The operator-class model (``planner.models.opclass``) is calibrated on the train split of the
+# public corpus (``planner.corpus``): ``manage.py calibrate_compute`` writes
+# ``planner/data/compute-model.json``; the app loads that file (JSON, no xgboost import).
+
+COMPUTE_MODEL_FILE = SHIPPED_DIR / "compute-model.json"
+TRACE_CACHE_DIR = Path(__file__).resolve().parents[1] / "var" / "corpus_traces"
+
+
+def _trace_key(spec: str, shape: tuple[int, ...], precision: str) -> str:
+    import profiler.agent.workload as wl
+
+    h = hashlib.sha256(Path(wl.__file__).read_bytes())
+    h.update(json.dumps([spec, list(shape), precision]).encode())
+    return h.hexdigest()[:20]
+
+
+def trace_precision(precision: str) -> str:
+    """The trace a row needs: 16-bit activations for amp/fp16/bf16, else 32-bit."""
+    from profiler.agent.workload import precision_family
+
+    return "amp" if precision_family(precision) == "half" else "fp32"
+
+
+def corpus_trace(spec: str, shape: tuple[int, ...], precision: str, cache_dir: Path = TRACE_CACHE_DIR) -> dict:
+    """``trace_workload`` of a library model (the product's own trace), cached on disk by the
+    spec, shape, precision and the counter's source (a changed counter re-traces)."""
+    cache = Path(cache_dir) / f"{_trace_key(spec, shape, precision)}.json"
+    if cache.exists():
+        return json.loads(cache.read_text())
+    from profiler.agent.specs import load_model
+    from profiler.agent.workload import trace_workload
+
+    def build():
+        return load_model(spec, num_classes=1000, input_shape=shape)
+
+    doc = trace_workload(build, shape, precision=precision, model_spec=spec)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(doc))
+    tmp.replace(cache)
+    return doc
+
+
+def _trace_job(args: tuple[str, tuple[int, ...], str, str]) -> tuple[str, tuple[int, ...], str, dict | str]:
+    spec, shape, precision, cache_dir = args
+    try:
+        return spec, shape, precision, corpus_trace(spec, shape, precision, Path(cache_dir))
+    except Exception as exc:  # a builder that fails is reported with its row count, not fatal
+        return spec, shape, precision, f"{type(exc).__name__}: {exc}"
+
+
+def corpus_traces(needed: set[tuple[str, tuple[int, ...], str]], *, jobs: int = 1,
+                  cache_dir: Path = TRACE_CACHE_DIR) -> tuple[dict, dict]:
+    """``({(spec, shape, precision): trace}, {(spec, shape, precision): error})``."""
+    work = [(s, sh, p, str(cache_dir)) for s, sh, p in sorted(needed)]
+    if jobs > 1:
+        import multiprocessing
+
+        with multiprocessing.get_context("spawn").Pool(jobs) as pool:
+            results = pool.map(_trace_job, work, chunksize=1)
+    else:
+        results = [_trace_job(w) for w in work]
+    traces, errors = {}, {}
+    for spec, shape, prec, doc in results:
+        (errors if isinstance(doc, str) else traces)[(spec, shape, prec)] = doc
+    return traces, errors
+
+
+def corpus_samples(rows, models, traces) -> list:
+    """Single-GPU corpus rows with a builder and a trace, as fit samples."""
+    from planner.corpus import iteration_ms
+    from planner.models.opclass import Sample
+    from planner.models.transfer import WorkloadCost
+
+    out = []
+    costs: dict[tuple, WorkloadCost] = {}
+    for r in rows:
+        m = models.get(r.key)
+        if m is None or not m.mapped or r.gpus != 1:
+            continue
+        key = (m.spec, m.input_shape, trace_precision(r.precision))
+        if key not in traces:
+            continue
+        ms = iteration_ms(r, m)
+        if ms is None:
+            continue
+        if key not in costs:
+            costs[key] = WorkloadCost.from_dict(traces[key]["cost"])
+        out.append(Sample(r.row_id, r.family, costs[key], r.per_gpu_batch, r.chip, r.precision, ms,
+                          r.with_optimizer))
+    return out
+
+
+def calibration_models() -> dict:
+    """The ResNet-50 calibration rows' builder, keyed like corpus models."""
+    from planner.corpus import CorpusModel
+
+    return {("resnet50", "3x224x224"): CorpusModel("resnet50", "3x224x224", "resnet", "torchvision:resnet50",
+                                                   (3, 224, 224), None, "")}
+
+
+def calibrate_compute(specs: Mapping[str, GpuSpec], *, jobs: int = 1, cache_dir: Path = TRACE_CACHE_DIR,
+                      split=None, rows=None, models=None, residual: bool = True):
+    """Fit the operator-class model on the train split; returns ``(model, report)``.
+
+    Validation rows are dropped before anything is traced or fitted; ``train_rows`` checks
+    the result against the split again (a test asserts that no validation id gets through)."""
+    from planner import corpus
+    from planner.models import opclass
+
+    split = split or corpus.load_split()
+    models = dict(models or corpus.load_models())
+    models.update(calibration_models())
+    every = rows if rows is not None else corpus.load_rows(models=models) + corpus.load_calibration_rows()
+    train = corpus.train_rows([r for r in every if r.row_id in split.train_ids and corpus.fit_worthy(r)], split)
+    needed = {(models[r.key].spec, models[r.key].input_shape, trace_precision(r.precision)) for r in train
+              if r.key in models and models[r.key].mapped and r.gpus == 1}
+    traces, errors = corpus_traces(needed, jobs=jobs, cache_dir=cache_dir)
+    samples = corpus_samples(train, models, traces)
+    corpus.train_rows([r for r in train if r.row_id in {s.row_id for s in samples}], split)
+    model = opclass.fit(samples, specs, residual=residual)
+    pairs = scaling_pairs(train, models)
+    model.nccl_slowdown = fit_nccl_slowdown(model, pairs, traces_for(pairs, models, jobs, cache_dir), specs, models)
+    model.meta.update({"split_seed": split.seed, "held_out_chip": split.held_out_chip,
+                       "corpus_sha256": split.corpus_sha256, "scaling_pairs": len(pairs),
+                       "made_by": "manage.py calibrate_compute"})
+    return model, {"samples": len(samples), "trace_errors": errors, "scaling_pairs": len(pairs)}
+
+
+def write_compute_model(model, path: Path = COMPUTE_MODEL_FILE) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(model.to_dict(), indent=1, sort_keys=True) + "\n")
+    tmp.replace(path)
+
+
+def load_compute_model(specs: Mapping[str, GpuSpec], path: Path = COMPUTE_MODEL_FILE):
+    from planner.models.opclass import OpClassModel
+
+    return OpClassModel.from_dict(json.loads(Path(path).read_text()), specs)
+
+
+# --------------------------------------------------------------------------- 1..8 GPUs on one node
+
+
+def scaling_pairs(rows, models) -> list[tuple]:
+    """``(one_gpu_row, n_gpu_row)`` pairs on one node: same model, shape, precision, chip and
+    per-GPU batch, the second on 2..8 GPUs of one node."""
+    single = {}
+    for r in rows:
+        if r.gpus == 1:
+            single.setdefault((r.key, r.precision, r.chip, r.per_gpu_batch, r.source), r)
+    out = []
+    for r in rows:
+        m = models.get(r.key)
+        if r.nodes == 1 and 1 < r.gpus_per_node <= 8 and m is not None and m.mapped:
+            one = single.get((r.key, r.precision, r.chip, r.per_gpu_batch, r.source))
+            if one is not None:
+                out.append((one, r))
+    return out
+
+
+def traces_for(pairs, models, jobs: int = 1, cache_dir: Path = TRACE_CACHE_DIR) -> dict:
+    needed = {(models[a.key].spec, models[a.key].input_shape, trace_precision(a.precision)) for a, _ in pairs}
+    return corpus_traces(needed, jobs=jobs, cache_dir=cache_dir)[0]
+
+
+def node_candidate(gpu: str, gpus: int, spec: GpuSpec):
+    """A one-node offer of ``gpus`` GPUs of ``gpu``, linked as its spec says (NVLink/NVSwitch
+    when the chip has NVLink, else PCIe): what a DGX-like corpus machine is to the oracle."""
+    from planner.candidates import Candidate
+
+    return Candidate(instance_type=f"{gpus}x{gpu}", family="corpus", region="-", market="on-demand", zone=None,
+                     price_per_hour=1.0, gpus_per_node=gpus, gpu_model=gpu, vcpus=8 * gpus, network_gbps=100.0,
+                     efa=False, gpu_memory_gib=spec.memory_gib or 0.0)
+
+
+def predicted_speedup(model, trace: dict, gpu: str, gpus: int, batch: int, precision: str, specs) -> float | None:
+    """``n · t₁ / t_n`` from the product's oracle: one GPU, then ``n`` GPUs of one node, at the
+    same per-GPU batch (analytical compute, the comm model's prior, the simulator's overlap)."""
+    import dataclasses
+
+    from planner.oracle import Oracle, Workload
+
+    wl = dataclasses.replace(Workload.from_dict(trace), precision=precision)
+    oracle = Oracle(wl, model, specs)
+    spec = model.spec(gpu)
+    one = oracle(((node_candidate(gpu, 1, spec), 1),), batch)
+    many = oracle(((node_candidate(gpu, gpus, spec), 1),), batch * gpus)
+    if one is None or many is None:
+        return None
+    return gpus * one.iter_time_s / many.iter_time_s
+
+
+def published_speedup(one, many) -> float:
+    """``S = rate_n / rate_1`` (aggregate rates at the same per-GPU batch), or ``n·t₁/t_n``."""
+    if one.metric == "iteration_ms":
+        return many.gpus * one.value / many.value
+    return many.value / one.value
+
+
+def pair_trace(pair, models, traces) -> dict | None:
+    one, _ = pair
+    m = models[one.key]
+    return traces.get((m.spec, m.input_shape, trace_precision(one.precision)))
+
+
+def fit_nccl_slowdown(model, pairs, traces, specs, models=None,
+                      grid: Sequence[float] = tuple(i / 100 for i in range(0, 41, 2))) -> float:
+    """κ with the least ``Σ (ln Ŝ − ln S)²`` over the train pairs' published speed-ups ``S``."""
+    from planner import corpus
+
+    models = models or {**corpus.load_models(), **calibration_models()}
+    usable = [(one, many, pair_trace((one, many), models, traces)) for one, many in pairs]
+    usable = [u for u in usable if u[2] is not None]
+    best = (math.inf, 0.0)
+    for kappa in grid:
+        model.nccl_slowdown = kappa
+        errs = []
+        for one, many, trace in usable:
+            pred = predicted_speedup(model, trace, one.chip, many.gpus_per_node, one.per_gpu_batch, one.precision,
+                                     specs)
+            if pred is not None:
+                errs.append((math.log(pred) - math.log(published_speedup(one, many))) ** 2)
+        if errs and sum(errs) / len(errs) < best[0]:
+            best = (sum(errs) / len(errs), kappa)
+    model.nccl_slowdown = best[1]
+    return best[1]

@@ -23,7 +23,9 @@ It joins the pure models for a cluster of catalog instances:
   else the ring prior ``2(n−1)/n·S/B + 2(n−1)α``) over the slowest link: the slowest node NIC of
   the mix between nodes (EFA only if every node has it), NVLink/PCIe inside a node.
 * **Iteration** — :func:`planner.simulator.simulate_iteration` (buckets overlap backward, the
-  slowest worker gates each bucket) with a small seeded Monte-Carlo for p50/p90.
+  slowest worker gates each bucket) with a small seeded Monte-Carlo for p50/p90.  On more than
+  one GPU backward is slowed by ``1 + κ`` (``nccl_slowdown`` of the compute model: NCCL kernels
+  take SMs from backward while they overlap it).
 
 The oracle is pure: no ORM, no printing; callers build :class:`Workload` once per model (it
 needs torch) and reuse it for every configuration the solver asks about.
@@ -238,10 +240,16 @@ class Oracle:
         if batches is None:
             return None
         loads = []
+        # NCCL's all-reduce kernels share the SMs with backward on a multi-GPU worker: backward
+        # takes (1 + κ) longer there (κ calibrated on the corpus's 1–8 GPU rows; 0 if the
+        # compute model has none).
+        kappa = getattr(self.transfer, "nccl_slowdown", 0.0) if sum(n for _, n in groups) > 1 else 0.0
         for (model, _), b in zip(groups, batches, strict=True):
             phases = self.phases(model, b)
             if phases is None:
                 return None
+            if kappa:
+                phases = dataclasses.replace(phases, backward=phases.backward * (1 + kappa))
             loads.append(WorkerLoad(phases, self.workload.bucket_specs(b), b, model))
         cluster = self.cluster(config)
         comm = self._comm(cluster, loads[0].buckets)

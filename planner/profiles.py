@@ -104,9 +104,12 @@ class ModelInfo:
 
 @dataclass(frozen=True)
 class DeviceInfo:
+    """``precision`` is the one the profile ran; ``precision_requested`` the one asked for."""
+
     type: str
     name: str
     precision: str = "fp32"
+    precision_requested: str | None = None
 
 
 @dataclass(frozen=True)
@@ -384,11 +387,16 @@ def _parse_model(doc: Mapping[str, Any]) -> ModelInfo:
 
 
 def _parse_device(doc: Mapping[str, Any]) -> DeviceInfo:
-    return DeviceInfo(
-        type=str(_require(doc, "type", "device")),
-        name=str(doc.get("name") or doc.get("type")),
-        precision=str(doc.get("precision") or "fp32"),
-    )
+    kind = str(_require(doc, "type", "device"))
+    precision = str(doc.get("precision") or "fp32")
+    requested = doc.get("precision_requested")
+    if requested is None:
+        # An older agent recorded the requested precision only; its CPU "amp" ran bf16 autocast.
+        requested = precision
+        if precision == "amp" and kind != "cuda":
+            precision = "bf16"
+    return DeviceInfo(type=kind, name=str(doc.get("name") or kind), precision=precision,
+                      precision_requested=str(requested))
 
 
 def _parse_compute_sample(doc: Any, where: str) -> ComputeSample:

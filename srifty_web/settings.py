@@ -259,6 +259,8 @@ SPECTACULAR_SETTINGS = {
 
 # --- Srifty -------------------------------------------------------------------------------
 CATALOG_FIXTURES_DIR = BASE_DIR / "catalog" / "fixtures"
+# The benches' validated error per prediction source (planner.validated); absent: "not validated".
+VALIDATED_ERRORS_PATH = BASE_DIR / "planner" / "data" / "validated_errors.json"
 AWS_DEFAULT_REGION = env_str("AWS_DEFAULT_REGION", "us-east-1")
 # Tests point boto3 at a local moto server with this; empty means real AWS endpoints.
 AWS_ENDPOINT_URL = env_str("AWS_ENDPOINT_URL")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from catalog.models import Accelerator
@@ -26,13 +27,17 @@ class ModelChoiceSerializer(serializers.Serializer):
     spec = serializers.CharField(required=False, max_length=200,
                                  help_text="torchvision:NAME, timm:NAME or transformers:MODEL_TYPE")
     input_shape = serializers.CharField(required=False, max_length=64)
-    precision = serializers.ChoiceField(choices=["fp32", "tf32", "amp", "fp16", "bf16"], default="amp")
+    precision = serializers.ChoiceField(
+        choices=["fp32", "tf32", "amp", "fp16", "bf16"], required=False,
+        help_text="default amp for a spec; with profile_run, the profile's own precision (another one is planned "
+                  "with the profile's, and the plan's warnings say so)")
 
     def validate(self, attrs: dict) -> dict:
         from profiler.agent.specs import SpecError, check_library_spec, parse_spec
 
         if attrs.get("profile_run"):
             return attrs
+        attrs.setdefault("precision", "amp")
         errors = {}
         try:
             if self.context.get("allow_code"):
@@ -195,14 +200,25 @@ class PlanRequestSerializer(serializers.Serializer):
         return attrs
 
 
+class PlanWarningSerializer(serializers.Serializer):
+    code = serializers.CharField(help_text="e.g. precision_mismatch")
+    message = serializers.CharField()
+
+
 class PlanSerializer(ModelSerializer):
     owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    warnings = serializers.SerializerMethodField(help_text="What to know about how the plan was predicted "
+                                                 "(also in result.warnings); empty for older plans")
 
     class Meta:
         model = PlanRecord
         fields = ["id", "name", "owner", "status", "request", "result", "error", "binding_constraint",
-                  "solve_time_s", "created_at", "profile_run"]
+                  "solve_time_s", "created_at", "profile_run", "warnings"]
         read_only_fields = fields
+
+    @extend_schema_field(PlanWarningSerializer(many=True))
+    def get_warnings(self, obj: PlanRecord) -> list[dict]:
+        return list((obj.result or {}).get("warnings") or [])
 
 
 class PlanSummarySerializer(ModelSerializer):

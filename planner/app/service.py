@@ -131,7 +131,7 @@ def _profile_workload(run, profile, precision: str, measured, measured_on, allow
 
 
 def _model_inputs(req: dict, owner, allow_code: bool = False):
-    """(Workload, profile run or None) for the request's model.
+    """(Workload, profile run or None, parsed profile or None) for the request's model.
 
     A profiling run is looked up through the team rule (``visible_owner_q``): another team's
     run is "not found", exactly like one that does not exist."""
@@ -152,9 +152,45 @@ def _model_inputs(req: dict, owner, allow_code: bool = False):
             raise PlanInputError("model", f"profile of run {run.pk} cannot be used: {exc}") from exc
         measured = fit_compute_model(profile)
         device = profile.device.name if profile.device.type == "cuda" else None
-        return _profile_workload(run, profile, precision, measured, device, allow_code), run
+        return _profile_workload(run, profile, precision, measured, device, allow_code), run, profile
     shape = tuple(int(x) for x in str(model["input_shape"]).split(","))
-    return workload(model["spec"], shape, precision, allow_code=allow_code), None
+    return workload(model["spec"], shape, precision, allow_code=allow_code), None, None
+
+
+_VENDOR_PREFIXES = ("NVIDIA ", "Tesla ")
+
+
+def datasheet_gpu_name(device_name: str, transfer) -> str:
+    """The GPU name the transfer model knows for a profile's CUDA device name.
+
+    torch names devices ``NVIDIA A10G``, ``Tesla T4`` or ``NVIDIA A100-SXM4-40GB``; the datasheet
+    rows (and their aliases) are ``A10G``, ``T4``, ``A100-SXM4-40GB``. Unknown names stay as they
+    are (the oracle then predicts analytically, as before)."""
+    candidates = [device_name] + [device_name[len(p):] for p in _VENDOR_PREFIXES if device_name.startswith(p)]
+    for name in candidates:
+        try:
+            transfer.spec(name)
+        except KeyError:
+            continue
+        return name
+    return device_name
+
+
+def plan_warnings(req: dict, wl, run, profile) -> list[dict]:
+    """What a user must know about how the plan was predicted: ``[{"code", "message"}]``.
+
+    ``precision_mismatch``: the request names a precision the profile did not run (e.g. amp from
+    an fp32 profile, or from a CPU profile, where amp runs as bf16 autocast)."""
+    from planner.precision import precision_warning
+
+    out = []
+    if profile is not None:
+        message = precision_warning(req["model"].get("precision"), profile.device.precision, run_id=run.pk,
+                                    device_type=profile.device.type, device_name=profile.device.name,
+                                    planned=wl.precision)
+        if message:
+            out.append({"code": "precision_mismatch", "message": message})
+    return out
 
 
 def plan_request(req: dict):
@@ -202,33 +238,40 @@ def solve_request(req: dict, owner, *, allow_code: bool = False) -> dict:
 
     started = time.perf_counter()
     pr = plan_request(req)
-    wl, run = _model_inputs(req, owner, allow_code)
+    wl, run, profile = _model_inputs(req, owner, allow_code)
     cands = candidates(req)
     if not cands:
         raise PlanInputError("regions", "no CUDA GPU instance type with a price matches the regions and markets")
-    oracle = Oracle(wl, transfer_model(), gpu_specs())
+    transfer = transfer_model()
+    if wl.measured_on is not None:
+        wl = dataclasses.replace(wl, measured_on=datasheet_gpu_name(wl.measured_on, transfer))
+    oracle = Oracle(wl, transfer, gpu_specs())
     result = solve(pr, cands, oracle)
     verified = _verify(result.plans, pr, wl, oracle, {c.key: c for c in cands})
-    alternatives = _market_alternatives(pr, cands, oracle) if req.get("spot", True) and req.get("on_demand", True) else {}
+    rows = RowSource(oracle, validated_errors())
+    alternatives = _market_alternatives(pr, cands, oracle, rows) if req.get("spot", True) and req.get("on_demand", True) else {}
     baselines = evaluate_baselines(pr, cands, oracle, result, requested_gpu=req.get("baseline_gpu"),
                                    skypilot_use_spot=bool(req.get("spot", True)))
     return {
-        "plans": [_plan_json(p, verified.get(p.rank)) for p in result.plans],
+        "plans": [_plan_json(p, verified.get(p.rank), rows) for p in result.plans],
         "pareto": [p._asdict() for p in result.pareto],
         "points": [p._asdict() for p in _thin(result.points)],
-        "baselines": [_baseline_json(b) for b in baselines],
+        "baselines": [_baseline_json(b, rows) for b in baselines],
         "alternatives": alternatives,
         "stats": dataclasses.asdict(result.stats),
         "solve_time_s": result.solve_time_s,
         "total_time_s": time.perf_counter() - started,
         "model": {"spec": wl.model_spec, "input_shape": list(wl.input_shape), "precision": wl.precision,
                   "profile_run": run.pk if run else None, "measured_on": wl.measured_on,
-                  "source": _source_of(result.plans, oracle)},
+                  "source": _source_of(result.plans, oracle),
+                  "precision_requested": req["model"].get("precision"),
+                  "profile_precision": profile.device.precision if profile else None},
         "request": {"total_samples": pr.total_samples},
+        "warnings": plan_warnings(req, wl, run, profile),
     }  # fmt: skip
 
 
-def _market_alternatives(pr, cands, oracle) -> dict[str, dict]:
+def _market_alternatives(pr, cands, oracle, rows: RowSource) -> dict[str, dict]:
     """The best spot-only and on-demand-only plan, side by side (same request, same oracle)."""
     from dataclasses import replace
 
@@ -242,7 +285,7 @@ def _market_alternatives(pr, cands, oracle) -> dict[str, dict]:
             continue
         try:
             best = solve(replace(pr, top_k=1), pool, oracle).best
-            out[market] = {"plan": _plan_json(best, None), "reason": None}
+            out[market] = {"plan": _plan_json(best, None, rows), "reason": None}
         except Infeasible as exc:
             out[market] = {"plan": None, "reason": str(exc)}
     return out
@@ -275,6 +318,40 @@ def _source_of(plans, oracle) -> str:
     return "analytical"
 
 
+# Least trustworthy last: a row mixing GPU types is as good as its worst-predicted group.
+SOURCE_ORDER = ("measured", "transferred", "analytical")
+
+
+def validated_errors() -> dict:
+    """The benches' validated error per prediction source (``planner.validated``; may be empty)."""
+    from planner.validated import load_validated_errors
+
+    return load_validated_errors(Path(settings.VALIDATED_ERRORS_PATH))
+
+
+@dataclasses.dataclass
+class RowSource:
+    """Each plan row's prediction source (``PhaseTimes.source`` of its groups) and its validated error."""
+
+    oracle: Any
+    errors: dict
+
+    def source(self, plan) -> str:
+        found = []
+        for g in plan.groups:
+            b = g.batch_per_node[0] // max(1, g.gpus_per_node) if g.batch_per_node else 1
+            t = self.oracle.phases(g.gpu_model, max(1, b))
+            found.append(t.source if t is not None else "analytical")
+        rank = {s: i for i, s in enumerate(SOURCE_ORDER)}
+        return max(found or ["analytical"], key=lambda s: rank.get(s, len(SOURCE_ORDER)))
+
+    def fields(self, plan) -> dict:
+        from planner.validated import error_of
+
+        source = self.source(plan)
+        return {"prediction_source": source, "prediction_error": error_of(source, self.errors)}
+
+
 def _thin(points, limit: int = 4000):
     """At most ``limit`` points for the chart: all feasible ones first, then a stride of the rest."""
     feasible = [p for p in points if p.feasible]
@@ -284,19 +361,20 @@ def _thin(points, limit: int = 4000):
     return (feasible[:limit] + rest[::stride][:room])
 
 
-def _plan_json(plan, verified: dict | None) -> dict:
+def _plan_json(plan, verified: dict | None, rows: RowSource) -> dict:
     doc = dataclasses.asdict(plan)
     doc["label"] = plan.label
     doc["uses_spot"] = plan.uses_spot
     doc["verified"] = verified
+    doc.update(rows.fields(plan))
     return doc
 
 
-def _baseline_json(b) -> dict:
+def _baseline_json(b, rows: RowSource) -> dict:
     return {
         "name": b.name, "description": b.description,
         "candidate": b.candidate.label if b.candidate else None,
-        "plan": _plan_json(b.plan, None) if b.plan else None, "infeasible_reason": b.infeasible_reason,
+        "plan": _plan_json(b.plan, None, rows) if b.plan else None, "infeasible_reason": b.infeasible_reason,
         "throughput_gain_pct": b.throughput_gain_pct, "cost_gain_pct": b.cost_gain_pct,
         "time_gain_pct": b.time_gain_pct,
     }  # fmt: skip

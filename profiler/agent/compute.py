@@ -112,6 +112,18 @@ class ComputeOptions:
 # -- pure helpers ------------------------------------------------------------------------
 
 
+def precision_run(requested: str, device_type: str) -> str:
+    """The precision a step actually runs for ``--precision requested`` on ``device_type``.
+
+    ``amp`` is fp16 autocast with a GradScaler on CUDA, but CPU autocast is bf16 only: there it
+    runs as ``bf16`` (and the profile says so, next to ``precision_requested``)."""
+    if requested == "amp" and device_type != "cuda":
+        return "bf16"
+    return requested
+
+
+
+
 def search_max_batch(fits: Callable[[int], bool], low: int, high: int) -> int | None:
     """Largest batch in [low, high] with ``fits(batch)``, assuming fitting is monotonic.
 
@@ -296,13 +308,11 @@ class Trainer:
         if not self.params:
             raise ComputeError("the model has no trainable parameters")
         self.optimizer = torch.optim.SGD(self.params, lr=options.lr, momentum=options.momentum)
-        self.autocast_dtype = self._autocast_dtype(options.precision)
+        # What runs, not what was asked: "amp" on CPU is bf16 autocast (the profile records both).
+        self.precision = precision_run(options.precision, self.device.type)
+        self.autocast_dtype = self._autocast_dtype(self.precision)
         # fp16 autocast needs loss scaling; bf16 has fp32's range and does not.
-        self.scaler = (
-            torch.amp.GradScaler("cuda")
-            if options.precision == "amp" and self.device.type == "cuda"
-            else None
-        )
+        self.scaler = torch.amp.GradScaler("cuda") if self.precision == "amp" else None
         self.clock: CpuClock | CudaClock = (
             CudaClock(self.device) if self.device.type == "cuda" else CpuClock()
         )
@@ -311,11 +321,12 @@ class Trainer:
         self.static: StaticMemory = static_memory(self.model, momentum=options.momentum != 0)
 
     def _autocast_dtype(self, precision: str) -> Any:
+        """``precision`` is the one that runs (``precision_run``): "amp" only on CUDA."""
         if precision == "fp32":
             return None
-        if precision == "amp" and self.device.type == "cuda":
+        if precision == "amp":
             return self.torch.float16
-        return self.torch.bfloat16  # "bf16", and "amp" on CPU (CPU autocast is bf16)
+        return self.torch.bfloat16
 
     def autocast(self) -> Any:
         if self.autocast_dtype is None:
@@ -879,7 +890,10 @@ class ComputeProfiler:
                 "forward_flops_per_sample": forward_flops,
                 "train_flops_per_sample": train_flops,
             },
-            "device": device_info(options.device, options.precision),
+            "device": {
+                **device_info(options.device, trainer.precision),
+                "precision_requested": options.precision,
+            },
             "environment": environment(),
             "max_batch_size": max_batch,
             "max_batch_capped": max_batch is not None and max_batch >= options.max_batch,

@@ -12,6 +12,18 @@ touches ``M_i = Σ |inputs| + Σ |outputs|`` (view operators move nothing and ar
 does so at two batch sizes and keeps ``F_i(b) = F_i⁰ + F_i¹·b``, ``M_i(b) = M_i⁰ + M_i¹·b``:
 weights are batch independent, activations proportional to the batch.
 
+Operator classes (:func:`op_class`, :data:`OP_CLASSES`): each operator belongs to one class whose
+kernels behave alike on a GPU — ``conv_dense``, ``conv_grouped``, ``conv_depthwise`` (the
+recorder tags ``aten.convolution``/``convolution_backward`` by their ``groups`` argument:
+depthwise when every group has one input channel), ``matmul`` (``mm``/``addmm``: linear layers),
+``attention`` (batched matmuls ``bmm``/``baddbmm`` and the fused scaled-dot-product kernels:
+in the models here a batched matmul is the ``QKᵀ``/``PV`` product of attention), ``norm``
+(batch/layer/group/RMS norm and their backwards), ``reduction`` (softmax, pooling, sums, losses),
+``embedding`` (embedding lookups, gathers, scatters, indexing), ``elementwise`` (everything
+else: activations, adds, copies, casts) and ``optimizer`` (every operator of the optimizer
+step). :meth:`WorkloadCost.class_sums` adds the per-operator lines of each class, which is all
+the planner's compute model needs (it is linear in FLOPs, bytes and kernel counts per class).
+
 Torch only (no Django, no planner): it travels with the agent.
 """
 
@@ -26,6 +38,56 @@ PHASES = ("forward", "backward", "optimizer")
 WORKLOAD_VERSION = 1
 # A posted trace is user input: bounds that no real model comes near.
 MAX_TRACE_OPS = 200_000
+
+
+OP_CLASSES = ("conv_dense", "conv_grouped", "conv_depthwise", "matmul", "attention", "norm", "elementwise",
+              "reduction", "embedding", "optimizer")
+# Classes whose FLOPs run on tensor cores (or the FP32 FMA pipes): the GEMM-like ones.
+GEMM_CLASSES = ("conv_dense", "conv_grouped", "conv_depthwise", "matmul", "attention")
+
+_CONV_OPS = {"convolution", "convolution_backward", "_convolution", "conv2d", "conv3d", "conv1d",
+             "cudnn_convolution", "mkldnn_convolution"}
+_MATMUL_OPS = {"mm", "addmm", "matmul", "linear", "_addmm_activation", "addmv", "mv", "dot", "_int_mm"}
+_ATTENTION_OPS = {"bmm", "baddbmm"}
+_REDUCTION_PARTS = ("softmax", "pool", "sum", "mean", "amax", "amin", "max", "min", "var", "std", "nll_loss",
+                    "cross_entropy", "logsumexp", "cumsum", "topk", "sort", "argmax", "argmin", "norm")
+_EMBEDDING_PARTS = ("embedding", "index", "gather", "scatter", "take")
+
+
+def op_class(name: str, phase: str = "forward") -> str:
+    """The class of one recorded operator (see the module docstring); ``name`` is the recorded
+    name, e.g. ``aten.convolution:depthwise`` or ``aten.addmm``."""
+    if phase == "optimizer":
+        return "optimizer"
+    base, _, variant = name.partition(":")
+    base = base.removeprefix("aten.").split(".")[0]
+    if base in _CONV_OPS:
+        return f"conv_{variant}" if variant in ("dense", "grouped", "depthwise") else "conv_dense"
+    if base in _MATMUL_OPS:
+        return "matmul"
+    if base in _ATTENTION_OPS or "attention" in base:
+        return "attention"
+    if "norm" in base and base not in ("norm", "linalg_vector_norm", "renorm"):
+        return "norm"
+    if any(part in base for part in _EMBEDDING_PARTS):
+        return "embedding"
+    if any(part in base for part in _REDUCTION_PARTS):
+        return "reduction"
+    return "elementwise"
+
+
+@dataclass(frozen=True)
+class ClassSums:
+    """One (phase, class): ``flops(b) = f0 + f1·b``, ``bytes(b) = m0 + m1·b``, ``kernels`` operators."""
+
+    f0: float = 0.0
+    f1: float = 0.0
+    m0: float = 0.0
+    m1: float = 0.0
+    kernels: int = 0
+
+    def at(self, batch: float) -> tuple[float, float]:
+        return max(self.f0 + self.f1 * batch, 0.0), max(self.m0 + self.m1 * batch, 0.0)
 
 
 def precision_family(precision: str) -> str:
@@ -68,6 +130,24 @@ class WorkloadCost:
             f, m = self.arrays(p, batch)
             out[p] = (float(f.sum()), float(m.sum()))
         return out
+
+    def class_sums(self) -> dict[str, dict[str, ClassSums]]:
+        """``{phase: {class: ClassSums}}``: the operators of each class added up (cached)."""
+        cached = self.__dict__.get("_class_sums")
+        if cached is None:
+            cached = {}
+            for p in PHASES:
+                acc: dict[str, list[float]] = {}
+                for o in self.ops[p]:
+                    a = acc.setdefault(op_class(o.name, p), [0.0, 0.0, 0.0, 0.0, 0])
+                    a[0] += o.f0
+                    a[1] += o.f1
+                    a[2] += o.m0
+                    a[3] += o.m1
+                    a[4] += 1
+                cached[p] = {c: ClassSums(a[0], a[1], a[2], a[3], int(a[4])) for c, a in acc.items()}
+            object.__setattr__(self, "_class_sums", cached)  # frozen: a derived cache, not state
+        return cached
 
     def to_dict(self) -> dict[str, Any]:
         return {"version": 1, "model_spec": self.model_spec, "precision": self.precision,
@@ -182,10 +262,42 @@ class _CostRecorder:
                 if func.is_view:
                     return out
                 flops = float(flop_registry[packet](*args, **kwargs, out_val=out)) if packet in flop_registry else 0.0
-                sink.append((str(packet), flops, nbytes((args, kwargs)) + nbytes(out)))
+                name = _op_name(packet, args)
+                if name.startswith("aten.convolution_backward:") and not name.endswith(":dense"):
+                    flops = _grouped_conv_backward_flops(args)
+                sink.append((name, flops, nbytes((args, kwargs)) + nbytes(out)))
                 return out
 
         return Mode()
+
+
+def _op_name(packet: Any, args: Sequence[Any]) -> str:
+    """The operator's name; convolutions carry their kind (``:dense``, ``:grouped``,
+    ``:depthwise``), read from ``groups`` and the weight's input channels per group."""
+    name = str(packet)
+    base = name.removeprefix("aten.")
+    try:
+        if base == "convolution":  # (input, weight, bias, stride, padding, dilation, transposed, out_pad, groups)
+            groups, weight = int(args[8]), args[1]
+        elif base == "convolution_backward":  # (grad_out, input, weight, bias_sizes, ..., groups, mask)
+            groups, weight = int(args[9]), args[2]
+        else:
+            return name
+        per_group_in = int(weight.shape[1])
+    except (IndexError, TypeError, AttributeError, ValueError):
+        return name
+    kind = "dense" if groups == 1 else "depthwise" if per_group_in == 1 else "grouped"
+    return f"{name}:{kind}"
+
+
+def _grouped_conv_backward_flops(args: Sequence[Any]) -> float:
+    """FLOPs of a grouped/depthwise ``convolution_backward``: each requested gradient (input,
+    weight) costs what the forward convolution costs, ``2·|grad_out|·|weight[1:]|``.
+    (``torch.utils.flop_counter`` ignores ``groups`` for the weight gradient and counts a
+    depthwise 7×7 backward about 250× too high.)"""
+    grad_out, weight, mask = args[0], args[2], args[10]
+    forward = 2.0 * grad_out.numel() * math.prod(int(d) for d in weight.shape[1:])
+    return forward * (int(bool(mask[0])) + int(bool(mask[1])))
 
 
 # --------------------------------------------------------------------------- a full trace

@@ -55,3 +55,166 @@ def test_a_plan_can_be_reopened_into_the_form(client, user, catalog):
     client.post("/plans/", {**FORM, "deadline_hours": "7"})
     page = client.get("/plans/", {"from": PlanRecord.objects.get().pk}).content.decode()
     assert 'name="deadline_hours" value="7' in page
+
+
+def _traced_run(make_run, compute_profile, **device):
+    from profiler import actions
+    from tests.planner_app.test_plans_api import traced
+
+    run = make_run()
+    actions.complete_run(run, traced({**compute_profile, "device": {**compute_profile["device"], **device}}))
+    return run
+
+
+def _api_plan(owner, **model) -> PlanRecord:
+    from planner.app import service
+    from planner.app.serializers import PlanRequestSerializer
+
+    body = {"model": model, "samples_per_epoch": 100000, "epochs": 5, "objective": "cost", "deadline_hours": 12,
+            "regions": ["us-east-1"], "max_nodes": 4, "global_batch_min": 256, "global_batch_max": 512}
+    checked = PlanRequestSerializer(data=body)
+    assert checked.is_valid(), checked.errors
+    return service.create_plan(owner, dict(checked.validated_data))
+
+
+def test_it_warns_on_the_page_when_the_profile_ran_another_precision(client, user, catalog, make_run,
+                                                                   compute_profile):
+    run = _traced_run(make_run, compute_profile, precision="fp32")
+    plan = _api_plan(user, profile_run=run.pk, precision="amp")
+    client.force_login(user)
+    page = client.get(f"/plans/{plan.pk}/").content.decode()
+    assert 'data-code="precision_mismatch"' in page
+    assert f"This plan asks for amp, but profiling run #{run.pk} ran fp32" in page
+
+
+def test_the_page_shows_no_precision_warning_when_the_precisions_match(client, user, catalog, make_run,
+                                                                      compute_profile):
+    run = _traced_run(make_run, compute_profile, precision="fp32")
+    plan = _api_plan(user, profile_run=run.pk, precision="fp32")
+    client.force_login(user)
+    page = client.get(f"/plans/{plan.pk}/").content.decode()
+    assert "plan-warning" not in page and "precision_mismatch" not in page
+
+
+def _rows(page: str) -> list[str]:
+    body = re.search(r'<table id="ranked-table">.*?<tbody>(.*?)</tbody>', page, re.S).group(1)
+    return re.findall(r"<tr>(.*?)</tr>", body, re.S)
+
+
+def test_each_ranked_row_shows_its_prediction_source_and_the_validated_p90_error(client, user, catalog, settings,
+                                                                                tmp_path):
+    path = tmp_path / "validated_errors.json"
+    path.write_text(json.dumps({"analytical": {"median_pct": 14.0, "p90_pct": 38.5, "n": 210,
+                                               "bench": "bench/accuracy_public.py", "measured_at": "2026-12-05"}}))
+    settings.VALIDATED_ERRORS_PATH = path
+    client.force_login(user)
+    client.post("/plans/", FORM)
+    page = client.get(f"/plans/{PlanRecord.objects.get().pk}/").content.decode()
+    assert "Prediction (validated p90 error)" in page
+    rows = _rows(page)
+    assert rows and all("analytical" in r and "p90 ±38.5% (n=210)" in r for r in rows)
+    assert "bench/accuracy_public.py" in rows[0]
+
+
+def test_a_source_without_a_validated_error_says_not_validated(client, user, catalog, settings, tmp_path):
+    settings.VALIDATED_ERRORS_PATH = tmp_path / "none.json"
+    client.force_login(user)
+    client.post("/plans/", FORM)
+    rows = _rows(client.get(f"/plans/{PlanRecord.objects.get().pk}/").content.decode())
+    assert rows and all("(not validated)" in r and "p90 ±" not in r for r in rows)
+
+
+def _cheapest_on_demand(name: str) -> tuple[float, str]:
+    from catalog.models import OnDemandPrice
+
+    price = OnDemandPrice.objects.current().filter(instance_type__name=name).order_by("usd_per_hour").first()
+    return float(price.usd_per_hour), price.region.code
+
+
+def test_a_plan_without_a_gpu_profile_offers_profiling_on_a_cheap_gpu_first(client, staff, catalog):
+    from planner.app.profile_first import profiling_minutes
+
+    client.force_login(staff)
+    client.post("/plans/", FORM)
+    page = client.get(f"/plans/{PlanRecord.objects.get().pk}/").content.decode()
+    section = re.search(r'<section class="card" id="profile-first".*?</section>', page, re.S).group(0)
+    assert "Profile on a cheap GPU first" in section
+    minutes = profiling_minutes()
+    assert 5 <= minutes <= 30 and f"~{minutes} min" in section
+    for name in ("g4dn.xlarge", "g5.xlarge"):
+        usd, region = _cheapest_on_demand(name)
+        row = re.search(rf"<tr><td>{re.escape(name)}</td>.*?</tr>", section, re.S).group(0)
+        assert f"<td>{region}</td>" in row and (f"${usd:,.4f}" if usd < 1 else f"${usd:,.2f}") in row
+        form = re.search(r'<form method="post" action="/profiling/".*?</form>', row, re.S).group(0)
+        fields = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', form))
+        assert fields["model_spec"] == "torchvision:squeezenet1_1" and fields["input_shape"] == "3,32,32"
+        assert fields["precision"] == "amp" and fields["device"] == "cuda" and fields["provider"] == "ec2"
+        assert fields["instance_type"] == name and fields["region"] == region and fields["max_memory"] == ""
+        assert "csrfmiddlewaretoken" in form
+
+
+def test_the_cheap_gpu_offer_starts_an_ec2_profiling_run_of_the_same_model(client, staff, catalog, settings):
+    from profiler.models import ProfilingRun
+
+    settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
+    client.force_login(staff)
+    client.post("/plans/", FORM)
+    page = client.get(f"/plans/{PlanRecord.objects.get().pk}/").content.decode()
+    form = re.search(r'<form method="post" action="/profiling/" class="inline profile-first-form">(.*?)</form>',
+                     page, re.S).group(1)
+    fields = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', form))
+    resp = client.post("/profiling/", fields)
+    run = ProfilingRun.objects.get()
+    assert resp.status_code == 302 and resp["Location"] == f"/profiling/{run.pk}/"
+    assert (run.provider, run.instance_type, run.device, run.precision) == ("ec2", "g4dn.xlarge", "cuda", "amp")
+    assert (run.model_spec, run.input_shape, run.batch_sizes, run.max_memory) == (
+        "torchvision:squeezenet1_1", "3,32,32", "auto", "")
+
+
+def test_the_review_link_prefills_the_profiling_form(client, staff, catalog):
+    client.force_login(staff)
+    client.post("/plans/", FORM)
+    page = client.get(f"/plans/{PlanRecord.objects.get().pk}/").content.decode()
+    link = re.search(r'<a href="(/profiling/\?[^"]*)">review in the form</a>', page).group(1).replace("&amp;", "&")
+    form = client.get(link).content.decode()
+    assert 'value="torchvision:squeezenet1_1"' in form and "<option selected>g4dn.xlarge</option>" in form
+    assert '<option value="ec2" selected>' in form and "<option selected>amp</option>" in form
+
+
+def test_without_the_ec2_permission_the_offer_explains_instead_of_a_button(client, user, catalog):
+    client.force_login(user)
+    client.post("/plans/", FORM)
+    page = client.get(f"/plans/{PlanRecord.objects.get().pk}/").content.decode()
+    section = re.search(r'<section class="card" id="profile-first".*?</section>', page, re.S).group(0)
+    assert "g4dn.xlarge" in section and "profile-first-form" not in section and "review in the form" not in section
+    assert "it needs the profiler.add_profilingrun permission" in section
+
+
+def test_no_cheap_gpu_offer_when_a_plan_row_is_measured(client, user, catalog, make_run, compute_profile):
+    from planner.app import service
+    from planner.app.serializers import PlanRequestSerializer
+
+    run = _traced_run(make_run, compute_profile, type="cuda", name="NVIDIA A10G", precision="fp32")
+    body = {"model": {"profile_run": run.pk}, "iterations": 1000, "objective": "throughput",
+            "max_hourly_usd": 100, "regions": ["us-east-1"], "max_nodes": 1, "global_batch_max": 4,
+            "gpu_models": ["A10G"], "spot": False, "top_k": 50}
+    checked = PlanRequestSerializer(data=body)
+    assert checked.is_valid(), checked.errors
+    plan = service.create_plan(user, dict(checked.validated_data))
+    assert "measured" in {p["prediction_source"] for p in plan.result["plans"]}  # the 1-GPU g5 rows
+    client.force_login(user)
+    page = client.get(f"/plans/{plan.pk}/").content.decode()
+    assert 'id="profile-first"' not in page
+
+
+def test_a_plan_transferred_from_a_t4_profile_offers_only_the_other_cheap_gpu(catalog):
+    from planner.app.profile_first import needs_profile, offers
+
+    result = {"plans": [{"prediction_source": "transferred"}],
+              "model": {"spec": "torchvision:resnet50", "input_shape": [3, 224, 224], "precision": "fp32",
+                        "measured_on": "T4", "source": "transferred"}}
+    made = offers(result, {"model": {"profile_run": 1}}, max_minutes=60)
+    assert [o.instance_type for o in made] == ["g5.xlarge"]
+    assert made[0].form["precision"] == "fp32" and made[0].max_usd == made[0].on_demand_usd
+    assert not needs_profile({"plans": [{"prediction_source": "transferred"}, {"prediction_source": "measured"}]})
+    assert not needs_profile({"plans": []})

@@ -193,3 +193,16 @@ def test_aligned_merging_keeps_the_iteration_spread_and_leaves_the_drift_out():
     same_twice = merge_compute_profiles([profiles[0], profiles[0]]).sample_for(16).phase("backward")
     assert aligned.relative_spread == pytest.approx(same_twice.relative_spread)
     assert plain.relative_spread > 5 * aligned.relative_spread
+
+
+@pytest.mark.parametrize("device, ran, requested", [
+    ({"type": "cpu", "name": "EPYC", "precision": "amp"}, "bf16", "amp"),  # an older agent: CPU amp ran bf16
+    ({"type": "cuda", "name": "NVIDIA A10G", "precision": "amp"}, "amp", "amp"),
+    ({"type": "cpu", "name": "EPYC", "precision": "bf16", "precision_requested": "amp"}, "bf16", "amp"),
+    ({"type": "cpu", "name": "EPYC"}, "fp32", "fp32"),
+])  # fmt: skip
+def test_it_reads_the_precision_a_profile_ran_also_from_older_profiles(device, ran, requested):
+    doc = compute_doc()
+    doc["device"] = device
+    profile = load_compute_profile(doc)
+    assert (profile.device.precision, profile.device.precision_requested) == (ran, requested)

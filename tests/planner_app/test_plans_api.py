@@ -153,3 +153,89 @@ def test_the_plan_command_explains_infeasible_and_bad_input(db, catalog, staff):
     with pytest.raises(CommandError, match="--quota"):
         call_command("plan", "--model", TINY["spec"], "--samples", "1000", "--epochs", "1", "--objective",
                      "time", "--budget", "10", "--quota", "lots")
+
+
+def _profile_run(make_run, compute_profile, **device):
+    from profiler import actions
+
+    run = make_run()
+    actions.complete_run(run, traced({**compute_profile, "device": {**compute_profile["device"], **device}}))
+    return run
+
+
+def test_it_warns_when_the_profile_ran_another_precision(user_api, catalog, make_run, compute_profile):
+    run = _profile_run(make_run, compute_profile, precision="fp32", precision_requested="fp32")
+    resp = user_api.post("/api/v1/plans/", _request(model={"profile_run": run.pk, "precision": "amp"}), format="json")
+    assert resp.status_code == 201, resp.json()
+    plan = resp.json()
+    [warning] = plan["warnings"]
+    assert warning["code"] == "precision_mismatch"
+    assert f"asks for amp, but profiling run #{run.pk} ran fp32" in warning["message"]
+    assert plan["result"]["warnings"] == plan["warnings"]
+    model = plan["result"]["model"]
+    assert model["precision_requested"] == "amp" and model["profile_precision"] == "fp32"
+    assert user_api.get(f"/api/v1/plans/{plan['id']}/").json()["warnings"] == plan["warnings"]
+
+
+def test_it_warns_that_an_older_cpu_profile_asked_for_amp_ran_bf16(user_api, catalog, make_run, compute_profile):
+    run = _profile_run(make_run, compute_profile, precision="amp")  # an older agent: no precision_requested
+    plan = user_api.post("/api/v1/plans/", _request(model={"profile_run": run.pk, "precision": "amp"}),
+                         format="json").json()
+    [warning] = plan["warnings"]
+    assert "ran bf16 (CPU autocast is bf16 only)" in warning["message"]
+
+
+@pytest.mark.parametrize("model_precision", ["fp32", None])
+def test_it_does_not_warn_when_the_precisions_match(user_api, catalog, make_run, compute_profile, model_precision):
+    run = _profile_run(make_run, compute_profile, precision="fp32")
+    model = {"profile_run": run.pk, **({"precision": model_precision} if model_precision else {})}
+    plan = user_api.post("/api/v1/plans/", _request(model=model), format="json").json()
+    assert plan["warnings"] == [] and plan["result"]["warnings"] == []
+    assert plan["result"]["model"]["precision_requested"] == model_precision
+
+
+def test_a_spec_plan_has_no_warnings_and_still_defaults_to_amp(user_api, catalog):
+    plan = user_api.post("/api/v1/plans/", _request(model={"spec": TINY["spec"], "input_shape": "3,32,32"}),
+                         format="json").json()
+    assert plan["warnings"] == [] and plan["request"]["model"]["precision"] == "amp"
+
+
+VALIDATED = {"measured": {"median_pct": 1.7, "p90_pct": 4.0, "n": 40, "bench": "bench/accuracy_local.py",
+                          "measured_at": "2026-12-04"},
+             "analytical": {"median_pct": 14.0, "p90_pct": 38.5, "n": 210, "bench": "bench/accuracy_public.py",
+                            "measured_at": "2026-12-05"}}
+
+
+def test_each_plan_row_names_its_prediction_source_with_the_validated_p90_error(user_api, catalog, settings,
+                                                                               tmp_path):
+    path = tmp_path / "validated_errors.json"
+    path.write_text(json.dumps(VALIDATED))
+    settings.VALIDATED_ERRORS_PATH = path
+    plan = user_api.post("/api/v1/plans/", _request(), format="json").json()
+    rows = plan["result"]["plans"] + [a["plan"] for a in plan["result"]["alternatives"].values() if a["plan"]]
+    rows += [b["plan"] for b in plan["result"]["baselines"] if b["plan"]]
+    for row in rows:
+        assert row["prediction_source"] == "analytical"  # a spec plan: no profile at all
+        assert row["prediction_error"] == {"validated": True, **VALIDATED["analytical"], "source": "analytical"}
+
+
+def test_a_source_the_benches_have_not_validated_is_shown_as_not_validated(user_api, catalog, settings, tmp_path):
+    settings.VALIDATED_ERRORS_PATH = tmp_path / "missing.json"
+    plan = user_api.post("/api/v1/plans/", _request(), format="json").json()
+    row = plan["result"]["plans"][0]
+    assert row["prediction_source"] == "analytical"
+    assert row["prediction_error"] == {"source": "analytical", "validated": False}
+
+
+def test_rows_on_the_profiled_gpu_are_measured_and_others_transferred(user_api, catalog, make_run, compute_profile):
+    run = _profile_run(make_run, compute_profile, type="cuda", name="NVIDIA A10G", precision="fp32")
+    body = _request(model={"profile_run": run.pk}, global_batch_min=4, global_batch_max=4, max_nodes=1,
+                    objective="throughput", deadline_hours=None, max_hourly_usd=100, top_k=50,
+                    gpu_models=["A10G", "T4"])
+    plan = user_api.post("/api/v1/plans/", body, format="json").json()
+    sources = {(g["gpu_model"], g["gpus_per_node"]): p["prediction_source"]
+               for p in plan["result"]["plans"] for g in p["groups"]}
+    assert sources, plan
+    assert {s for (gpu, n), s in sources.items() if gpu == "A10G" and n == 1} <= {"measured"}
+    assert {s for (gpu, _), s in sources.items() if gpu != "A10G"} <= {"transferred", "analytical"}
+    assert "measured" in sources.values() and "transferred" in sources.values()

@@ -316,3 +316,30 @@ def test_a_model_that_cannot_train_on_batch_1_starts_at_batch_2(tmp_path):
     assert [s["batch_size"] for s in doc["samples"]] == [4]
     [failed] = doc["failed_samples"]
     assert failed["batch_size"] == 1 and "Expected more than 1 value per channel" in failed["reason"]
+
+
+@pytest.mark.parametrize(
+    "requested, ran",
+    [("amp", "bf16"), ("fp32", "fp32"), ("bf16", "bf16")],
+)
+def test_a_cpu_profile_records_the_precision_it_ran_next_to_the_one_requested(tmp_path, requested, ran):
+    out = tmp_path / "p.json"
+    args = ["compute", *TINY, "--batch-sizes", "4", "--iters", "2", "--warmup", "0", "--precision", requested]
+    assert main([*args, "--out", str(out), "-q"]) == 0
+    device = _load(out)["device"]
+    assert device["precision"] == ran and device["precision_requested"] == requested
+
+
+def test_amp_runs_as_bf16_autocast_without_a_scaler_on_cpu():
+    from profiler.agent.compute import precision_run
+
+    options = ComputeOptions(model="examples.tiny_model:build", input_shape=(3, 16, 16), num_classes=10,
+                             precision="amp").resolved()
+    trainer = Trainer(load_model(options.model, 10, options.input_shape, allow_code=True), options)
+    try:
+        assert trainer.precision == "bf16" and trainer.scaler is None
+        assert trainer.autocast_dtype is trainer.torch.bfloat16
+    finally:
+        trainer.close()
+    assert precision_run("amp", "cuda") == "amp" and precision_run("amp", "cpu") == "bf16"
+    assert precision_run("fp32", "cpu") == "fp32"

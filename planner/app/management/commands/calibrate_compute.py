@@ -1,0 +1,42 @@
+"""``manage.py calibrate_compute``: fit the operator-class compute model on the corpus's train split.
+
+Reproduces ``planner/data/compute-model.json`` (the artefact the app plans with) from
+``catalog/fixtures/public_gpu_training.csv``, the ResNet-50 calibration rows and the split in
+``planner/data/public_split.json``; only train rows are traced and fitted.
+"""
+
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+from planner import calibration
+from planner.app import service
+
+
+class Command(BaseCommand):
+    help = "Calibrate the operator-class compute model on the public corpus's train split; write planner/data/."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--jobs", type=int, default=1, help="processes for tracing models (default 1)")
+        parser.add_argument("--output", default=str(calibration.COMPUTE_MODEL_FILE),
+                            help="where to write the model (default: the shipped planner/data/compute-model.json)")
+        parser.add_argument("--no-residual", action="store_true", help="fit the roofline only (no XGBoost correction)")
+
+    def handle(self, *args, **opts):
+        if opts["jobs"] < 1:
+            raise CommandError("--jobs must be at least 1")
+        out = Path(opts["output"])
+        if not out.parent.is_dir():
+            raise CommandError(f"--output: directory {out.parent} does not exist")
+        model, info = calibration.calibrate_compute(service.gpu_specs(), jobs=opts["jobs"],
+                                                    residual=not opts["no_residual"])
+        calibration.write_compute_model(model, out)
+        for key, err in info["trace_errors"].items():
+            self.stderr.write(f"not traced: {key[0]} {key[1]} {key[2]}: {err}")
+        theta = model.theta
+        self.stdout.write(self.style.SUCCESS(
+            f"wrote {out}: {info['samples']} train samples, beta {model.beta:.2f}, "
+            f"{model.meta.get('residual_trees', 0)} residual trees, kappa {model.nccl_slowdown:.2f} "
+            f"({info['scaling_pairs']} scaling pairs), eta matmul/tensor "
+            f"{1 / theta['flop:matmul:tensor'] if theta.get('flop:matmul:tensor') else float('nan'):.2f}, "
+            f"kernel floor {theta['kern:gemm']:.1f}/{theta['kern:other']:.1f} us"))

@@ -1,0 +1,459 @@
+"""The compute model: an operator-class roofline with kernel floors and a learned residual.
+
+Workload.  :meth:`WorkloadCost.class_sums` (``profiler.agent.workload``) gives, per phase ``φ``
+(forward, backward, optimizer) and operator class ``c``, the FLOPs ``F_φc(b)`` and bytes
+``M_φc(b)`` (both linear in the per-GPU batch ``b``) and the kernel count ``n_φc``.
+
+Roofline per class.  On GPU ``g`` at precision ``p`` (peak ``P_g,p`` FLOP/s, memory bandwidth
+``W_g``)::
+
+    t_φ = e^{r(x)} · ( k_g · [ Σ_c∈GEMM F_φc / (η_c,u · P_g,p)  +  Σ_c M_φc / (μ_c · W_eff,g) ]
+                       + Σ_c n_φc · τ_class(c)  +  [φ = forward] · c₀ )
+    W_eff,g = W_ref · (W_g / W_ref)^β,    W_ref = 1000 GB/s
+
+* ``η_c,u`` — the efficiency of GEMM-like class ``c`` (dense / grouped / depthwise convolution,
+  matmul, attention) on unit ``u`` (tensor cores, or CUDA cores for fp32 and for tf32 on GPUs
+  without TF32);
+* ``μ_c`` — the DRAM efficiency of class ``c`` (elementwise, norms, reductions, embeddings, the
+  optimizer — and the operand traffic of GEMMs);
+* ``τ`` — a fixed floor per kernel (launch, latency, the host's dispatch), one for GEMM-like
+  kernels, one for the others, one for optimizer kernels; with it a kernel's effective
+  efficiency is ``η·F/(F + F½)``, ``F½ = η·P·τ`` — a saturation curve in work per kernel, so small
+  batches and narrow layers do not reach peak, and a GPU with a higher peak needs more work
+  per kernel to reach it;
+* ``c₀`` — a fixed overhead per iteration (ms);
+* ``k_g`` — a per-chip factor (clocks, power limits), its architecture's mean for a chip without
+  train rows, else 1;
+* ``r(x)`` — the learned correction: an XGBoost regression of ``ln(t/t̂)`` on train rows whose
+  features ``x`` are the class shares of FLOPs and bytes, arithmetic intensity, batch,
+  precision, work per GEMM kernel, the kernel-floor share and the GPU's peak and bandwidth.
+  At plan time it is evaluated by :class:`Trees` (plain Python over the exported trees: no
+  xgboost import, a few µs).
+
+Fitting (:func:`fit`).  With ``θ = (1/η, 1/μ, τ, c₀)`` the bracket is ``k_g·(A_fb·θ_fb) + A_k·θ_k``;
+``ln θ`` and ``ln k_g`` minimise the robust (soft-L1) sum of ``w_i (ln t̂_i − ln t_i)²`` plus a
+ridge ``λ Σ_j (ln θ_j − ln θ̄_j)² + λ_g Σ_g (ln k_g)²`` (the prior ``θ̄`` keeps classes that the
+train rows barely exercise at physical values; ``λ_g`` keeps a chip with few rows near 1).
+``β`` is the grid value with the least train loss; the residual's number of trees is chosen by
+cross-validation that holds out whole families *of the train rows*.  Row weights
+``w_i = 1/√(rows of its family)`` keep one heavily published family from setting every class.
+
+Transfer keeps the measured time and scales it by the model's ratio between the two GPUs, as
+:class:`planner.models.transfer.TransferModel` does (this class is one, with another
+``phase_ms``).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from planner.hardware import GpuSpec
+from planner.models.transfer import W_REF_GB_S, RooflineParams, TransferModel, compute_unit
+from profiler.agent.workload import GEMM_CLASSES, OP_CLASSES, PHASES, WorkloadCost, precision_family
+
+UNITS = ("tensor", "cuda")
+KERNEL_GROUPS = ("gemm", "other", "optimizer")
+COLUMNS: tuple[str, ...] = (
+    tuple(f"flop:{c}:{u}" for c in GEMM_CLASSES for u in UNITS)
+    + tuple(f"byte:{c}" for c in OP_CLASSES)
+    + tuple(f"kern:{k}" for k in KERNEL_GROUPS)
+    + ("step",)
+)
+# Priors θ̄: η = 0.5 (GEMM), μ = 0.6 (DRAM), τ = 5 µs per kernel, c₀ = 0.5 ms.
+PRIOR = {**{c: 2.0 for c in COLUMNS if c.startswith("flop:")}, **{c: 1 / 0.6 for c in COLUMNS if c.startswith("byte:")},
+         **{c: 5.0 for c in COLUMNS if c.startswith("kern:")}, "step": 0.5}
+FEATURES: tuple[str, ...] = (
+    tuple(f"fshare:{c}" for c in GEMM_CLASSES)
+    + tuple(f"bshare:{c}" for c in OP_CLASSES)
+    + ("ln_intensity", "ln_batch", "ln_work_per_gemm_kernel", "floor_share", "half", "tensor", "ln_peak", "ln_bw")
+)
+# Where the physics fixes the sign of the correction: more work per GEMM kernel never makes
+# a step slower than the roofline already says (kernels only get closer to peak).
+MONOTONE = {"ln_work_per_gemm_kernel": -1}
+MODEL_VERSION = 2
+
+
+# The silicon behind each spec row: boards of one die differ only in what their datasheet says
+# (clocks → peaks, memory → bandwidth), so they share one factor ``k`` per unit; a factor per
+# board would learn the benchmark's software instead (A100 40 GB and 80 GB rows come from
+# different suites).
+DIES = {"V100": "GV100", "T4": "TU104", "A100": "GA100", "A100-80GB": "GA100", "A100-PCIe-40GB": "GA100",
+        "A100-PCIe-80GB": "GA100", "A10G": "GA102", "A40": "GA102", "RTX-3090": "GA102", "L4": "AD104",
+        "L40S": "AD102", "H100": "GH100", "H200": "GH100", "GH200": "GH100", "H100-PCIe-80GB": "GH100"}
+DIE_ARCHITECTURE = {"GV100": "Volta", "TU104": "Turing", "GA100": "Ampere", "GA102": "Ampere", "AD104": "Ada",
+                    "AD102": "Ada", "GH100": "Hopper"}
+
+
+def die_of(gpu: GpuSpec) -> str:
+    return DIES.get(gpu.name, gpu.name)
+
+
+def kernel_group(cls: str) -> str:
+    return "gemm" if cls in GEMM_CLASSES else "optimizer" if cls == "optimizer" else "other"
+
+
+def columns(cost: WorkloadCost, batch: float, gpu: GpuSpec, precision: str, beta: float,
+            phases: Sequence[str] = PHASES) -> dict[str, dict[str, float]]:
+    """``{phase: {column: value}}``: the design row of the bracket (see the module docstring).
+
+    FLOP and byte columns are in ms at efficiency 1 (they get ``k_g``), kernel columns in
+    thousands of kernels (their ``θ`` is µs per kernel), ``step`` is 1 on forward."""
+    peak = gpu.peak_tflops(precision)
+    if not peak or not gpu.memory_bandwidth_gb_s:
+        raise ValueError(f"gpu {gpu.name}: no {precision} peak or memory bandwidth in its spec")
+    unit = compute_unit(gpu, precision)
+    flops_per_ms = peak * 1e9
+    bytes_per_ms = W_REF_GB_S * (gpu.memory_bandwidth_gb_s / W_REF_GB_S) ** beta * 1e6
+    sums = cost.class_sums()
+    out: dict[str, dict[str, float]] = {}
+    for p in phases:
+        row: dict[str, float] = {}
+        for c, s in sums[p].items():
+            f, m = s.at(batch)
+            if c in GEMM_CLASSES and f:
+                key = f"flop:{c}:{unit}"
+                row[key] = row.get(key, 0.0) + f / flops_per_ms
+            row[f"byte:{c}"] = row.get(f"byte:{c}", 0.0) + m / bytes_per_ms
+            key = f"kern:{kernel_group(c)}"
+            row[key] = row.get(key, 0.0) + s.kernels / 1e3
+        if p == "forward":
+            row["step"] = 1.0
+        out[p] = row
+    return out
+
+
+def features(cost: WorkloadCost, batch: float, gpu: GpuSpec, precision: str, bracket_ms: float,
+             floor_ms: float, phases: Sequence[str] = PHASES) -> list[float]:
+    """The residual's inputs, in :data:`FEATURES` order."""
+    sums = cost.class_sums()
+    flops = dict.fromkeys(OP_CLASSES, 0.0)
+    nbytes = dict.fromkeys(OP_CLASSES, 0.0)
+    gemm_kernels = 0
+    for p in phases:
+        for c, s in sums[p].items():
+            f, m = s.at(batch)
+            flops[c] += f
+            nbytes[c] += m
+            gemm_kernels += s.kernels if c in GEMM_CLASSES else 0
+    total_f = sum(flops.values()) or 1.0
+    total_m = sum(nbytes.values()) or 1.0
+    gemm_f = sum(flops[c] for c in GEMM_CLASSES)
+    return ([flops[c] / total_f for c in GEMM_CLASSES] + [nbytes[c] / total_m for c in OP_CLASSES]
+            + [math.log(total_f / total_m + 1e-9), math.log(max(batch, 1.0)),
+               math.log(gemm_f / max(gemm_kernels, 1) + 1.0), floor_ms / bracket_ms if bracket_ms > 0 else 0.0,
+               1.0 if precision_family(precision) == "half" else 0.0,
+               1.0 if compute_unit(gpu, precision) == "tensor" else 0.0,
+               math.log((gpu.peak_tflops(precision) or 1.0) / 100.0),
+               math.log((gpu.memory_bandwidth_gb_s or 1.0) / 1000.0)])
+
+
+# --------------------------------------------------------------------------- trees
+
+
+@dataclass(frozen=True)
+class Trees:
+    """An XGBoost regression forest in plain Python: ``base + Σ_tree leaf(x)``.
+
+    Built from xgboost's JSON model (``Booster.save_raw("json")``); each tree is the arrays
+    xgboost writes (children, split feature, threshold, default direction); a leaf's value is
+    its ``split_conditions`` entry, as in xgboost's own format."""
+
+    base: float = 0.0
+    trees: tuple[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[float, ...], tuple[bool, ...]], ...] = ()
+
+    def __call__(self, x: Sequence[float]) -> float:
+        x = _float32(x)  # xgboost compares float32 features with float32 thresholds
+        total = self.base
+        for left, right, feature, threshold, default_left in self.trees:
+            n = 0
+            while left[n] != -1:
+                v = x[feature[n]]
+                if v != v:  # NaN: xgboost's default direction
+                    n = left[n] if default_left[n] else right[n]
+                else:
+                    n = left[n] if v < threshold[n] else right[n]
+            total += threshold[n]
+        return total
+
+    @classmethod
+    def from_xgboost_json(cls, doc: Mapping[str, Any]) -> Trees:
+        learner = doc["learner"]
+        base = learner["learner_model_param"]["base_score"]
+        base = float(str(base).strip("[]").split(",")[0])
+        trees = []
+        for t in learner["gradient_booster"]["model"]["trees"]:
+            trees.append((tuple(int(v) for v in t["left_children"]), tuple(int(v) for v in t["right_children"]),
+                          tuple(int(v) for v in t["split_indices"]), _float32(t["split_conditions"]),
+                          tuple(bool(v) for v in t["default_left"])))
+        return cls(base, tuple(trees))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"base": self.base, "trees": [[list(a) for a in t] for t in self.trees]}
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any]) -> Trees:
+        trees = tuple((tuple(int(v) for v in t[0]), tuple(int(v) for v in t[1]), tuple(int(v) for v in t[2]),
+                       tuple(float(v) for v in t[3]), tuple(bool(v) for v in t[4])) for t in doc.get("trees", ()))
+        return cls(float(doc.get("base", 0.0)), trees)
+
+
+def _float32(values: Sequence[float]) -> tuple[float, ...]:
+    return struct.unpack(f"{len(values)}f", struct.pack(f"{len(values)}f", *values))
+
+
+# --------------------------------------------------------------------------- the model
+
+
+@dataclass
+class OpClassModel(TransferModel):
+    """Operator-class roofline + residual (see the module docstring); a :class:`TransferModel`
+    whose ``phase_ms`` is this model's, so ``predict``/``transfer``/``analytical`` are shared.
+
+    ``nccl_slowdown`` (κ): while DDP's all-reduce kernels run beside backward on the same SMs,
+    backward takes ``(1 + κ)`` times longer on a multi-GPU worker (the oracle applies it)."""
+
+    theta: dict[str, float] = field(default_factory=lambda: dict(PRIOR))
+    beta: float = 1.0
+    residual: Trees = field(default_factory=Trees)
+    residual_clip: float = math.log(3.0)
+    nccl_slowdown: float = 0.0
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def bracket(self, cost: WorkloadCost, batch: float, gpu: GpuSpec, precision: str,
+                phases: Sequence[str] = PHASES) -> tuple[dict[str, float], float]:
+        """Per-phase time without the residual, and the kernel-floor part of it (ms)."""
+        k = self.unit_factor(gpu, precision)
+        cols = columns(cost, batch, gpu, precision, self.beta, phases)
+        out, floor = {}, 0.0
+        for p, row in cols.items():
+            t = 0.0
+            for name, v in row.items():
+                w = self.theta.get(name, 0.0) * v
+                if name.startswith(("flop:", "byte:")):
+                    t += k * w
+                else:  # kernels (θ µs × thousands of kernels = ms) and the step overhead
+                    floor += w if name.startswith("kern:") else 0.0
+                    t += w
+            out[p] = t
+        return out, floor
+
+    def unit_factor(self, gpu: GpuSpec, precision: str) -> float:
+        """``k`` of (chip, unit), else of (architecture, unit), else 1: a chip's tensor cores
+        and its CUDA cores reach their peaks to different degrees."""
+        unit = compute_unit(gpu, precision)
+        return self.gpu_factors.get(f"{die_of(gpu)}/{unit}") or self.arch_factors.get(f"{gpu.architecture}/{unit}") or 1.0
+
+    def factor(self, gpu: str | GpuSpec) -> tuple[float, str]:
+        spec = self.spec(gpu)
+        for level, table, key in (("gpu", self.gpu_factors, die_of(spec)), ("architecture", self.arch_factors,
+                                                                           spec.architecture)):
+            found = [v for k, v in table.items() if k.split("/")[0] == key]
+            if found:
+                return math.exp(sum(math.log(v) for v in found) / len(found)), level
+        return 1.0, "global"
+
+    def correction(self, cost: WorkloadCost, batch: float, gpu: GpuSpec, precision: str, bracket_ms: float,
+                   floor_ms: float, phases: Sequence[str] = PHASES) -> float:
+        if not self.residual.trees:
+            return 1.0
+        r = self.residual(features(cost, batch, gpu, precision, bracket_ms, floor_ms, phases))
+        return math.exp(max(-self.residual_clip, min(self.residual_clip, r)))
+
+    def phase_ms(self, cost: WorkloadCost, batch: float, gpu: str | GpuSpec,
+                 precision: str | None = None) -> dict[str, float]:
+        spec = self.spec(gpu)
+        prec = precision or cost.precision
+        t, floor = self.bracket(cost, batch, spec, prec)
+        factor = self.correction(cost, batch, spec, prec, sum(t.values()), floor)
+        return {p: v * factor for p, v in t.items()}
+
+    def step_ms(self, cost: WorkloadCost, batch: float, gpu: str | GpuSpec, precision: str | None = None,
+                with_optimizer: bool = True) -> float:
+        """One step's time; ``with_optimizer=False`` is forward + backward (how some
+        benchmarks time a step), with the residual evaluated on those phases."""
+        spec = self.spec(gpu)
+        prec = precision or cost.precision
+        phases = PHASES if with_optimizer else ("forward", "backward")
+        t, floor = self.bracket(cost, batch, spec, prec, phases)
+        return sum(t.values()) * self.correction(cost, batch, spec, prec, sum(t.values()), floor, phases)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": MODEL_VERSION, "kind": "opclass", "theta": self.theta, "beta": self.beta,
+                "gpu_factors": self.gpu_factors, "arch_factors": self.arch_factors,
+                "residual": self.residual.to_dict(), "residual_clip": self.residual_clip,
+                "nccl_slowdown": self.nccl_slowdown, "features": list(FEATURES), "columns": list(COLUMNS),
+                "meta": self.meta}
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any], specs: Mapping[str, GpuSpec]) -> OpClassModel:
+        if doc.get("version") != MODEL_VERSION or doc.get("kind") != "opclass":
+            raise ValueError(f"compute model: expected kind opclass version {MODEL_VERSION}")
+        if list(doc.get("features", ())) != list(FEATURES):
+            raise ValueError("compute model: its residual was trained on other features; recalibrate")
+        return cls(RooflineParams(), dict(specs), dict(doc.get("gpu_factors", {})), dict(doc.get("arch_factors", {})),
+                   theta={k: float(v) for k, v in doc["theta"].items()}, beta=float(doc["beta"]),
+                   residual=Trees.from_dict(doc.get("residual", {})),
+                   residual_clip=float(doc.get("residual_clip", math.log(3.0))),
+                   nccl_slowdown=float(doc.get("nccl_slowdown", 0.0)), meta=dict(doc.get("meta", {})))
+
+
+# --------------------------------------------------------------------------- fitting
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One train measurement: a step of ``cost`` at ``batch`` on ``gpu`` took ``ms``."""
+
+    row_id: int
+    family: str
+    cost: WorkloadCost
+    batch: int
+    gpu: str
+    precision: str
+    ms: float
+    with_optimizer: bool = True
+
+
+BETA_GRID = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+RIDGE = 0.02
+XGB_PARAMS = {"max_depth": 3, "eta": 0.05, "min_child_weight": 3.0, "subsample": 0.8, "lambda": 5.0,
+              "objective": "reg:squarederror", "seed": 0}
+
+
+def fit(samples: Sequence[Sample], specs: Mapping[str, GpuSpec], *, betas: Sequence[float] = BETA_GRID,
+        residual: bool = True, max_rounds: int = 300) -> OpClassModel:
+    """Fit ``θ``, ``β``, ``k_g`` and the residual on ``samples`` (train rows only: the caller
+    filters them through ``planner.corpus.train_rows``)."""
+    best: tuple[float, OpClassModel] | None = None
+    for beta in betas:
+        model = OpClassModel(RooflineParams(), dict(specs), beta=beta)
+        loss = _fit_linear(model, samples)
+        if best is None or loss < best[0]:
+            best = (loss, model)
+    assert best is not None
+    model = best[1]
+    model.meta = {"train_rows": len(samples), "families": sorted({s.family for s in samples}),
+                  "linear_train_loss": round(best[0], 6)}
+    if residual and len(samples) >= 20:
+        model.residual, rounds = _fit_residual(model, samples, max_rounds)
+        model.meta["residual_trees"] = rounds
+    return model
+
+
+def _weights(samples: Sequence[Sample]) -> list[float]:
+    """``1/√(rows of the family)``, scaled to mean 1."""
+    counts: dict[str, int] = {}
+    for s in samples:
+        counts[s.family] = counts.get(s.family, 0) + 1
+    raw = [1 / math.sqrt(counts[s.family]) for s in samples]
+    mean = sum(raw) / len(raw)
+    return [w / mean for w in raw]
+
+
+def _design(beta: float, specs_of: Any, s: Sample) -> list[float]:
+    """The sample's bracket columns at ``k_g = 1``, summed over the phases it times."""
+    spec = specs_of(s.gpu)
+    phases = PHASES if s.with_optimizer else ("forward", "backward")
+    row = dict.fromkeys(COLUMNS, 0.0)
+    for cols in columns(s.cost, s.batch, spec, s.precision, beta, phases).values():
+        for name, v in cols.items():
+            row[name] += v
+    return [row[c] for c in COLUMNS]
+
+
+# Physical ranges of θ: no GEMM class beats its peak (η ≤ 1) nor runs below 2 % of it; the
+# counted bytes are those of unfused eager operators, an upper bound on the traffic of fused
+# kernels, so μ may reach 4; a kernel's floor is 0.5–40 µs; the per-step overhead 0.01–100 ms.
+BOUNDS = {"flop": (1.0, 50.0), "byte": (0.25, 50.0), "kern": (0.5, 40.0), "step": (0.01, 100.0)}
+CHIP_FACTOR_RANGE = (1 / 3, 3.0)
+RIDGE_CHIP = 0.1   # shrinks ln k_g toward 0: a chip with a few rows does not get its own clock
+
+
+def _fit_linear(model: OpClassModel, samples: Sequence[Sample]) -> float:
+    """Robust least squares in log time over ``ln θ`` and ``ln k_g`` (see the module docstring)."""
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    w = np.sqrt(np.asarray(_weights(samples)))
+    y = np.log(np.asarray([s.ms for s in samples]))
+    a = np.asarray([_design(model.beta, model.spec, s) for s in samples])
+    scaled = np.asarray([c.startswith(("flop:", "byte:")) for c in COLUMNS])
+    def chip_key(s: Sample) -> str:
+        spec = model.spec(s.gpu)
+        return f"{die_of(spec)}/{compute_unit(spec, s.precision)}"
+
+    chips = sorted({chip_key(s) for s in samples})
+    chip_of = np.asarray([chips.index(chip_key(s)) for s in samples])
+    prior = np.log(np.asarray([PRIOR[c] for c in COLUMNS]))
+    lam, lam_chip = math.sqrt(RIDGE), math.sqrt(RIDGE_CHIP)
+    n_cols = len(COLUMNS)
+
+    def predict(x: Any) -> Any:
+        theta, k = np.exp(x[:n_cols]), np.exp(x[n_cols:])[chip_of]
+        return (a[:, scaled] @ theta[scaled]) * k + a[:, ~scaled] @ theta[~scaled]
+
+    def residuals(x: Any) -> Any:
+        return np.concatenate([w * (np.log(predict(x)) - y), lam * (x[:n_cols] - prior), lam_chip * x[n_cols:]])
+
+    lo = np.concatenate([np.log([BOUNDS[c.split(":")[0]][0] for c in COLUMNS]), np.full(len(chips), math.log(CHIP_FACTOR_RANGE[0]))])
+    hi = np.concatenate([np.log([BOUNDS[c.split(":")[0]][1] for c in COLUMNS]), np.full(len(chips), math.log(CHIP_FACTOR_RANGE[1]))])
+    x0 = np.clip(np.concatenate([prior, np.zeros(len(chips))]), lo + 1e-9, hi - 1e-9)
+    sol = least_squares(residuals, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.2, max_nfev=4000)
+    model.theta = {c: float(v) for c, v in zip(COLUMNS, np.exp(sol.x[:n_cols]), strict=True)}
+    model.gpu_factors = {g: float(v) for g, v in zip(chips, np.exp(sol.x[n_cols:]), strict=True)}
+    by_arch: dict[str, list[float]] = {}
+    for g, k in model.gpu_factors.items():
+        die, unit = g.split("/")
+        arch = DIE_ARCHITECTURE.get(die, "")
+        if arch:
+            by_arch.setdefault(f"{arch}/{unit}", []).append(math.log(k))
+    model.arch_factors = {key: math.exp(sum(v) / len(v)) for key, v in by_arch.items()}
+    err = np.log(predict(sol.x)) - y
+    return float(np.sum(w**2 * err**2) / np.sum(w**2))
+
+
+def _residual_data(model: OpClassModel, samples: Sequence[Sample]) -> tuple[Any, Any]:
+    import numpy as np
+
+    xs, ys = [], []
+    for s in samples:
+        spec = model.spec(s.gpu)
+        phases = PHASES if s.with_optimizer else ("forward", "backward")
+        t, floor = model.bracket(s.cost, s.batch, spec, s.precision, phases)
+        total = sum(t.values())
+        xs.append(features(s.cost, s.batch, spec, s.precision, total, floor, phases))
+        ys.append(math.log(s.ms / total))
+    return np.asarray(xs), np.asarray(ys)
+
+
+def _fit_residual(model: OpClassModel, samples: Sequence[Sample], max_rounds: int) -> tuple[Trees, int]:
+    """XGBoost on ``ln(t/t̂)``; the number of trees by leave-families-out CV on the train rows."""
+    import json
+
+    import numpy as np
+    import xgboost as xgb
+
+    x, y = _residual_data(model, samples)
+    w = np.asarray(_weights(samples))
+    params = {**XGB_PARAMS, "monotone_constraints": "(" + ",".join(str(MONOTONE.get(f, 0)) for f in FEATURES) + ")"}
+    families = sorted({s.family for s in samples})
+    folds = [[i for i, s in enumerate(samples) if s.family in families[k::5]] for k in range(5)]
+    folds = [f for f in folds if f]
+    dall = xgb.DMatrix(x, label=y, weight=w, feature_names=[f.replace(":", "_") for f in FEATURES])
+    cv_folds = [(np.setdiff1d(np.arange(len(samples)), f), np.asarray(f)) for f in folds]
+    cv = xgb.cv(params, dall, num_boost_round=max_rounds, folds=cv_folds, metrics="rmse", seed=0)
+    rounds = int(np.argmin(cv["test-rmse-mean"].to_numpy())) + 1
+    baseline = float(np.sqrt(np.average(y**2, weights=w)))
+    if float(cv["test-rmse-mean"].min()) >= baseline:  # the correction does not generalise: none
+        return Trees(), 0
+    booster = xgb.train(params, dall, num_boost_round=rounds)
+    trees = Trees.from_xgboost_json(json.loads(booster.save_raw("json")))
+    check = booster.predict(xgb.DMatrix(x[:5], feature_names=dall.feature_names))
+    mine = [trees(row) for row in x[:5]]
+    if not np.allclose(check, mine, atol=1e-4):  # the exported form must be the trained model
+        raise RuntimeError("compute model: exported trees disagree with xgboost")
+    return trees, rounds
