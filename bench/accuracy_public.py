@@ -210,18 +210,33 @@ class Bench:
         return t.forward + t.backward + (t.optimizer if b.with_optimizer else 0.0)
 
     # --- scaling ------------------------------------------------------------------------
-    def scaling(self, pairs: list[tuple]) -> list[Case]:
+    def scaling_lofo(self, pairs: list[tuple]) -> list[Case]:
+        """Leave one family out: κ and the DDP overhead refitted without the family's pairs,
+        then that family's pairs predicted (the committed split has no validation pair)."""
         out = []
-        old_model = dataclasses.replace(self.old) if dataclasses.is_dataclass(self.old) else self.old
+        families = sorted({one.family for one, _ in pairs})
+        for fam in families:
+            held = [p for p in pairs if p[0].family == fam]
+            rest = [p for p in pairs if p[0].family != fam]
+            model = dataclasses.replace(self.new)
+            calibration.fit_nccl_slowdown(model, rest, self.traces, self.specs, self.models)
+            out += self.scaling(held, model, detail=f"κ {model.nccl_slowdown:.2f}, δ {model.input_ns_per_element:g} ns "
+                                                    f"fitted without {fam}")
+        return out
+
+    def scaling(self, pairs: list[tuple], new_model=None, detail: str = "") -> list[Case]:
+        out = []
+        new_model = new_model or self.new
+        old_model = self.old
         for one, many in pairs:
             trace = calibration.pair_trace((one, many), self.models, self.traces)
             if trace is None:
                 continue
             s = calibration.published_speedup(one, many)
             args = (trace, one.chip, many.gpus_per_node, one.per_gpu_batch, one.precision, self.specs)
-            new = calibration.predicted_speedup(self.new, *args)
+            new = calibration.predicted_speedup(new_model, *args)
             old = calibration.predicted_speedup(old_model, *args)
-            out.append(Case(f"scaling{many.gpus_per_node}", many, s, new, old))
+            out.append(Case(f"scaling{many.gpus_per_node}", many, s, new, old, detail))
         return out
 
 
@@ -248,6 +263,10 @@ def report(cases: list[Case], title: str) -> dict:
     return figures
 
 
+def _med(xs: list[float]) -> str:
+    return f"{100 * statistics.median(xs):5.1f}" if xs else "   - "
+
+
 def breakdown(cases: list[Case]) -> None:
     print("\n== breakdown (median |error| %, new vs previous; n)")
     for label, key in (("gpu", lambda c: c.row.chip), ("family", lambda c: c.row.family),
@@ -259,8 +278,7 @@ def breakdown(cases: list[Case]) -> None:
         for (group, k), cs in sorted(table.items()):
             new = [e for c in cs if (e := c.err("new")) is not None]
             old = [e for c in cs if (e := c.err("old")) is not None]
-            med = (lambda xs: f"{100 * statistics.median(xs):5.1f}" if xs else "   - ")
-            print(f"  {group:12} {k:16} new {med(new)}  prev {med(old)}  n={len(cs)}")
+            print(f"  {group:12} {k:16} new {_med(new)}  prev {_med(old)}  n={len(cs)}")
 
 
 def main() -> int:
@@ -280,7 +298,18 @@ def main() -> int:
     print(f"rows: {len(bench.rows)} ({len(bench.split.train_ids)} train, {len(val)} validation); model fitted on "
           f"{meta.get('train_rows')} train samples, {meta.get('residual_trees', 0)} residual trees, "
           f"κ (NCCL slow-down) {bench.new.nccl_slowdown:.2f}")
-    cases = bench.analytical(single) + bench.transferred(val) + bench.scaling(pairs)
+    every_pair = calibration.scaling_pairs(bench.rows, bench.models)
+    bench.load_traces([a for a, _ in every_pair])
+    if pairs:
+        scaling = bench.scaling(pairs)
+        print(f"scaling: {len(pairs)} validation pairs of the split")
+    else:
+        scaling = bench.scaling_lofo(every_pair)
+        print(f"scaling: the split has no validation pair of 1 and n GPUs (validation families have none; the "
+              f"held-out chip's multi-GPU rows are MPT/FSDP without a 1-GPU row), so the {len(every_pair)} pairs of "
+              f"{len({a.family for a, _ in every_pair})} families are predicted leaving their family out of the "
+              f"κ/overhead fit (their 1-GPU rows are train rows of the compute model)")
+    cases = bench.analytical(single) + bench.transferred(val) + scaling
     unmapped = sum(bench.missing.values())
     print(f"validation rows without a builder (left out): {unmapped} case lookups over {len(bench.missing)} models: "
           + ", ".join(sorted(bench.missing)))
@@ -289,7 +318,9 @@ def main() -> int:
     if args.rows:
         print("\n== cases")
         for c in cases:
-            fmt = (lambda v: "-" if v is None else f"{v:.3g}")
+            def fmt(v: float | None) -> str:
+                return "-" if v is None else f"{v:.3g}"
+
             print(f"  {c.group:12} {c.row.model:28} {c.row.chip:10} {c.row.precision:5} b={c.row.per_gpu_batch:<5} "
                   f"pub {c.published:.4g} new {fmt(c.new)} prev {fmt(c.old)} {c.detail}")
     doc = json.loads(VALIDATED.read_text()) if VALIDATED.exists() else {}

@@ -241,15 +241,16 @@ def node_candidate(gpu: str, gpus: int, spec: GpuSpec):
                      efa=False, gpu_memory_gib=spec.memory_gib or 0.0)
 
 
-def predicted_speedup(model, trace: dict, gpu: str, gpus: int, batch: int, precision: str, specs) -> float | None:
+def predicted_speedup(model, trace, gpu: str, gpus: int, batch: int, precision: str, specs) -> float | None:
     """``n · t₁ / t_n`` from the product's oracle: one GPU, then ``n`` GPUs of one node, at the
-    same per-GPU batch (analytical compute, the comm model's prior, the simulator's overlap)."""
+    same per-GPU batch (analytical compute, the comm model's prior, the simulator's overlap).
+    ``trace`` is a trace document or an already built ``planner.oracle.Workload``."""
     import dataclasses
 
     from planner.oracle import Oracle, Workload
 
-    wl = dataclasses.replace(Workload.from_dict(trace), precision=precision)
-    oracle = Oracle(wl, model, specs)
+    wl = trace if isinstance(trace, Workload) else Workload.from_dict(trace)
+    oracle = Oracle(dataclasses.replace(wl, precision=precision), model, specs)
     spec = model.spec(gpu)
     one = oracle(((node_candidate(gpu, 1, spec), 1),), batch)
     many = oracle(((node_candidate(gpu, gpus, spec), 1),), batch * gpus)
@@ -271,24 +272,35 @@ def pair_trace(pair, models, traces) -> dict | None:
     return traces.get((m.spec, m.input_shape, trace_precision(one.precision)))
 
 
-def fit_nccl_slowdown(model, pairs, traces, specs, models=None,
-                      grid: Sequence[float] = tuple(i / 100 for i in range(0, 41, 2))) -> float:
-    """κ with the least ``Σ (ln Ŝ − ln S)²`` over the train pairs' published speed-ups ``S``."""
+KAPPA_GRID = tuple(i / 100 for i in range(0, 31, 3))
+INPUT_NS_GRID = tuple(i / 10 for i in range(0, 31))
+
+
+def fit_nccl_slowdown(model, pairs, traces, specs, models=None, kappas: Sequence[float] = KAPPA_GRID,
+                      overheads: Sequence[float] = INPUT_NS_GRID) -> float:
+    """κ and the shared input pipeline's δ (ns per input element; set on ``model``) with the least ``Σ (ln Ŝ − ln S)²`` over the pairs' published
+    speed-ups ``S``; returns κ."""
     from planner import corpus
+    from planner.oracle import Workload
 
     models = models or {**corpus.load_models(), **calibration_models()}
-    usable = [(one, many, pair_trace((one, many), models, traces)) for one, many in pairs]
-    usable = [u for u in usable if u[2] is not None]
-    best = (math.inf, 0.0)
-    for kappa in grid:
-        model.nccl_slowdown = kappa
-        errs = []
-        for one, many, trace in usable:
-            pred = predicted_speedup(model, trace, one.chip, many.gpus_per_node, one.per_gpu_batch, one.precision,
-                                     specs)
-            if pred is not None:
-                errs.append((math.log(pred) - math.log(published_speedup(one, many))) ** 2)
-        if errs and sum(errs) / len(errs) < best[0]:
-            best = (sum(errs) / len(errs), kappa)
-    model.nccl_slowdown = best[1]
+    built: dict[int, Workload] = {}
+    usable = []
+    for one, many in pairs:
+        doc = pair_trace((one, many), models, traces)
+        if doc is not None:
+            usable.append((one, many, built.setdefault(id(doc), Workload.from_dict(doc))))
+    best = (math.inf, 0.0, 1.0)
+    for overhead in overheads:
+        for kappa in kappas:
+            model.nccl_slowdown, model.input_ns_per_element = kappa, overhead
+            errs = []
+            for one, many, wl in usable:
+                pred = predicted_speedup(model, wl, one.chip, many.gpus_per_node, one.per_gpu_batch, one.precision,
+                                         specs)
+                if pred is not None:
+                    errs.append((math.log(pred) - math.log(published_speedup(one, many))) ** 2)
+            if errs and sum(errs) / len(errs) < best[0]:
+                best = (sum(errs) / len(errs), kappa, overhead)
+    model.nccl_slowdown, model.input_ns_per_element = best[1], best[2]
     return best[1]

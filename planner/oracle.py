@@ -25,7 +25,8 @@ It joins the pure models for a cluster of catalog instances:
 * **Iteration** — :func:`planner.simulator.simulate_iteration` (buckets overlap backward, the
   slowest worker gates each bucket) with a small seeded Monte-Carlo for p50/p90.  On more than
   one GPU backward is slowed by ``1 + κ`` (``nccl_slowdown`` of the compute model: NCCL kernels
-  take SMs from backward while they overlap it).
+  take SMs from backward while they overlap it) and each step pays the shared host's input
+  pipeline, ``δ`` ns per input element of its batch (``input_ns_per_element``).
 
 The oracle is pure: no ORM, no printing; callers build :class:`Workload` once per model (it
 needs torch) and reuse it for every configuration the solver asks about.
@@ -241,15 +242,21 @@ class Oracle:
             return None
         loads = []
         # NCCL's all-reduce kernels share the SMs with backward on a multi-GPU worker: backward
-        # takes (1 + κ) longer there (κ calibrated on the corpus's 1–8 GPU rows; 0 if the
-        # compute model has none).
-        kappa = getattr(self.transfer, "nccl_slowdown", 0.0) if sum(n for _, n in groups) > 1 else 0.0
+        # takes (1 + κ) longer there; and n GPUs share one host's input pipeline, which costs
+        # each step δ ns per input element of its batch (decode, augment, copy) — both
+        # calibrated on the corpus's 1–8 GPU rows; 0 if the compute model has none.
+        multi = sum(n for _, n in groups) > 1
+        kappa = getattr(self.transfer, "nccl_slowdown", 0.0) if multi else 0.0
+        input_ns = getattr(self.transfer, "input_ns_per_element", 0.0) if multi else 0.0
+        elements = math.prod(self.workload.input_shape) if self.workload.input_shape else 0
         for (model, _), b in zip(groups, batches, strict=True):
             phases = self.phases(model, b)
             if phases is None:
                 return None
-            if kappa:
-                phases = dataclasses.replace(phases, backward=phases.backward * (1 + kappa))
+            sync_ms = input_ns * elements * b / 1e6
+            if kappa or sync_ms:
+                phases = dataclasses.replace(phases, backward=phases.backward * (1 + kappa),
+                                             optimizer=phases.optimizer + sync_ms)
             loads.append(WorkerLoad(phases, self.workload.bucket_specs(b), b, model))
         cluster = self.cluster(config)
         comm = self._comm(cluster, loads[0].buckets)

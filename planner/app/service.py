@@ -56,14 +56,21 @@ def gpu_specs() -> dict:
 
 
 def transfer_model():
-    from planner.calibration import load_or_calibrate
+    """The compute model plans use: the operator-class model shipped in
+    ``planner/data/compute-model.json`` (``manage.py calibrate_compute``; plain JSON, no
+    xgboost import). Without that file, the previous ResNet-50 roofline (calibrated and cached
+    on first use)."""
+    from planner.calibration import COMPUTE_MODEL_FILE, load_compute_model, load_or_calibrate
 
     specs = gpu_specs()
     key = str(id(specs))
     if key not in _transfer_cache:
         _transfer_cache.clear()
-        calibration = Path(settings.CATALOG_FIXTURES_DIR) / "calibration_resnet50_single_gpu.csv"
-        _transfer_cache[key] = load_or_calibrate(calibration, specs, Path(settings.DATA_DIR) / "models")
+        if COMPUTE_MODEL_FILE.exists():
+            _transfer_cache[key] = load_compute_model(specs)
+        else:
+            calibration = Path(settings.CATALOG_FIXTURES_DIR) / "calibration_resnet50_single_gpu.csv"
+            _transfer_cache[key] = load_or_calibrate(calibration, specs, Path(settings.DATA_DIR) / "models")
     return _transfer_cache[key]
 
 

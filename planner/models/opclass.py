@@ -214,13 +214,17 @@ class OpClassModel(TransferModel):
     whose ``phase_ms`` is this model's, so ``predict``/``transfer``/``analytical`` are shared.
 
     ``nccl_slowdown`` (κ): while DDP's all-reduce kernels run beside backward on the same SMs,
-    backward takes ``(1 + κ)`` times longer on a multi-GPU worker (the oracle applies it)."""
+    backward takes ``(1 + κ)`` times longer on a multi-GPU worker; ``input_ns_per_element`` (δ):
+    n GPUs share one host's input pipeline, which costs each step δ ns per input element of its
+    batch (decode, augment, host-to-device copy).
+    Both are fitted on the corpus's 1–8 GPU rows of one node (the oracle applies them)."""
 
     theta: dict[str, float] = field(default_factory=lambda: dict(PRIOR))
     beta: float = 1.0
     residual: Trees = field(default_factory=Trees)
     residual_clip: float = math.log(3.0)
     nccl_slowdown: float = 0.0
+    input_ns_per_element: float = 0.0
     meta: dict[str, Any] = field(default_factory=dict)
 
     def bracket(self, cost: WorkloadCost, batch: float, gpu: GpuSpec, precision: str,
@@ -285,7 +289,8 @@ class OpClassModel(TransferModel):
         return {"version": MODEL_VERSION, "kind": "opclass", "theta": self.theta, "beta": self.beta,
                 "gpu_factors": self.gpu_factors, "arch_factors": self.arch_factors,
                 "residual": self.residual.to_dict(), "residual_clip": self.residual_clip,
-                "nccl_slowdown": self.nccl_slowdown, "features": list(FEATURES), "columns": list(COLUMNS),
+                "nccl_slowdown": self.nccl_slowdown, "input_ns_per_element": self.input_ns_per_element,
+                "features": list(FEATURES), "columns": list(COLUMNS),
                 "meta": self.meta}
 
     @classmethod
@@ -298,7 +303,8 @@ class OpClassModel(TransferModel):
                    theta={k: float(v) for k, v in doc["theta"].items()}, beta=float(doc["beta"]),
                    residual=Trees.from_dict(doc.get("residual", {})),
                    residual_clip=float(doc.get("residual_clip", math.log(3.0))),
-                   nccl_slowdown=float(doc.get("nccl_slowdown", 0.0)), meta=dict(doc.get("meta", {})))
+                   nccl_slowdown=float(doc.get("nccl_slowdown", 0.0)),
+                   input_ns_per_element=float(doc.get("input_ns_per_element", 0.0)), meta=dict(doc.get("meta", {})))
 
 
 # --------------------------------------------------------------------------- fitting
