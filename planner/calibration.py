@@ -167,7 +167,8 @@ def calibration_models() -> dict:
 
 
 def calibrate_compute(specs: Mapping[str, GpuSpec], *, jobs: int = 1, cache_dir: Path = TRACE_CACHE_DIR,
-                      split=None, rows=None, models=None, residual: bool = True):
+                      split=None, rows=None, models=None, residual: bool = True,
+                      families: Sequence[str] | None = None):
     """Fit the operator-class model on the train split; returns ``(model, report)``.
 
     Validation rows are dropped before anything is traced or fitted; ``train_rows`` checks
@@ -179,12 +180,16 @@ def calibrate_compute(specs: Mapping[str, GpuSpec], *, jobs: int = 1, cache_dir:
     models = dict(models or corpus.load_models())
     models.update(calibration_models())
     every = rows if rows is not None else corpus.load_rows(models=models) + corpus.load_calibration_rows()
+    if families:
+        every = [r for r in every if r.family in set(families)]
     train = corpus.train_rows([r for r in every if r.row_id in split.train_ids and corpus.fit_worthy(r)], split)
     needed = {(models[r.key].spec, models[r.key].input_shape, trace_precision(r.precision)) for r in train
               if r.key in models and models[r.key].mapped and r.gpus == 1}
     traces, errors = corpus_traces(needed, jobs=jobs, cache_dir=cache_dir)
     samples = corpus_samples(train, models, traces)
     corpus.train_rows([r for r in train if r.row_id in {s.row_id for s in samples}], split)
+    if not samples:
+        raise ValueError("no train rows to fit on (none of the rows given has a builder and a train id)")
     model = opclass.fit(samples, specs, residual=residual)
     pairs = scaling_pairs(train, models)
     model.nccl_slowdown = fit_nccl_slowdown(model, pairs, traces_for(pairs, models, jobs, cache_dir), specs, models)

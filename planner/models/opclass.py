@@ -344,7 +344,7 @@ def fit(samples: Sequence[Sample], specs: Mapping[str, GpuSpec], *, betas: Seque
     model = best[1]
     model.meta = {"train_rows": len(samples), "families": sorted({s.family for s in samples}),
                   "linear_train_loss": round(best[0], 6)}
-    if residual and len(samples) >= 20:
+    if residual and len(samples) >= 20 and len({s.family for s in samples}) >= 3:  # CV holds out families
         model.residual, rounds = _fit_residual(model, samples, max_rounds)
         model.meta["residual_trees"] = rounds
     return model

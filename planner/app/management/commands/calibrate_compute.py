@@ -7,10 +7,11 @@ Reproduces ``planner/data/compute-model.json`` (the artefact the app plans with)
 
 from pathlib import Path
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from planner import calibration
-from planner.app import service
+from planner.hardware import load_gpu_specs
 
 
 class Command(BaseCommand):
@@ -21,6 +22,8 @@ class Command(BaseCommand):
         parser.add_argument("--output", default=str(calibration.COMPUTE_MODEL_FILE),
                             help="where to write the model (default: the shipped planner/data/compute-model.json)")
         parser.add_argument("--no-residual", action="store_true", help="fit the roofline only (no XGBoost correction)")
+        parser.add_argument("--families", default="",
+                            help="comma-separated corpus families to fit on (a quick check; default: every train family)")
 
     def handle(self, *args, **opts):
         if opts["jobs"] < 1:
@@ -28,8 +31,22 @@ class Command(BaseCommand):
         out = Path(opts["output"])
         if not out.parent.is_dir():
             raise CommandError(f"--output: directory {out.parent} does not exist")
-        model, info = calibration.calibrate_compute(service.gpu_specs(), jobs=opts["jobs"],
-                                                    residual=not opts["no_residual"])
+        families = [f.strip() for f in opts["families"].split(",") if f.strip()]
+        if families:
+            from planner import corpus
+
+            known = {m.family for m in corpus.load_models().values()}
+            unknown = sorted(set(families) - known)
+            if unknown:
+                raise CommandError(f"--families: unknown {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+        # The datasheet fixture, not the catalog database: the artefact must not depend on an
+        # admin's edits (the app then applies the database's figures to the same model).
+        specs = load_gpu_specs(Path(settings.CATALOG_FIXTURES_DIR) / "gpu_specs.csv")
+        try:
+            model, info = calibration.calibrate_compute(specs, jobs=opts["jobs"], residual=not opts["no_residual"],
+                                                        families=families or None)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
         calibration.write_compute_model(model, out)
         for key, err in info["trace_errors"].items():
             self.stderr.write(f"not traced: {key[0]} {key[1]} {key[2]}: {err}")

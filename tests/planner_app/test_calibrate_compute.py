@@ -1,0 +1,32 @@
+"""``manage.py calibrate_compute``: reproduces the shipped compute model's artefact."""
+
+import json
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from planner.hardware import load_gpu_specs
+from planner.models.opclass import OpClassModel
+
+
+@pytest.mark.django_db
+def test_it_writes_a_model_the_planner_loads(tmp_path, settings, capsys):
+    out = tmp_path / "compute-model.json"
+    call_command("calibrate_compute", "--families", "resnet", "--output", str(out))
+    assert "train samples" in capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    assert doc["meta"]["families"] == ["resnet"] and doc["meta"]["made_by"] == "manage.py calibrate_compute"
+    model = OpClassModel.from_dict(doc, load_gpu_specs(settings.BASE_DIR / "catalog/fixtures/gpu_specs.csv"))
+    assert model.theta and model.gpu_factors
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("args", "message"), [
+    (["--jobs", "0"], "--jobs must be at least 1"),
+    (["--families", "no-such-family"], "unknown no-such-family"),
+    (["--families", "vgg"], "no train rows"),
+    (["--output", "/no/such/dir/model.json"], "does not exist"),
+])  # fmt: skip
+def test_it_refuses_bad_arguments(args, message):
+    with pytest.raises(CommandError, match=message):
+        call_command("calibrate_compute", *args)
