@@ -634,7 +634,24 @@ def main() -> int:
           "spread (no-op runs beyond their simulation), in the predicted p90 unless --no-loop-noise")
     if args.phases:
         print_phases(work, cases)
+    if not args.reuse:
+        write_validated(errs)
     return 0
+
+
+def write_validated(errs: list[float]) -> None:
+    """The plan page's "measured" error: this bench's median and p90 |error| (in %)."""
+    import datetime
+
+    path = ROOT / "planner/data/validated_errors.json"
+    doc = json.loads(path.read_text()) if path.exists() else {}
+    ordered = sorted(errs)
+    p90 = ordered[min(len(ordered) - 1, math.ceil(0.9 * len(ordered)) - 1)]
+    doc["measured"] = {"median_pct": round(statistics.median(errs), 1), "p90_pct": round(p90, 1),
+                       "max_pct": round(max(errs), 1), "n": len(errs), "bench": "bench/accuracy_local.py",
+                       "measured_at": datetime.date.today().isoformat()}
+    path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {path.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

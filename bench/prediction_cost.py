@@ -4,7 +4,8 @@ For ResNet-50 and BERT-large (library specs, traced once on the meta device) thi
 ``Oracle.phases(gpu, batch)`` — the compute prediction the solver asks for each (GPU, per-GPU
 batch) it visits, uncached — and a whole oracle call for one 8-GPU node (compute, buckets,
 comm, simulator timeline), for the previous model (ResNet-50 roofline) and the operator-class
-model (with its residual trees) the app now plans with.
+model (with its residual trees) the app now plans with; then one whole plan (ResNet-50, min cost
+within 24 h, the full fixture catalog, up to 64 nodes of 2 types) solved with each.
 
 Run: ``.venv/bin/python bench/prediction_cost.py`` (about 20 s, CPU only).
 """
@@ -60,7 +61,27 @@ def main() -> int:
 
             print(f"{spec.split('(')[0]:22} ({ops:5} operators)  {label:15} compute per (GPU, batch) "
                   f"{per_call_us(phases, 200):7.1f} µs   one 8-GPU configuration {per_call_us(call, 100):8.1f} µs")
+    plan_times(specs, old, new)
     return 0
+
+
+def plan_times(specs, old, new) -> None:
+    from bench.solver import load_catalog
+    from planner.solver import PlanRequest, solve
+
+    catalog = load_catalog()
+    wl = Workload.from_dict(calibration.corpus_trace("torchvision:resnet50", (3, 224, 224), "amp"))
+    req = PlanRequest(objective="cost", total_samples=1281167 * 90, deadline_hours=24.0, max_nodes=64, max_types=2,
+                      global_batch_min=256, global_batch_max=4096)
+    for label, model in (("previous", old), ("operator-class", new)):
+        oracle = Oracle(wl, model, specs)
+        t = time.perf_counter()
+        res = solve(req, catalog, oracle)
+        best = res.best
+        what = (" + ".join(g.label for g in best.groups) + f" in {best.region}, ${best.total_usd:,.0f}, "
+                f"{best.time_h:.1f} h") if best else "infeasible"
+        print(f"plan (ResNet-50, {len(catalog)} offers) {label:15} {time.perf_counter() - t:6.2f} s, "
+              f"{oracle.calls} oracle calls: {what}")
 
 
 if __name__ == "__main__":

@@ -56,8 +56,8 @@ BOARD_TO_CHIP = {
     "A100-SXM4-80GB": "A100-80GB",
     "A100-SXM4-40GB": "A100",
     "V100-SXM2-16GB": "V100",
-    "V100-SXM2-32GB": "V100",
-    "V100-SXM3-32GB": "V100",   # DGX-2's 350 W V100: same chip, a slightly higher sustained clock
+    "V100-SXM2-32GB": "V100-32GB",
+    "V100-SXM3-32GB": "V100-32GB",   # DGX-2's 350 W V100: same chip, a slightly higher sustained clock
     "H100-SXM5-80GB": "H100",
     "H200-SXM-141GB": "H200",
     "A10": "A10G",

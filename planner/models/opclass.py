@@ -81,7 +81,7 @@ MODEL_VERSION = 2
 # (clocks → peaks, memory → bandwidth), so they share one factor ``k`` per unit; a factor per
 # board would learn the benchmark's software instead (A100 40 GB and 80 GB rows come from
 # different suites).
-DIES = {"V100": "GV100", "T4": "TU104", "A100": "GA100", "A100-80GB": "GA100", "A100-PCIe-40GB": "GA100",
+DIES = {"V100": "GV100", "V100-32GB": "GV100", "T4": "TU104", "A100": "GA100", "A100-80GB": "GA100", "A100-PCIe-40GB": "GA100",
         "A100-PCIe-80GB": "GA100", "A10G": "GA102", "A40": "GA102", "RTX-3090": "GA102", "L4": "AD104",
         "L40S": "AD102", "H100": "GH100", "H200": "GH100", "GH200": "GH100", "H100-PCIe-80GB": "GH100"}
 DIE_ARCHITECTURE = {"GV100": "Volta", "TU104": "Turing", "GA100": "Ampere", "GA102": "Ampere", "AD104": "Ada",

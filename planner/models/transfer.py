@@ -87,6 +87,8 @@ SUPPLEMENTARY_SPECS: dict[str, GpuSpec] = {
     "H100-PCIe-80GB": GpuSpec("H100-PCIe-80GB", "Hopper", 114, 51.2, 378, 756, 2000, 80, 0.0),
     "A40": GpuSpec("A40", "Ampere", 84, 37.4, 74.8, 149.7, 696, 48, 0.0),
     "GH200": GpuSpec("GH200", "Hopper", 132, 67, 494.5, 989.5, 4000, 96, 900),
+    # The 32 GB V100 (p3dn, DGX-1/2 boards): the 16 GB row's chip with twice the memory.
+    "V100-32GB": GpuSpec("V100-32GB", "Volta", 80, 15.7, None, 125, 900, 32, 300),
     # GeForce RTX 3090 (GA102): TF32 and FP16-with-FP32-accumulate tensor rates are half the
     # FP16-accumulate figure on GeForce boards; AMP accumulates in FP32, hence 71 TFLOPS.
     "RTX-3090": GpuSpec("RTX-3090", "Ampere", 82, 35.6, 35.6, 71.2, 936, 24, 0.0),
