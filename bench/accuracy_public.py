@@ -322,6 +322,13 @@ def main() -> int:
               f"{len({a.family for a, _ in every_pair})} families are predicted leaving their family out of the "
               f"κ/overhead fit (their 1-GPU rows are train rows of the compute model)")
     cases = bench.analytical(single) + bench.transferred(val) + scaling
+    corpus_models = corpus.load_models()
+    no_builder = [r for r in bench.rows if r.row_id < corpus.CALIBRATION_ID_OFFSET
+                  and not (corpus_models.get(r.key) and corpus_models[r.key].mapped)]
+    names = sorted({r.model for r in no_builder})
+    print(f"corpus rows without a builder (out of every figure): {len(no_builder)} of "
+          f"{sum(r.row_id < corpus.CALIBRATION_ID_OFFSET for r in bench.rows)}, {len(names)} model configs: "
+          + ", ".join(names) + " (reasons in planner/data/corpus_models.csv)")
     unmapped = sum(bench.missing.values())
     print(f"validation rows without a builder (left out): {unmapped} case lookups over {len(bench.missing)} models: "
           + ", ".join(sorted(bench.missing)))
