@@ -1,0 +1,109 @@
+"""Published all-reduce curves (``catalog/fixtures/public_nccl_allreduce.csv``) and their split.
+
+A *sweep* is one source, instance type (the GPU where no type is stated) and node count.  The
+split (:func:`make_split`, written once to ``planner/data/nccl_split.json``)::
+
+    sweeps = sorted sweep ids; random.Random(NCCL_SPLIT_SEED).shuffle(sweeps)
+    validation = every third shuffled sweep (positions 0, 3, 6, …); train = the rest
+
+Each row becomes ``(size bytes, Topology, measured µs, sweep id)``: the measured time is
+``time_us`` when published, else ``S / algbw``, else from ``busbw`` (``algbw = busbw·n/(2(n−1))``).
+Rows with neither a time nor a non-zero bandwidth are dropped (the smallest sizes of some
+sweeps print 0.00 GB/s).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from planner.corpus import BOARD_TO_CHIP
+from planner.hardware import GpuSpec, load_gpu_specs
+from planner.models.nccl import Topology
+
+ROOT = Path(__file__).resolve().parents[1]
+CSV = ROOT / "catalog/fixtures/public_nccl_allreduce.csv"
+NETWORK_CSV = ROOT / "catalog/fixtures/aws_instance_network.csv"
+SPECS_CSV = ROOT / "catalog/fixtures/gpu_specs.csv"
+SPLIT_FILE = ROOT / "planner/data/nccl_split.json"
+NCCL_SPLIT_SEED = 19
+GPU_NAMES = {**BOARD_TO_CHIP, "T4": "T4", "A10G": "A10G", "B200": "B200",
+             "A100 (SXM/NVLink3; 40 vs 80 GB not stated)": "A100"}
+# PCIe per direction of the boards' generation: Gen3 x16 for Volta/Turing, Gen4 after.
+PCIE_GB_S = {"Volta": 10.0, "Turing": 10.0}
+
+
+@dataclass(frozen=True)
+class Point:
+    row_id: int
+    sweep: str
+    instance_type: str
+    size_bytes: float
+    topology: Topology
+    measured_us: float
+
+
+def _network() -> dict[str, dict]:
+    with open(NETWORK_CSV, newline="") as fh:
+        return {r["InstanceType"]: r for r in csv.DictReader(fh)}
+
+
+def sweep_id(row: dict) -> str:
+    source = row["source"].split(" ")[0]
+    return f"{source}|{row['instance_type'] or row['gpu']}|{row['nodes']}"
+
+
+def load_points(path: Path = CSV, specs: dict[str, GpuSpec] | None = None) -> list[Point]:
+    specs = specs or load_gpu_specs(SPECS_CSV)
+    net = _network()
+    out = []
+    with open(path, newline="") as fh:
+        for i, r in enumerate(csv.DictReader(fh)):
+            spec = specs.get(GPU_NAMES.get(r["gpu"], r["gpu"]))
+            if spec is None:
+                continue
+            g, n_nodes = int(r["gpus_per_node"]), int(r["nodes"])
+            text = r["interconnect"]
+            kind = "none" if n_nodes == 1 else "efa" if "EFA" in text else "tcp"
+            row_net = net.get(r["instance_type"], {})
+            gbps = float(row_net.get("PeakBandwidthGbps") or row_net.get("BaselineBandwidthGbps") or 0.0)
+            nvls_off = "NVLS_ENABLE=0" in text or "(forced)" in text and "nvls" not in text.lower()
+            topo = Topology(g, n_nodes, spec.architecture, spec.nvlink_gb_s,
+                            PCIE_GB_S.get(spec.architecture, 20.0), kind, gbps, True, r["nccl_version"],
+                            nvls_allowed=not nvls_off)
+            t = _measured_us(r, topo.ranks)
+            if t:
+                out.append(Point(i, sweep_id(r), r["instance_type"] or r["gpu"], float(r["size_bytes"]), topo, t))
+    return out
+
+
+def _measured_us(r: dict, n: int) -> float | None:
+    size = float(r["size_bytes"])
+    if r["time_us"]:
+        return float(r["time_us"])
+    if r["algbw_GBps"] and float(r["algbw_GBps"]) > 0:
+        return size / (float(r["algbw_GBps"]) * 1e9) * 1e6
+    if r["busbw_GBps"] and float(r["busbw_GBps"]) > 0 and n > 1:
+        return size / (float(r["busbw_GBps"]) * n / (2 * (n - 1)) * 1e9) * 1e6
+    return None
+
+
+def digest(path: Path = CSV) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def make_split(points: list[Point], seed: int = NCCL_SPLIT_SEED) -> dict:
+    sweeps = sorted({p.sweep for p in points})
+    random.Random(seed).shuffle(sweeps)
+    validation = sorted(sweeps[0::3])
+    return {"rule": "sweeps = sorted(source|instance type (or GPU)|nodes); random.Random(seed).shuffle; "
+                    "validation = shuffled[0::3]; train = the rest", "seed": seed, "csv_sha256": digest(),
+            "validation_sweeps": validation, "train_sweeps": sorted(set(sweeps) - set(validation))}
+
+
+def load_split(path: Path = SPLIT_FILE) -> dict:
+    return json.loads(path.read_text())
