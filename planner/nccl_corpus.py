@@ -5,6 +5,8 @@ split (:func:`make_split`, written once to ``planner/data/nccl_split.json``)::
 
     sweeps = sorted sweep ids; random.Random(NCCL_SPLIT_SEED).shuffle(sweeps)
     validation = every third shuffled sweep (positions 0, 3, 6, …); train = the rest
+    amendment: the p3dn sweep, missing from the first split (its GPU had no spec row yet), is
+               validation (see the split file's ``amendment``)
 
 Each row becomes ``(size bytes, Topology, measured µs, sweep id)``: the measured time is
 ``time_us`` when published, else ``S / algbw``, else from ``busbw`` (``algbw = busbw·n/(2(n−1))``).
@@ -24,6 +26,7 @@ from pathlib import Path
 from planner.corpus import BOARD_TO_CHIP
 from planner.hardware import GpuSpec, load_gpu_specs
 from planner.models.nccl import Topology
+from planner.models.transfer import SUPPLEMENTARY_SPECS
 
 ROOT = Path(__file__).resolve().parents[1]
 CSV = ROOT / "catalog/fixtures/public_nccl_allreduce.csv"
@@ -63,7 +66,8 @@ def load_points(path: Path = CSV, specs: dict[str, GpuSpec] | None = None) -> li
     out = []
     with open(path, newline="") as fh:
         for i, r in enumerate(csv.DictReader(fh)):
-            spec = specs.get(GPU_NAMES.get(r["gpu"], r["gpu"]))
+            name = GPU_NAMES.get(r["gpu"], r["gpu"])
+            spec = specs.get(name) or SUPPLEMENTARY_SPECS.get(name)
             if spec is None:
                 continue
             g, n_nodes = int(r["gpus_per_node"]), int(r["nodes"])
@@ -107,3 +111,29 @@ def make_split(points: list[Point], seed: int = NCCL_SPLIT_SEED) -> dict:
 
 def load_split(path: Path = SPLIT_FILE) -> dict:
     return json.loads(path.read_text())
+
+
+def train_points(points: list[Point], split: dict) -> list[Point]:
+    """The points a fit may see; raises ``ValueError`` on a validation or unknown sweep."""
+    train = set(split["train_sweeps"])
+    bad = sorted({p.sweep for p in points if p.sweep not in train})
+    if bad:
+        raise ValueError(f"sweeps {bad} are not train sweeps of the NCCL split")
+    return points
+
+
+NCCL_MODEL_FILE = ROOT / "planner/data/nccl-model.json"
+
+
+def calibrate(split: dict | None = None):
+    """Fit the correction on the train sweeps; returns the :class:`LearnedComm`."""
+    from planner.models import nccl
+
+    split = split or load_split()
+    if split["csv_sha256"] != digest():
+        raise ValueError("the NCCL corpus changed since the split was written; re-split deliberately")
+    points = train_points([p for p in load_points() if p.sweep in set(split["train_sweeps"])], split)
+    model = nccl.fit([(p.size_bytes, p.topology, p.measured_us, p.sweep) for p in points])
+    model.meta.update({"split_seed": split["seed"], "csv_sha256": split["csv_sha256"],
+                       "made_by": "manage.py calibrate_comm"})
+    return model

@@ -1,0 +1,76 @@
+"""The NCCL-shaped all-reduce prior, its learned correction and the curves' split."""
+
+import csv
+import json
+
+import pytest
+
+from planner import nccl_corpus
+from planner.models.nccl import LearnedComm, Topology, prior_us
+
+A100_NODE = Topology(8, 1, "Ampere", nvlink_gb_s=600)
+H100_NODE = Topology(8, 1, "Hopper", nvlink_gb_s=900)
+P4D_PAIR = Topology(8, 2, "Ampere", nvlink_gb_s=600, net="efa", net_gbps=400)
+
+
+def test_nccl_picks_ll_for_tiny_messages_and_simple_for_large_ones():
+    assert prior_us(8, A100_NODE)[1].endswith("/LL")
+    assert prior_us(1 << 30, A100_NODE)[1].endswith("/Simple")
+
+
+def test_time_grows_with_the_message():
+    times = [prior_us(1 << k, P4D_PAIR)[0] for k in range(3, 33)]
+    assert times == sorted(times)
+
+
+def test_large_messages_run_at_the_efa_bandwidth_across_nodes():
+    t, _ = prior_us(1 << 30, P4D_PAIR)
+    busbw = (1 << 30) / (t / 1e6) * 2 * 15 / 16 / 1e9
+    assert busbw == pytest.approx(0.85 * 400 / 8, rel=0.05)
+
+
+def test_nvls_only_on_hopper_nvswitch_nodes_that_allow_it():
+    assert prior_us(1 << 30, H100_NODE)[1].startswith("nvls")
+    assert not prior_us(1 << 30, A100_NODE)[1].startswith("nvls")
+    off = Topology(8, 1, "Hopper", nvlink_gb_s=900, nvls_allowed=False)
+    assert prior_us(1 << 30, off)[1].startswith("ring")
+
+
+def test_tcp_flows_are_capped_outside_a_cluster_placement_group():
+    inside = Topology(1, 2, "Ampere", net="tcp", net_gbps=25, placement_group=True)
+    outside = Topology(1, 2, "Ampere", net="tcp", net_gbps=25, placement_group=False)
+    assert prior_us(1 << 30, outside)[0] == pytest.approx(2 * prior_us(1 << 30, inside)[0], rel=0.01)
+
+
+def test_every_sweep_of_the_curves_is_in_the_split_once():
+    split = nccl_corpus.load_split()
+    with open(nccl_corpus.CSV, newline="") as fh:
+        sweeps = {nccl_corpus.sweep_id(r) for r in csv.DictReader(fh)}
+    train, val = set(split["train_sweeps"]), set(split["validation_sweeps"])
+    assert train.isdisjoint(val) and train | val == sweeps
+    assert split["csv_sha256"] == nccl_corpus.digest()
+
+
+def test_a_fit_refuses_validation_sweeps():
+    split = nccl_corpus.load_split()
+    points = [p for p in nccl_corpus.load_points() if p.sweep in split["validation_sweeps"]][:3]
+    with pytest.raises(ValueError, match="not train sweeps"):
+        nccl_corpus.train_points(points, split)
+
+
+def test_the_shipped_correction_was_fitted_on_train_sweeps_only():
+    doc = json.loads(nccl_corpus.NCCL_MODEL_FILE.read_text())
+    model = LearnedComm.from_dict(doc)
+    split = nccl_corpus.load_split()
+    assert model.trees.trees and set(model.meta["sweeps"]) <= set(split["train_sweeps"])
+    p50, p90, source = model.predict_us(1 << 24, P4D_PAIR)
+    assert source == "learned" and p90 > p50 > 0
+
+
+@pytest.mark.django_db
+def test_calibrate_comm_writes_the_model(tmp_path):
+    from django.core.management import call_command
+
+    out = tmp_path / "nccl.json"
+    call_command("calibrate_comm", "--output", str(out))
+    assert LearnedComm.from_dict(json.loads(out.read_text())).meta["made_by"] == "manage.py calibrate_comm"
