@@ -24,6 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.accuracy_public import line as full_line  # noqa: E402
 from planner import nccl_corpus  # noqa: E402
 from planner.models.nccl import LearnedComm, prior_us  # noqa: E402
 
@@ -31,17 +32,9 @@ MODEL = ROOT / "planner/data/nccl-model.json"
 BANDS = (("< 1 MiB", 0, 2**20), ("1-64 MiB", 2**20, 64 * 2**20), (">= 64 MiB", 64 * 2**20, math.inf))
 
 
-def pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    k = (len(s) - 1) * q
-    lo, hi = math.floor(k), math.ceil(k)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
-
-
 def line(name: str, errs: list[float]) -> str:
-    if not errs:
-        return f"{name}: n=0"
-    return f"{name}: n={len(errs)} median {100 * statistics.median(errs):.1f}% p90 {100 * pct(errs, 0.9):.1f}%"
+    """``name: n=.. median X% p90 Y%`` (the issue's form, without the max)."""
+    return full_line(name, errs).split(" max ")[0]
 
 
 def current_prior_us(p: nccl_corpus.Point) -> float:
