@@ -458,28 +458,17 @@ class Trainer:
 # -- FLOPs -------------------------------------------------------------------------------
 
 
-def count_flops(trainer: Trainer) -> tuple[float | None, float | None]:
-    """(forward, forward+backward) FLOPs per sample, counted by FlopCounterMode on a batch of 2.
+def flops_per_sample(trace: dict | None) -> tuple[float | None, float | None]:
+    """(forward, forward+backward) FLOPs per sample at batch 2, from the workload trace: the
+    project's one FLOP counter (``profiler.agent.workload``: ``torch.utils.flop_counter``'s
+    formulas, grouped and depthwise convolutions counted right). ``(None, None)`` without one."""
+    from profiler.agent.workload import WorkloadCost
 
-    FLOPs are 2 x multiply-accumulates of matmul/conv/attention ops, as FlopCounterMode counts
-    them; elementwise ops are not counted.
-    """
-    from torch.utils.flop_counter import FlopCounterMode
-
-    x, y = trainer.batch(2)
-    try:
-        with trainer.torch.no_grad(), FlopCounterMode(display=False) as counter:
-            trainer.model(x)
-        forward = counter.get_total_flops() / 2
-        with FlopCounterMode(display=False) as counter:
-            trainer.loss(trainer.model(x), y).backward()
-        train = counter.get_total_flops() / 2
-    except Exception as exc:  # an exotic op must not cost the whole profile
-        log.warning("FLOP counting failed: %s", exc)
+    if not trace:
         return None, None
-    finally:
-        trainer.optimizer.zero_grad(set_to_none=True)
-    return float(forward), float(train)
+    totals = WorkloadCost.from_dict(trace["cost"]).totals(2)
+    forward = totals["forward"][0] / 2
+    return float(forward), float(forward + totals["backward"][0] / 2)
 
 
 def workload_trace(options: ComputeOptions) -> dict | None:
@@ -684,7 +673,8 @@ class ComputeProfiler:
     def _run_with(self, trainer: Trainer) -> dict:
         options = self.options
         trainer.probe_output()
-        forward_flops, train_flops = count_flops(trainer)
+        workload = workload_trace(options)  # the meta device: nothing allocated, seconds at most
+        forward_flops, train_flops = flops_per_sample(workload)
         # One untimed step (and, should GradScaler skip it, explicit buffers) creates the
         # optimizer state, so every probe and sample includes its memory.
         trainer.step(*trainer.batch(max(2, options.min_batch)))
@@ -706,7 +696,7 @@ class ComputeProfiler:
         doc = self._document(trainer, forward_flops, train_flops, max_batch, probes, samples, failed + oom)
         doc["memory_budget_bytes"] = memory_budget
         doc["min_batch_size"] = min_batch
-        doc["workload"] = workload_trace(options)
+        doc["workload"] = workload
         return doc
 
     def _memory_budget(self, trainer: Trainer) -> int | None:
