@@ -129,19 +129,15 @@ class Bench:
             return None
         return m
 
-    def trace_key(self, row: corpus.CorpusRow) -> tuple:
-        m = self.models[row.key]
-        return (m.spec, m.input_shape, calibration.trace_precision(row.precision))
-
     def load_traces(self, rows: list[corpus.CorpusRow]) -> None:
-        needed = {self.trace_key(r) for r in rows if self.models.get(r.key) and self.models[r.key].mapped}
+        needed = {key for r in rows if (key := calibration.row_trace_key(r, self.models)) is not None}
         traces, errors = calibration.corpus_traces(needed - set(self.traces), jobs=self.jobs)
         self.traces.update(traces)
         for key, err in errors.items():
             print(f"  trace failed: {key[0]} {key[1]} {key[2]}: {err}")
 
     def workload(self, row: corpus.CorpusRow) -> Workload | None:
-        doc = self.traces.get(self.trace_key(row))
+        doc = self.traces.get(calibration.row_trace_key(row, self.models))
         if doc is None:
             return None
         return dataclasses.replace(Workload.from_dict(doc), precision=row.precision)
@@ -219,7 +215,7 @@ class Bench:
             held = [p for p in pairs if p[0].family == fam]
             rest = [p for p in pairs if p[0].family != fam]
             model = dataclasses.replace(self.new)
-            calibration.fit_nccl_slowdown(model, rest, self.traces, self.specs, self.models)
+            calibration.fit_multi_gpu(model, rest, self.traces, self.specs, self.models)
             out += self.scaling(held, model, detail=f"κ {model.nccl_slowdown:.2f}, δ {model.input_ns_per_element:g} ns "
                                                     f"fitted without {fam}")
         return out

@@ -88,6 +88,14 @@ def trace_precision(precision: str) -> str:
     return "amp" if precision_family(precision) == "half" else "fp32"
 
 
+def row_trace_key(row, models) -> tuple[str, tuple[int, ...], str] | None:
+    """``(spec, shape, trace precision)``: the trace a corpus row needs (None without a builder)."""
+    m = models.get(row.key)
+    if m is None or not m.mapped:
+        return None
+    return (m.spec, m.input_shape, trace_precision(row.precision))
+
+
 def corpus_trace(spec: str, shape: tuple[int, ...], precision: str, cache_dir: Path = TRACE_CACHE_DIR) -> dict:
     """``trace_workload`` of a library model (the product's own trace), cached on disk by the
     spec, shape, precision and the counter's source (a changed counter re-traces)."""
@@ -142,13 +150,10 @@ def corpus_samples(rows, models, traces) -> list:
     out = []
     costs: dict[tuple, WorkloadCost] = {}
     for r in rows:
-        m = models.get(r.key)
-        if m is None or not m.mapped or r.gpus != 1:
+        key = row_trace_key(r, models)
+        if key is None or r.gpus != 1 or key not in traces:
             continue
-        key = (m.spec, m.input_shape, trace_precision(r.precision))
-        if key not in traces:
-            continue
-        ms = iteration_ms(r, m)
+        ms = iteration_ms(r, models[r.key])
         if ms is None:
             continue
         if key not in costs:
@@ -183,8 +188,7 @@ def calibrate_compute(specs: Mapping[str, GpuSpec], *, jobs: int = 1, cache_dir:
     if families:
         every = [r for r in every if r.family in set(families)]
     train = corpus.train_rows([r for r in every if r.row_id in split.train_ids and corpus.fit_worthy(r)], split)
-    needed = {(models[r.key].spec, models[r.key].input_shape, trace_precision(r.precision)) for r in train
-              if r.key in models and models[r.key].mapped and r.gpus == 1}
+    needed = {key for r in train if r.gpus == 1 and (key := row_trace_key(r, models)) is not None}
     traces, errors = corpus_traces(needed, jobs=jobs, cache_dir=cache_dir)
     samples = corpus_samples(train, models, traces)
     corpus.train_rows([r for r in train if r.row_id in {s.row_id for s in samples}], split)
@@ -192,7 +196,7 @@ def calibrate_compute(specs: Mapping[str, GpuSpec], *, jobs: int = 1, cache_dir:
         raise ValueError("no train rows to fit on (none of the rows given has a builder and a train id)")
     model = opclass.fit(samples, specs, residual=residual)
     pairs = scaling_pairs(train, models)
-    model.nccl_slowdown = fit_nccl_slowdown(model, pairs, traces_for(pairs, models, jobs, cache_dir), specs, models)
+    fit_multi_gpu(model, pairs, traces_for(pairs, models, jobs, cache_dir), specs, models)
     model.meta.update({"split_seed": split.seed, "held_out_chip": split.held_out_chip,
                        "corpus_sha256": split.corpus_sha256, "scaling_pairs": len(pairs),
                        "made_by": "manage.py calibrate_compute"})
@@ -232,7 +236,7 @@ def scaling_pairs(rows, models) -> list[tuple]:
 
 
 def traces_for(pairs, models, jobs: int = 1, cache_dir: Path = TRACE_CACHE_DIR) -> dict:
-    needed = {(models[a.key].spec, models[a.key].input_shape, trace_precision(a.precision)) for a, _ in pairs}
+    needed = {row_trace_key(a, models) for a, _ in pairs}  # pairs are of rows with a builder
     return corpus_traces(needed, jobs=jobs, cache_dir=cache_dir)[0]
 
 
@@ -272,19 +276,18 @@ def published_speedup(one, many) -> float:
 
 
 def pair_trace(pair, models, traces) -> dict | None:
-    one, _ = pair
-    m = models[one.key]
-    return traces.get((m.spec, m.input_shape, trace_precision(one.precision)))
+    return traces.get(row_trace_key(pair[0], models))
 
 
 KAPPA_GRID = tuple(i / 100 for i in range(0, 31, 3))
 INPUT_NS_GRID = tuple(i / 10 for i in range(0, 31))
 
 
-def fit_nccl_slowdown(model, pairs, traces, specs, models=None, kappas: Sequence[float] = KAPPA_GRID,
-                      overheads: Sequence[float] = INPUT_NS_GRID) -> float:
-    """κ and the shared input pipeline's δ (ns per input element; set on ``model``) with the least ``Σ (ln Ŝ − ln S)²`` over the pairs' published
-    speed-ups ``S``; returns κ."""
+def fit_multi_gpu(model, pairs, traces, specs, models=None, kappas: Sequence[float] = KAPPA_GRID,
+                  overheads: Sequence[float] = INPUT_NS_GRID) -> None:
+    """Set κ (``nccl_slowdown``) and the shared input pipeline's δ (``input_ns_per_element``, ns
+    per input element) on ``model``: the grid pair with the least ``Σ (ln Ŝ − ln S)²`` over the
+    pairs' published speed-ups ``S``; both 0 when no pair can be predicted."""
     from planner import corpus
     from planner.oracle import Workload
 
@@ -295,7 +298,7 @@ def fit_nccl_slowdown(model, pairs, traces, specs, models=None, kappas: Sequence
         doc = pair_trace((one, many), models, traces)
         if doc is not None:
             usable.append((one, many, built.setdefault(id(doc), Workload.from_dict(doc))))
-    best = (math.inf, 0.0, 1.0)
+    best = (math.inf, 0.0, 0.0)
     for overhead in overheads:
         for kappa in kappas:
             model.nccl_slowdown, model.input_ns_per_element = kappa, overhead
@@ -308,4 +311,3 @@ def fit_nccl_slowdown(model, pairs, traces, specs, models=None, kappas: Sequence
             if errs and sum(errs) / len(errs) < best[0]:
                 best = (sum(errs) / len(errs), kappa, overhead)
     model.nccl_slowdown, model.input_ns_per_element = best[1], best[2]
-    return best[1]

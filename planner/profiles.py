@@ -387,14 +387,14 @@ def _parse_model(doc: Mapping[str, Any]) -> ModelInfo:
 
 
 def _parse_device(doc: Mapping[str, Any]) -> DeviceInfo:
+    from profiler.agent.compute import precision_run  # the agent's rule for what a precision runs as
+
     kind = str(_require(doc, "type", "device"))
     precision = str(doc.get("precision") or "fp32")
     requested = doc.get("precision_requested")
     if requested is None:
-        # An older agent recorded the requested precision only; its CPU "amp" ran bf16 autocast.
-        requested = precision
-        if precision == "amp" and kind != "cuda":
-            precision = "bf16"
+        # An older agent recorded the requested precision only (its CPU "amp" ran bf16 autocast).
+        requested, precision = precision, precision_run(precision, kind)
     return DeviceInfo(type=kind, name=str(doc.get("name") or kind), precision=precision,
                       precision_requested=str(requested))
 

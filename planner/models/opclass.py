@@ -246,7 +246,7 @@ class OpClassModel(TransferModel):
         return out, floor
 
     def unit_factor(self, gpu: GpuSpec, precision: str) -> float:
-        """``k`` of (chip, unit), else of (architecture, unit), else 1: a chip's tensor cores
+        """``k`` of (die, unit), else of (architecture, unit), else 1: a die's tensor cores
         and its CUDA cores reach their peaks to different degrees."""
         unit = compute_unit(gpu, precision)
         return self.gpu_factors.get(f"{die_of(gpu)}/{unit}") or self.arch_factors.get(f"{gpu.architecture}/{unit}") or 1.0
@@ -267,23 +267,24 @@ class OpClassModel(TransferModel):
         r = self.residual(features(cost, batch, gpu, precision, bracket_ms, floor_ms, phases))
         return math.exp(max(-self.residual_clip, min(self.residual_clip, r)))
 
-    def phase_ms(self, cost: WorkloadCost, batch: float, gpu: str | GpuSpec,
-                 precision: str | None = None) -> dict[str, float]:
+    def _corrected(self, cost: WorkloadCost, batch: float, gpu: str | GpuSpec, precision: str | None,
+                   phases: Sequence[str]) -> dict[str, float]:
+        """Per-phase time of ``phases``, the residual evaluated on those phases."""
         spec = self.spec(gpu)
         prec = precision or cost.precision
-        t, floor = self.bracket(cost, batch, spec, prec)
-        factor = self.correction(cost, batch, spec, prec, sum(t.values()), floor)
+        t, floor = self.bracket(cost, batch, spec, prec, phases)
+        factor = self.correction(cost, batch, spec, prec, sum(t.values()), floor, phases)
         return {p: v * factor for p, v in t.items()}
+
+    def phase_ms(self, cost: WorkloadCost, batch: float, gpu: str | GpuSpec,
+                 precision: str | None = None) -> dict[str, float]:
+        return self._corrected(cost, batch, gpu, precision, PHASES)
 
     def step_ms(self, cost: WorkloadCost, batch: float, gpu: str | GpuSpec, precision: str | None = None,
                 with_optimizer: bool = True) -> float:
         """One step's time; ``with_optimizer=False`` is forward + backward (how some
         benchmarks time a step), with the residual evaluated on those phases."""
-        spec = self.spec(gpu)
-        prec = precision or cost.precision
-        phases = PHASES if with_optimizer else ("forward", "backward")
-        t, floor = self.bracket(cost, batch, spec, prec, phases)
-        return sum(t.values()) * self.correction(cost, batch, spec, prec, sum(t.values()), floor, phases)
+        return sum(self._corrected(cost, batch, gpu, precision, PHASES if with_optimizer else PHASES[:2]).values())
 
     def to_dict(self) -> dict[str, Any]:
         return {"version": MODEL_VERSION, "kind": "opclass", "theta": self.theta, "beta": self.beta,

@@ -122,8 +122,6 @@ def precision_run(requested: str, device_type: str) -> str:
     return requested
 
 
-
-
 def search_max_batch(fits: Callable[[int], bool], low: int, high: int) -> int | None:
     """Largest batch in [low, high] with ``fits(batch)``, assuming fitting is monotonic.
 
