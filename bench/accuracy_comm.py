@@ -64,7 +64,7 @@ def main() -> int:
     today = []
     for p in points:
         learned, _, source = model.predict_us(p.size_bytes, p.topology)
-        prior, choice = prior_us(p.size_bytes, p.topology)
+        prior, choice = prior_us(p.size_bytes, p.topology, model.params)
         cases.append((p, abs(learned - p.measured_us) / p.measured_us, abs(prior - p.measured_us) / p.measured_us,
                       choice, learned, prior, source))
         today.append(abs(current_prior_us(p) - p.measured_us) / p.measured_us)

@@ -18,10 +18,14 @@ It joins the pure models for a cluster of catalog instances:
   ``G`` is split so that the slowest worker is as fast as possible: the smallest time ``τ`` with
   ``Σ_i W_i·cap_i(τ) ≥ G`` (``W_i`` workers of type ``i``, ``cap_i(τ)`` the largest batch type ``i``
   runs within ``τ``), found by bisection.
-* **Communication** — every bucket's all-reduce on the whole ring, from
-  :class:`planner.models.comm.CommModel` (XGBoost/ratio model when trained on matching samples,
-  else the ring prior ``2(n−1)/n·S/B + 2(n−1)α``) over the slowest link: the slowest node NIC of
-  the mix between nodes (EFA only if every node has it), NVLink/PCIe inside a node.
+* **Communication** — every DDP bucket's all-reduce on the whole cluster (the model's real
+  bucket sizes), from the NCCL model :class:`planner.models.nccl.LearnedComm` by default: the
+  NCCL-shaped prior (ring/tree/NVLS, LL/LL128/Simple over NVLink/PCIe inside a node and EFA or
+  TCP between nodes) times the correction learned on published curves and users' EC2 sweeps,
+  p50 and p90.  The topology is the cluster's (:meth:`planner.models.nccl.Topology.from_cluster`:
+  the slowest node NIC of a mix between nodes, EFA only if every node has it).  A
+  :class:`planner.models.comm.CommModel` fitted on a measured comm profile of this cluster may
+  be passed instead (its ring prior over the slowest link).
 * **Iteration** — :func:`planner.simulator.simulate_iteration` (buckets overlap backward, the
   slowest worker gates each bucket) with a small seeded Monte-Carlo for p50/p90.  On more than
   one GPU backward is slowed by ``1 + κ`` (``nccl_slowdown`` of the compute model: NCCL kernels
@@ -42,6 +46,7 @@ from dataclasses import dataclass, field
 from planner.hardware import Cluster, GpuSpec
 from planner.models.comm import CommModel, CommQuery
 from planner.models.compute import BucketSpec, ComputeModel, ComputeRangeError, PhaseSpread, PhaseTimes
+from planner.models.nccl import LearnedComm, Topology, shipped_model
 from planner.models.transfer import TransferModel, WorkloadCost
 from planner.simulator import (
     COMM_BOUND_SHARE,
@@ -58,6 +63,16 @@ GiB = 1024**3
 MEMORY_USABLE = 0.92
 MEMORY_RESERVED = 1 * GiB
 MAX_BATCH_CAP = 1 << 16
+
+
+@dataclass(frozen=True)
+class CommSource:
+    """Per plan row: the comm model (``learned``, ``prior``, ``measured``, ``ring prior`` or
+    ``none``), the train points near this topology, and a sentence for the page."""
+
+    source: str
+    near_points: int
+    detail: str
 
 
 @dataclass(frozen=True)
@@ -116,7 +131,7 @@ class Oracle:
     workload: Workload
     transfer: TransferModel
     specs: Mapping[str, GpuSpec]
-    comm: CommModel = field(default_factory=CommModel)
+    comm: CommModel | LearnedComm = field(default_factory=shipped_model)
     # 0: deterministic timeline with an analytic p90 (fast, for the search); > 0: Monte-Carlo
     # draws (for re-verifying the plans the solver chose).
     samples: int = 0
@@ -284,9 +299,30 @@ class Oracle:
         key = (cluster.nodes, cluster.gpus_per_node, cluster.network_gbps, cluster.efa, cluster.device,
                tuple(b.size_bytes for b in buckets))
         if key not in self._comm_cache:
-            queries = [CommQuery.from_cluster(b.size_bytes, cluster) for b in buckets]
-            self._comm_cache[key] = [CommTime(p.p50_ms, p.p90_ms) for p in self.comm.predict_many(queries)]
+            if isinstance(self.comm, LearnedComm):
+                topo = Topology.from_cluster(cluster)
+                est = [self.comm.estimate(b.size_bytes, topo) for b in buckets]
+                # µs → ms
+                self._comm_cache[key] = [CommTime(e.p50_us / 1e3, e.p90_us / 1e3) for e in est]
+            else:
+                queries = [CommQuery.from_cluster(b.size_bytes, cluster) for b in buckets]
+                self._comm_cache[key] = [CommTime(p.p50_ms, p.p90_ms) for p in self.comm.predict_many(queries)]
         return self._comm_cache[key]
+
+    def comm_source(self, config: Config) -> CommSource:
+        """Which comm model times this configuration's all-reduces, and on how many train points
+        near its topology (same interconnect class, nodes and GPUs per node) it was fitted."""
+        cluster = self.cluster(config)
+        if cluster.world_size <= 1:
+            return CommSource("none", 0, "one GPU: no all-reduce")
+        if isinstance(self.comm, LearnedComm):
+            topo = Topology.from_cluster(cluster)
+            e = self.comm.estimate(1 << 22, topo)
+            what = "NCCL prior × correction learned on published and profiled curves" if e.source == "learned" \
+                else "NCCL prior (no learned correction)"
+            return CommSource(e.source, e.near_points, f"{what}; {topo.interconnect}, {topo.nodes}×{topo.gpus_per_node} GPUs")
+        return CommSource("measured" if self.comm.method != "prior" else "ring prior", self.comm.n_observations,
+                          "fitted on this cluster's comm profile" if self.comm.method != "prior" else "ring formula")
 
 
 def _p50_p90(sim: SimulationResult) -> tuple[float, float]:

@@ -252,10 +252,10 @@ def solve_request(req: dict, owner, *, allow_code: bool = False) -> dict:
     transfer = transfer_model()
     if wl.measured_on is not None:
         wl = dataclasses.replace(wl, measured_on=datasheet_gpu_name(wl.measured_on, transfer))
-    oracle = Oracle(wl, transfer, gpu_specs())
+    oracle = Oracle(wl, transfer, gpu_specs(), comm_model())
     result = solve(pr, cands, oracle)
     verified = _verify(result.plans, pr, wl, oracle, {c.key: c for c in cands})
-    rows = RowSource(oracle, validated_errors())
+    rows = RowSource(oracle, validated_errors(), {c.key: c for c in cands})
     alternatives = _market_alternatives(pr, cands, oracle, rows) if req.get("spot", True) and req.get("on_demand", True) else {}
     baselines = evaluate_baselines(pr, cands, oracle, result, requested_gpu=req.get("baseline_gpu"),
                                    skypilot_use_spot=bool(req.get("spot", True)))
@@ -329,6 +329,18 @@ def _source_of(plans, oracle) -> str:
 SOURCE_ORDER = ("measured", "transferred", "analytical")
 
 
+def comm_model():
+    """The NCCL all-reduce model plans use: the one refit with this install's EC2 comm sweeps
+    when there is one (``planner.app.comm_training``), else the shipped one."""
+    from planner.models.nccl import load_model
+
+    try:
+        from planner.app.comm_training import current_model_path
+    except ImportError:
+        return load_model()
+    return load_model(current_model_path())
+
+
 def validated_errors() -> dict:
     """The benches' validated error per prediction source (``planner.validated``; may be empty)."""
     from planner.validated import load_validated_errors
@@ -342,6 +354,7 @@ class RowSource:
 
     oracle: Any
     errors: dict
+    candidates: dict = dataclasses.field(default_factory=dict)  # Candidate.key -> Candidate
 
     def source(self, plan) -> str:
         found = []
@@ -356,7 +369,16 @@ class RowSource:
         from planner.validated import error_of
 
         source = self.source(plan)
-        return {"prediction_source": source, "prediction_error": error_of(source, self.errors)}
+        return {"prediction_source": source, "prediction_error": error_of(source, self.errors), **self.comm(plan)}
+
+    def comm(self, plan) -> dict:
+        """The comm model that timed the row's all-reduces and its train points near this cluster."""
+        try:
+            config = tuple((self.candidates[(plan.region, g.market, g.instance_type)], g.count) for g in plan.groups)
+        except KeyError:
+            return {}
+        c = self.oracle.comm_source(config)
+        return {"comm_source": c.source, "comm_near_points": c.near_points, "comm_detail": c.detail}
 
 
 def _thin(points, limit: int = 4000):

@@ -1,63 +1,123 @@
-"""An NCCL-shaped all-reduce prior for EC2 topologies, and a learned correction of it.
+"""An NCCL-shaped all-reduce model for EC2 topologies: a prior fitted on published curves, and a
+learned correction of it (p50 and p90).
 
 Topology (:class:`Topology`).  ``n = g·N`` ranks: ``g`` GPUs per node over NVLink/NVSwitch or
 PCIe, ``N`` nodes over EFA (``cards × Gbps`` of ``aws_instance_network.csv``) or TCP.
 
-Bandwidths (bytes/s, "bus bandwidth" in the nccl-tests sense, i.e. per rank)::
+Bandwidths (bytes/s, "bus bandwidth" in the nccl-tests sense)::
 
-    B_intra = ε_nv · NVLink_uni          (NVLink_uni = datasheet aggregate / 2)
+    B_intra = ε_nv · NVLink_uni          (per rank; NVLink_uni = datasheet aggregate / 2)
             = ε_pcie · PCIe              (no NVLink: through the host's PCIe switches)
-    B_net   = ε_efa · Σ EFA card Gbps / 8              (EFA, GPUDirect RDMA)
+    B_net   = ε_efa · Σ EFA card Gbps / 8              (per node: every NIC of the node carries
+                                                        its channels' ring hops)
             = ε_tcp · min(peak, sockets · flow cap) / 8  (TCP: 5 Gbit/s per flow outside a cluster
                                                           placement group, 10 inside; NCCL opens
-                                                          ``sockets`` = 2 flows per peer by default)
-    B_ring  = min(B_intra, B_net)        (one node: B_intra)
+                                                          2 threads × 8 sockets on AWS ENA)
 
-Algorithms and protocols, as NCCL's tuner weighs them (``ncclTopoTuneModel``): for algorithm
-``a`` ∈ {ring, tree, nvls} and protocol ``p`` ∈ {LL, LL128, Simple}::
+Algorithms and protocols, as NCCL's tuner weighs them (``ncclTopoTuneModel``, src/graph/tuning.cc):
+for algorithm ``a`` and protocol ``p`` ∈ {LL, LL128, Simple}::
 
-    t(a, p) = base_lat(p) + steps(a) · α(p, link) + S / (algbw(a) · bw_factor(p))
-    ring:  steps = 2(n−1),                algbw = B_ring · n / (2(n−1))
-    tree:  steps = 2(⌈log2 N⌉ + g − 1),   algbw = 0.9 · B_ring · n / (2(n−1))   (N > 1 only)
-    nvls:  steps = 2,                     algbw = 1.4 · B_intra · n / (2(n−1))  (one node of
-                                          NVSwitch generation ≥ Hopper, NVLink SHARP)
+    t(a, p) = base(a, p) + lat(a, p) + S / (algbw(a) · bw_factor(p))
+
+    ring      lat = (2(n−1) − m)·h_intra + m·h_net,  m = min(2N, 2(n−1)) inter-node steps (0 if N = 1)
+              algbw = min(B_intra, B_net) · n / (2(n−1))
+    tree      (N > 1) lat = 2((g−1)·h_intra + ⌈log2 N⌉·h_net);  algbw = 0.92 · ring algbw
+    nvls      (one NVSwitch node of Hopper/Blackwell, g ≥ 4, NVLink SHARP; Simple only)
+              lat = 0;  algbw = γ · B_intra · n / (2(n−1))
+    nvlstree  (N > 1 of such nodes: NVLS inside, a tree between nodes; Simple only)
+              lat = 2⌈log2 N⌉·h_net;  algbw = min(γ·B_intra·n/(2(n−1)), η·B_net·N/(2(N−1)))
     bw_factor: LL 0.5 (8-byte lines carry 4 bytes of data), LL128 0.92, Simple 1.0
-    α (µs per step): NVLink LL 0.6 / LL128 1.2 / Simple 4; PCIe 1 / 2 / 6; EFA 5 / 7 / 12;
-                     TCP 30 / 40 / 60;  base_lat: LL 4, LL128 6, Simple 8 µs (kernel launch)
 
-and the prior is ``min_{a,p} t(a, p)`` — NCCL picks the fastest predicted pair per size.  The
-ε are datasheet-to-achieved ratios of the kind NCCL's own tables hold (ε_nv 0.8, ε_pcie 0.5,
-ε_efa 0.85, ε_tcp 0.6): constants of the prior, not fitted.
+``base`` and ``h`` are NCCL's own latency tables (µs; ``BASE_LAT_US``, ``HW_LAT_US``: NVLink,
+PCIe and NET rows) times one fitted scale per link class; TCP has no row in NCCL's table and
+uses ``TCP_LAT_US``.  The prior is ``min_{a,p} t(a, p)`` — NCCL picks the fastest predicted
+pair per size.  Bandwidths of the hierarchical algorithm count the node's NICs once per node
+(``N`` in the factor), which is why 2-node NVLSTree bus bandwidths exceed the NIC rate.
+
+Fitting the prior (:func:`fit_prior`).  ``θ = (ε_nv, ε_pcie, ε_efa, γ, η, s_nv, s_pcie, s_net,
+s_base)`` minimise ``Σ_i w_i (ln t_prior,i − ln t_i)² + λ Σ_k (ln θ_k − ln θ⁰_k)²`` over the
+train sweeps (``w_i`` = 1/points of its sweep, so every sweep weighs the same), within physical
+bounds (ε ≤ 1).  The ridge keeps parameters that no train sweep informs (TCP has none: ε_tcp
+and its latencies stay at ``θ⁰``) at their NCCL/datasheet values.
 
 Learned correction (:class:`LearnedComm`).  XGBoost on ``y = ln(t_measured / t_prior)`` with
 features log2 size, nodes, GPUs per node, interconnect class, GPU generation, NCCL version band
 and ``ln t_prior``; trained on the train sweeps of ``planner/data/nccl_split.json`` only
-(:mod:`planner.nccl_corpus`), exported to plain trees (:class:`planner.models.opclass.Trees`).
-The published curves are one time per size (no per-iteration spread), so only the median is
-learned; p90 keeps the prior's ratio.
+(:mod:`planner.nccl_corpus`), plus curves users profiled on EC2, exported to plain trees
+(:class:`planner.models.opclass.Trees`).  p50 is the squared-error fit in log space (the number
+of trees chosen by cross-validation holding out whole sweeps); p90 is a second forest of the
+same size with the pinball loss at 0.9 (``reg:quantileerror``), floored at p50.  A published
+curve is one time per size, so p90 spreads across sweeps of similar topologies, not
+run-to-run noise of one cluster.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from planner.models.opclass import Trees
 
-EPS = {"nvlink": 0.8, "pcie": 0.5, "efa": 0.85, "tcp": 0.6}
 PCIE_GB_S = 20.0           # PCIe Gen4 x16 per direction; Gen3 boards (T4) sit at ~half, see ``pcie_gb_s``
+PCIE_GEN3 = ("Volta", "Turing")
 BW_FACTOR = {"LL": 0.5, "LL128": 0.92, "Simple": 1.0}
-ALPHA_US = {"nvlink": {"LL": 0.6, "LL128": 1.2, "Simple": 4.0}, "pcie": {"LL": 1.0, "LL128": 2.0, "Simple": 6.0},
-            "efa": {"LL": 5.0, "LL128": 7.0, "Simple": 12.0}, "tcp": {"LL": 30.0, "LL128": 40.0, "Simple": 60.0}}
-BASE_LAT_US = {"LL": 4.0, "LL128": 6.0, "Simple": 8.0}
-TCP_SOCKETS = 2
+PROTOCOLS = tuple(BW_FACTOR)
+# NCCL's tuner tables (src/graph/tuning.cc, 2.18–2.27): base latency per algorithm and protocol,
+# and per-hop latency per link class (µs).  NVLS/NVLSTree run the Simple protocol only.
+BASE_LAT_US = {"ring": {"LL": 6.6, "LL128": 14.0, "Simple": 8.4}, "tree": {"LL": 6.8, "LL128": 14.0, "Simple": 8.4},
+               "nvls": {"Simple": 25.0}, "nvlstree": {"Simple": 25.0}}
+HW_LAT_US = {"nvlink": {"ring": {"LL": 0.6, "LL128": 1.9, "Simple": 3.4}, "tree": {"LL": 0.6, "LL128": 1.25, "Simple": 4.0}},
+             "pcie": {"ring": {"LL": 1.0, "LL128": 2.5, "Simple": 5.7}, "tree": {"LL": 1.0, "LL128": 1.9, "Simple": 6.0}},
+             "efa": {"ring": {"LL": 2.7, "LL128": 4.0, "Simple": 14.0}, "tree": {"LL": 5.0, "LL128": 8.5, "Simple": 14.0}}}
+# NCCL has no TCP row (its NET row is for RDMA NICs); a kernel TCP hop through NCCL's proxy thread
+# costs tens of µs.  No train sweep runs over TCP, so these are not fitted.
+TCP_LAT_US = {"LL": 30.0, "LL128": 40.0, "Simple": 60.0}
+TCP_SOCKETS = 16                           # NCCL on an AWS ENA NIC: 2 threads × 8 sockets per peer
 TCP_FLOW_GBPS = {True: 10.0, False: 5.0}   # inside / outside a cluster placement group
 GENERATIONS = ("Volta", "Turing", "Ampere", "Ada", "Hopper", "Blackwell")
 INTERCONNECTS = ("nvlink", "pcie", "efa", "tcp")
 FEATURES = ("log2_size", "nodes", "gpus_per_node", "interconnect", "generation", "nccl_band", "log_prior_ms")
-P90_RATIO = 1.15
+P90_RATIO = 1.15           # p90/p50 of the bare prior (no correction fitted)
+
+
+@dataclass(frozen=True)
+class PriorParams:
+    """The prior's constants (module docstring): efficiencies ε, NVLS gain γ, NVLSTree share η of
+    the hierarchical bound, and scales of NCCL's latency tables.  Defaults are datasheet/NCCL
+    values; :func:`fit_prior` fits the ``FITTED`` ones on train sweeps."""
+
+    eps_nvlink: float = 0.8
+    eps_pcie: float = 0.5
+    eps_efa: float = 0.85
+    eps_tcp: float = 0.6
+    nvls_gain: float = 1.4
+    nvlstree_eff: float = 0.8
+    lat_nvlink: float = 1.0
+    lat_pcie: float = 1.0
+    lat_net: float = 1.0
+    lat_base: float = 1.0
+
+    FITTED = ("eps_nvlink", "eps_pcie", "eps_efa", "nvls_gain", "nvlstree_eff", "lat_nvlink", "lat_pcie",
+              "lat_net", "lat_base")
+    # (low, high) of each fitted parameter: an efficiency is at most 1; latency scales within 20×.
+    BOUNDS = {"eps_nvlink": (0.2, 1.0), "eps_pcie": (0.2, 1.0), "eps_efa": (0.2, 1.0), "nvls_gain": (1.0, 2.5),
+              "nvlstree_eff": (0.2, 1.0), "lat_nvlink": (0.25, 20.0), "lat_pcie": (0.25, 20.0),
+              "lat_net": (0.25, 20.0), "lat_base": (0.25, 20.0)}
+
+    def to_dict(self) -> dict[str, float]:
+        return {k: float(v) for k, v in dataclasses.asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, doc: Mapping[str, Any] | None) -> PriorParams:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: float(v) for k, v in (doc or {}).items() if k in names})
+
+
+DEFAULT_PARAMS = PriorParams()
 
 
 @dataclass(frozen=True)
@@ -73,6 +133,17 @@ class Topology:
     nccl_version: str = ""
     nvls_allowed: bool = True       # NCCL_NVLS_ENABLE=0 or a forced algorithm turns NVLS off
 
+    @classmethod
+    def from_cluster(cls, cluster: Any, nccl_version: str = "") -> Topology:
+        """The topology of a :class:`planner.hardware.Cluster` (what plans ask about): its GPU's
+        datasheet NVLink, EFA or TCP between nodes at the node's peak (burst) bandwidth."""
+        gpu = cluster.gpu
+        generation = gpu.architecture if gpu is not None else ""
+        net_gbps = float(cluster.peak_gbps or cluster.network_gbps or 0.0) if cluster.nodes > 1 else 0.0
+        return cls(cluster.gpus_per_node, cluster.nodes, generation, gpu.nvlink_gb_s if gpu is not None else 0.0,
+                   pcie_gb_s_of(generation), ("efa" if cluster.efa else "tcp") if cluster.nodes > 1 else "none",
+                   net_gbps, bool(cluster.placement_group), nccl_version)
+
     @property
     def ranks(self) -> int:
         return self.gpus_per_node * self.nodes
@@ -86,25 +157,32 @@ class Topology:
         """The class the ring's slowest hop belongs to (a feature of the correction)."""
         return self.net if self.nodes > 1 else self.intra
 
-    def intra_bw(self) -> float:
+    def intra_bw(self, params: PriorParams = DEFAULT_PARAMS) -> float:
         """Bytes/s per rank inside a node."""
         if self.gpus_per_node <= 1:
             return math.inf
         if self.nvlink_gb_s > 0:
-            return EPS["nvlink"] * self.nvlink_gb_s / 2 * 1e9
-        return EPS["pcie"] * self.pcie_gb_s * 1e9
+            return params.eps_nvlink * self.nvlink_gb_s / 2 * 1e9
+        return params.eps_pcie * self.pcie_gb_s * 1e9
 
-    def net_bw(self) -> float:
+    def net_bw(self, params: PriorParams = DEFAULT_PARAMS) -> float:
+        """Bytes/s of one node's network (all its NICs)."""
         if self.nodes <= 1:
             return math.inf
         if self.net == "efa":
-            return EPS["efa"] * self.net_gbps / 8 * 1e9
+            return params.eps_efa * self.net_gbps / 8 * 1e9
         flows = TCP_SOCKETS * TCP_FLOW_GBPS[self.placement_group]
-        return EPS["tcp"] * min(self.net_gbps, flows) / 8 * 1e9
+        return params.eps_tcp * min(self.net_gbps, flows) / 8 * 1e9
 
     def nvls(self) -> bool:
-        return (self.nvls_allowed and self.nodes == 1 and self.nvlink_gb_s > 0 and self.gpus_per_node >= 4
+        """NVLink SHARP: NVSwitch nodes of Hopper or later with at least 4 GPUs."""
+        return (self.nvls_allowed and self.nvlink_gb_s > 0 and self.gpus_per_node >= 4
                 and self.generation in ("Hopper", "Blackwell"))
+
+
+def pcie_gb_s_of(generation: str) -> float:
+    """PCIe per direction of the boards' generation: Gen3 x16 for Volta/Turing, Gen4 after."""
+    return PCIE_GB_S / 2 if generation in PCIE_GEN3 else PCIE_GB_S
 
 
 def nccl_band(version: str) -> float:
@@ -115,25 +193,54 @@ def nccl_band(version: str) -> float:
     return float(m.group(1)) + float(m.group(2)) / 100 if m else math.nan
 
 
-def prior_us(size_bytes: float, topo: Topology) -> tuple[float, str]:
-    """``(time µs, "algorithm/protocol")``: the fastest of NCCL's choices (module docstring)."""
-    n = topo.ranks
-    if n <= 1:
-        return 0.0, "none"
-    ring = min(topo.intra_bw(), topo.net_bw())
-    link = topo.net if topo.nodes > 1 else topo.intra
-    factor = n / (2 * (n - 1))
-    algos: list[tuple[str, float, float]] = [("ring", 2 * (n - 1), ring * factor)]
-    if topo.nodes > 1:
-        algos.append(("tree", 2 * (math.ceil(math.log2(topo.nodes)) + topo.gpus_per_node - 1), 0.9 * ring * factor))
+def _hop_us(link: str, algo: str, proto: str, params: PriorParams) -> float:
+    if link == "tcp":
+        return TCP_LAT_US[proto]
+    if link == "efa":
+        return HW_LAT_US["efa"][algo][proto] * params.lat_net
+    scale = params.lat_nvlink if link == "nvlink" else params.lat_pcie
+    return HW_LAT_US[link][algo][proto] * scale
+
+
+def _algorithms(topo: Topology, params: PriorParams) -> list[tuple[str, str, float, float]]:
+    """``(algorithm, protocol, latency µs, algbw bytes/s)`` of every choice NCCL has here."""
+    n, g, nodes = topo.ranks, topo.gpus_per_node, topo.nodes
+    intra, net = topo.intra_bw(params), topo.net_bw(params)
+    ring_bw = min(intra, net) * n / (2 * (n - 1))
+    inter_steps = min(2 * nodes, 2 * (n - 1)) if nodes > 1 else 0
+    log_nodes = math.ceil(math.log2(nodes)) if nodes > 1 else 0
+    out = []
+    for proto in PROTOCOLS:
+        base = params.lat_base * BASE_LAT_US["ring"][proto]
+        lat = ((2 * (n - 1) - inter_steps) * _hop_us(topo.intra, "ring", proto, params)
+               + inter_steps * _hop_us(topo.net, "ring", proto, params) if nodes > 1
+               else 2 * (n - 1) * _hop_us(topo.intra, "ring", proto, params))
+        out.append(("ring", proto, base + lat, ring_bw))
+        if nodes > 1:
+            lat = 2 * ((g - 1) * _hop_us(topo.intra, "tree", proto, params)
+                       + log_nodes * _hop_us(topo.net, "tree", proto, params))
+            out.append(("tree", proto, params.lat_base * BASE_LAT_US["tree"][proto] + lat, 0.92 * ring_bw))
     if topo.nvls():
-        algos.append(("nvls", 2, 1.4 * topo.intra_bw() * factor))
+        nvls_bw = params.nvls_gain * intra * g / (2 * (g - 1))
+        base = params.lat_base * BASE_LAT_US["nvls"]["Simple"]
+        if nodes == 1:
+            out.append(("nvls", "Simple", base, nvls_bw))
+        else:
+            hier = params.nvlstree_eff * net * nodes / (2 * (nodes - 1))
+            out.append(("nvlstree", "Simple", base + 2 * log_nodes * _hop_us(topo.net, "tree", "Simple", params),
+                        min(nvls_bw, hier)))
+    return out
+
+
+def prior_us(size_bytes: float, topo: Topology, params: PriorParams = DEFAULT_PARAMS) -> tuple[float, str]:
+    """``(time µs, "algorithm/protocol")``: the fastest of NCCL's choices (module docstring)."""
+    if topo.ranks <= 1:
+        return 0.0, "none"
     best = (math.inf, "")
-    for name, steps, algbw in algos:
-        for proto, bw_factor in BW_FACTOR.items():
-            t = BASE_LAT_US[proto] + steps * ALPHA_US[link][proto] + size_bytes / (algbw * bw_factor) * 1e6
-            if t < best[0]:
-                best = (t, f"{name}/{proto}")
+    for algo, proto, lat, algbw in _algorithms(topo, params):
+        t = lat + size_bytes / (algbw * BW_FACTOR[proto]) * 1e6
+        if t < best[0]:
+            best = (t, f"{algo}/{proto}")
     return best
 
 
@@ -144,6 +251,22 @@ def features(size_bytes: float, topo: Topology, prior: float) -> list[float]:
             nccl_band(topo.nccl_version), math.log(max(prior, 1e-3) / 1e3)]
 
 
+def near_key(topo: Topology) -> str:
+    """What "trained near this cluster" means: same interconnect class, nodes and GPUs per node."""
+    return f"{topo.interconnect}|{topo.nodes}|{topo.gpus_per_node}"
+
+
+@dataclass(frozen=True)
+class CommEstimate:
+    """One all-reduce: p50/p90 µs, the model that gave it, and the train points near its topology."""
+
+    p50_us: float
+    p90_us: float
+    source: str             # "learned" (prior × correction) or "prior" (no correction fitted)
+    near_points: int
+    choice: str = ""        # NCCL's algorithm/protocol under the prior
+
+
 @dataclass
 class LearnedComm:
     """Prior × ``exp(r(x))``, ``r`` clipped to ±ln 4; no trees = the prior."""
@@ -151,50 +274,94 @@ class LearnedComm:
     trees: Trees = field(default_factory=Trees)
     clip: float = math.log(4.0)
     meta: dict[str, Any] = field(default_factory=dict)
+    params: PriorParams = DEFAULT_PARAMS
+    trees_p90: Trees = field(default_factory=Trees)
+
+    def estimate(self, size_bytes: float, topo: Topology) -> CommEstimate:
+        prior, choice = prior_us(size_bytes, topo, self.params)
+        near = int(self.meta.get("near", {}).get(near_key(topo), 0))
+        if not self.trees.trees or prior <= 0:
+            return CommEstimate(prior, prior * P90_RATIO, "prior", near, choice)
+        x = features(size_bytes, topo, prior)
+        r50 = max(-self.clip, min(self.clip, self.trees(x)))
+        r90 = max(-self.clip, min(self.clip, self.trees_p90(x))) if self.trees_p90.trees else r50 + math.log(P90_RATIO)
+        return CommEstimate(prior * math.exp(r50), prior * math.exp(max(r50, r90)), "learned", near, choice)
 
     def predict_us(self, size_bytes: float, topo: Topology) -> tuple[float, float, str]:
         """``(p50 µs, p90 µs, source)`` with source ``"learned"`` or ``"prior"``."""
-        prior, _ = prior_us(size_bytes, topo)
-        if not self.trees.trees or prior <= 0:
-            return prior, prior * P90_RATIO, "prior"
-        r = max(-self.clip, min(self.clip, self.trees(features(size_bytes, topo, prior))))
-        t = prior * math.exp(r)
-        return t, t * P90_RATIO, "learned"
+        e = self.estimate(size_bytes, topo)
+        return e.p50_us, e.p90_us, e.source
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": "srifty-nccl-model", "version": 1, "features": list(FEATURES),
-                "trees": self.trees.to_dict(), "clip": self.clip, "meta": self.meta}
+        return {"format": "srifty-nccl-model", "version": 2, "features": list(FEATURES), "prior": self.params.to_dict(),
+                "trees": self.trees.to_dict(), "trees_p90": self.trees_p90.to_dict(), "clip": self.clip,
+                "meta": self.meta}
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> LearnedComm:
         if doc.get("format") != "srifty-nccl-model" or list(doc.get("features", ())) != list(FEATURES):
             raise ValueError("nccl model: not a srifty-nccl-model with these features; refit it")
-        return cls(Trees.from_dict(doc["trees"]), float(doc.get("clip", math.log(4.0))), dict(doc.get("meta", {})))
+        return cls(Trees.from_dict(doc["trees"]), float(doc.get("clip", math.log(4.0))), dict(doc.get("meta", {})),
+                   PriorParams.from_dict(doc.get("prior")), Trees.from_dict(doc.get("trees_p90") or {}))
 
 
 XGB_PARAMS = {"max_depth": 3, "eta": 0.1, "min_child_weight": 2.0, "lambda": 2.0, "objective": "reg:squarederror",
               "seed": 0}
+RIDGE = 0.05
 
 
-def fit(points: Sequence[tuple[float, Topology, float, str]], rounds: int = 150) -> LearnedComm:
+def _sweep_weights(groups: Sequence[str]) -> list[float]:
+    counts: dict[str, int] = {}
+    for g in groups:
+        counts[g] = counts.get(g, 0) + 1
+    return [1.0 / counts[g] for g in groups]
+
+
+def fit_prior(points: Sequence[tuple[float, Topology, float, str]], start: PriorParams = DEFAULT_PARAMS,
+              ridge: float = RIDGE) -> PriorParams:
+    """The prior's ``FITTED`` parameters by weighted least squares in log time (module docstring)."""
+    import numpy as np
+    from scipy.optimize import least_squares
+
+    names = PriorParams.FITTED
+    x0 = np.log([getattr(start, k) for k in names])
+    lo = np.log([PriorParams.BOUNDS[k][0] for k in names])
+    hi = np.log([PriorParams.BOUNDS[k][1] for k in names])
+    w = np.sqrt(_sweep_weights([p[3] for p in points]))
+
+    def params_of(z) -> PriorParams:
+        return dataclasses.replace(start, **{k: float(math.exp(v)) for k, v in zip(names, z, strict=True)})
+
+    def residuals(z):
+        params = params_of(z)
+        r = [math.log(prior_us(size, topo, params)[0] / t) for size, topo, t, _ in points]
+        return np.concatenate([w * np.asarray(r), math.sqrt(ridge) * (z - x0)])
+
+    sol = least_squares(residuals, np.clip(x0, lo, hi), bounds=(lo, hi), loss="soft_l1", f_scale=0.3)
+    return params_of(sol.x)
+
+
+def fit(points: Sequence[tuple[float, Topology, float, str]], rounds: int = 150,
+        params: PriorParams | None = None) -> LearnedComm:
     """``points``: ``(size bytes, topology, measured µs, sweep id)`` of train sweeps only.
 
-    The number of trees is chosen by cross-validation holding out whole sweeps."""
-    import json
-
+    The prior is fitted first (:func:`fit_prior`, unless ``params`` are given), then the
+    correction; its number of trees is chosen by cross-validation holding out whole sweeps."""
     import numpy as np
     import xgboost as xgb
 
-    x, y, groups = [], [], []
+    points = [p for p in points if p[2] > 0 and p[1].ranks > 1]
+    params = params or (fit_prior(points) if points else DEFAULT_PARAMS)
+    x, y, groups, near = [], [], [], {}
     for size, topo, t, sweep in points:
-        prior, _ = prior_us(size, topo)
-        if prior <= 0 or t <= 0:
-            continue
+        prior, _ = prior_us(size, topo, params)
         x.append(features(size, topo, prior))
         y.append(math.log(t / prior))
         groups.append(sweep)
+        near[near_key(topo)] = near.get(near_key(topo), 0) + 1
+    meta: dict[str, Any] = {"points": len(x), "sweeps": sorted(set(groups)), "near": near}
     if len(x) < 20 or len(set(groups)) < 3:
-        return LearnedComm(meta={"points": len(x), "trees": 0})
+        return LearnedComm(params=params, meta={**meta, "trees": 0})
     xa, ya = np.asarray(x, dtype=float), np.asarray(y)
     dall = xgb.DMatrix(xa, label=ya, feature_names=list(FEATURES))
     sweeps = sorted(set(groups))
@@ -202,9 +369,45 @@ def fit(points: Sequence[tuple[float, Topology, float, str]], rounds: int = 150)
                                                                                   if g == s])) for s in sweeps]
     cv = xgb.cv(XGB_PARAMS, dall, num_boost_round=rounds, folds=folds, metrics="rmse", seed=0)
     best = int(np.argmin(cv["test-rmse-mean"].to_numpy())) + 1
-    booster = xgb.train(XGB_PARAMS, dall, num_boost_round=best)
+    trees = _export(xgb.train(XGB_PARAMS, dall, num_boost_round=best), xa)
+    q90 = {**XGB_PARAMS, "objective": "reg:quantileerror", "quantile_alpha": 0.9}
+    trees_p90 = _export(xgb.train(q90, dall, num_boost_round=best), xa)
+    return LearnedComm(trees, params=params, trees_p90=trees_p90, meta={**meta, "trees": best})
+
+
+def _export(booster: Any, xa: Any) -> Trees:
+    """Plain-Python trees of ``booster``, checked against xgboost's own predictions."""
+    import json
+
+    import numpy as np
+    import xgboost as xgb
+
     trees = Trees.from_xgboost_json(json.loads(booster.save_raw("json")))
     check = booster.predict(xgb.DMatrix(xa[:5], feature_names=list(FEATURES)))
     if not np.allclose(check, [trees(row) for row in xa[:5].tolist()], atol=1e-4):
         raise RuntimeError("nccl model: exported trees disagree with xgboost")
-    return LearnedComm(trees, meta={"points": len(x), "sweeps": sweeps, "trees": best})
+    return trees
+
+
+SHIPPED_MODEL = Path(__file__).resolve().parents[1] / "data" / "nccl-model.json"
+_loaded: dict[tuple[str, float], LearnedComm] = {}
+
+
+def load_model(path: Any = None) -> LearnedComm:
+    """The model stored at ``path`` (default: the shipped ``planner/data/nccl-model.json``),
+    cached by path and modification time, so a refit is picked up by the next plan; the bare
+    prior when the file is missing."""
+    path = Path(path or SHIPPED_MODEL)
+    try:
+        key = (str(path), path.stat().st_mtime)
+    except OSError:
+        return LearnedComm()
+    if key not in _loaded:
+        import json
+
+        _loaded[key] = LearnedComm.from_dict(json.loads(path.read_text()))
+    return _loaded[key]
+
+
+def shipped_model() -> LearnedComm:
+    return load_model(SHIPPED_MODEL)

@@ -126,7 +126,7 @@ class Command(BaseCommand):
             wl = service.workload(o["model"], shape, o["precision"], allow_code=True)  # the operator's command
         except service.PlanInputError as exc:
             raise CommandError(str(exc)) from exc
-        oracle = Oracle(wl, service.transfer_model(), service.gpu_specs(), samples=o["samples"])
+        oracle = Oracle(wl, service.transfer_model(), service.gpu_specs(), service.comm_model(), samples=o["samples"])
         gpus = int(t.gpu_count)
         batch = o["per_worker_batch"] or max(1, oracle.max_batch(t.accelerator.name) // 2)
         cand = Candidate(t.name, family_of(t.name), "", "on-demand", None, 0.0, gpus, t.accelerator.name, t.vcpus,
@@ -136,9 +136,11 @@ class Command(BaseCommand):
             raise CommandError(f"batch {batch} does not fit on {t.accelerator.name} "
                                f"(max {oracle.max_batch(t.accelerator.name)} per GPU)")
         phases = oracle.phases(t.accelerator.name, batch)
+        comm = oracle.comm_source(((cand, o["nodes"]),))
         return {"target": f"{o['nodes']}x {t.name} ({o['nodes'] * gpus} GPUs)", "source": phases.source,
                 "per_worker_batch": batch, "iteration_ms_p50": est.iter_time_s * 1e3,
                 "iteration_ms_p90": est.iter_time_p90_s * 1e3, "throughput_samples_s": est.throughput_sps,
                 "bottleneck": est.bottleneck, "phases_ms": {"forward": phases.forward, "backward": phases.backward,
                                                             "optimizer": phases.optimizer},
-                "max_batch_per_gpu": oracle.max_batch(t.accelerator.name)}
+                "max_batch_per_gpu": oracle.max_batch(t.accelerator.name),
+                "comm": {"source": comm.source, "near_points": comm.near_points, "detail": comm.detail}}
