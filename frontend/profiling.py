@@ -24,7 +24,8 @@ MODEL_CHOICES = [
 ]  # fmt: skip
 DEFAULTS = {"kind": "compute", "model_spec": "torchvision:resnet18", "input_shape": "3,32,32",
             "batch_sizes": "auto", "device": "cpu", "precision": "fp32", "iters": 5, "max_memory": "2GB",
-            "world_size": 2, "backend": "gloo", "sizes": "1KB..16MB", "provider": "local", "market": "on-demand"}
+            "world_size": 2, "backend": "gloo", "sizes": "1KB..16MB", "nodes": "", "provider": "local",
+            "market": "on-demand"}
 
 
 def _visible_runs(request: HttpRequest):
@@ -42,6 +43,9 @@ def runs(request: HttpRequest) -> HttpResponse:
         if data.get("kind") == "comm":
             data.pop("model_spec", None)
             data.pop("input_shape", None)
+        if data.get("nodes"):  # a cluster: every GPU of every node, over NCCL (the serializer fills them in)
+            data.pop("world_size", None)
+            data.pop("backend", None)
         checked = ProfilingRunSerializer(data=data)
         if checked.is_valid():
             actions.check_may_start(request.user, checked.validated_data.get("provider", Provider.LOCAL))

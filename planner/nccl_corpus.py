@@ -20,12 +20,13 @@ import csv
 import hashlib
 import json
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from planner.corpus import BOARD_TO_CHIP
 from planner.hardware import GpuSpec, load_gpu_specs
-from planner.models.nccl import Topology
+from planner.models.nccl import Topology, pcie_gb_s_of
 from planner.models.transfer import SUPPLEMENTARY_SPECS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,8 +37,6 @@ SPLIT_FILE = ROOT / "planner/data/nccl_split.json"
 NCCL_SPLIT_SEED = 19
 GPU_NAMES = {**BOARD_TO_CHIP, "T4": "T4", "A10G": "A10G", "B200": "B200",
              "A100 (SXM/NVLink3; 40 vs 80 GB not stated)": "A100"}
-# PCIe per direction of the boards' generation: Gen3 x16 for Volta/Turing, Gen4 after.
-PCIE_GB_S = {"Volta": 10.0, "Turing": 10.0}
 
 
 @dataclass(frozen=True)
@@ -48,6 +47,29 @@ class Point:
     size_bytes: float
     topology: Topology
     measured_us: float
+
+
+USER_SWEEP_PREFIX = "user|"  # curves users measured (planner.app.comm_training): train data, never validation
+
+
+def spec_for(gpu: str, specs: dict[str, GpuSpec]) -> GpuSpec | None:
+    """The datasheet row of a GPU named as the corpus or the catalog names it."""
+    name = GPU_NAMES.get(gpu, gpu)
+    return specs.get(name) or SUPPLEMENTARY_SPECS.get(name)
+
+
+def network_gbps(peak: object, baseline: object) -> float:
+    """What a topology counts for the instance's network: the peak where known, else the baseline."""
+    return float(peak or baseline or 0.0)
+
+
+def topology_for(spec: GpuSpec, gpus_per_node: int, nodes: int, *, efa: bool, net_gbps: float,
+                 nccl_version: str, nvls_allowed: bool = True) -> Topology:
+    """``nodes`` × ``gpus_per_node`` GPUs of ``spec``, over EFA (``efa``) or TCP between nodes, in
+    a cluster placement group: the one construction the corpus rows and users' curves share."""
+    kind = "none" if nodes == 1 else "efa" if efa else "tcp"
+    return Topology(gpus_per_node, nodes, spec.architecture, spec.nvlink_gb_s, pcie_gb_s_of(spec.architecture),
+                    kind, net_gbps, True, nccl_version, nvls_allowed=nvls_allowed)
 
 
 def _network() -> dict[str, dict]:
@@ -66,19 +88,16 @@ def load_points(path: Path = CSV, specs: dict[str, GpuSpec] | None = None) -> li
     out = []
     with open(path, newline="") as fh:
         for i, r in enumerate(csv.DictReader(fh)):
-            name = GPU_NAMES.get(r["gpu"], r["gpu"])
-            spec = specs.get(name) or SUPPLEMENTARY_SPECS.get(name)
+            spec = spec_for(r["gpu"], specs)
             if spec is None:
                 continue
             g, n_nodes = int(r["gpus_per_node"]), int(r["nodes"])
             text = r["interconnect"]
-            kind = "none" if n_nodes == 1 else "efa" if "EFA" in text else "tcp"
             row_net = net.get(r["instance_type"], {})
-            gbps = float(row_net.get("PeakBandwidthGbps") or row_net.get("BaselineBandwidthGbps") or 0.0)
+            gbps = network_gbps(row_net.get("PeakBandwidthGbps"), row_net.get("BaselineBandwidthGbps"))
             nvls_off = "NVLS_ENABLE=0" in text or "(forced)" in text and "nvls" not in text.lower()
-            topo = Topology(g, n_nodes, spec.architecture, spec.nvlink_gb_s,
-                            PCIE_GB_S.get(spec.architecture, 20.0), kind, gbps, True, r["nccl_version"],
-                            nvls_allowed=not nvls_off)
+            topo = topology_for(spec, g, n_nodes, efa="EFA" in text, net_gbps=gbps, nccl_version=r["nccl_version"],
+                                nvls_allowed=not nvls_off)
             t = _measured_us(r, topo.ranks)
             if t:
                 out.append(Point(i, sweep_id(r), r["instance_type"] or r["gpu"], float(r["size_bytes"]), topo, t))
@@ -114,9 +133,10 @@ def load_split(path: Path = SPLIT_FILE) -> dict:
 
 
 def train_points(points: list[Point], split: dict) -> list[Point]:
-    """The points a fit may see; raises ``ValueError`` on a validation or unknown sweep."""
+    """The points a fit may see: train sweeps and users' curves (``user|…``); raises
+    ``ValueError`` on a validation or unknown sweep."""
     train = set(split["train_sweeps"])
-    bad = sorted({p.sweep for p in points if p.sweep not in train})
+    bad = sorted({p.sweep for p in points if p.sweep not in train and not p.sweep.startswith(USER_SWEEP_PREFIX)})
     if bad:
         raise ValueError(f"sweeps {bad} are not train sweeps of the NCCL split")
     return points
@@ -125,15 +145,21 @@ def train_points(points: list[Point], split: dict) -> list[Point]:
 NCCL_MODEL_FILE = ROOT / "planner/data/nccl-model.json"
 
 
-def calibrate(split: dict | None = None):
-    """Fit the correction on the train sweeps; returns the :class:`LearnedComm`."""
+def calibrate(split: dict | None = None, extra_points: Sequence[Point] = ()):
+    """Fit the correction on the train sweeps plus ``extra_points`` (users' curves, sweep ids
+    ``user|…``); returns the :class:`LearnedComm`, its meta counting the user points."""
     from planner.models import nccl
 
     split = split or load_split()
     if split["csv_sha256"] != digest():
         raise ValueError("the NCCL corpus changed since the split was written; re-split deliberately")
-    points = train_points([p for p in load_points() if p.sweep in set(split["train_sweeps"])], split)
+    extra = list(extra_points)
+    if any(not p.sweep.startswith(USER_SWEEP_PREFIX) for p in extra):
+        raise ValueError(f"extra points must be users' curves (sweep ids starting {USER_SWEEP_PREFIX!r})")
+    published = [p for p in load_points() if p.sweep in set(split["train_sweeps"])]
+    points = train_points(published + extra, split)
     model = nccl.fit([(p.size_bytes, p.topology, p.measured_us, p.sweep) for p in points])
     model.meta.update({"split_seed": split["seed"], "csv_sha256": split["csv_sha256"],
-                       "made_by": "manage.py calibrate_comm"})
+                       "made_by": "manage.py calibrate_comm", "user_points": len(extra),
+                       "user_sweeps": sorted({p.sweep for p in extra})})
     return model

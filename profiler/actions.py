@@ -17,6 +17,7 @@ from django.utils import timezone
 from profiler.models import (
     FINISHED,
     BucketSample,
+    CommCurvePoint,
     CommSample,
     ComputeSample,
     ProfilingRun,
@@ -123,6 +124,17 @@ def mark_starting(run: ProfilingRun, *, pid: int | None = None, instance_ids: li
         broadcast(run, status_message(run))
 
 
+def record_node_ips(run: ProfilingRun, ips: dict[str, str]) -> ProfilingRun:
+    """Remember the private IPs of a cluster's nodes (the rendezvous hands out rank 0's)."""
+    with transaction.atomic():
+        run = ProfilingRun.objects.select_for_update().get(pk=run.pk)
+        known = {i: ip for i, ip in ips.items() if i in run.instance_ids and ip}
+        if known and any(run.node_ips.get(i) != ip for i, ip in known.items()):
+            run.node_ips = {**run.node_ips, **known}
+            run.save(update_fields=["node_ips"])
+    return run
+
+
 def fail_run(run: ProfilingRun, error: str) -> ProfilingRun:
     return _finish(run, RunStatus.FAILED, error=error)
 
@@ -159,16 +171,51 @@ def complete_run(run: ProfilingRun, profile: dict) -> ProfilingRun:
         if run.finished:
             raise RunClosed(f"run {run.pk} is {run.status}")
         _store_samples(run, profile)
+        curve = store_comm_curve(run, profile)
         run.profile = profile
         run.progress = 1.0
         run.phase = "done"
         run.save(update_fields=["profile", "progress", "phase"])
         _finish(run, RunStatus.SUCCEEDED)
         run.refresh_from_db()
-    from profiler.tasks import stop_run_task
+    from profiler.tasks import refit_comm_model_task, stop_run_task
 
     transaction.on_commit(lambda: stop_run_task.enqueue(run.pk))  # e.g. terminate the EC2 VM now
+    if curve:  # new training data: refit the comm model (in the background, it takes seconds)
+        transaction.on_commit(lambda: refit_comm_model_task.enqueue())
     return run
+
+
+def store_comm_curve(run: ProfilingRun, profile: dict) -> int:
+    """Keep an NCCL curve measured on EC2 GPUs as training data of the comm model
+    (``CommCurvePoint``, read by ``planner.app.comm_training``); returns the points stored.
+
+    Only curves whose topology is known count: an EC2 run of a catalog GPU type, NCCL on CUDA.
+    A local curve (which machine? which network?) or a gloo one trains nothing."""
+    from catalog.models import InstanceType
+    from profiler import cluster
+
+    run.curve_points.all().delete()  # a result replaces an earlier one of the same run
+    if (run.kind != RunKind.COMM or run.provider != Provider.EC2 or profile.get("backend") != "nccl"
+            or (profile.get("device") or {}).get("type") != "cuda"):
+        return 0
+    itype = InstanceType.objects.select_related("accelerator").filter(name=run.instance_type).first()
+    if itype is None or not cluster.gpus_per_node(itype):
+        log.warning("run %s: %s is not a GPU type of the catalog; its curve trains nothing", run.pk,
+                    run.instance_type)
+        return 0
+    common = {
+        "run": run, "instance_type": itype.name, "nodes": int(profile["nodes"]),
+        "gpus_per_node": int(profile["ranks_per_node"]), "gpu": itype.accelerator.name,
+        "device_name": str(profile["device"].get("name") or "")[:128],
+        "network": cluster.network_of(run, itype),
+        "nccl_version": str((profile.get("environment") or {}).get("nccl") or "")[:32],
+    }  # fmt: skip
+    points = [CommCurvePoint(size_bytes=s["size_bytes"], median_us=s["median_ms"] * 1000.0,
+                             p90_us=s["p90_ms"] * 1000.0, **common)
+              for s in profile["samples"] if s["median_ms"] > 0]  # fmt: skip
+    CommCurvePoint.objects.bulk_create(points)
+    return len(points)
 
 
 # --- agent events -------------------------------------------------------------------------
@@ -246,6 +293,8 @@ def check_profile(run: ProfilingRun, profile) -> None:
     _check_ranges_and_keys(profile)
     if profile.get("kind") != run.kind:
         raise BadProfile(f"profile kind {profile.get('kind')!r} does not match run kind {run.kind!r}")
+    if run.kind == RunKind.COMM and run.is_cluster:
+        _check_cluster_profile(run, profile)
     if run.kind == RunKind.COMPUTE and profile["model"]["spec"] != run.model_spec:
         raise BadProfile(f"model.spec: the profile is of {profile['model']['spec']!r}, this run profiles "
                          f"{run.model_spec!r}")
@@ -263,6 +312,13 @@ def check_profile(run: ProfilingRun, profile) -> None:
                 for v in values:
                     if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or v > 3.6e6:
                         raise BadProfile(f"samples[{i}].{where}.{key}: {v!r} is not a time in ms (0..1 h)")
+
+
+def _check_cluster_profile(run: ProfilingRun, profile: dict) -> None:
+    """A cluster's curves become training data under the run's topology: they must be of it."""
+    for key, wanted in (("nodes", run.nodes), ("world_size", run.world_size), ("backend", run.backend)):
+        if profile.get(key) != wanted:
+            raise BadProfile(f"{key}: the profile says {profile.get(key)!r}, this run is {wanted!r}")
 
 
 def _check_ranges_and_keys(profile: dict) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import transaction
 from django.http import HttpResponse
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, PermissionDenied
@@ -20,7 +20,7 @@ from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
-from profiler import actions
+from profiler import actions, cluster
 from profiler.auth import AgentTokenAuthentication, IsAgentForThisRun
 from profiler.models import ProfilingRun, Provider, RunEvent
 from profiler.serializers import AgentEventSerializer, ProfilingRunDetailSerializer, ProfilingRunSerializer
@@ -134,6 +134,24 @@ class AgentEventView(APIView):
             return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
         return Response({"seq": event["seq"], "duplicate": not created},
                         status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+
+class RendezvousView(APIView):
+    """Master discovery for the nodes of a comm cluster (Bearer run token): 200 go (rank 0's
+    private IP, this node's rank), 202 wait, 4xx stop; 401 once the run has ended."""
+
+    authentication_classes = [AgentTokenAuthentication]
+    permission_classes = [IsAgentForThisRun]
+    throttle_classes = [ScopedRateThrottle]
+    throttle_scope = "agent"
+
+    @extend_schema(parameters=[OpenApiParameter("instance_id", str, required=True)],
+                   responses={200: OpenApiResponse(description='{"master_addr", "node_rank", "nnodes"}'),
+                              202: None, 400: None, 403: None, 404: None, 410: None})  # fmt: skip
+    def get(self, request, pk: int):
+        run = ProfilingRun.objects.get(pk=request.user.run.pk)
+        code, body = cluster.rendezvous(run, request.query_params.get("instance_id", "").strip())
+        return Response(body, status=code)
 
 
 @cache

@@ -25,7 +25,8 @@ Safety rules every launch follows:
 
 What moto (5.2) emulates and what it does not, as far as this module goes: it honours tags on
 instances and volumes, user-data, shutdown behaviour, spot market options (``InstanceLifecycle``)
-and launch templates; it ignores ``ClientToken`` and ``Placement.GroupName``, does not implement
+and launch templates; it ignores ``ClientToken``, ``Placement.GroupName`` and an interface's
+``InterfaceType`` (EFA interfaces come back as plain ones), does not implement
 placement-group calls, does not apply a template's shutdown behaviour or volume tags (``launch_
 from_template`` passes both explicitly, so that does not matter), never links a spot instance to a
 spot request and never interrupts one, and accepts any instance type or AMI unless
@@ -51,8 +52,9 @@ from profiler.userdata import check_size, with_time_limit
 
 __all__ = [
     "AwsError", "INSTALL_TAG", "InstanceState", "LaunchSpec", "MANAGED_TAG", "console_output", "create_launch_template",
-    "create_placement_group", "default_image", "delete_launch_template", "delete_placement_group",
-    "describe", "find_managed", "launch", "launch_from_template", "spot_interruption_notices", "terminate",
+    "create_placement_group", "default_image", "default_subnets", "delete_launch_template", "delete_placement_group",
+    "describe", "efa_network_interfaces", "find_managed", "launch", "launch_from_template",
+    "spot_interruption_notices", "terminate",
 ]  # fmt: skip
 
 log = logging.getLogger(__name__)
@@ -180,11 +182,14 @@ class LaunchSpec:
     placement_group: str | None = None
     client_token: str | None = None  # same token = same launch, however often it is retried
     spot_max_price: str | Decimal | None = None  # USD/hour; None: capped at the on-demand price
+    efa_interfaces: int = 0  # EFA interfaces, one per network card (0: EC2's default ENA interface)
 
     def __post_init__(self) -> None:
         if self.market not in MARKETS:
             raise ValueError(f"market must be one of {MARKETS}, not {self.market!r}")
         _check_count("count", self.count)
+        if isinstance(self.efa_interfaces, bool) or not isinstance(self.efa_interfaces, int) or self.efa_interfaces < 0:
+            raise ValueError(f"efa_interfaces must be an int >= 0, not {self.efa_interfaces!r}")
         _check_count("max_minutes", self.max_minutes)
         _check_token(self.client_token)
         if self.spot_max_price is not None and self.market != "spot":
@@ -297,6 +302,26 @@ def _ids(resp: dict) -> list[str]:
     return [i["InstanceId"] for i in items]
 
 
+def efa_network_interfaces(spec: LaunchSpec) -> list[dict]:
+    """``spec.efa_interfaces`` EFA interfaces, one per network card, as AWS documents for p4d/p5:
+    card 0 carries the primary interface (device index 0), every other card one at device
+    index 1. Subnet and security groups must then be given per interface (EC2 refuses them at
+    the top level next to ``NetworkInterfaces``); all interfaces share one subnet. EC2 assigns
+    no public IP to an instance with several interfaces: its subnet needs a route (NAT) to the
+    Srifty server. The security group must allow all traffic to and from itself (EFA's rule;
+    the default VPC group does)."""
+    out = []
+    for card in range(spec.efa_interfaces):
+        nic: dict = {"NetworkCardIndex": card, "DeviceIndex": 0 if card == 0 else 1, "InterfaceType": "efa",
+                     "DeleteOnTermination": True}  # fmt: skip
+        if spec.subnet_id:
+            nic["SubnetId"] = spec.subnet_id
+        if spec.security_group_ids:
+            nic["Groups"] = list(spec.security_group_ids)
+        out.append(nic)
+    return out
+
+
 def launch(spec: LaunchSpec) -> list[str]:
     """Start ``spec.count`` instances (all or none); returns their IDs in launch-index order.
 
@@ -321,10 +346,13 @@ def launch(spec: LaunchSpec) -> list[str]:
     }
     if spec.client_token:
         params["ClientToken"] = spec.client_token
-    if spec.subnet_id:
-        params["SubnetId"] = spec.subnet_id
-    if spec.security_group_ids:
-        params["SecurityGroupIds"] = list(spec.security_group_ids)
+    if spec.efa_interfaces:
+        params["NetworkInterfaces"] = efa_network_interfaces(spec)  # subnet and groups go inside
+    else:
+        if spec.subnet_id:
+            params["SubnetId"] = spec.subnet_id
+        if spec.security_group_ids:
+            params["SecurityGroupIds"] = list(spec.security_group_ids)
     if spec.key_name:
         params["KeyName"] = spec.key_name
     if spec.iam_instance_profile:
@@ -445,6 +473,15 @@ def launch_from_template(
         return _ids(resp)
     assert last is not None
     raise last
+
+
+def default_subnets(region: str) -> dict[str, str]:
+    """The default VPC's subnet of each zone, by zone id (``use1-az2`` -> ``subnet-...``)."""
+    resp = _call(
+        "ec2.describe_subnets", client("ec2", region).describe_subnets,
+        Filters=[{"Name": "default-for-az", "Values": ["true"]}],
+    )  # fmt: skip
+    return {s.get("AvailabilityZoneId") or s["AvailabilityZone"]: s["SubnetId"] for s in resp.get("Subnets", [])}
 
 
 # --- Placement groups -------------------------------------------------------------------------

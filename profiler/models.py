@@ -56,6 +56,9 @@ class ProfilingRun(ScopedTokenMixin, models.Model):
     world_size = models.PositiveIntegerField(default=2)
     backend = models.CharField(max_length=8, default="gloo")
     sizes = models.CharField(max_length=32, blank=True, help_text="message sizes, e.g. 1KB..16MB")
+    nodes = models.PositiveIntegerField(
+        null=True, blank=True, help_text="EC2 comm cluster: N >= 2 nodes in one placement group; empty: one VM"
+    )
     # Where
     provider = models.CharField(max_length=8, choices=Provider.choices, default=Provider.LOCAL)
     instance_type = models.CharField(max_length=64, blank=True)
@@ -73,6 +76,7 @@ class ProfilingRun(ScopedTokenMixin, models.Model):
     # Execution handles
     pid = models.PositiveIntegerField(null=True, blank=True)
     instance_ids = models.JSONField(default=list, blank=True)
+    node_ips = models.JSONField(default=dict, blank=True, help_text="instance id -> private IP (cluster rendezvous)")
     launch_token = models.CharField(max_length=64, blank=True, help_text="EC2 ClientToken: no duplicate launch")
     # Agent credentials: only the SHA-256 of the token is stored.
     token_hash = models.CharField(max_length=64, blank=True, db_index=True)
@@ -99,6 +103,17 @@ class ProfilingRun(ScopedTokenMixin, models.Model):
     @property
     def group_name(self) -> str:
         return f"profiling-run-{self.pk}"
+
+    @property
+    def is_cluster(self) -> bool:
+        """A comm run over several EC2 nodes (one placement group, NCCL across them)."""
+        return (self.nodes or 1) > 1
+
+    @property
+    def placement_group(self) -> str:
+        """The cluster's placement group; derived, not stored, so a start that died between
+        creating it and recording anything still leaves a name that ``stop`` can delete."""
+        return f"srifty-run-{self.pk}" if self.is_cluster else ""
 
     def token_expiry(self):
         """An agent's token dies at the run's hard deadline (or earlier, when the run ends)."""
@@ -175,3 +190,31 @@ class RunEvent(models.Model):
     class Meta:
         ordering = ["seq"]
         constraints = [models.UniqueConstraint(fields=["run", "seq"], name="uniq_run_event_seq")]
+
+
+class CommCurvePoint(models.Model):
+    """One point of an NCCL all-reduce curve measured on EC2: training data of the comm model.
+
+    ``planner.app.comm_training`` turns these into corpus points (topology from the catalog row
+    and the GPU spec) next to the published sweeps and refits the correction on them.
+    """
+
+    run = models.ForeignKey(ProfilingRun, on_delete=models.CASCADE, related_name="curve_points")
+    instance_type = models.CharField(max_length=64)
+    nodes = models.PositiveIntegerField()
+    gpus_per_node = models.PositiveIntegerField()
+    gpu = models.CharField(max_length=64, help_text="the catalog's accelerator name, e.g. A100")
+    device_name = models.CharField(max_length=128, blank=True, help_text="what CUDA called it")
+    network = models.CharField(max_length=8, help_text="efa | tcp | none (one node)")
+    nccl_version = models.CharField(max_length=32, blank=True)
+    size_bytes = models.BigIntegerField()
+    median_us = models.FloatField()
+    p90_us = models.FloatField()
+    measured_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["run", "size_bytes"]
+        constraints = [models.UniqueConstraint(fields=["run", "size_bytes"], name="uniq_comm_curve_point")]
+
+    def __str__(self) -> str:
+        return f"{self.nodes}x {self.instance_type} {self.size_bytes} B: {self.median_us:.1f} us"

@@ -39,6 +39,8 @@ def agent_args(run: ProfilingRun, out: str) -> list[str]:
             args += ["--max-memory", run.max_memory]
     else:
         args = ["comm", "--world-size", str(run.world_size), "--backend", run.backend]
+        if run.is_cluster:  # node rank and master address are added on each node (rendezvous)
+            args += ["--nnodes", str(run.nodes)]
         if run.sizes:
             args += ["--sizes", run.sizes]
     return [*args, "--out", out]
@@ -96,6 +98,9 @@ class LocalProvider:
         if not _is_our_agent(run.pid, self.paths(run)[0]):
             return Poll(False, "agent process exited")
         return Poll(True)
+
+    def cleanup(self, run: ProfilingRun) -> bool:
+        return True  # nothing outlives a local agent
 
     def stop(self, run: ProfilingRun, grace_s: float = 5.0) -> None:
         if not run.pid or not _is_our_agent(run.pid, self.paths(run)[0]):
@@ -165,6 +170,8 @@ class EC2Provider:
         from profiler import ec2, userdata
 
         minutes = max(1, int((run.deadline_at - timezone.now()).total_seconds() // 60))
+        if run.is_cluster:
+            return self.start_cluster(run, token, minutes)
         script = userdata.profiling_user_data(
             server_url=settings.SITE_URL, run_id=run.pk, token=token,
             agent_args=agent_args(run, "/tmp/srifty-profile.json"), max_minutes=minutes,
@@ -176,15 +183,43 @@ class EC2Provider:
         )  # fmt: skip
         return ec2.launch(spec)
 
+    def start_cluster(self, run: ProfilingRun, token: str, minutes: int) -> list[str]:
+        """N nodes in one cluster placement group, EFA where the type has it (``profiler.cluster``).
+        The group is created first and named after the run, so ``stop`` deletes it whatever
+        happens after this line."""
+        from catalog.models import InstanceType
+        from profiler import cluster, ec2, userdata
+
+        itype = InstanceType.objects.select_related("accelerator").get(name=run.instance_type)
+        ec2.create_placement_group(run.region, run.placement_group)
+        script = userdata.comm_cluster_user_data(
+            server_url=settings.SITE_URL, run_id=run.pk, token=token, nnodes=run.nodes,
+            gpus_per_node=cluster.gpus_per_node(itype), agent_args=agent_args(run, "/tmp/srifty-profile.json"),
+            max_minutes=minutes, env=cluster.nccl_env(itype),
+        )  # fmt: skip
+        spec = ec2.LaunchSpec(
+            region=run.region, instance_type=run.instance_type, count=run.nodes, market=run.market,
+            user_data=script, max_minutes=minutes, client_token=self.launch_key(run),
+            tags={"srifty:run-id": str(run.pk), "Name": f"srifty-profile-{run.pk}"},
+            image_id=ec2.default_image(run.region, itype.arch), placement_group=run.placement_group,
+            efa_interfaces=cluster.efa_interfaces(itype), subnet_id=cluster.subnet_for(run),
+            security_group_ids=tuple(getattr(settings, "JOB_SECURITY_GROUP_IDS", ()) or ()),
+            key_name=getattr(settings, "JOB_KEY_NAME", None) or None,
+        )  # fmt: skip
+        return ec2.launch(spec)
+
     def poll(self, run: ProfilingRun) -> Poll:
+        """Alive while the instance runs; a cluster only while every node does (one lost node
+        stalls NCCL on all the others until its timeout, at the price of all of them)."""
         from profiler import ec2
 
         if not run.instance_ids:
             return Poll(False, "no instance was launched")
         states = ec2.describe(run.region, run.instance_ids)
         live = [s for s in states if s.state in ("pending", "running")]
-        if not live:
-            return Poll(False, "instance stopped: " + ", ".join(f"{s.id} {s.state}" for s in states))
+        gone = [s for s in states if s.state not in ("pending", "running")]
+        if not live or (run.is_cluster and gone):
+            return Poll(False, "instance stopped: " + ", ".join(f"{s.id} {s.state}" for s in gone or states))
         return Poll(True)
 
     def stop(self, run: ProfilingRun) -> None:
@@ -197,6 +232,19 @@ class EC2Provider:
             ids |= {s.id for s in ec2.find_managed(run.region, {"srifty:run-id": str(run.pk)})}
         if ids:
             ec2.terminate(run.region, sorted(ids))
+
+    def cleanup(self, run: ProfilingRun) -> bool:
+        """Delete the cluster's placement group; False while terminating nodes still hold it."""
+        from profiler import ec2
+
+        if not run.placement_group or not run.region:
+            return True
+        try:
+            ec2.delete_placement_group(run.region, run.placement_group)
+        except ec2.AwsError as exc:
+            log.info("placement group %s not deleted yet: %s", run.placement_group, exc)
+            return False
+        return True
 
     def result_file(self, run: ProfilingRun) -> dict | None:
         return None

@@ -71,7 +71,7 @@ class CommSampleSerializer(ModelSerializer):
 
 RUN_FIELDS = [
     "id", "kind", "owner", "model_spec", "input_shape", "batch_sizes", "device", "precision", "iters",
-    "max_memory", "world_size", "backend", "sizes", "provider", "instance_type", "region", "market",
+    "max_memory", "world_size", "backend", "sizes", "nodes", "provider", "instance_type", "region", "market",
     "status", "phase", "progress", "error", "created_at", "started_at", "finished_at", "deadline_at",
     "instance_ids",
 ]  # fmt: skip
@@ -123,7 +123,7 @@ def work_problems(attrs: dict, kind: str) -> dict[str, str]:
                 errors["max_memory"] = f"more than 0 and at most {MAX_MEMORY_BYTES // 2**40}TB"
     else:
         provider = attrs.get("provider", Provider.LOCAL)
-        ranks = attrs.get("world_size", 2)
+        ranks = attrs.get("world_size", 2) // (attrs.get("nodes") or 1)  # on one host
         most = MAX_WORLD_SIZE.get(provider, MAX_WORLD_SIZE[Provider.LOCAL])
         if ranks > most:
             errors["world_size"] = f"at most {most} ranks on one {'VM' if provider == Provider.EC2 else 'server'}"
@@ -142,10 +142,44 @@ def work_problems(attrs: dict, kind: str) -> dict[str, str]:
     return errors
 
 
+def cluster_problems(attrs: dict) -> dict[str, str]:
+    """Field -> why ``attrs`` (with ``nodes`` given) is not an EC2 comm cluster; fills in the
+    cluster's ``world_size`` (every GPU of every node) and ``backend`` (NCCL) when it is."""
+    from profiler import cluster
+
+    nodes, errors = attrs["nodes"], {}
+    if attrs.get("kind", RunKind.COMPUTE) != RunKind.COMM:
+        return {"nodes": "only comm runs span several nodes"}
+    if attrs.get("provider", Provider.LOCAL) != Provider.EC2:
+        return {"nodes": "a cluster comm run rents EC2 nodes: use provider ec2"}
+    if nodes < 2:
+        errors["nodes"] = "a cluster comm run spans at least 2 nodes (leave nodes out to profile one VM)"
+    elif nodes > cluster.max_nodes():
+        errors["nodes"] = f"at most {cluster.max_nodes()} nodes in one profiling run"
+    if attrs.get("backend", "nccl") != "nccl":
+        errors["backend"] = "a cluster comm run measures NCCL across the nodes' GPUs: nccl (or leave it out)"
+    itype = InstanceType.objects.select_related("accelerator").filter(name=attrs.get("instance_type", "")).first()
+    if itype is None:
+        return errors  # the EC2 checks name the unknown type
+    gpus = cluster.gpus_per_node(itype)
+    if not gpus:
+        errors["instance_type"] = f"{itype.name} has no whole NVIDIA GPU; NCCL across nodes needs them"
+    elif "world_size" in attrs and attrs["world_size"] != nodes * gpus:
+        errors["world_size"] = f"{nodes} nodes x {gpus} GPUs is {nodes * gpus} ranks (or leave it out)"
+    if not errors:
+        attrs["world_size"], attrs["backend"] = nodes * gpus, "nccl"
+    return errors
+
+
 class ProfilingRunSerializer(ModelSerializer):
     owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
     max_minutes = serializers.IntegerField(write_only=True, required=False, min_value=1, max_value=24 * 60,
                                            help_text="Hard time limit (default from settings)")
+    nodes = serializers.IntegerField(
+        required=False, allow_null=True, min_value=1, max_value=10_000,
+        help_text="EC2 comm cluster: N >= 2 nodes of instance_type in one placement group, NCCL over all "
+                  "their GPUs (world_size and backend follow); leave it out (null) to profile one VM",
+    )  # fmt: skip
 
     class Meta:
         model = ProfilingRun
@@ -155,6 +189,8 @@ class ProfilingRunSerializer(ModelSerializer):
     def validate(self, attrs: dict) -> dict:
         kind = attrs.get("kind", RunKind.COMPUTE)
         errors: dict[str, str] = {}
+        if attrs.get("nodes") is not None:  # first: it decides world_size and backend
+            errors.update(cluster_problems(attrs))
         if kind == RunKind.COMPUTE:
             problem = model_spec_problem(attrs.get("model_spec", ""), attrs.get("provider", Provider.LOCAL),
                                          self.context.get("allow_local_code", settings.LOCAL_CODE_EXECUTION))
@@ -174,9 +210,9 @@ class ProfilingRunSerializer(ModelSerializer):
                 errors["iters"] = "between 1 and 1000"
         else:
             if attrs.get("backend", "gloo") not in ("gloo", "nccl"):
-                errors["backend"] = "gloo or nccl"
+                errors.setdefault("backend", "gloo or nccl")
             if not 2 <= attrs.get("world_size", 2) <= 1024:
-                errors["world_size"] = "between 2 and 1024"
+                errors.setdefault("world_size", "between 2 and 1024")
             if attrs.get("sizes") and not SIZES_RE.match(attrs["sizes"]):
                 errors["sizes"] = "a range like 1KB..64MB"
         for name, problem in work_problems(attrs, kind).items():

@@ -113,5 +113,42 @@ def watch_run(run: ProfilingRun) -> str:
 @task()
 def stop_run_task(run_id: int) -> str:
     run = ProfilingRun.objects.get(pk=run_id)
-    providers.for_run(run).stop(run)
+    provider = providers.for_run(run)
+    provider.stop(run)
+    if not provider.cleanup(run):  # a placement group stays busy while its nodes terminate
+        schedule_cleanup(run_id, 1)
+        return "stopped; cleanup pending"
     return "stopped"
+
+
+CLEANUP_EVERY_S = 30.0
+CLEANUP_ATTEMPTS = 20  # ten minutes: terminating instances release a placement group in one or two
+
+
+def schedule_cleanup(run_id: int, attempt: int) -> None:
+    if default_task_backend.supports_defer:
+        cleanup_run_task.using(run_after=timezone.now() + timedelta(seconds=CLEANUP_EVERY_S)).enqueue(run_id, attempt)
+
+
+@task()
+def cleanup_run_task(run_id: int, attempt: int = 1) -> str:
+    """Delete what outlives a run's instances (a cluster's placement group), retried a while."""
+    run = ProfilingRun.objects.get(pk=run_id)
+    provider = providers.for_run(run)
+    provider.stop(run)  # again: a node that was still launching when the run ended goes too
+    if provider.cleanup(run):
+        return "cleaned up"
+    if attempt >= CLEANUP_ATTEMPTS:
+        log.error("run %s: placement group %s still not deleted after %d tries", run_id, run.placement_group, attempt)
+        return "gave up"
+    schedule_cleanup(run_id, attempt + 1)
+    return f"cleanup pending (try {attempt})"
+
+
+@task()
+def refit_comm_model_task() -> str:
+    """Refit the NCCL comm model with every stored user curve (after a new curve arrived)."""
+    from planner.app import comm_training
+
+    path = comm_training.refit()
+    return f"wrote {path}"

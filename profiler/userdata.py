@@ -31,6 +31,9 @@ from email.mime.text import MIMEText
 
 MAX_USER_DATA_BYTES = 16 * 1024  # EC2's limit on raw (not base64) user-data
 RENDEZVOUS_PORT = 29500
+JOB_RENDEZVOUS_URL = "$SRIFTY_SERVER/api/v1/jobs/$SRIFTY_JOB_ID/rendezvous/"
+RUN_RENDEZVOUS_URL = "$SRIFTY_SERVER/api/v1/profiling-runs/$SRIFTY_RUN_ID/rendezvous/"
+LINGER_S = 900  # how long a comm cluster's worker node waits for the run to end after its sweep
 RENDEZVOUS_WAIT_S = 1200  # how long workers poll the server for the master's address
 SERVER_DISCOVERY = "server"
 
@@ -116,6 +119,17 @@ def _server(server_url: str) -> str:
     if not re.match(r"^https?://[^\s/]+", server_url or ""):
         raise ValueError(f"server_url must be an http(s) URL, not {server_url!r}")
     return server_url.rstrip("/")
+
+
+def _checked_env(env: Mapping[str, object] | None) -> dict[str, object]:
+    """``env`` for ``export`` lines: plain names only, and never AWS credentials."""
+    env = dict(env or {})
+    for name in env:
+        if not _ENV_NAME_RE.match(name):
+            raise ValueError(f"{name!r} is not a valid environment variable name")
+        if name.upper() in _FORBIDDEN_ENV:
+            raise ValueError(f"refusing to put {name} into user-data: VMs get AWS access from their role")
+    return env
 
 
 def shutdown_guard(max_minutes: int) -> str:
@@ -210,13 +224,14 @@ def profiling_user_data(
 
 _RENDEZVOUS = """\
 # Master discovery: ask the Srifty server for rank 0's private IP (see training_user_data).
+# The URL is the job's or the profiling run's rendezvous endpoint (variables set above).
 IMDS_TOKEN=$(curl -fsS --retry 5 -X PUT -H "X-aws-ec2-metadata-token-ttl-seconds: 300" http://169.254.169.254/latest/api/token)
 INSTANCE_ID=$(curl -fsS --retry 5 -H "X-aws-ec2-metadata-token: $IMDS_TOKEN" http://169.254.169.254/latest/meta-data/instance-id)
 RDZV_DEADLINE=$(( $(date +%s) + {wait_s} ))
 MASTER_ADDR=""
 while [ -z "$MASTER_ADDR" ]; do
   CODE=$(curl -sS -o /opt/srifty/rendezvous.json -w '%{{http_code}}' -H "Authorization: Bearer $SRIFTY_TOKEN" \\
-    "$SRIFTY_SERVER/api/v1/jobs/$SRIFTY_JOB_ID/rendezvous/?instance_id=$INSTANCE_ID" || true)
+    "{url}?instance_id=$INSTANCE_ID" || true)
   case "$CODE" in
     200)
       read -r MASTER_ADDR SERVER_NODE_RANK < <("$PY" - /opt/srifty/rendezvous.json <<'PYEOF'
@@ -308,12 +323,7 @@ def training_user_data(
     words = shlex.split(train_command) if isinstance(train_command, str) else [str(w) for w in train_command]
     if not words:
         raise ValueError("train_command is empty")
-    env = dict(env or {})
-    for name in env:
-        if not _ENV_NAME_RE.match(name):
-            raise ValueError(f"{name!r} is not a valid environment variable name")
-        if name.upper() in _FORBIDDEN_ENV:
-            raise ValueError(f"refusing to put {name} into user-data: VMs get AWS access from their role")
+    env = _checked_env(env)
 
     lines = _header(max_minutes, "srifty-train.log")
     lines += [f"export {name}={_q(value)}" for name, value in env.items()]
@@ -333,7 +343,7 @@ def training_user_data(
         _FETCH_REPO,
     ]
     if discovery == SERVER_DISCOVERY:
-        lines.append(_RENDEZVOUS.format(wait_s=RENDEZVOUS_WAIT_S))
+        lines.append(_RENDEZVOUS.format(wait_s=RENDEZVOUS_WAIT_S, url=JOB_RENDEZVOUS_URL))
     else:
         lines.append(f"MASTER_ADDR={_q(discovery)}")
     lines += [
@@ -346,5 +356,87 @@ def training_user_data(
         '"$PY" -m torch.distributed.run --nnodes "$SRIFTY_NNODES" --nproc-per-node "$NPROC_PER_NODE" "${RANK_ARGS[@]}" \\',
         '  --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" --rdzv-id "$SRIFTY_JOB_ID" \\',
         '  "${TRAIN_COMMAND[@]}"',
+    ]
+    return check_size("\n".join(lines) + "\n")
+
+
+_LINGER = """\
+# A worker's sweep ends when rank 0's does, but rank 0 still has to post the curves: powering
+# off now would look like a lost node and fail the run. Wait until the server says the run has
+# ended (its token stops working: 401/410), at most {linger_s}s.
+if [ "$NODE_RANK" != "0" ]; then
+  LINGER_DEADLINE=$(( $(date +%s) + {linger_s} ))
+  while [ "$(date +%s)" -lt "$LINGER_DEADLINE" ]; do
+    CODE=$(curl -sS -o /dev/null -w '%{{http_code}}' -H "Authorization: Bearer $SRIFTY_TOKEN" \\
+      "$SRIFTY_RDZV_URL?instance_id=$INSTANCE_ID" || true)
+    case "$CODE" in
+      200|202|000|429|5*) sleep 10 ;;
+      *) break ;;
+    esac
+  done
+fi
+"""
+
+
+def comm_cluster_user_data(
+    server_url: str,
+    run_id: object,
+    token: str,
+    nnodes: int,
+    gpus_per_node: int,
+    agent_args: Sequence[str],
+    max_minutes: int,
+    env: Mapping[str, object] | None = None,
+    master_port: int = RENDEZVOUS_PORT,
+    linger_s: int = LINGER_S,
+) -> str:
+    """Script for one node of an EC2 comm-profiling cluster: the same script on every node.
+
+    It fetches the agent (as ``profiling_user_data`` does), learns its node rank and rank 0's
+    private IP from ``GET {server}/api/v1/profiling-runs/{run_id}/rendezvous/?instance_id=...``
+    (the jobs' protocol, see ``training_user_data``: 200 go, 202 wait, 4xx stop), exports the
+    torchrun-style ``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE``, ``NNODES`` and ``NODE_RANK``
+    and runs ``python -m profiler.agent {agent_args} --node-rank R --master-addr A --master-port P
+    --report-to {events} --token ...``: the agent starts one process per GPU with global rank
+    ``R·gpus_per_node + local rank`` (as torchrun numbers them) and global rank 0 posts the curves.
+    ``env`` (NCCL / libfabric settings) is exported first; AWS credential names are refused.
+    A worker (R > 0) then waits for the run to end (``linger_s`` at most) before powering off.
+    """
+    server = _server(server_url)
+    _int("nnodes", nnodes, 2)
+    _int("gpus_per_node", gpus_per_node)
+    _int("linger_s", linger_s, 0)
+    if _int("master_port", master_port) > 65535:
+        raise ValueError(f"master_port must be a TCP port, not {master_port!r}")
+    env = _checked_env(env)
+    lines = _header(max_minutes, "srifty-profile.log")
+    lines += [f"export {name}={_q(value)}" for name, value in env.items()]
+    lines += [
+        f"SRIFTY_SERVER={_q(server)}",
+        f"SRIFTY_RUN_ID={_q(run_id)}",
+        f"SRIFTY_TOKEN={_q(token)}",
+        f"SRIFTY_EVENTS_URL={_q(f'{server}/api/v1/profiling-runs/{run_id}/events/')}",
+        f'SRIFTY_RDZV_URL="{RUN_RENDEZVOUS_URL}"',
+        f"SRIFTY_NNODES={_q(nnodes)}",
+        f"GPUS_PER_NODE={_q(gpus_per_node)}",
+        'NODE_RANK=""',
+        f"MASTER_PORT={_q(master_port)}",
+        f"AGENT_ARGS=({' '.join(_q(a) for a in agent_args)})",
+        "",
+        _FIND_PYTHON.format(candidates=" ".join(_TORCH_PYTHONS)),
+        "mkdir -p /opt/srifty/agent",
+        'curl -fsSL --retry 5 --retry-connrefused --retry-delay 5 -H "Authorization: Bearer $SRIFTY_TOKEN" \\',
+        '  "$SRIFTY_SERVER/api/v1/agent.tar.gz" -o /opt/srifty/agent.tgz',
+        "tar -xzf /opt/srifty/agent.tgz -C /opt/srifty/agent",
+        _RENDEZVOUS.format(wait_s=RENDEZVOUS_WAIT_S, url="$SRIFTY_RDZV_URL"),
+        'if [ -z "$NODE_RANK" ]; then echo "srifty: the server named no node rank; giving up"; exit 1; fi',
+        'export MASTER_ADDR MASTER_PORT NODE_RANK NNODES="$SRIFTY_NNODES"',
+        'export WORLD_SIZE=$(( SRIFTY_NNODES * GPUS_PER_NODE ))',
+        "cd /opt/srifty/work",
+        'export PYTHONPATH="/opt/srifty/agent:/opt/srifty/work${PYTHONPATH:+:$PYTHONPATH}"',
+        'echo "srifty: comm run $SRIFTY_RUN_ID node $NODE_RANK of $SRIFTY_NNODES, master $MASTER_ADDR:$MASTER_PORT"',
+        '"$PY" -m profiler.agent "${AGENT_ARGS[@]}" --node-rank "$NODE_RANK" --master-addr "$MASTER_ADDR" \\',
+        '  --master-port "$MASTER_PORT" --report-to "$SRIFTY_EVENTS_URL" --token="$SRIFTY_TOKEN"',
+        _LINGER.format(linger_s=linger_s),
     ]
     return check_size("\n".join(lines) + "\n")

@@ -112,6 +112,8 @@ MATRIX = [
     # profiling
     Cell("api/v1/profiling-runs/<int:pk>/events/", "POST", "/api/v1/profiling-runs/{run}/events/", NODE,
          {"seq": 1, "type": "progress", "phase": "compute", "fraction": 0.5}),
+    Cell("api/v1/profiling-runs/<int:pk>/rendezvous/", "GET",
+         "/api/v1/profiling-runs/{run}/rendezvous/?instance_id=i-07101a", NODE),
     Cell("api/v1/agent.tar.gz", "GET", "/api/v1/agent.tar.gz", AGENT_ANY),
     Cell(R + "profiling-runs/$", "GET", "/api/v1/profiling-runs/", API_LIST),
     Cell(R + "profiling-runs/$", "POST", "/api/v1/profiling-runs/", API_OWN, RUN_BODY),
