@@ -93,10 +93,16 @@ def refit() -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     # Two curves landing together start two refits: the lock makes the later one fit after the
     # earlier one wrote, so the file always ends with every stored curve in it.
+    import xgboost as xgb
+
     with open(path.parent / f".{REFIT_FILE_NAME}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         points = user_points()
-        model = nccl_corpus.calibrate(extra_points=points)
+        # One thread: the refit runs in the task worker beside the web server, and a few hundred
+        # points need no more; with all cores, OpenMP's spinning threads slowed a sub-second fit
+        # to minutes on a busy 2-core host.
+        with xgb.config_context(nthread=1):
+            model = nccl_corpus.calibrate(extra_points=points)
         model.meta["made_by"] = "planner.app.comm_training.refit"
         _write_atomically(path, json.dumps(model.to_dict(), indent=1, sort_keys=True) + "\n")
     log.info("refit the comm model with %d user points of %d runs: %s", len(points),
