@@ -38,7 +38,8 @@ def line(name: str, errs: list[float]) -> str:
 
 
 def current_prior_us(p: nccl_corpus.Point) -> float:
-    """The ring prior plans use today (``planner.models.comm``), over the catalog's headline Gbps."""
+    """The ring prior plans used before the NCCL model (``planner.models.comm``), over the
+    catalog's headline Gbps."""
     from planner.hardware import Cluster, GpuSpec
     from planner.models.comm import CommQuery, prior_ms
 
@@ -62,8 +63,10 @@ def main() -> int:
     print(f"learned model: {model.meta.get('trees', 0)} trees on {model.meta.get('points', 0)} train points")
     cases = []
     today = []
+    covered = []
     for p in points:
-        learned, _, source = model.predict_us(p.size_bytes, p.topology)
+        learned, p90, source = model.predict_us(p.size_bytes, p.topology)
+        covered.append(p.measured_us <= p90)
         prior, choice = prior_us(p.size_bytes, p.topology, model.params)
         cases.append((p, abs(learned - p.measured_us) / p.measured_us, abs(prior - p.measured_us) / p.measured_us,
                       choice, learned, prior, source))
@@ -75,7 +78,9 @@ def main() -> int:
         print(line(name, learned))
         print(line(f"prior {name}", [c[2] for c in band]))
         ok &= bool(learned) and statistics.median(learned) <= 0.12
-    print(line("planner's current ring prior (all sizes; what plans use today)", today))
+    print(line("the ring prior plans used before this model (all sizes)", today))
+    print(f"p90 coverage: {100 * sum(covered) / max(1, len(covered)):.0f} % of validation points at or under the "
+          f"learned p90 (90 % would be calibrated)")
     print("\n-- by instance type (median |error| %, learned / prior; n)")
     by = defaultdict(list)
     for c in cases:

@@ -332,12 +332,9 @@ SOURCE_ORDER = ("measured", "transferred", "analytical")
 def comm_model():
     """The NCCL all-reduce model plans use: the one refit with this install's EC2 comm sweeps
     when there is one (``planner.app.comm_training``), else the shipped one."""
+    from planner.app.comm_training import current_model_path
     from planner.models.nccl import load_model
 
-    try:
-        from planner.app.comm_training import current_model_path
-    except ImportError:
-        return load_model()
     return load_model(current_model_path())
 
 
