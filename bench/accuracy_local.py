@@ -55,7 +55,6 @@ import json
 import math
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -92,6 +91,7 @@ from planner.simulator import (  # noqa: E402
     WorkerLoad,
     simulate_iteration,
 )
+from profiler.agent.comm import free_port  # noqa: E402
 
 PY = sys.executable
 NS = ("srbench_a", "srbench_b")
@@ -168,12 +168,6 @@ def run_parallel(cmds: list[list[str]], *, envs: list[dict] | None = None, timeo
             errors.append(f"{' '.join(c)} failed ({p.returncode}):\n{err[-2000:]}")
     if errors:
         raise RuntimeError("\n".join(errors))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 NICE = 0  # set from --nice: measured processes run at this niceness

@@ -52,7 +52,6 @@ import queue
 import random
 import shutil
 import signal
-import socket
 import sqlite3
 import statistics
 import struct
@@ -66,6 +65,10 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from profiler.agent.comm import free_port  # noqa: E402  (one free_port for the project)
+
 API_PATHS = ("/api/v1/instance-types/?limit=20", "/api/v1/profiling-runs/")
 TARGET_P99_MS = 200.0
 
@@ -104,12 +107,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def pct(values: list[float], q: float) -> float:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from rest_framework import authentication, exceptions, permissions
+from rest_framework import permissions
 
 from profiler.models import ProfilingRun
+from srifty_web.bearer import BearerTokenAuthentication
 
 
 class AgentPrincipal:
@@ -17,26 +18,16 @@ class AgentPrincipal:
         self.pk = f"agent-run-{run.pk}"  # throttling keys on it: one bucket per run
 
 
-class AgentTokenAuthentication(authentication.BaseAuthentication):
-    keyword = "Bearer"
+class AgentTokenAuthentication(BearerTokenAuthentication):
+    refused = "invalid or expired agent token"
 
-    def authenticate(self, request):
-        header = authentication.get_authorization_header(request).split()
-        if not header or header[0].decode(errors="replace") != self.keyword:
-            return None
-        if len(header) != 2:
-            raise exceptions.AuthenticationFailed("malformed Bearer header")
-        token = header[1].decode(errors="replace")
-        token_hash = ProfilingRun.hash_token(token)
-        run = ProfilingRun.objects.filter(token_hash=token_hash).first()
+    def principal(self, token: str) -> AgentPrincipal | None:
+        run = ProfilingRun.objects.filter(token_hash=ProfilingRun.hash_token(token)).first()
         # The run's state decides too, not only the expiry: a token re-issued by a start task that
         # raced a cancel must not come back to life for a finished run.
         if run is None or run.finished or not run.token_matches(token):
-            raise exceptions.AuthenticationFailed("invalid or expired agent token")
-        return AgentPrincipal(run), token
-
-    def authenticate_header(self, request) -> str:
-        return self.keyword
+            return None
+        return AgentPrincipal(run)
 
 
 class IsAgentForThisRun(permissions.BasePermission):

@@ -19,7 +19,7 @@ from django.core.cache import cache
 from django.http import HttpResponse
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import authentication, exceptions, permissions, status, viewsets
+from rest_framework import permissions, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.throttling import SimpleRateThrottle
@@ -38,6 +38,7 @@ from planner.app.job_serializers import (
 )
 from planner.app.models import Job
 from profiler.api import content_length
+from srifty_web.bearer import BearerTokenAuthentication
 
 MAX_REPORT_BYTES = 1024 * 1024
 RANKS_PER_GPU = 8
@@ -57,25 +58,16 @@ class JobAgent:
         self.pk = f"agent-job-{job.pk}"
 
 
-class JobTokenAuthentication(authentication.BaseAuthentication):
-    keyword = "Bearer"
+class JobTokenAuthentication(BearerTokenAuthentication):
+    refused = "invalid or expired job token"
 
-    def authenticate(self, request):
-        header = authentication.get_authorization_header(request).split()
-        if not header or header[0].decode(errors="replace") != self.keyword:
-            return None
-        if len(header) != 2:
-            raise exceptions.AuthenticationFailed("malformed Bearer header")
-        token = header[1].decode(errors="replace")
+    def principal(self, token: str) -> JobAgent | None:
         job = Job.objects.filter(token_hash=Job.hash_token(token)).first()
         # A finished job's token is dead whatever its expiry says (``jobs.mark_launched`` re-arms
         # the expiry when a job stopped during its launch records its first instances).
         if job is None or job.finished or not job.token_matches(token):
-            raise exceptions.AuthenticationFailed("invalid or expired job token")
-        return JobAgent(job), token
-
-    def authenticate_header(self, request) -> str:
-        return self.keyword
+            return None
+        return JobAgent(job)
 
 
 class JobTokenScheme(OpenApiAuthenticationExtension):

@@ -19,7 +19,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from profiler.agent.comm import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -65,12 +66,6 @@ WS_RECORDER = """
 """
 
 _current: dict = {}  # the running server, for failure reports
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _tail(path: Path, lines: int = 60) -> str:
@@ -166,7 +161,7 @@ def server(tmp_path_factory, moto_server):
     if not os.access(CHROMIUM, os.X_OK):
         pytest.skip(f"{CHROMIUM} is not installed (./test installs Debian's chromium with apt-get as root)")
     data = tmp_path_factory.mktemp("srifty-browser-data")
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items()
            if k not in {"DATABASE_URL", "REDIS_URL", "TASKS_BACKEND", "AWS_PROFILE", "SECRET_KEY"}}  # fmt: skip

@@ -15,7 +15,6 @@ import io
 import json
 import os
 import shlex
-import socket
 import subprocess
 import sys
 import tarfile
@@ -31,6 +30,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from profiler import actions, ec2, tasks
+from profiler.agent.comm import free_port
 from profiler.models import CommCurvePoint, ProfilingRun, RunStatus
 from profiler.providers import EC2Provider
 
@@ -324,9 +324,7 @@ def test_each_node_script_runs_the_agent_as_its_rank_against_rank_0_with_a_layou
 @pytest.mark.slow
 def test_the_agents_sweep_spans_two_node_processes_and_only_node_0_writes_the_curves(tmp_path):
     """The real agent, as two nodes of one host (gloo on loopback: NCCL needs GPUs)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1",
            "PYTHONPATH": str(Path(__file__).resolve().parents[2])}  # fmt: skip
     procs = [

@@ -378,11 +378,9 @@ dist.destroy_process_group()
 def test_the_torchrun_command_line_works_with_real_torch(sandbox):
     """One node, two CPU workers (gloo): the generated flags are accepted and rendezvous happens."""
     pytest.importorskip("torch")
-    import socket
+    from profiler.agent.comm import free_port
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     train = sandbox.tmp / "ddp.py"
     train.write_text(DDP_SCRIPT)
     script = training(nnodes=1, node_rank=0, nproc_per_node=2, master_addr_discovery="127.0.0.1", master_port=port,

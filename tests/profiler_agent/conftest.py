@@ -72,9 +72,6 @@ def event_server() -> Iterator[EventServer]:
 @pytest.fixture
 def closed_port_url() -> str:
     """A URL on 127.0.0.1 where nothing listens: the server is down."""
-    import socket
+    from profiler.agent.comm import free_port
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}/events"
+    return f"http://127.0.0.1:{free_port()}/events"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import http.client
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from profiler.agent.comm import free_port
 from srifty_web import serve
 
 REPO = Path(__file__).resolve().parents[2]
@@ -97,9 +97,7 @@ def wait_for(predicate, timeout: float, what: str):
 
 @pytest.fixture
 def supervisor(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "REDIS_URL": "redis://127.0.0.1:1/0", "SRIFTY_DATA_DIR": str(tmp_path),
            "DJANGO_SETTINGS_MODULE": "srifty_web.settings", "DEBUG": "0", "PYTHONPATH": str(REPO)}  # fmt: skip
     env.pop("DATABASE_URL", None)
