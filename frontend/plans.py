@@ -13,6 +13,7 @@ from catalog.models import Region
 from planner.app import profile_first, service
 from planner.app.models import PlanRecord, PlanStatus
 from planner.app.serializers import PlanRequestSerializer
+from planner.defaults import PLAN_DEFAULTS
 from profiler import actions
 from profiler.models import ProfilingRun, RunKind, RunStatus
 
@@ -20,8 +21,8 @@ FORM_DEFAULTS = {
     "model_source": "spec", "spec": "torchvision:resnet50", "input_shape": "3,224,224", "precision": "amp",
     "profile_run": "", "samples_per_epoch": "1281167", "epochs": "90", "objective": "cost",
     "deadline_hours": "24", "budget_usd": "", "max_hourly_usd": "", "regions": [], "spot": "on",
-    "on_demand": "on", "max_nodes": "16", "max_types": "1", "global_batch_min": "256", "global_batch_max": "2048",
-    "checkpoint_interval_h": "0.5", "restart_overhead_h": "0.1", "quota_p": "", "quota_g": "", "baseline_gpu": "A100",
+    "on_demand": "on", "quota_p": "", "quota_g": "", "baseline_gpu": "A100",
+    **{k: str(v) for k, v in PLAN_DEFAULTS.items() if k != "top_k"},  # the one set (planner.defaults)
 }  # fmt: skip
 
 

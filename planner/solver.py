@@ -101,6 +101,7 @@ import numpy as np
 
 from planner import spot as spotmodel
 from planner.candidates import SPOT, Candidate, find_dominated, quota_class
+from planner.defaults import PLAN_DEFAULTS
 
 OBJECTIVES = ("cost", "time", "throughput")
 _Z90 = 1.2815515655446004
@@ -175,20 +176,20 @@ class PlanRequest:
     deadline_hours: float | None = None
     budget_usd: float | None = None
     max_hourly_usd: float | None = None
-    max_nodes: int = 16
-    max_types: int = 1
+    max_nodes: int = int(PLAN_DEFAULTS["max_nodes"])
+    max_types: int = int(PLAN_DEFAULTS["max_types"])
     quotas_on_demand: Mapping[str, float] = field(default_factory=dict)
     quotas_spot: Mapping[str, float] = field(default_factory=dict)
-    global_batch_min: int = 256
-    global_batch_max: int = 256
+    global_batch_min: int = int(PLAN_DEFAULTS["global_batch_min"])
+    global_batch_max: int = int(PLAN_DEFAULTS["global_batch_max"])
     batch_sizes: tuple[int, ...] | None = None
     regions: tuple[str, ...] | None = None
     startup_overhead_h: float = 0.1
-    checkpoint_interval_h: float = 0.5
-    restart_overhead_h: float = 0.1
+    checkpoint_interval_h: float = PLAN_DEFAULTS["checkpoint_interval_h"]
+    restart_overhead_h: float = PLAN_DEFAULTS["restart_overhead_h"]
     checkpoint_write_s: float = 0.0
     max_miss_risk: float | None = None
-    top_k: int = 5
+    top_k: int = int(PLAN_DEFAULTS["top_k"])
     tie_tolerance: float = 0.0
 
     @staticmethod

@@ -11,6 +11,7 @@ from rest_framework import serializers
 from catalog.models import Accelerator
 from catalog.regions import AWS_REGIONS
 from planner.app.models import PlanRecord
+from planner.defaults import MARKET_DEFAULTS, PLAN_DEFAULTS
 from profiler.serializers import SHAPE_RE
 from srifty_web.serializers import ModelSerializer
 
@@ -98,8 +99,9 @@ def offers_per_region(attrs: dict) -> list[int]:
 
 def search_size_problems(attrs: dict) -> dict[str, str]:
     """Field -> why the request would make the solver run for minutes or take gigabytes."""
-    nodes, types = attrs.get("max_nodes", 16), attrs.get("max_types", 1)
-    grid = batch_grid_size(attrs.get("global_batch_min", 256), attrs.get("global_batch_max", 256))
+    nodes, types = attrs.get("max_nodes", PLAN_DEFAULTS["max_nodes"]), attrs.get("max_types", PLAN_DEFAULTS["max_types"])
+    grid = batch_grid_size(attrs.get("global_batch_min", PLAN_DEFAULTS["global_batch_min"]),
+                           attrs.get("global_batch_max", PLAN_DEFAULTS["global_batch_max"]))
     if nodes * grid > MAX_NODE_BATCH_POINTS:
         return {"max_nodes": f"max_nodes {nodes} x {grid} global batch sizes searched is more than "
                              f"{MAX_NODE_BATCH_POINTS}: lower max_nodes or narrow global_batch_min..global_batch_max"}
@@ -129,22 +131,22 @@ class PlanRequestSerializer(serializers.Serializer):
     max_hourly_usd = serializers.FloatField(required=False, allow_null=True, min_value=0.01, max_value=1e7)
     regions = serializers.ListField(child=serializers.CharField(max_length=32), required=False, allow_empty=True,
                                     max_length=len(AWS_REGIONS))
-    spot = serializers.BooleanField(default=True)
-    on_demand = serializers.BooleanField(default=True)
-    max_nodes = serializers.IntegerField(default=16, min_value=1, max_value=512)
-    max_types = serializers.IntegerField(default=1, min_value=1, max_value=3)
+    spot = serializers.BooleanField(default=MARKET_DEFAULTS["spot"])
+    on_demand = serializers.BooleanField(default=MARKET_DEFAULTS["on_demand"])
+    max_nodes = serializers.IntegerField(default=PLAN_DEFAULTS["max_nodes"], min_value=1, max_value=512)
+    max_types = serializers.IntegerField(default=PLAN_DEFAULTS["max_types"], min_value=1, max_value=3)
     quotas_on_demand = QuotaField(required=False)
     quotas_spot = QuotaField(required=False)
-    global_batch_min = serializers.IntegerField(default=256, min_value=1, max_value=1 << 20)
-    global_batch_max = serializers.IntegerField(default=256, min_value=1, max_value=1 << 20)
-    checkpoint_interval_h = serializers.FloatField(default=0.5, min_value=0.01, max_value=24 * 365)
-    restart_overhead_h = serializers.FloatField(default=0.1, min_value=0, max_value=24 * 30)
+    global_batch_min = serializers.IntegerField(default=PLAN_DEFAULTS["global_batch_min"], min_value=1, max_value=1 << 20)
+    global_batch_max = serializers.IntegerField(default=PLAN_DEFAULTS["global_batch_max"], min_value=1, max_value=1 << 20)
+    checkpoint_interval_h = serializers.FloatField(default=PLAN_DEFAULTS["checkpoint_interval_h"], min_value=0.01, max_value=24 * 365)
+    restart_overhead_h = serializers.FloatField(default=PLAN_DEFAULTS["restart_overhead_h"], min_value=0, max_value=24 * 30)
     max_miss_risk = serializers.FloatField(required=False, allow_null=True, min_value=0.001, max_value=1)
     gpu_models = serializers.ListField(child=serializers.CharField(max_length=64), required=False, allow_empty=True,
                                        max_length=MAX_LIST)
     baseline_gpu = serializers.CharField(required=False, allow_blank=True, max_length=64,
                                          help_text="GPU a SkyPilot-style user would ask for, e.g. A100")
-    top_k = serializers.IntegerField(default=8, min_value=1, max_value=50)
+    top_k = serializers.IntegerField(default=PLAN_DEFAULTS["top_k"], min_value=1, max_value=50)
 
     def _quotas(self, value: dict) -> dict:
         if len(value) > MAX_LIST:

@@ -27,6 +27,7 @@ from django.db import transaction
 
 from planner.app import feed
 from planner.app.models import PlanRecord, PlanStatus
+from planner.defaults import PLAN_DEFAULTS
 
 
 class PlanInputError(ValueError):
@@ -208,14 +209,10 @@ def plan_request(req: dict):
         pr = PlanRequest(
             objective=req["objective"], total_samples=float(req["total_samples"]),
             deadline_hours=req.get("deadline_hours"), budget_usd=req.get("budget_usd"),
-            max_hourly_usd=req.get("max_hourly_usd"), max_nodes=req.get("max_nodes", 16),
-            max_types=req.get("max_types", 1), quotas_on_demand=req.get("quotas_on_demand") or {},
-            quotas_spot=req.get("quotas_spot") or {}, global_batch_min=req.get("global_batch_min", 256),
-            global_batch_max=req.get("global_batch_max", 256),
-            regions=tuple(req["regions"]) if req.get("regions") else None,
-            checkpoint_interval_h=req.get("checkpoint_interval_h", 0.5),
-            restart_overhead_h=req.get("restart_overhead_h", 0.1), max_miss_risk=req.get("max_miss_risk"),
-            top_k=req.get("top_k", 8),
+            max_hourly_usd=req.get("max_hourly_usd"), quotas_on_demand=req.get("quotas_on_demand") or {},
+            quotas_spot=req.get("quotas_spot") or {},
+            regions=tuple(req["regions"]) if req.get("regions") else None, max_miss_risk=req.get("max_miss_risk"),
+            **{k: req.get(k, v) for k, v in PLAN_DEFAULTS.items()},
         )  # fmt: skip
         pr.validate()
     except RequestError as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 
 from django.contrib.auth import get_user_model
@@ -10,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 from planner.app import service
 from planner.app.models import PlanStatus
 from planner.app.serializers import PlanRequestSerializer
+from planner.defaults import MARKET_DEFAULTS, PLAN_DEFAULTS
 
 
 class Command(BaseCommand):
@@ -29,12 +31,13 @@ class Command(BaseCommand):
         parser.add_argument("--budget", type=float, help="USD")
         parser.add_argument("--max-hourly", type=float, help="USD per hour")
         parser.add_argument("--regions", nargs="*")
-        parser.add_argument("--spot", action="store_true", help="allow spot instances")
-        parser.add_argument("--no-on-demand", action="store_true")
-        parser.add_argument("--max-nodes", type=int, default=16)
-        parser.add_argument("--max-types", type=int, default=1)
-        parser.add_argument("--batch-min", type=int, default=256)
-        parser.add_argument("--batch-max", type=int, default=256)
+        parser.add_argument("--spot", action=argparse.BooleanOptionalAction, default=MARKET_DEFAULTS["spot"],
+                            help="allow spot instances (default: yes; --no-spot for on-demand only)")
+        parser.add_argument("--no-on-demand", action="store_true", default=not MARKET_DEFAULTS["on_demand"])
+        parser.add_argument("--max-nodes", type=int, default=PLAN_DEFAULTS["max_nodes"])
+        parser.add_argument("--max-types", type=int, default=PLAN_DEFAULTS["max_types"])
+        parser.add_argument("--batch-min", type=int, default=PLAN_DEFAULTS["global_batch_min"])
+        parser.add_argument("--batch-max", type=int, default=PLAN_DEFAULTS["global_batch_max"])
         parser.add_argument("--quota", action="append", default=[], metavar="CLASS=VCPUS",
                             help="on-demand vCPU quota, e.g. P=96 (repeat)")
         parser.add_argument("--spot-quota", action="append", default=[], metavar="CLASS=VCPUS")
