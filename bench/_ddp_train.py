@@ -44,8 +44,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--master-addr", default="127.0.0.1")
     p.add_argument("--master-port", type=int, required=True)
     p.add_argument("--out", required=True)
-    p.add_argument("--noop-comm", action="store_true",
-                   help="replace every bucket all-reduce by a no-op comm hook: DDP's own overhead only")
+    p.add_argument(
+        "--noop-comm",
+        action="store_true",
+        help="replace every bucket all-reduce by a no-op comm hook: DDP's own overhead only",
+    )
     return p.parse_args(argv)
 
 
@@ -60,10 +63,18 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.rank)
     shape = tuple(int(x) for x in args.input_shape.split(","))
-    dist.init_process_group("gloo", init_method=f"tcp://{args.master_addr}:{args.master_port}",
-                            rank=args.rank, world_size=args.world_size, timeout=timedelta(seconds=120))
-    model = torch.nn.parallel.DistributedDataParallel(load_model(args.model, args.num_classes, shape, allow_code=True))
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://{args.master_addr}:{args.master_port}",
+        rank=args.rank,
+        world_size=args.world_size,
+        timeout=timedelta(seconds=120),
+    )
+    model = torch.nn.parallel.DistributedDataParallel(
+        load_model(args.model, args.num_classes, shape, allow_code=True)
+    )
     if args.noop_comm:
+
         def noop(_state, bucket):  # noqa: ANN001 - DDP inspects real (non-string) annotations, so none
             fut = torch.futures.Future()
             fut.set_result(bucket.buffer())
@@ -95,10 +106,19 @@ def main(argv: list[str] | None = None) -> int:
         ends.append(t3)
         phases.append([(t1 - t0) * 1e3, (t2 - t1) * 1e3, (t3 - t2) * 1e3])
     periods = [(b - a) * 1e3 for a, b in zip(ends, ends[1:], strict=False)]
-    Path(args.out).write_text(json.dumps({
-        "rank": args.rank, "model": args.model, "batch": args.batch, "threads": args.threads,
-        "periods_ms": periods, "phases_ms": phases, "pid": os.getpid(),
-    }))
+    Path(args.out).write_text(
+        json.dumps(
+            {
+                "rank": args.rank,
+                "model": args.model,
+                "batch": args.batch,
+                "threads": args.threads,
+                "periods_ms": periods,
+                "phases_ms": phases,
+                "pid": os.getpid(),
+            }
+        )
+    )
     dist.barrier()  # the peer has finished its last collective too
     dist.destroy_process_group()
     return 0

@@ -44,9 +44,14 @@ def current_prior_us(p: nccl_corpus.Point) -> float:
     from planner.models.comm import CommQuery, prior_ms
 
     topo = p.topology
-    cluster = Cluster(nodes=topo.nodes, gpus_per_node=topo.gpus_per_node,
-                      network_gbps=topo.net_gbps if topo.nodes > 1 else None, efa=topo.net == "efa",
-                      placement_group=True, gpu=GpuSpec("x", nvlink_gb_s=topo.nvlink_gb_s))
+    cluster = Cluster(
+        nodes=topo.nodes,
+        gpus_per_node=topo.gpus_per_node,
+        network_gbps=topo.net_gbps if topo.nodes > 1 else None,
+        efa=topo.net == "efa",
+        placement_group=True,
+        gpu=GpuSpec("x", nvlink_gb_s=topo.nvlink_gb_s),
+    )
     return prior_ms(CommQuery.from_cluster(int(p.size_bytes), cluster)) * 1e3
 
 
@@ -68,8 +73,17 @@ def main() -> int:
         learned, p90, source = model.predict_us(p.size_bytes, p.topology)
         covered.append(p.measured_us <= p90)
         prior, choice = prior_us(p.size_bytes, p.topology, model.params)
-        cases.append((p, abs(learned - p.measured_us) / p.measured_us, abs(prior - p.measured_us) / p.measured_us,
-                      choice, learned, prior, source))
+        cases.append(
+            (
+                p,
+                abs(learned - p.measured_us) / p.measured_us,
+                abs(prior - p.measured_us) / p.measured_us,
+                choice,
+                learned,
+                prior,
+                source,
+            )
+        )
         today.append(abs(current_prior_us(p) - p.measured_us) / p.measured_us)
     ok = True
     for name, lo, hi in BANDS:
@@ -79,19 +93,25 @@ def main() -> int:
         print(line(f"prior {name}", [c[2] for c in band]))
         ok &= bool(learned) and statistics.median(learned) <= 0.12
     print(line("the ring prior plans used before this model (all sizes)", today))
-    print(f"p90 coverage: {100 * sum(covered) / max(1, len(covered)):.0f} % of validation points at or under the "
-          f"learned p90 (90 % would be calibrated)")
+    print(
+        f"p90 coverage: {100 * sum(covered) / max(1, len(covered)):.0f} % of validation points at or under the "
+        f"learned p90 (90 % would be calibrated)"
+    )
     print("\n-- by instance type (median |error| %, learned / prior; n)")
     by = defaultdict(list)
     for c in cases:
         by[(c[0].instance_type, c[0].topology.nodes)].append(c)
     for (it, nodes), cs in sorted(by.items()):
-        print(f"  {it:18} {nodes} node(s)  learned {100 * statistics.median(c[1] for c in cs):6.1f}  "
-              f"prior {100 * statistics.median(c[2] for c in cs):6.1f}  n={len(cs)}")
+        print(
+            f"  {it:18} {nodes} node(s)  learned {100 * statistics.median(c[1] for c in cs):6.1f}  "
+            f"prior {100 * statistics.median(c[2] for c in cs):6.1f}  n={len(cs)}"
+        )
     if args.rows:
         for p, _err, _err_prior, choice, learned, prior, _ in cases:
-            print(f"  {p.instance_type:18} {p.topology.nodes}x{p.topology.gpus_per_node} {p.size_bytes:>12.0f} B "
-                  f"pub {p.measured_us:10.1f} µs learned {learned:10.1f} prior {prior:10.1f} ({choice})")
+            print(
+                f"  {p.instance_type:18} {p.topology.nodes}x{p.topology.gpus_per_node} {p.size_bytes:>12.0f} B "
+                f"pub {p.measured_us:10.1f} µs learned {learned:10.1f} prior {prior:10.1f} ({choice})"
+            )
     print("target (learned median ≤ 12 % in every band):", "met" if ok else "NOT met")
     return 0 if ok else 1
 

@@ -105,7 +105,7 @@ class Case:
     spec: str
     shape: str
     batches: tuple[int, ...]
-    slow_batches: tuple[int, ...] = ()   # batch sizes also run over the shaped link
+    slow_batches: tuple[int, ...] = ()  # batch sizes also run over the shaped link
 
 
 CASES = (
@@ -123,15 +123,15 @@ class Row:
     model: str
     batch: int
     link: str
-    sizes: list[int]          # bucket bytes
-    compute: float            # predicted fwd + bwd + opt per rank, ms
-    overhead: float           # DDP's own work, ms
-    comm: float               # predicted all-reduces alone, summed, ms
+    sizes: list[int]  # bucket bytes
+    compute: float  # predicted fwd + bwd + opt per rank, ms
+    overhead: float  # DDP's own work, ms
+    comm: float  # predicted all-reduces alone, summed, ms
     sim: SimulationResult
-    measured: float           # median DDP period, every round pooled, ms
-    cover: float              # share of measured periods at or below the predicted p90
+    measured: float  # median DDP period, every round pooled, ms
+    cover: float  # share of measured periods at or below the predicted p90
     rounds: int
-    spread: float | None      # the rounds' medians: (largest - smallest) / mean
+    spread: float | None  # the rounds' medians: (largest - smallest) / mean
     drift: float
     noise: float
 
@@ -180,7 +180,9 @@ ALIGN = True  # --no-drift: pool profiles unaligned and leave the run-to-run dri
 # alexnet) then pays 30–360 ms per iteration, depending on whether the host took the pages
 # back in between — noise larger than the effects measured here. Set for every measured
 # process, profiles and DDP runs alike; ``--default-malloc`` turns it off.
-MALLOC_ENV = {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=4294967296:glibc.malloc.trim_threshold=17179869184"}
+MALLOC_ENV = {
+    "GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=4294967296:glibc.malloc.trim_threshold=17179869184"
+}
 
 
 def niced(cmd: list[str]) -> list[str]:
@@ -191,8 +193,15 @@ def spawn(cmd: list[str], env: dict) -> subprocess.Popen:
     """Start a measured process in its own session; with the kernel's autogroup scheduling
     (``/proc/sys/kernel/sched_autogroup_enabled``) a plain ``nice`` only ranks processes inside
     one session, so the new session's autogroup gets the niceness too."""
-    proc = subprocess.Popen(niced(cmd), env={**os.environ, **MALLOC_ENV, **env}, cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        niced(cmd),
+        env={**os.environ, **MALLOC_ENV, **env},
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     if NICE:
         try:
             Path(f"/proc/{proc.pid}/autogroup").write_text(str(NICE))
@@ -221,15 +230,47 @@ def netns_up(rate_mbit: int) -> str | None:
         return "needs root with ip and tc (iproute2)"
     netns_down()
     steps = [
-        ["ip", "netns", "add", NS[0]], ["ip", "netns", "add", NS[1]],
-        ["ip", "link", "add", VETH[0], "netns", NS[0], "type", "veth", "peer", "name", VETH[1], "netns", NS[1]],
+        ["ip", "netns", "add", NS[0]],
+        ["ip", "netns", "add", NS[1]],
+        [
+            "ip",
+            "link",
+            "add",
+            VETH[0],
+            "netns",
+            NS[0],
+            "type",
+            "veth",
+            "peer",
+            "name",
+            VETH[1],
+            "netns",
+            NS[1],
+        ],
     ]
     for i in (0, 1):
-        steps += [["ip", "-n", NS[i], "addr", "add", f"{ADDR[i]}/24", "dev", VETH[i]],
-                  ["ip", "-n", NS[i], "link", "set", "lo", "up"],
-                  ["ip", "-n", NS[i], "link", "set", VETH[i], "up"],
-                  ["tc", "-n", NS[i], "qdisc", "add", "dev", VETH[i], "root", "tbf", "rate", f"{rate_mbit}mbit",
-                   "burst", "256kb", "latency", "200ms"]]
+        steps += [
+            ["ip", "-n", NS[i], "addr", "add", f"{ADDR[i]}/24", "dev", VETH[i]],
+            ["ip", "-n", NS[i], "link", "set", "lo", "up"],
+            ["ip", "-n", NS[i], "link", "set", VETH[i], "up"],
+            [
+                "tc",
+                "-n",
+                NS[i],
+                "qdisc",
+                "add",
+                "dev",
+                VETH[i],
+                "root",
+                "tbf",
+                "rate",
+                f"{rate_mbit}mbit",
+                "burst",
+                "256kb",
+                "latency",
+                "200ms",
+            ],
+        ]
     for cmd in steps:
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
@@ -246,13 +287,43 @@ def netns_down() -> None:
 # --------------------------------------------------------------------------- measurements
 
 
-def profile_compute(case: Case, work: Path, iters: int, batches: tuple[int, ...] = (), tag: str = "") -> list[Path]:
+def profile_compute(
+    case: Case, work: Path, iters: int, batches: tuple[int, ...] = (), tag: str = ""
+) -> list[Path]:
     outs = [work / f"compute_{case.name}{tag}_{i}.json" for i in (0, 1)]
     batches = ",".join(str(b) for b in batches or case.batches)
-    cmds = [[PY, "-m", "profiler.agent", "compute", "--model", case.spec, "--input-shape", case.shape,
-             "--batch-sizes", batches, "--device", "cpu", "--threads", "1", "--num-classes", "10",
-             "--iters", str(iters), "--warmup", "3", "--min-iters", str(iters), "--max-seconds-per-size", "60",
-             "--out", str(o), "-q"] for o in outs]
+    cmds = [
+        [
+            PY,
+            "-m",
+            "profiler.agent",
+            "compute",
+            "--model",
+            case.spec,
+            "--input-shape",
+            case.shape,
+            "--batch-sizes",
+            batches,
+            "--device",
+            "cpu",
+            "--threads",
+            "1",
+            "--num-classes",
+            "10",
+            "--iters",
+            str(iters),
+            "--warmup",
+            "3",
+            "--min-iters",
+            str(iters),
+            "--max-seconds-per-size",
+            "60",
+            "--out",
+            str(o),
+            "-q",
+        ]
+        for o in outs
+    ]
     run_parallel(cmds, envs=[{"OMP_NUM_THREADS": "1"}] * 2)
     return outs
 
@@ -264,29 +335,84 @@ def size_arg(n: int) -> str:
 def profile_comm(work: Path, name: str, shaped: bool, lo: int, hi: int, repeats: int) -> Path:
     """Agent comm profile over [lo, hi] bytes (factor 2), on loopback or across the namespaces."""
     out = work / f"comm_{name}.json"
-    base = [PY, "-m", "profiler.agent", "comm", "--world-size", "2", "--backend", "gloo",
-            "--sizes", f"{size_arg(lo)}..{size_arg(hi)}", "--repeats", str(repeats), "--warmup", "2", "-q"]
+    base = [
+        PY,
+        "-m",
+        "profiler.agent",
+        "comm",
+        "--world-size",
+        "2",
+        "--backend",
+        "gloo",
+        "--sizes",
+        f"{size_arg(lo)}..{size_arg(hi)}",
+        "--repeats",
+        str(repeats),
+        "--warmup",
+        "2",
+        "-q",
+    ]
     if not shaped:
         run([*base, "--out", str(out)], env={"OMP_NUM_THREADS": "1"})
         return out
-    cmds = [in_ns(NS[r], [*base, "--rank", str(r), "--master-addr", ADDR[0], "--master-port", "29710",
-                          "--out", str(out if r == 0 else work / f"comm_{name}_rank1.json")]) for r in (0, 1)]
+    cmds = [
+        in_ns(
+            NS[r],
+            [
+                *base,
+                "--rank",
+                str(r),
+                "--master-addr",
+                ADDR[0],
+                "--master-port",
+                "29710",
+                "--out",
+                str(out if r == 0 else work / f"comm_{name}_rank1.json"),
+            ],
+        )
+        for r in (0, 1)
+    ]
     envs = [{"GLOO_SOCKET_IFNAME": VETH[r], "OMP_NUM_THREADS": "1"} for r in (0, 1)]
     run_parallel(cmds, envs=envs)
     return out
 
 
-def run_ddp(case: Case, batch: int, work: Path, link: str, iters: int, tag: str = "", noop: bool = False) -> Path:
+def run_ddp(
+    case: Case, batch: int, work: Path, link: str, iters: int, tag: str = "", noop: bool = False
+) -> Path:
     outs = [work / f"ddp_{case.name}_{batch}_{link}{tag}_{r}.json" for r in (0, 1)]
     shaped = link != "loopback"
     port = 29720 if shaped else free_port()
     master = ADDR[0] if shaped else "127.0.0.1"
     cmds, envs = [], []
     for r in (0, 1):
-        cmd = [PY, str(ROOT / "bench/_ddp_train.py"), "--model", case.spec, "--input-shape", case.shape,
-               "--batch", str(batch), "--iters", str(iters), "--warmup", "3", "--threads", "1",
-               "--rank", str(r), "--world-size", "2", "--master-addr", master, "--master-port", str(port),
-               "--out", str(outs[r]), *(["--noop-comm"] if noop else [])]
+        cmd = [
+            PY,
+            str(ROOT / "bench/_ddp_train.py"),
+            "--model",
+            case.spec,
+            "--input-shape",
+            case.shape,
+            "--batch",
+            str(batch),
+            "--iters",
+            str(iters),
+            "--warmup",
+            "3",
+            "--threads",
+            "1",
+            "--rank",
+            str(r),
+            "--world-size",
+            "2",
+            "--master-addr",
+            master,
+            "--master-port",
+            str(port),
+            "--out",
+            str(outs[r]),
+            *(["--noop-comm"] if noop else []),
+        ]
         cmds.append(in_ns(NS[r], cmd) if shaped else cmd)
         envs.append({"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": VETH[r] if shaped else "lo"})
     run_parallel(cmds, envs=envs, timeout=600)
@@ -302,19 +428,32 @@ def comm_model_for(profile: CommProfile) -> tuple[CommModel, Cluster]:
     return CommModel.fit(observations_from_profile(profile, cluster)), cluster
 
 
-def comm_times(model: CommModel, cluster: Cluster, sizes: list[int], link: str,
-               profile: CommProfile) -> list[CommTime]:
+def comm_times(
+    model: CommModel, cluster: Cluster, sizes: list[int], link: str, profile: CommProfile
+) -> list[CommTime]:
     """Per bucket: the comm model's p50/p90 and the profile's measured time distribution at the
     nearest size (bootstrapped by the simulator: gloo's small messages are two-mode here)."""
     preds = model.predict_many([CommQuery.from_cluster(s, cluster) for s in sizes])
-    return [CommTime(p.p50_ms, p.p90_ms, link, time_ratios(profile, s)) for p, s in zip(preds, sizes, strict=True)]
+    return [
+        CommTime(p.p50_ms, p.p90_ms, link, time_ratios(profile, s)) for p, s in zip(preds, sizes, strict=True)
+    ]
 
 
-def predict(models: list[ComputeModel], batch: int, comm: list[CommTime], contention: list[Contention],
-            overhead_ms: float, drift: float = 0.0, noise: float = 0.0) -> SimulationResult:
-    loads = [WorkerLoad(m.predict(batch), m.buckets(batch), batch, m.device, tail_ms=overhead_ms) for m in models]
-    return simulate_iteration(loads, comm, samples=400, seed=0, contention=contention, run_spread=drift,
-                              iteration_spread=noise)
+def predict(
+    models: list[ComputeModel],
+    batch: int,
+    comm: list[CommTime],
+    contention: list[Contention],
+    overhead_ms: float,
+    drift: float = 0.0,
+    noise: float = 0.0,
+) -> SimulationResult:
+    loads = [
+        WorkerLoad(m.predict(batch), m.buckets(batch), batch, m.device, tail_ms=overhead_ms) for m in models
+    ]
+    return simulate_iteration(
+        loads, comm, samples=400, seed=0, contention=contention, run_spread=drift, iteration_spread=noise
+    )
 
 
 def ddp_overhead(work: Path, case: Case, batch: int) -> float:
@@ -352,7 +491,7 @@ def ddp_noise(work: Path, case: Case, overheads: dict[int, float]) -> float:
         model = model_for(work, case, b)
         loads = [WorkerLoad(model.predict(b), model.buckets(b), b, model.device, tail_ms=overheads[b])] * 2
         sim = simulate_iteration(loads, [0.0] * len(loads[0].buckets), samples=2000, seed=1)
-        diffs.append(measured ** 2 - (math.log(sim.iteration_ms_p90 / sim.iteration_ms_p50) / Z90) ** 2)
+        diffs.append(measured**2 - (math.log(sim.iteration_ms_p90 / sim.iteration_ms_p50) / Z90) ** 2)
     return math.sqrt(max(statistics.fmean(diffs), 0.0))
 
 
@@ -383,8 +522,11 @@ def model_for(work: Path, case: Case, batch: int, link: str = "loopback") -> Com
 
 def comm_profile_for(work: Path, case: Case, batch: int, link: str) -> CommProfile:
     """The block's comm profiles (one per round boundary, as the compute profiles), pooled."""
-    paths = [p for p in sorted(work.glob(f"comm_{case.name}{block_tag(batch, link)}_r*.json"))
-             if not p.name.endswith("_rank1.json")]
+    paths = [
+        p
+        for p in sorted(work.glob(f"comm_{case.name}{block_tag(batch, link)}_r*.json"))
+        if not p.name.endswith("_rank1.json")
+    ]
     if not paths:
         raise FileNotFoundError(f"no comm profiles of {case.name} batch {batch} ({link}) in {work}")
     return merge_comm_profiles([load_comm_profile(p) for p in paths])
@@ -393,8 +535,10 @@ def comm_profile_for(work: Path, case: Case, batch: int, link: str) -> CommProfi
 def ddp_rounds(work: Path, case: Case, batch: int, link: str, noop: bool = False) -> list[list[float]]:
     """Rank 0's iteration periods (ms) of each round's DDP run, real or no-op comm, in order."""
     kind = "_noop" if noop else ""
-    paths = sorted(work.glob(f"ddp_{case.name}_{batch}_{link}{kind}_r*_0.json"),
-                   key=lambda p: int(p.name.rsplit("_r", 1)[1].split("_")[0]))
+    paths = sorted(
+        work.glob(f"ddp_{case.name}_{batch}_{link}{kind}_r*_0.json"),
+        key=lambda p: int(p.name.rsplit("_r", 1)[1].split("_")[0]),
+    )
     return [json.loads(p.read_text())["periods_ms"] for p in paths]
 
 
@@ -414,8 +558,19 @@ def case_drift(work: Path, case: Case) -> float:
     return run_spread([load_compute_profile(p) for p in sorted(work.glob(f"compute_{case.name}*_[01].json"))])
 
 
-def measure_block(case: Case, batch: int, link: str, work: Path, args: argparse.Namespace, *,
-                  lo: int, hi: int, comm_repeats: int, ddp_iters: int, noop: bool) -> None:
+def measure_block(
+    case: Case,
+    batch: int,
+    link: str,
+    work: Path,
+    args: argparse.Namespace,
+    *,
+    lo: int,
+    hi: int,
+    comm_repeats: int,
+    ddp_iters: int,
+    noop: bool,
+) -> None:
     """One batch size on one link, interleaved: ``--rounds`` rounds of (compute profile, comm
     profile, [no-op-comm DDP run,] DDP run), then a last compute and comm profile.
 
@@ -452,16 +607,35 @@ def measure_case(case: Case, work: Path, args: argparse.Namespace) -> None:
     profile_compute(case, work, args.profile_iters)
     lo, hi = comm_size_range(work, case)
     for b in case.batches:
-        measure_block(case, b, "loopback", work, args, lo=lo, hi=hi,
-                      comm_repeats=args.comm_repeats, ddp_iters=args.ddp_iters, noop=True)
+        measure_block(
+            case,
+            b,
+            "loopback",
+            work,
+            args,
+            lo=lo,
+            hi=hi,
+            comm_repeats=args.comm_repeats,
+            ddp_iters=args.ddp_iters,
+            noop=True,
+        )
 
 
 def measure_shaped(case: Case, work: Path, args: argparse.Namespace) -> None:
     lo, hi = comm_size_range(work, case)
     for b in case.slow_batches:
-        measure_block(case, b, "shaped", work, args, lo=lo, hi=hi,
-                      comm_repeats=max(4, args.comm_repeats // 2), ddp_iters=max(8, args.ddp_iters // 2),
-                      noop=False)
+        measure_block(
+            case,
+            b,
+            "shaped",
+            work,
+            args,
+            lo=lo,
+            hi=hi,
+            comm_repeats=max(4, args.comm_repeats // 2),
+            ddp_iters=max(8, args.ddp_iters // 2),
+            noop=False,
+        )
 
 
 def print_phases(work: Path, cases: list[Case]) -> None:
@@ -482,7 +656,9 @@ def print_phases(work: Path, cases: list[Case]) -> None:
                     path = work / f"compute_{case.name}{block_tag(b, link)}_r{k}_{i}.json"
                     if path.exists():
                         smp = load_compute_profile(path).sample_for(b)
-                        prof.append(fmt([smp.phases[p].median_ms for p in ("forward", "backward", "optimizer")]))
+                        prof.append(
+                            fmt([smp.phases[p].median_ms for p in ("forward", "backward", "optimizer")])
+                        )
                 if not prof:
                     break
                 print(f"{'':19}profile r{k}      " + "  |  ".join(prof))
@@ -493,8 +669,10 @@ def print_phases(work: Path, cases: list[Case]) -> None:
                         if path.exists():
                             d = json.loads(path.read_text())
                             ph = d["phases_ms"]
-                            ranks.append(fmt([statistics.median(x[i] for x in ph) for i in range(3)])
-                                         + f"  period {statistics.median(d['periods_ms']):6.1f}")
+                            ranks.append(
+                                fmt([statistics.median(x[i] for x in ph) for i in range(3)])
+                                + f"  period {statistics.median(d['periods_ms']):6.1f}"
+                            )
                     if ranks:
                         print(f"{'':19}{'ddp no-op' if kind else 'ddp':9} r{k}    " + "  |  ".join(ranks))
 
@@ -511,22 +689,48 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--ddp-iters", type=int, default=16)
     p.add_argument("--comm-repeats", type=int, default=8)
     p.add_argument("--only", default="", help="comma-separated case names")
-    p.add_argument("--phases", action="store_true",
-                   help="also print per-phase medians (fwd/bwd/opt ms) of each profile process and each DDP rank")
-    p.add_argument("--no-drift", dest="drift", action="store_false",
-                   help="pool repeated profiles as they are (their differences count as iteration noise) "
-                        "instead of modelling them as run-to-run drift in the predicted p90")
-    p.add_argument("--no-loop-noise", dest="loop_noise", action="store_false",
-                   help="leave the training loop's own per-iteration noise (measured on the no-op-comm DDP runs) "
-                        "out of the predicted p90")
-    p.add_argument("--rounds", type=int, default=3,
-                   help="rounds per block: (compute profile, comm profile, DDP runs) repeated, then a last profile")
-    p.add_argument("--pin", action=argparse.BooleanOptionalAction, default=False,
-                   help="hold simultaneous measured processes (profilers, DDP ranks) one per CPU")
-    p.add_argument("--default-malloc", action="store_true",
-                   help="let glibc return freed memory to the system (see MALLOC_ENV: noisy on VMs with page reporting)")
-    p.add_argument("--nice", type=int, default=-10,
-                   help="niceness of measured processes (negative needs root): shields them from other load")
+    p.add_argument(
+        "--phases",
+        action="store_true",
+        help="also print per-phase medians (fwd/bwd/opt ms) of each profile process and each DDP rank",
+    )
+    p.add_argument(
+        "--no-drift",
+        dest="drift",
+        action="store_false",
+        help="pool repeated profiles as they are (their differences count as iteration noise) "
+        "instead of modelling them as run-to-run drift in the predicted p90",
+    )
+    p.add_argument(
+        "--no-loop-noise",
+        dest="loop_noise",
+        action="store_false",
+        help="leave the training loop's own per-iteration noise (measured on the no-op-comm DDP runs) "
+        "out of the predicted p90",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="rounds per block: (compute profile, comm profile, DDP runs) repeated, then a last profile",
+    )
+    p.add_argument(
+        "--pin",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="hold simultaneous measured processes (profilers, DDP ranks) one per CPU",
+    )
+    p.add_argument(
+        "--default-malloc",
+        action="store_true",
+        help="let glibc return freed memory to the system (see MALLOC_ENV: noisy on VMs with page reporting)",
+    )
+    p.add_argument(
+        "--nice",
+        type=int,
+        default=-10,
+        help="niceness of measured processes (negative needs root): shields them from other load",
+    )
     args = p.parse_args()
     if args.rounds < 1:
         p.error(f"--rounds must be at least 1, got {args.rounds}")
@@ -562,9 +766,19 @@ def main() -> int:
                     netns_down()
         measured_s = time.monotonic() - started
         load_after = os.getloadavg()
-        (work / "meta.json").write_text(json.dumps({
-            "skip_reason": skip_reason, "link": link_name, "load": [load_before[0], load_after[0]],
-            "seconds": measured_s, "pin": PIN, "malloc_env": MALLOC_ENV, "rounds": args.rounds}))
+        (work / "meta.json").write_text(
+            json.dumps(
+                {
+                    "skip_reason": skip_reason,
+                    "link": link_name,
+                    "load": [load_before[0], load_after[0]],
+                    "seconds": measured_s,
+                    "pin": PIN,
+                    "malloc_env": MALLOC_ENV,
+                    "rounds": args.rounds,
+                }
+            )
+        )
     else:
         meta = json.loads((work / "meta.json").read_text()) if (work / "meta.json").exists() else {}
         skip_reason, link_name = meta.get("skip_reason"), meta.get("link", link_name)
@@ -574,8 +788,11 @@ def main() -> int:
     rows = []
     for case in cases:
         runs = [(b, "loopback") for b in case.batches]
-        runs += [(b, "shaped") for b in case.slow_batches
-                 if not skip_reason and any(work.glob(f"ddp_{case.name}_{b}_shaped_r*_0.json"))]
+        runs += [
+            (b, "shaped")
+            for b in case.slow_batches
+            if not skip_reason and any(work.glob(f"ddp_{case.name}_{b}_shaped_r*_0.json"))
+        ]
         # per batch size, from the loopback block's no-op runs (a shaped block has none: DDP's
         # own work does not depend on the link)
         overheads = {b: ddp_overhead(work, case, b) for b in case.batches}
@@ -593,39 +810,65 @@ def main() -> int:
             rounds = ddp_rounds(work, case, batch, link)
             measured = [t for r in rounds for t in r]
             med = statistics.median(measured)
-            rows.append(Row(case.name, batch, label, sizes, model.predict(batch).total, overheads[batch],
-                            sum(c.p50_ms for c in comm), sim, med,
-                            sum(t <= sim.iteration_ms_p90 for t in measured) / len(measured),
-                            len(rounds), round_spread(rounds), drift, noise))
+            rows.append(
+                Row(
+                    case.name,
+                    batch,
+                    label,
+                    sizes,
+                    model.predict(batch).total,
+                    overheads[batch],
+                    sum(c.p50_ms for c in comm),
+                    sim,
+                    med,
+                    sum(t <= sim.iteration_ms_p90 for t in measured) / len(measured),
+                    len(rounds),
+                    round_spread(rounds),
+                    drift,
+                    noise,
+                )
+            )
 
-    print(f"\nSrifty local accuracy bench: 2 ranks, gloo, 1 thread per rank, {os.cpu_count()} CPUs; "
-          f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f}; measured at nice {NICE}, "
-          f"took {measured_s:.0f} s{' (re-predicted from stored measurements)' if args.reuse else ''}")
+    print(
+        f"\nSrifty local accuracy bench: 2 ranks, gloo, 1 thread per rank, {os.cpu_count()} CPUs; "
+        f"load average before {load_before[0]:.2f}, after {load_after[0]:.2f}; measured at nice {NICE}, "
+        f"took {measured_s:.0f} s{' (re-predicted from stored measurements)' if args.reuse else ''}"
+    )
     if skip_reason:
         print(f"shaped-link cases SKIPPED: network namespaces unavailable here ({skip_reason})")
-    print(f"{'model':12} {'batch':>5} {'link':17} {'buckets':>7} {'MiB':>6} {'compute':>8} {'ddp ovh':>7} {'comm':>8} "
-          f"{'pred p50':>9} {'pred p90':>9} {'measured':>9} {'|err| %':>7} {'p90 cover':>9} {'rounds':>6} {'spread %':>8}"
-          f" {'drift %':>7} {'noise %':>7}  bottleneck")
+    print(
+        f"{'model':12} {'batch':>5} {'link':17} {'buckets':>7} {'MiB':>6} {'compute':>8} {'ddp ovh':>7} {'comm':>8} "
+        f"{'pred p50':>9} {'pred p90':>9} {'measured':>9} {'|err| %':>7} {'p90 cover':>9} {'rounds':>6} {'spread %':>8}"
+        f" {'drift %':>7} {'noise %':>7}  bottleneck"
+    )
     for r in rows:
         spread = f"{100 * r.spread:>8.1f}" if r.spread is not None else f"{'':>8}"
-        print(f"{r.model:12} {r.batch:>5} {r.link:17} {len(r.sizes):>7} {sum(r.sizes) / 2**20:>6.1f} {r.compute:>8.1f} "
-              f"{r.overhead:>7.1f} {r.comm:>8.1f} {r.sim.iteration_ms_p50:>9.1f} {r.sim.iteration_ms_p90:>9.1f} "
-              f"{r.measured:>9.1f} {r.error:>7.1f} {r.cover:>8.0%} {r.rounds:>6} {spread} {100 * r.drift:>7.1f} "
-              f"{100 * r.noise:>7.1f}  {r.sim.bottleneck}")
+        print(
+            f"{r.model:12} {r.batch:>5} {r.link:17} {len(r.sizes):>7} {sum(r.sizes) / 2**20:>6.1f} {r.compute:>8.1f} "
+            f"{r.overhead:>7.1f} {r.comm:>8.1f} {r.sim.iteration_ms_p50:>9.1f} {r.sim.iteration_ms_p90:>9.1f} "
+            f"{r.measured:>9.1f} {r.error:>7.1f} {r.cover:>8.0%} {r.rounds:>6} {spread} {100 * r.drift:>7.1f} "
+            f"{100 * r.noise:>7.1f}  {r.sim.bottleneck}"
+        )
     errs = [r.error for r in rows]
     spreads = [100 * r.spread for r in rows if r.spread is not None]
-    print(f"median |error| {statistics.median(errs):.1f} %   max |error| {max(errs):.1f} %   "
-          f"mean p90 coverage {statistics.fmean(r.cover for r in rows):.0%}   "
-          f"(targets: median <= 5 %, max <= 12 %, coverage >= 85 %)")
+    print(
+        f"median |error| {statistics.median(errs):.1f} %   max |error| {max(errs):.1f} %   "
+        f"mean p90 coverage {statistics.fmean(r.cover for r in rows):.0%}   "
+        f"(targets: median <= 5 %, max <= 12 %, coverage >= 85 %)"
+    )
     if spreads:
-        print(f"noise floor: within a block, the rounds' median DDP periods (same run, seconds apart) spread by "
-              f"median {statistics.median(spreads):.1f} %, max {max(spreads):.1f} % (largest - smallest, over their mean)")
-    print("compute = predicted fwd+bwd+opt per rank (pooled profiles); ddp ovh = DDP's own overhead at this batch "
-          "size (no-op comm hook runs minus compute), charged after the last all-reduce; comm = predicted sum of "
-          "bucket all-reduces alone; all ms; measured = median period of every round's DDP run pooled; spread = "
-          "noise floor above; drift = run-to-run spread of the model's compute profiles (every round boundary, two "
-          "processes each), in the predicted p90 unless --no-drift; noise = the training loop's own per-iteration "
-          "spread (no-op runs beyond their simulation), in the predicted p90 unless --no-loop-noise")
+        print(
+            f"noise floor: within a block, the rounds' median DDP periods (same run, seconds apart) spread by "
+            f"median {statistics.median(spreads):.1f} %, max {max(spreads):.1f} % (largest - smallest, over their mean)"
+        )
+    print(
+        "compute = predicted fwd+bwd+opt per rank (pooled profiles); ddp ovh = DDP's own overhead at this batch "
+        "size (no-op comm hook runs minus compute), charged after the last all-reduce; comm = predicted sum of "
+        "bucket all-reduces alone; all ms; measured = median period of every round's DDP run pooled; spread = "
+        "noise floor above; drift = run-to-run spread of the model's compute profiles (every round boundary, two "
+        "processes each), in the predicted p90 unless --no-drift; noise = the training loop's own per-iteration "
+        "spread (no-op runs beyond their simulation), in the predicted p90 unless --no-loop-noise"
+    )
     if args.phases:
         print_phases(work, cases)
     if not args.reuse:
@@ -641,9 +884,14 @@ def write_validated(errs: list[float]) -> None:
     doc = json.loads(path.read_text()) if path.exists() else {}
     ordered = sorted(errs)
     p90 = ordered[min(len(ordered) - 1, math.ceil(0.9 * len(ordered)) - 1)]
-    doc["measured"] = {"median_pct": round(statistics.median(errs), 1), "p90_pct": round(p90, 1),
-                       "max_pct": round(max(errs), 1), "n": len(errs), "bench": "bench/accuracy_local.py",
-                       "measured_at": datetime.date.today().isoformat()}
+    doc["measured"] = {
+        "median_pct": round(statistics.median(errs), 1),
+        "p90_pct": round(p90, 1),
+        "max_pct": round(max(errs), 1),
+        "n": len(errs),
+        "bench": "bench/accuracy_local.py",
+        "measured_at": datetime.date.today().isoformat(),
+    }
     path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     print(f"wrote {path.relative_to(ROOT)}")
 

@@ -43,12 +43,21 @@ def resnet50_costs() -> dict:
     def build():
         return torchvision.models.resnet50()
 
-    return {"full": count_workload(build, (3, 224, 224), precision="tf32", model_spec="torchvision:resnet50"),
-            "half": count_workload(build, (3, 224, 224), precision="amp", model_spec="torchvision:resnet50")}
+    return {
+        "full": count_workload(build, (3, 224, 224), precision="tf32", model_spec="torchvision:resnet50"),
+        "half": count_workload(build, (3, 224, 224), precision="amp", model_spec="torchvision:resnet50"),
+    }
 
 
-def leave_one_out(rows: list[CalibrationRow], costs: dict, specs: dict, *, drop_arch: bool,
-                  form: str = "sum", betas: tuple | None = None) -> list[tuple]:
+def leave_one_out(
+    rows: list[CalibrationRow],
+    costs: dict,
+    specs: dict,
+    *,
+    drop_arch: bool,
+    form: str = "sum",
+    betas: tuple | None = None,
+) -> list[tuple]:
     chips = sorted({spec_name_for(r.gpu) for r in rows})
     out = []
     for chip in chips:
@@ -65,25 +74,43 @@ def leave_one_out(rows: list[CalibrationRow], costs: dict, specs: dict, *, drop_
             published = [r.images_per_s for r in test if (r.gpu, r.precision) == (gpu, prec)]
             pred = model.images_per_s(costs[precision_family(prec)], BATCH, spec, prec)
             med = statistics.median(published)
-            out.append((gpu, spec.name, prec, len(published), min(published), max(published), med, pred,
-                        100 * (pred - med) / med, level + cuda_note * (prec == "fp32")))
+            out.append(
+                (
+                    gpu,
+                    spec.name,
+                    prec,
+                    len(published),
+                    min(published),
+                    max(published),
+                    med,
+                    pred,
+                    100 * (pred - med) / med,
+                    level + cuda_note * (prec == "fp32"),
+                )
+            )
     return out
 
 
 def summary(result: list[tuple]) -> str:
     errs = [abs(r[8]) for r in result]
-    return (f"median |error| {statistics.median(errs):.1f} %   max |error| {max(errs):.1f} %   "
-            f"groups {len(errs)}   within 15 %: {sum(e <= 15 for e in errs)}/{len(errs)}")
+    return (
+        f"median |error| {statistics.median(errs):.1f} %   max |error| {max(errs):.1f} %   "
+        f"groups {len(errs)}   within 15 %: {sum(e <= 15 for e in errs)}/{len(errs)}"
+    )
 
 
 def print_table(title: str, result: list[tuple]) -> list[float]:
     print(f"\n{title}")
-    print(f"{'gpu (calibration name)':24} {'spec':15} {'prec':5} {'n':>2} {'published':>10} {'range':>13} "
-          f"{'predicted':>10} {'error %':>8}  factor")
+    print(
+        f"{'gpu (calibration name)':24} {'spec':15} {'prec':5} {'n':>2} {'published':>10} {'range':>13} "
+        f"{'predicted':>10} {'error %':>8}  factor"
+    )
     errs = []
     for gpu, spec, prec, n, lo, hi, med, pred, err, level in result:
         rng = f"{lo:.0f}-{hi:.0f}" if n > 1 else ""
-        print(f"{gpu:24} {spec:15} {prec:5} {n:>2} {med:>10.0f} {rng:>13} {pred:>10.0f} {err:>+8.1f}  {level}")
+        print(
+            f"{gpu:24} {spec:15} {prec:5} {n:>2} {med:>10.0f} {rng:>13} {pred:>10.0f} {err:>+8.1f}  {level}"
+        )
         errs.append(abs(err))
     print(summary(result))
     return errs
@@ -97,21 +124,31 @@ def main() -> int:
     fwd = costs["full"].totals(1)["forward"][0] / 1e9
     step = sum(v[0] for v in costs["full"].totals(BATCH).values()) / BATCH / 1e9
     touched = [sum(v[1] for v in costs[f].totals(BATCH).values()) / BATCH / 1e9 for f in ("full", "half")]
-    print(f"ResNet-50 per image: forward {fwd:.2f} GFLOP; training step {step:.2f} GFLOP, "
-          f"{touched[0]:.3f} GB (32-bit) / {touched[1]:.3f} GB (16-bit) touched")
+    print(
+        f"ResNet-50 per image: forward {fwd:.2f} GFLOP; training step {step:.2f} GFLOP, "
+        f"{touched[0]:.3f} GB (32-bit) / {touched[1]:.3f} GB (16-bit) touched"
+    )
     p = full.params
-    print(f"calibrated on all chips: form {p.form}, eta_tensor {p.eta_tensor:.3f}, eta_cuda {p.eta_cuda:.3f}, "
-          f"eta_memory { {k: round(v, 3) for k, v in p.eta_memory.items()} }, beta {p.beta:.2f}")
+    print(
+        f"calibrated on all chips: form {p.form}, eta_tensor {p.eta_tensor:.3f}, eta_cuda {p.eta_cuda:.3f}, "
+        f"eta_memory { {k: round(v, 3) for k, v in p.eta_memory.items()} }, beta {p.beta:.2f}"
+    )
     print("per-GPU factors k_g:", {k: round(v, 3) for k, v in sorted(full.gpu_factors.items())})
     print("per-architecture factors:", {k: round(v, 3) for k, v in sorted(full.arch_factors.items())})
-    errs = print_table("Leave one GPU chip out (held-out chip uses its architecture factor when calibrated)",
-                       leave_one_out(rows, costs, specs, drop_arch=False))
-    print_table("Stricter: held-out chip also loses its architecture factor (global efficiencies only)",
-                leave_one_out(rows, costs, specs, drop_arch=True))
+    errs = print_table(
+        "Leave one GPU chip out (held-out chip uses its architecture factor when calibrated)",
+        leave_one_out(rows, costs, specs, drop_arch=False),
+    )
+    print_table(
+        "Stricter: held-out chip also loses its architecture factor (global efficiencies only)",
+        leave_one_out(rows, costs, specs, drop_arch=True),
+    )
     print("\nAlternatives (same leave-one-chip-out protocol, with architecture factors):")
     for form, betas in (("sum", (1.0,)), ("max", (1.0,)), ("max", None)):
         label = f"form={form} beta={'1 fixed' if betas else 'fitted'}"
-        print(f"  {label:26} {summary(leave_one_out(rows, costs, specs, drop_arch=False, form=form, betas=betas))}")
+        print(
+            f"  {label:26} {summary(leave_one_out(rows, costs, specs, drop_arch=False, form=form, betas=betas))}"
+        )
     return 0 if statistics.median(errs) <= 15 else 1
 
 

@@ -124,15 +124,26 @@ def pct(values: list[float], q: float) -> float:
 class Server:
     """daphne on 127.0.0.1 with a fresh SQLite database in ``workdir``; a context manager."""
 
-    def __init__(self, workdir: Path, *, redis_url: str | None = None, catalog: bool = False, quiet: bool = True,
-                 throttle: str = "1000000/min", python: str = sys.executable, workers: int = 1,
-                 server: str = "daphne") -> None:  # fmt: skip
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        redis_url: str | None = None,
+        catalog: bool = False,
+        quiet: bool = True,
+        throttle: str = "1000000/min",
+        python: str = sys.executable,
+        workers: int = 1,
+        server: str = "daphne",
+    ) -> None:
         if redis_url and not is_loopback(urlsplit(redis_url).hostname or ""):
             raise SystemExit(f"--redis must be a loopback address, not {redis_url!r}")
         self.workdir, self.redis_url, self.catalog, self.quiet = Path(workdir), redis_url, catalog, quiet
         self.throttle, self.python = throttle, python
         if workers > 1 and not redis_url:
-            raise SystemExit("several workers need --redis (the in-process channel layer does not cross processes)")
+            raise SystemExit(
+                "several workers need --redis (the in-process channel layer does not cross processes)"
+            )
         self.workers, self.server = workers, server
         self.proc: subprocess.Popen | None = None
         self.port = 0
@@ -147,18 +158,31 @@ class Server:
             for k, v in os.environ.items()
             if k not in ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE")
         }
-        env.update({
-            "DJANGO_SETTINGS_MODULE": "srifty_web.settings", "SRIFTY_DATA_DIR": str(self.workdir),
-            "DEBUG": "0", "LOG_LEVEL": "WARNING", "PYTHONUNBUFFERED": "1", "AGENT_THROTTLE_RATE": self.throttle,
-            "TASKS_BACKEND": "django_tasks.backends.dummy.DummyBackend", "PYTHONPATH": str(REPO),
-        })  # fmt: skip
+        env.update(
+            {
+                "DJANGO_SETTINGS_MODULE": "srifty_web.settings",
+                "SRIFTY_DATA_DIR": str(self.workdir),
+                "DEBUG": "0",
+                "LOG_LEVEL": "WARNING",
+                "PYTHONUNBUFFERED": "1",
+                "AGENT_THROTTLE_RATE": self.throttle,
+                "TASKS_BACKEND": "django_tasks.backends.dummy.DummyBackend",
+                "PYTHONPATH": str(REPO),
+            }
+        )
         if self.redis_url:
             env["REDIS_URL"] = self.redis_url
         return env
 
     def _manage(self, *args: str, timeout: float = 120) -> str:
-        out = subprocess.run([self.python, "manage.py", *args], cwd=REPO, env=self.env(), capture_output=True,
-                             text=True, timeout=timeout)  # fmt: skip
+        out = subprocess.run(
+            [self.python, "manage.py", *args],
+            cwd=REPO,
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         if out.returncode != 0:
             raise RuntimeError(f"manage.py {args[0]} failed:\n{out.stdout[-2000:]}\n{out.stderr[-4000:]}")
         return out.stdout
@@ -188,16 +212,40 @@ class Server:
         self.log_path = self.workdir / "daphne.log"
         with open(self.log_path, "wb") as log:
             # what ./run starts: the supervisor, whose daphne workers share one listening socket
-            cmd = [self.python, "-m", "srifty_web.serve", "--port", str(self.port), "--workers", str(self.workers)]
+            cmd = [
+                self.python,
+                "-m",
+                "srifty_web.serve",
+                "--port",
+                str(self.port),
+                "--workers",
+                str(self.workers),
+            ]
             if self.server == "uvicorn":  # for comparison only: not a dependency of Srifty
-                cmd = [self.python, "-m", "uvicorn", "srifty_web.asgi:application", "--host", "127.0.0.1",
-                       "--port", str(self.port), "--workers", str(self.workers), "--no-access-log",
-                       "--log-level", "warning"]  # fmt: skip
+                cmd = [
+                    self.python,
+                    "-m",
+                    "uvicorn",
+                    "srifty_web.asgi:application",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    "--workers",
+                    str(self.workers),
+                    "--no-access-log",
+                    "--log-level",
+                    "warning",
+                ]
             self.proc = subprocess.Popen(
                 cmd,
-                cwd=REPO, env=self.env(), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                cwd=REPO,
+                env=self.env(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
-            )  # fmt: skip
+            )
         deadline = time.monotonic() + 60
         while True:
             if self.proc.poll() is not None:
@@ -267,8 +315,15 @@ class WebSocketError(Exception):
 async def ws_connect(host: str, port: int, path: str, headers: dict[str, str], timeout: float):
     reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
     key = base64.b64encode(os.urandom(16)).decode()
-    lines = [f"GET {path} HTTP/1.1", f"Host: {host}:{port}", "Upgrade: websocket", "Connection: Upgrade",
-             f"Sec-WebSocket-Key: {key}", "Sec-WebSocket-Version: 13", *(f"{k}: {v}" for k, v in headers.items())]  # fmt: skip
+    lines = [
+        f"GET {path} HTTP/1.1",
+        f"Host: {host}:{port}",
+        "Upgrade: websocket",
+        "Connection: Upgrade",
+        f"Sec-WebSocket-Key: {key}",
+        "Sec-WebSocket-Version: 13",
+        *(f"{k}: {v}" for k, v in headers.items()),
+    ]
     writer.write(("\r\n".join(lines) + "\r\n\r\n").encode())
     await writer.drain()
     status = await asyncio.wait_for(reader.readline(), timeout)
@@ -425,8 +480,16 @@ class Load:
             if item is None:
                 break
             seq, total = item
-            body = json.dumps({"seq": seq, "type": "progress", "phase": "compute", "batch_size": 8,
-                               "fraction": round(seq / total, 6), "time_ms": 12.5 + seq % 7}).encode()  # fmt: skip
+            body = json.dumps(
+                {
+                    "seq": seq,
+                    "type": "progress",
+                    "phase": "compute",
+                    "batch_size": 8,
+                    "fraction": round(seq / total, 6),
+                    "time_ms": 12.5 + seq % 7,
+                }
+            ).encode()
             t0 = time.perf_counter()
             try:
                 if conn is None:
@@ -449,8 +512,10 @@ class Load:
     def agent(self) -> None:
         total = int(self.args.rate * self.args.duration)
         jobs: queue.Queue = queue.Queue()
-        posters = [threading.Thread(target=self.agent_poster, args=(jobs,), daemon=True)
-                   for _ in range(max(1, self.args.posters))]  # fmt: skip
+        posters = [
+            threading.Thread(target=self.agent_poster, args=(jobs,), daemon=True)
+            for _ in range(max(1, self.args.posters))
+        ]
         for t in posters:
             t.start()
         t0 = time.monotonic()
@@ -570,8 +635,10 @@ class Load:
             print("  (not every viewer connected within 60 s; going on)", file=sys.stderr)
         t0 = time.monotonic()
         api_deadline = t0 + a.duration
-        clients = [threading.Thread(target=self.api_client, args=(i, api_deadline), daemon=True)
-                   for i in range(a.clients)]  # fmt: skip
+        clients = [
+            threading.Thread(target=self.api_client, args=(i, api_deadline), daemon=True)
+            for i in range(a.clients)
+        ]
         for t in clients:
             t.start()
         if a.rate > 0:
@@ -657,52 +724,85 @@ def report(r: Results, args, server: Server) -> dict:
     p99_ok = p99 < TARGET_P99_MS and api_bad == 0
 
     print()
-    print(f"Srifty load bench: {r.mode}; {server.server} x{server.workers} on 127.0.0.1:{server.port}, SQLite (WAL) in a temp dir, "
-          f"{os.cpu_count()} CPUs; setup {server.setup_s:.1f} s")  # fmt: skip
+    print(
+        f"Srifty load bench: {r.mode}; {server.server} x{server.workers} on 127.0.0.1:{server.port}, SQLite (WAL) in a temp dir, "
+        f"{os.cpu_count()} CPUs; setup {server.setup_s:.1f} s"
+    )
     load1 = f"{r.loadavg[0]:.1f}" if r.loadavg else "?"
-    print(f"  CPU during the load: server {r.server_cpu_s:.1f} s over {r.duration_s:.1f} s "
-          f"({100 * r.server_cpu_s / r.duration_s if r.duration_s else 0:.0f}% of one core), this bench "
-          f"{r.client_cpu_s:.1f} s; machine load average {load1} at the start")  # fmt: skip
-    print(f"  load: {args.clients} API clients, {args.viewers} viewers, agent {args.rate:g} events/s "
-          f"for {args.duration:g} s ({args.posters} poster threads), all at once")  # fmt: skip
-    print(f"API       {len(r.api)} requests in {api_window:.1f} s: {tput:.1f} req/s; "
-          f"latency p50 {p50:.0f} ms, p99 {p99:.0f} ms; non-200 {api_bad}"
-          + (f" {r.api_errors}" if r.api_errors else ""))  # fmt: skip
+    print(
+        f"  CPU during the load: server {r.server_cpu_s:.1f} s over {r.duration_s:.1f} s "
+        f"({100 * r.server_cpu_s / r.duration_s if r.duration_s else 0:.0f}% of one core), this bench "
+        f"{r.client_cpu_s:.1f} s; machine load average {load1} at the start"
+    )
+    print(
+        f"  load: {args.clients} API clients, {args.viewers} viewers, agent {args.rate:g} events/s "
+        f"for {args.duration:g} s ({args.posters} poster threads), all at once"
+    )
+    print(
+        f"API       {len(r.api)} requests in {api_window:.1f} s: {tput:.1f} req/s; "
+        f"latency p50 {p50:.0f} ms, p99 {p99:.0f} ms; non-200 {api_bad}"
+        + (f" {r.api_errors}" if r.api_errors else "")
+    )
     for path in API_PATHS:
         pl = [s * 1000 for p, s in api_ok if p == path]
         print(f"          {path:<36} n={len(pl):<6} p50 {pct(pl, 50):6.0f} ms  p99 {pct(pl, 99):6.0f} ms")
-    print(f"          target p99 < {TARGET_P99_MS:.0f} ms at {args.clients} concurrent clients: "
-          f"{verdict(p99_ok)}" + ("" if args.clients >= 50 else " (fewer than 50 clients: not the target load)"))  # fmt: skip
-    print(f"agent     {r.agent_offered} events offered at {args.rate:g}/s, {sent} sent "
-          f"({sent / window if window else 0:.1f}/s achieved over {window:.1f} s), {r.agent_dropped} dropped "
-          f"(posters behind); accepted {len(accepted)}; statuses {dict(sorted(by_status.items()))}; "
-          f"post p50 {pct(post_lat, 50):.0f} ms, p99 {pct(post_lat, 99):.0f} ms")  # fmt: skip
-    print(f"viewers   {len(live)} connected, {len(failures)} connect failures"
-          + (f" (e.g. {failures[0].error})" if failures else "")
-          + f"; connect p50 {pct(connect_ms, 50):.0f} ms, p99 {pct(connect_ms, 99):.0f} ms")  # fmt: skip
+    print(
+        f"          target p99 < {TARGET_P99_MS:.0f} ms at {args.clients} concurrent clients: "
+        f"{verdict(p99_ok)}" + ("" if args.clients >= 50 else " (fewer than 50 clients: not the target load)")
+    )
+    print(
+        f"agent     {r.agent_offered} events offered at {args.rate:g}/s, {sent} sent "
+        f"({sent / window if window else 0:.1f}/s achieved over {window:.1f} s), {r.agent_dropped} dropped "
+        f"(posters behind); accepted {len(accepted)}; statuses {dict(sorted(by_status.items()))}; "
+        f"post p50 {pct(post_lat, 50):.0f} ms, p99 {pct(post_lat, 99):.0f} ms"
+    )
+    print(
+        f"viewers   {len(live)} connected, {len(failures)} connect failures"
+        + (f" (e.g. {failures[0].error})" if failures else "")
+        + f"; connect p50 {pct(connect_ms, 50):.0f} ms, p99 {pct(connect_ms, 99):.0f} ms"
+    )
     if received:
-        print(f"          events received per viewer: min {min(received)}, median {statistics.median(received):g}, "
-              f"max {max(received)} (of {len(accepted)} accepted) in median "
-              f"{statistics.median(v.frames for v in live):g} frames; duplicates {sum(v.duplicates for v in live)}, "
-              f"out of seq order {sum(v.out_of_order for v in live)} (parallel posters); drain {r.drain_s:.1f} s")  # fmt: skip
+        print(
+            f"          events received per viewer: min {min(received)}, median {statistics.median(received):g}, "
+            f"max {max(received)} (of {len(accepted)} accepted) in median "
+            f"{statistics.median(v.frames for v in live):g} frames; duplicates {sum(v.duplicates for v in live)}, "
+            f"out of seq order {sum(v.out_of_order for v in live)} (parallel posters); drain {r.drain_s:.1f} s"
+        )
         errs = [v.error for v in live if v.error]
         if errs:
             print(f"          {len(errs)} viewers broke after connecting (e.g. {errs[0]})")
-    print(f"lost      {lost} events (expected {len(accepted)} x {len(live)} = {expected_total}, received {sum(received)})"
-          f"; target 0 lost at 50 events/s with 100 viewers on Redis: {verdict(lost_ok)}"
-          + ("" if rate_ok else f" (the server accepted only {accepted_rate:.1f} events/s of {args.rate:g})")
-          + ("" if on_target_load else " (not the target setup: needs --redis, rate >= 50, viewers >= 100)"))  # fmt: skip
+    print(
+        f"lost      {lost} events (expected {len(accepted)} x {len(live)} = {expected_total}, received {sum(received)})"
+        f"; target 0 lost at 50 events/s with 100 viewers on Redis: {verdict(lost_ok)}"
+        + ("" if rate_ok else f" (the server accepted only {accepted_rate:.1f} events/s of {args.rate:g})")
+        + ("" if on_target_load else " (not the target setup: needs --redis, rate >= 50, viewers >= 100)")
+    )
     return {
-        "mode": r.mode, "api_requests": len(r.api), "api_rps": tput, "api_p50_ms": p50, "api_p99_ms": p99,
-        "api_non_200": api_bad, "events_offered": r.agent_offered,
-        "events_dropped": r.agent_dropped, "events_sent": sent, "events_accepted": len(accepted),
-        "accepted_per_s": accepted_rate, "agent_statuses": by_status,
-        "viewers_connected": len(live), "connect_failures": len(failures),
+        "mode": r.mode,
+        "api_requests": len(r.api),
+        "api_rps": tput,
+        "api_p50_ms": p50,
+        "api_p99_ms": p99,
+        "api_non_200": api_bad,
+        "events_offered": r.agent_offered,
+        "events_dropped": r.agent_dropped,
+        "events_sent": sent,
+        "events_accepted": len(accepted),
+        "accepted_per_s": accepted_rate,
+        "agent_statuses": by_status,
+        "viewers_connected": len(live),
+        "connect_failures": len(failures),
         "received_min": min(received) if received else 0,
-        "received_median": statistics.median(received) if received else 0, "lost": lost,
-        "p99_pass": p99_ok, "lost_pass": lost_ok,
-        "workers": server.workers, "think_ms": args.think_ms, "server_cpu_s": r.server_cpu_s, "duration_s": r.duration_s, "loadavg": r.loadavg,
-    }  # fmt: skip
+        "received_median": statistics.median(received) if received else 0,
+        "lost": lost,
+        "p99_pass": p99_ok,
+        "lost_pass": lost_ok,
+        "workers": server.workers,
+        "think_ms": args.think_ms,
+        "server_cpu_s": r.server_cpu_s,
+        "duration_s": r.duration_s,
+        "loadavg": r.loadavg,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -721,10 +821,18 @@ def main(argv: list[str] | None = None) -> int:
         "--think-ms", type=float, default=0, help="pause between an API client's requests (default 0)"
     )
     ap.add_argument("--redis", metavar="URL", help="use the Redis channel layer at URL (loopback only)")
-    ap.add_argument("--workers", type=int, default=1,
-                    help="daphne worker processes behind srifty_web.serve (default 1; more need --redis)")
-    ap.add_argument("--server", choices=("daphne", "uvicorn"), default="daphne",
-                    help="ASGI server (uvicorn only for comparison, when installed)")  # fmt: skip
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="daphne worker processes behind srifty_web.serve (default 1; more need --redis)",
+    )
+    ap.add_argument(
+        "--server",
+        choices=("daphne", "uvicorn"),
+        default="daphne",
+        help="ASGI server (uvicorn only for comparison, when installed)",
+    )
     ap.add_argument(
         "--max-seconds", type=float, default=170, help="the whole bench stops after this (default 170)"
     )
@@ -751,10 +859,14 @@ def main(argv: list[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="srifty-bench-"))
     started = time.monotonic()
     try:
-        with Server(tmp / "data", redis_url=args.redis, catalog=True, workers=args.workers,
-                    server=args.server) as server:  # fmt: skip
-            print(f"server ready on 127.0.0.1:{server.port} after {server.setup_s:.1f} s "
-                  f"(migrate, catalog import, daphne start)", flush=True)  # fmt: skip
+        with Server(
+            tmp / "data", redis_url=args.redis, catalog=True, workers=args.workers, server=args.server
+        ) as server:
+            print(
+                f"server ready on 127.0.0.1:{server.port} after {server.setup_s:.1f} s "
+                f"(migrate, catalog import, daphne start)",
+                flush=True,
+            )
             load = Load(server, args)
             try:
                 results = load.run()

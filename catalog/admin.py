@@ -31,7 +31,15 @@ from catalog.tasks import refresh_prices_task
 
 @admin.register(Accelerator)
 class AcceleratorAdmin(admin.ModelAdmin):
-    list_display = ["name", "kind", "manufacturer", "memory_mib", "fp16_tflops", "memory_bandwidth_gbs", "spec_confidence"]
+    list_display = [
+        "name",
+        "kind",
+        "manufacturer",
+        "memory_mib",
+        "fp16_tflops",
+        "memory_bandwidth_gbs",
+        "spec_confidence",
+    ]
     list_filter = ["kind", "manufacturer"]
     search_fields = ["name", "manufacturer", "architecture"]
 
@@ -51,8 +59,18 @@ class RegionListFilter(admin.SimpleListFilter):
 
 @admin.register(InstanceType)
 class InstanceTypeAdmin(admin.ModelAdmin):
-    list_display = ["name", "family", "accelerator", "gpu_count", "vcpus", "memory_gib", "baseline_gbps",
-                    "efa_supported", "on_demand", "spot"]
+    list_display = [
+        "name",
+        "family",
+        "accelerator",
+        "gpu_count",
+        "vcpus",
+        "memory_gib",
+        "baseline_gbps",
+        "efa_supported",
+        "on_demand",
+        "spot",
+    ]
     list_filter = ["accelerator__kind", "accelerator", "efa_supported", RegionListFilter, "family"]
     search_fields = ["name", "family", "accelerator__name"]
     list_select_related = ["accelerator"]
@@ -72,16 +90,25 @@ class InstanceTypeAdmin(admin.ModelAdmin):
     @admin.action(description="Refresh prices from AWS (background task per region)", permissions=["change"])
     def refresh_from_aws(self, request: HttpRequest, queryset: QuerySet) -> None:
         names = list(queryset.values_list("name", flat=True))
-        regions = sorted(set(
-            InstanceOffering.objects.filter(instance_type__in=queryset).values_list("zone__region__code", flat=True)
-        ))  # fmt: skip
+        regions = sorted(
+            set(
+                InstanceOffering.objects.filter(instance_type__in=queryset).values_list(
+                    "zone__region__code", flat=True
+                )
+            )
+        )
         for region in regions:
             refresh_prices_task.enqueue(region, names)
-        self.message_user(request, f"Queued a refresh of {len(names)} type(s) in {len(regions)} region(s).",
-                          messages.SUCCESS)
+        self.message_user(
+            request,
+            f"Queued a refresh of {len(names)} type(s) in {len(regions)} region(s).",
+            messages.SUCCESS,
+        )
 
     def get_urls(self):
-        custom = [path("import-csv/", self.admin_site.admin_view(self.import_csv_view), name="catalog_import_csv")]
+        custom = [
+            path("import-csv/", self.admin_site.admin_view(self.import_csv_view), name="catalog_import_csv")
+        ]
         return custom + super().get_urls()
 
     def import_csv_view(self, request: HttpRequest) -> HttpResponse:
@@ -92,19 +119,27 @@ class InstanceTypeAdmin(admin.ModelAdmin):
         if request.method == "POST" and form.is_valid():
             try:
                 report = import_catalog(
-                    request.FILES["instances"], network=request.FILES.get("network"),
-                    source=PriceSource.CSV, observed_at=form.cleaned_data.get("observed_at"),
-                )  # fmt: skip
+                    request.FILES["instances"],
+                    network=request.FILES.get("network"),
+                    source=PriceSource.CSV,
+                    observed_at=form.cleaned_data.get("observed_at"),
+                )
             except CatalogImportError as exc:
                 shown = 100  # a file of 200,000 bad rows must not become a page of 200,000 items
-                errors = exc.errors[:shown] + ([f"... and {len(exc.errors) - shown} more"]
-                                               if len(exc.errors) > shown else [])
+                errors = exc.errors[:shown] + (
+                    [f"... and {len(exc.errors) - shown} more"] if len(exc.errors) > shown else []
+                )
                 self.message_user(request, f"Nothing imported: {len(exc.errors)} error(s).", messages.ERROR)
             else:
                 self.message_user(request, f"Imported: {report.summary()}", messages.SUCCESS)
                 return redirect("admin:catalog_instancetype_changelist")
-        context = {**self.admin_site.each_context(request), "form": form, "errors": errors,
-                   "title": "Import catalog CSV", "opts": self.model._meta}
+        context = {
+            **self.admin_site.each_context(request),
+            "form": form,
+            "errors": errors,
+            "title": "Import catalog CSV",
+            "opts": self.model._meta,
+        }
         return TemplateResponse(request, "admin/catalog/import_csv.html", context)
 
 

@@ -36,10 +36,18 @@ class InstanceTypeFilters(serializers.Serializer):
     gpu = serializers.CharField(required=False, help_text="Accelerator name, e.g. A100 (case-insensitive)")
     min_gpus = serializers.FloatField(required=False, min_value=0)
     region = serializers.CharField(required=False, help_text="Offered in this region; prices shown for it")
-    spot = serializers.BooleanField(required=False, allow_null=True, default=None,
-                                    help_text="true: only types with a spot price (in ?region= if given)")
-    ddp = serializers.BooleanField(required=False, allow_null=True, default=None,
-                                   help_text="true: only NVIDIA CUDA GPUs that can run PyTorch DDP")
+    spot = serializers.BooleanField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="true: only types with a spot price (in ?region= if given)",
+    )
+    ddp = serializers.BooleanField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="true: only NVIDIA CUDA GPUs that can run PyTorch DDP",
+    )
     family = serializers.CharField(required=False)
 
 
@@ -111,8 +119,11 @@ class InstanceTypeViewSet(RevisionCachedListMixin, viewsets.ReadOnlyModelViewSet
         items = instance if isinstance(instance, list) else [instance] if instance is not None else []
         ids = [t.pk for t in items if isinstance(t, InstanceType)]
         regions: dict[int, set[str]] = {}
-        pairs = InstanceOffering.objects.filter(instance_type_id__in=ids).values_list(
-            "instance_type_id", "zone__region__code").distinct()
+        pairs = (
+            InstanceOffering.objects.filter(instance_type_id__in=ids)
+            .values_list("instance_type_id", "zone__region__code")
+            .distinct()
+        )
         for type_id, code in pairs:
             regions.setdefault(type_id, set()).add(code)
         kwargs.setdefault("context", self.get_serializer_context())["regions"] = regions

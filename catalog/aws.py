@@ -96,7 +96,9 @@ def normalize_instance_type(item: dict) -> dict:
         "network_cards": net.get("MaximumNetworkCards", 1),
         "efa_supported": bool(net.get("EfaSupported")),
         "max_efa_interfaces": efa.get("MaximumEfaInterfaces", 0),
-        "placement_group_strategies": ";".join(item.get("PlacementGroupInfo", {}).get("SupportedStrategies", [])),
+        "placement_group_strategies": ";".join(
+            item.get("PlacementGroupInfo", {}).get("SupportedStrategies", [])
+        ),
         "usage_classes": ";".join(item.get("SupportedUsageClasses", [])),
     }
 
@@ -128,9 +130,14 @@ def spot_price_history(region: str, names: Iterable[str], start: datetime) -> li
     ids = zone_ids(region)
     out = []
     for item in _pages(
-        "ec2.describe_spot_price_history", cli, "describe_spot_price_history", "SpotPriceHistory",
-        InstanceTypes=names, ProductDescriptions=["Linux/UNIX", "Linux/UNIX (Amazon VPC)"], StartTime=start,
-    ):  # fmt: skip
+        "ec2.describe_spot_price_history",
+        cli,
+        "describe_spot_price_history",
+        "SpotPriceHistory",
+        InstanceTypes=names,
+        ProductDescriptions=["Linux/UNIX", "Linux/UNIX (Amazon VPC)"],
+        StartTime=start,
+    ):
         zone = ids.get(item["AvailabilityZone"])
         if zone is None:  # a zone this account cannot see
             continue
@@ -155,10 +162,13 @@ def on_demand_prices(region: str, names: Iterable[str]) -> dict[str, Decimal]:
     prices: dict[str, Decimal] = {}
     for name in sorted(wanted):
         resp = _call(
-            "pricing.get_products", cli.get_products, ServiceCode="AmazonEC2",
+            "pricing.get_products",
+            cli.get_products,
+            ServiceCode="AmazonEC2",
             Filters=[*filters, {"Type": "TERM_MATCH", "Field": "instanceType", "Value": name}],
-            FormatVersion="aws_v1", MaxResults=10,
-        )  # fmt: skip
+            FormatVersion="aws_v1",
+            MaxResults=10,
+        )
         for doc in resp.get("PriceList", []):
             parsed = parse_price_list_item(doc)
             if parsed and parsed[0] in wanted:

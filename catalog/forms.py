@@ -11,9 +11,15 @@ def _capped(upload):
 
 
 class CatalogUploadForm(forms.Form):
-    instances = forms.FileField(help_text="CSV with the snapshot's columns (InstanceType, AcceleratorName, ...)")
-    network = forms.FileField(required=False, help_text="Optional network CSV (aws_instance_network.csv columns)")
-    observed_at = forms.DateTimeField(required=False, help_text="When the prices were observed (default: now)")
+    instances = forms.FileField(
+        help_text="CSV with the snapshot's columns (InstanceType, AcceleratorName, ...)"
+    )
+    network = forms.FileField(
+        required=False, help_text="Optional network CSV (aws_instance_network.csv columns)"
+    )
+    observed_at = forms.DateTimeField(
+        required=False, help_text="When the prices were observed (default: now)"
+    )
 
     def clean_instances(self):
         return _capped(self.cleaned_data.get("instances"))

@@ -41,14 +41,29 @@ from catalog.regions import AWS_REGIONS
 
 SNAPSHOT_OBSERVED_AT = datetime(2025, 12, 1, tzinfo=UTC)
 INSTANCE_COLUMNS = (
-    "InstanceType", "AcceleratorName", "AcceleratorCount", "vCPUs", "MemoryGiB", "GpuInfo",
-    "Price", "SpotPrice", "Region", "AvailabilityZone", "Arch",
-)  # fmt: skip
+    "InstanceType",
+    "AcceleratorName",
+    "AcceleratorCount",
+    "vCPUs",
+    "MemoryGiB",
+    "GpuInfo",
+    "Price",
+    "SpotPrice",
+    "Region",
+    "AvailabilityZone",
+    "Arch",
+)
 NETWORK_COLUMNS = (
-    "InstanceType", "NetworkPerformance", "BaselineBandwidthGbps", "PeakBandwidthGbps",
-    "MaximumNetworkCards", "EfaSupported", "MaximumEfaInterfaces", "PlacementGroupStrategies",
+    "InstanceType",
+    "NetworkPerformance",
+    "BaselineBandwidthGbps",
+    "PeakBandwidthGbps",
+    "MaximumNetworkCards",
+    "EfaSupported",
+    "MaximumEfaInterfaces",
+    "PlacementGroupStrategies",
     "SupportedUsageClasses",
-)  # fmt: skip
+)
 SPEC_COLUMNS = ("gpu", "vendor", "architecture", "fp32_tflops", "memory_bandwidth_gbps", "memory_gib")
 # Catalog accelerator names whose datasheet row goes by another name.
 SPEC_ALIASES = {"V100-32GB": "V100", "T4g": "T4"}
@@ -133,7 +148,9 @@ def _open_text(source: str | Path | IO) -> IO[str]:
     else:
         data = source.read(limit + 1)
     if len(data) > limit:
-        raise CatalogImportError([f"file is larger than {limit} bytes; split it or raise CATALOG_UPLOAD_MAX_BYTES"])
+        raise CatalogImportError(
+            [f"file is larger than {limit} bytes; split it or raise CATALOG_UPLOAD_MAX_BYTES"]
+        )
     if isinstance(data, bytes):
         try:
             data = data.decode("utf-8-sig")
@@ -154,10 +171,14 @@ def _read_csv(source: str | Path | IO, required: Iterable[str]) -> list[tuple[in
         rows, ragged = [], []
         for row in reader:
             if len(rows) >= MAX_ROWS:
-                raise CatalogImportError([f"line {reader.line_num}: more than {MAX_ROWS} rows; split the file"])
+                raise CatalogImportError(
+                    [f"line {reader.line_num}: more than {MAX_ROWS} rows; split the file"]
+                )
             if None in row or None in row.values():  # more or fewer fields than the header
-                ragged.append(f"line {reader.line_num}: {len(header)} columns in the header, "
-                              f"{len(header) - list(row.values()).count(None) + len(row.get(None) or [])} here")
+                ragged.append(
+                    f"line {reader.line_num}: {len(header)} columns in the header, "
+                    f"{len(header) - list(row.values()).count(None) + len(row.get(None) or [])} here"
+                )
             rows.append((reader.line_num, row))
         if ragged:
             raise CatalogImportError(ragged)
@@ -166,8 +187,9 @@ def _read_csv(source: str | Path | IO, required: Iterable[str]) -> list[tuple[in
         raise CatalogImportError([f"line {reader.line_num}: not valid CSV ({exc})"]) from exc
 
 
-def _number(raw: str | None, name: str, *, optional: bool = False, integer: bool = False,
-            maximum: float = 1e9) -> float | None:
+def _number(
+    raw: str | None, name: str, *, optional: bool = False, integer: bool = False, maximum: float = 1e9
+) -> float | None:
     text = (raw or "").strip()
     if text == "":
         if optional:
@@ -270,14 +292,17 @@ def _instance_row(line: int, raw: dict[str, str]) -> InstanceRow:
         raise ValueError("AvailabilityZone is empty or not a zone ID like use1-az1")
     accelerator = (raw.get("AcceleratorName") or "").strip()
     if accelerator and not ACCELERATOR_RE.match(accelerator):
-        raise ValueError(f"AcceleratorName={accelerator[:40]!r} is not a name (letters, digits, space ()._+/-, "
-                         "at most 64)")
+        raise ValueError(
+            f"AcceleratorName={accelerator[:40]!r} is not a name (letters, digits, space ()._+/-, at most 64)"
+        )
     return InstanceRow(
         line=line,
         instance_type=name,
         accelerator=accelerator,
-        accelerator_count=_number(raw.get("AcceleratorCount"), "AcceleratorCount", optional=True,
-                                  maximum=1024) or 0.0,
+        accelerator_count=_number(
+            raw.get("AcceleratorCount"), "AcceleratorCount", optional=True, maximum=1024
+        )
+        or 0.0,
         vcpus=int(_number(raw.get("vCPUs"), "vCPUs", integer=True, maximum=100_000)),
         memory_gib=_number(raw.get("MemoryGiB"), "MemoryGiB", maximum=1_000_000),
         gpu_info=_gpu_info(raw.get("GpuInfo")),
@@ -300,24 +325,57 @@ def parse_network(source: str | Path | IO) -> dict[str, dict]:
     out, errors = {}, []
     for line, raw in _read_csv(source, NETWORK_COLUMNS):
         try:
-            cell = {k: (v if isinstance(v, str) else "") for k, v in raw.items() if k is not None}  # short rows
-            out[_text(cell.get("InstanceType"), "InstanceType", INSTANCE_TYPE_RE, "an instance type name")] = {
-                "network_performance": _text(cell.get("NetworkPerformance"), "NetworkPerformance", NETWORK_TEXT_RE,
-                                             "a network performance like 100 Gigabit"),
-                "baseline_gbps": _number(cell.get("BaselineBandwidthGbps"), "BaselineBandwidthGbps", optional=True,
-                                         maximum=1e6),
-                "peak_gbps": _number(cell.get("PeakBandwidthGbps"), "PeakBandwidthGbps", optional=True, maximum=1e6),
-                "network_cards": int(_number(cell.get("MaximumNetworkCards"), "MaximumNetworkCards", optional=True,
-                                             integer=True, maximum=1024) or 1),
+            cell = {
+                k: (v if isinstance(v, str) else "") for k, v in raw.items() if k is not None
+            }  # short rows
+            out[
+                _text(cell.get("InstanceType"), "InstanceType", INSTANCE_TYPE_RE, "an instance type name")
+            ] = {
+                "network_performance": _text(
+                    cell.get("NetworkPerformance"),
+                    "NetworkPerformance",
+                    NETWORK_TEXT_RE,
+                    "a network performance like 100 Gigabit",
+                ),
+                "baseline_gbps": _number(
+                    cell.get("BaselineBandwidthGbps"), "BaselineBandwidthGbps", optional=True, maximum=1e6
+                ),
+                "peak_gbps": _number(
+                    cell.get("PeakBandwidthGbps"), "PeakBandwidthGbps", optional=True, maximum=1e6
+                ),
+                "network_cards": int(
+                    _number(
+                        cell.get("MaximumNetworkCards"),
+                        "MaximumNetworkCards",
+                        optional=True,
+                        integer=True,
+                        maximum=1024,
+                    )
+                    or 1
+                ),
                 "efa_supported": cell.get("EfaSupported", "").strip().lower() == "true",
                 "max_efa_interfaces": int(
-                    _number(cell.get("MaximumEfaInterfaces"), "MaximumEfaInterfaces", optional=True, integer=True,
-                            maximum=1024) or 0
+                    _number(
+                        cell.get("MaximumEfaInterfaces"),
+                        "MaximumEfaInterfaces",
+                        optional=True,
+                        integer=True,
+                        maximum=1024,
+                    )
+                    or 0
                 ),
-                "placement_group_strategies": _text(cell.get("PlacementGroupStrategies"), "PlacementGroupStrategies",
-                                                    NETWORK_TEXT_RE, "a ;-separated list"),
-                "usage_classes": _text(cell.get("SupportedUsageClasses"), "SupportedUsageClasses", NETWORK_TEXT_RE,
-                                       "a ;-separated list"),
+                "placement_group_strategies": _text(
+                    cell.get("PlacementGroupStrategies"),
+                    "PlacementGroupStrategies",
+                    NETWORK_TEXT_RE,
+                    "a ;-separated list",
+                ),
+                "usage_classes": _text(
+                    cell.get("SupportedUsageClasses"),
+                    "SupportedUsageClasses",
+                    NETWORK_TEXT_RE,
+                    "a ;-separated list",
+                ),
             }
         except ValueError as exc:
             errors.append(f"line {line}: {exc}")
@@ -335,9 +393,15 @@ def parse_gpu_specs(source: str | Path | IO) -> dict[str, dict]:
                 "architecture": raw.get("architecture", "").strip(),
                 "sm_count": _int_or_none(_number(raw.get("sm_count"), "sm_count", optional=True)),
                 "fp32_tflops": _number(raw.get("fp32_tflops"), "fp32_tflops", optional=True),
-                "tf32_tflops": _number(raw.get("tf32_tensor_tflops_dense"), "tf32_tensor_tflops_dense", optional=True),
-                "fp16_tflops": _number(raw.get("fp16_tensor_tflops_dense"), "fp16_tensor_tflops_dense", optional=True),
-                "memory_bandwidth_gbs": _number(raw.get("memory_bandwidth_gbps"), "memory_bandwidth_gbps", optional=True),
+                "tf32_tflops": _number(
+                    raw.get("tf32_tensor_tflops_dense"), "tf32_tensor_tflops_dense", optional=True
+                ),
+                "fp16_tflops": _number(
+                    raw.get("fp16_tensor_tflops_dense"), "fp16_tensor_tflops_dense", optional=True
+                ),
+                "memory_bandwidth_gbs": _number(
+                    raw.get("memory_bandwidth_gbps"), "memory_bandwidth_gbps", optional=True
+                ),
                 "nvlink_gbs": _number(raw.get("nvlink_gbps_per_gpu"), "nvlink_gbps_per_gpu", optional=True),
                 "spec_confidence": raw.get("confidence", "").strip(),
                 "notes": raw.get("notes", "").strip(),
@@ -520,8 +584,15 @@ def _add_on_demand_prices(rows, types, regions, when, source, report: ImportRepo
         if key in latest and (latest[key][0] == when or latest[key][1] == row.price):
             continue
         latest[key] = (when, row.price)
-        new.append(OnDemandPrice(instance_type_id=key[0], region_id=key[1], usd_per_hour=row.price,
-                                 observed_at=when, source=source))
+        new.append(
+            OnDemandPrice(
+                instance_type_id=key[0],
+                region_id=key[1],
+                usd_per_hour=row.price,
+                observed_at=when,
+                source=source,
+            )
+        )
     OnDemandPrice.objects.bulk_create(new)
     report.on_demand_prices_added += len(new)
 
@@ -536,7 +607,14 @@ def _add_spot_prices(rows, types, zones, when, source, report: ImportReport) -> 
         if key in latest and (latest[key][0] == when or latest[key][1] == row.spot_price):
             continue
         latest[key] = (when, row.spot_price)
-        new.append(SpotPrice(instance_type_id=key[0], zone_id=key[1], usd_per_hour=row.spot_price,
-                             observed_at=when, source=source))
+        new.append(
+            SpotPrice(
+                instance_type_id=key[0],
+                zone_id=key[1],
+                usd_per_hour=row.spot_price,
+                observed_at=when,
+                source=source,
+            )
+        )
     SpotPrice.objects.bulk_create(new)
     report.spot_prices_added += len(new)

@@ -124,7 +124,9 @@ class InstanceType(models.Model):
     efa_supported = models.BooleanField(default=False)
     max_efa_interfaces = models.PositiveIntegerField(default=0)
     placement_group_strategies = models.CharField(max_length=64, blank=True)
-    usage_classes = models.CharField(max_length=64, blank=True, help_text="';'-separated: on-demand;spot;capacity-block")
+    usage_classes = models.CharField(
+        max_length=64, blank=True, help_text="';'-separated: on-demand;spot;capacity-block"
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     objects = InstanceTypeQuerySet.as_manager()
@@ -238,7 +240,9 @@ class SpotInterruption(models.Model):
 
     instance_type = models.ForeignKey(InstanceType, on_delete=models.CASCADE, related_name="interruptions")
     region = models.ForeignKey(Region, on_delete=models.PROTECT, related_name="interruptions")
-    bucket = models.PositiveSmallIntegerField(choices=InterruptionBucket.choices, default=DEFAULT_INTERRUPTION_BUCKET)
+    bucket = models.PositiveSmallIntegerField(
+        choices=InterruptionBucket.choices, default=DEFAULT_INTERRUPTION_BUCKET
+    )
     note = models.CharField(max_length=200, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -7,8 +7,18 @@ from decimal import Decimal
 
 from catalog.models import InstanceType, OnDemandPrice, SpotPrice
 
-SORT_KEYS = ("name", "accelerator", "gpu_count", "vcpus", "baseline_gbps", "on_demand_usd", "spot_usd",
-             "od_per_gpu", "spot_per_gpu", "spot_saving_pct")  # fmt: skip
+SORT_KEYS = (
+    "name",
+    "accelerator",
+    "gpu_count",
+    "vcpus",
+    "baseline_gbps",
+    "on_demand_usd",
+    "spot_usd",
+    "od_per_gpu",
+    "spot_per_gpu",
+    "spot_saving_pct",
+)
 
 
 @dataclass
@@ -36,7 +46,9 @@ def _per_gpu(usd: Decimal | None, gpus: float) -> float | None:
     return None if usd is None or gpus <= 0 else float(usd) / gpus
 
 
-def price_table(region: str, *, ddp_only: bool = True, sort: str = "od_per_gpu", descending: bool = False) -> list[PriceRow]:
+def price_table(
+    region: str, *, ddp_only: bool = True, sort: str = "od_per_gpu", descending: bool = False
+) -> list[PriceRow]:
     """One row per instance type offered in ``region``: $/h and $/GPU-hour on-demand vs spot.
 
     Spot is the cheapest zone's latest observation. Rows without a price sort last.
@@ -49,14 +61,24 @@ def price_table(region: str, *, ddp_only: bool = True, sort: str = "od_per_gpu",
     for t in qs:
         od = float(t.on_demand_usd) if t.on_demand_usd is not None else None
         spot = float(t.spot_usd) if t.spot_usd is not None else None
-        rows.append(PriceRow(
-            name=t.name, accelerator=t.accelerator.name if t.accelerator else "", gpu_count=t.gpu_count,
-            gpu_memory_gib=t.gpu_memory_mib / 1024 if t.gpu_memory_mib else None, vcpus=t.vcpus,
-            memory_gib=t.memory_gib, network=t.network_performance, baseline_gbps=t.sustained_gbps,
-            efa=t.efa_supported, on_demand_usd=od, spot_usd=spot,
-            od_per_gpu=_per_gpu(t.on_demand_usd, t.gpu_count), spot_per_gpu=_per_gpu(t.spot_usd, t.gpu_count),
-            spot_saving_pct=(100 * (1 - spot / od)) if od and spot is not None else None,
-        ))  # fmt: skip
+        rows.append(
+            PriceRow(
+                name=t.name,
+                accelerator=t.accelerator.name if t.accelerator else "",
+                gpu_count=t.gpu_count,
+                gpu_memory_gib=t.gpu_memory_mib / 1024 if t.gpu_memory_mib else None,
+                vcpus=t.vcpus,
+                memory_gib=t.memory_gib,
+                network=t.network_performance,
+                baseline_gbps=t.sustained_gbps,
+                efa=t.efa_supported,
+                on_demand_usd=od,
+                spot_usd=spot,
+                od_per_gpu=_per_gpu(t.on_demand_usd, t.gpu_count),
+                spot_per_gpu=_per_gpu(t.spot_usd, t.gpu_count),
+                spot_saving_pct=(100 * (1 - spot / od)) if od and spot is not None else None,
+            )
+        )
     key = sort if sort in SORT_KEYS else "od_per_gpu"
     present = [r for r in rows if getattr(r, key) is not None]
     missing = [r for r in rows if getattr(r, key) is None]

@@ -88,10 +88,20 @@ def _accelerator(spec: dict) -> Accelerator | None:
 
 
 _SPEC_FIELDS = (
-    "vcpus", "memory_gib", "arch", "gpu_count", "gpu_memory_mib", "network_performance", "baseline_gbps",
-    "peak_gbps", "network_cards", "efa_supported", "max_efa_interfaces", "placement_group_strategies",
+    "vcpus",
+    "memory_gib",
+    "arch",
+    "gpu_count",
+    "gpu_memory_mib",
+    "network_performance",
+    "baseline_gbps",
+    "peak_gbps",
+    "network_cards",
+    "efa_supported",
+    "max_efa_interfaces",
+    "placement_group_strategies",
     "usage_classes",
-)  # fmt: skip
+)
 
 
 def _apply_specs(specs: list[dict], report: RefreshReport) -> dict[str, InstanceType]:
@@ -120,7 +130,9 @@ def _apply_specs(specs: list[dict], report: RefreshReport) -> dict[str, Instance
 def _add_spot(observations, types, region: Region, report: RefreshReport) -> None:
     zones = {z.zone_id: z for z in AvailabilityZone.objects.filter(region=region)}
     have = set(
-        SpotPrice.objects.filter(zone__region=region).values_list("instance_type__name", "zone__zone_id", "observed_at")
+        SpotPrice.objects.filter(zone__region=region).values_list(
+            "instance_type__name", "zone__zone_id", "observed_at"
+        )
     )
     new = []
     for o in observations:
@@ -129,8 +141,15 @@ def _add_spot(observations, types, region: Region, report: RefreshReport) -> Non
         if o.zone_id not in zones:
             zones[o.zone_id] = AvailabilityZone.objects.create(zone_id=o.zone_id, region=region)
         have.add((o.instance_type, o.zone_id, o.observed_at))
-        new.append(SpotPrice(instance_type=types[o.instance_type], zone=zones[o.zone_id],
-                             usd_per_hour=o.usd_per_hour, observed_at=o.observed_at, source=PriceSource.AWS))
+        new.append(
+            SpotPrice(
+                instance_type=types[o.instance_type],
+                zone=zones[o.zone_id],
+                usd_per_hour=o.usd_per_hour,
+                observed_at=o.observed_at,
+                source=PriceSource.AWS,
+            )
+        )
     SpotPrice.objects.bulk_create(new)
     report.spot_prices_added += len(new)
 
@@ -139,9 +158,18 @@ def _add_on_demand(prices, types, region: Region, now: datetime, report: Refresh
     for name, usd in prices.items():
         if name not in types:
             continue
-        latest = OnDemandPrice.objects.filter(instance_type=types[name], region=region).order_by("-observed_at").first()
+        latest = (
+            OnDemandPrice.objects.filter(instance_type=types[name], region=region)
+            .order_by("-observed_at")
+            .first()
+        )
         if latest is not None and latest.usd_per_hour == usd:
             continue
-        OnDemandPrice.objects.create(instance_type=types[name], region=region, usd_per_hour=usd,
-                                     observed_at=now, source=PriceSource.AWS)
+        OnDemandPrice.objects.create(
+            instance_type=types[name],
+            region=region,
+            usd_per_hour=usd,
+            observed_at=now,
+            source=PriceSource.AWS,
+        )
         report.on_demand_prices_added += 1

@@ -12,29 +12,65 @@ class AcceleratorSerializer(ModelSerializer):
     class Meta:
         model = Accelerator
         fields = [
-            "name", "manufacturer", "kind", "supports_ddp", "architecture", "memory_mib", "sm_count",
-            "fp32_tflops", "tf32_tflops", "fp16_tflops", "memory_bandwidth_gbs", "nvlink_gbs",
+            "name",
+            "manufacturer",
+            "kind",
+            "supports_ddp",
+            "architecture",
+            "memory_mib",
+            "sm_count",
+            "fp32_tflops",
+            "tf32_tflops",
+            "fp16_tflops",
+            "memory_bandwidth_gbs",
+            "nvlink_gbs",
             "spec_confidence",
-        ]  # fmt: skip
+        ]
 
 
 class InstanceTypeSerializer(ModelSerializer):
     accelerator = serializers.SlugRelatedField(slug_field="name", read_only=True)
     spot_supported = serializers.BooleanField(read_only=True)
-    on_demand_usd = serializers.DecimalField(max_digits=12, decimal_places=6, read_only=True, allow_null=True,
-                                             help_text="Latest on-demand USD/hour (in ?region= if given, else cheapest)")
-    spot_usd = serializers.DecimalField(max_digits=12, decimal_places=6, read_only=True, allow_null=True,
-                                        help_text="Latest spot USD/hour of the cheapest zone")
+    on_demand_usd = serializers.DecimalField(
+        max_digits=12,
+        decimal_places=6,
+        read_only=True,
+        allow_null=True,
+        help_text="Latest on-demand USD/hour (in ?region= if given, else cheapest)",
+    )
+    spot_usd = serializers.DecimalField(
+        max_digits=12,
+        decimal_places=6,
+        read_only=True,
+        allow_null=True,
+        help_text="Latest spot USD/hour of the cheapest zone",
+    )
     regions = serializers.SerializerMethodField()
 
     class Meta:
         model = InstanceType
         fields = [
-            "name", "family", "accelerator", "gpu_count", "gpu_memory_mib", "vcpus", "memory_gib", "arch",
-            "network_performance", "baseline_gbps", "peak_gbps", "network_cards", "efa_supported",
-            "max_efa_interfaces", "placement_group_strategies", "usage_classes", "spot_supported",
-            "on_demand_usd", "spot_usd", "regions",
-        ]  # fmt: skip
+            "name",
+            "family",
+            "accelerator",
+            "gpu_count",
+            "gpu_memory_mib",
+            "vcpus",
+            "memory_gib",
+            "arch",
+            "network_performance",
+            "baseline_gbps",
+            "peak_gbps",
+            "network_cards",
+            "efa_supported",
+            "max_efa_interfaces",
+            "placement_group_strategies",
+            "usage_classes",
+            "spot_supported",
+            "on_demand_usd",
+            "spot_usd",
+            "regions",
+        ]
 
     def get_regions(self, obj: InstanceType) -> list[str]:
         known = self.context.get("regions")
@@ -56,12 +92,24 @@ class PriceSerializer(serializers.Serializer):
 
     @staticmethod
     def from_on_demand(row: OnDemandPrice) -> dict:
-        return {"instance_type": row.instance_type.name, "market": "on-demand", "region": row.region.code,
-                "zone": None, "usd_per_hour": row.usd_per_hour, "observed_at": row.observed_at,
-                "source": row.source}
+        return {
+            "instance_type": row.instance_type.name,
+            "market": "on-demand",
+            "region": row.region.code,
+            "zone": None,
+            "usd_per_hour": row.usd_per_hour,
+            "observed_at": row.observed_at,
+            "source": row.source,
+        }
 
     @staticmethod
     def from_spot(row: SpotPrice) -> dict:
-        return {"instance_type": row.instance_type.name, "market": "spot", "region": row.zone.region.code,
-                "zone": row.zone.zone_id, "usd_per_hour": row.usd_per_hour, "observed_at": row.observed_at,
-                "source": row.source}
+        return {
+            "instance_type": row.instance_type.name,
+            "market": "spot",
+            "region": row.zone.region.code,
+            "zone": row.zone.zone_id,
+            "usd_per_hour": row.usd_per_hour,
+            "observed_at": row.observed_at,
+            "source": row.source,
+        }

@@ -65,8 +65,9 @@ def job_new(request: HttpRequest) -> HttpResponse:
         values.update({k: request.POST.get(k, "").strip() for k in values})
     context.update(values=values, option=option)
     try:
-        _, spend, hours = jobs.clean_params(values["train_command"] or "x", values["max_spend_usd"],
-                                            values["max_hours"])  # fmt: skip
+        _, spend, hours = jobs.clean_params(
+            values["train_command"] or "x", values["max_spend_usd"], values["max_hours"]
+        )
         context["preview"] = launch.preview(option, spend, hours)
     except jobs.JobError as exc:
         context["errors"][exc.field] = exc.message
@@ -76,16 +77,24 @@ def job_new(request: HttpRequest) -> HttpResponse:
     try:
         if confirmation:
             try:
-                job = launch.confirm_and_create(request.user, plan.pk, rank, values["train_command"],
-                                                values["max_spend_usd"], values["max_hours"], confirmation)  # fmt: skip
+                job = launch.confirm_and_create(
+                    request.user,
+                    plan.pk,
+                    rank,
+                    values["train_command"],
+                    values["max_spend_usd"],
+                    values["max_hours"],
+                    confirmation,
+                )
                 messages.success(request, f"Job {job.pk} is launching.")
                 return redirect("job-page", job_id=job.pk)
             except jobs.JobError as exc:
                 if exc.field != "confirmation":
                     raise
                 context["changed"] = True  # values edited after the preview: confirm the new ones
-        prepared = launch.prepare(request.user, plan.pk, rank, values["train_command"], values["max_spend_usd"],
-                                  values["max_hours"])  # fmt: skip
+        prepared = launch.prepare(
+            request.user, plan.pk, rank, values["train_command"], values["max_spend_usd"], values["max_hours"]
+        )
     except jobs.JobError as exc:
         context["errors"][exc.field] = exc.message
         return render(request, "frontend/job_new.html", context, status=400)
@@ -100,15 +109,30 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     groups = []
     for n in launch.node_launches(job.option):
         groups.append({"node": n, "gpu_model": job.option["groups"][n.group].get("gpu_model", "")})
-    nodes = [{"rank": i, "id": iid, "ip": job.node_ips.get(iid, "")} for i, iid in enumerate(job.instance_ids)]
-    return render(request, "frontend/job_detail.html", {
-        "job": job, "groups": groups, "nodes": nodes, "events": list(job.events.order_by("-at")[:200]),
-        "observed": seen, "progress": monitor.progress(job), "offer": monitor.latest_offer(job),
-        "spend": job.spend_so_far(), "can_stop": jobs.can_stop(request.user, job) and not job.finished,
-        "can_replan": jobs.can_launch(request.user) and jobs.can_stop(request.user, job),
-        "chart": {"series": seen["series"], "predicted_iter_s": job.predicted_iter_s,
-                  "predicted_iter_p90_s": job.predicted_iter_p90_s},
-    })  # fmt: skip
+    nodes = [
+        {"rank": i, "id": iid, "ip": job.node_ips.get(iid, "")} for i, iid in enumerate(job.instance_ids)
+    ]
+    return render(
+        request,
+        "frontend/job_detail.html",
+        {
+            "job": job,
+            "groups": groups,
+            "nodes": nodes,
+            "events": list(job.events.order_by("-at")[:200]),
+            "observed": seen,
+            "progress": monitor.progress(job),
+            "offer": monitor.latest_offer(job),
+            "spend": job.spend_so_far(),
+            "can_stop": jobs.can_stop(request.user, job) and not job.finished,
+            "can_replan": jobs.can_launch(request.user) and jobs.can_stop(request.user, job),
+            "chart": {
+                "series": seen["series"],
+                "predicted_iter_s": job.predicted_iter_s,
+                "predicted_iter_p90_s": job.predicted_iter_p90_s,
+            },
+        },
+    )
 
 
 @login_required
@@ -147,9 +171,15 @@ def job_replan_apply(request: HttpRequest, job_id: int) -> HttpResponse:
     if not (jobs.can_launch(request.user) and jobs.can_stop(request.user, job)):
         raise PermissionDenied("a re-plan needs the plans.add_job permission and the right to stop this job")
     try:
-        new = launch.apply_replan(request.user, job, request.POST.get("plan"), int(request.POST.get("rank", "0")),
-                                  Decimal(request.POST.get("max_spend_usd", "0") or "0"),
-                                  request.POST.get("max_hours"), request.POST.get("confirmation"))  # fmt: skip
+        new = launch.apply_replan(
+            request.user,
+            job,
+            request.POST.get("plan"),
+            int(request.POST.get("rank", "0")),
+            Decimal(request.POST.get("max_spend_usd", "0") or "0"),
+            request.POST.get("max_hours"),
+            request.POST.get("confirmation"),
+        )
     except (jobs.JobError, jobs.NotAllowed, ValueError, ArithmeticError) as exc:
         messages.error(request, f"Re-plan not applied: {getattr(exc, 'message', exc)}")
         return redirect("job-page", job_id=job_id)

@@ -18,12 +18,25 @@ from profiler import actions
 from profiler.models import ProfilingRun, RunKind, RunStatus
 
 FORM_DEFAULTS = {
-    "model_source": "spec", "spec": "torchvision:resnet50", "input_shape": "3,224,224", "precision": "amp",
-    "profile_run": "", "samples_per_epoch": "1281167", "epochs": "90", "objective": "cost",
-    "deadline_hours": "24", "budget_usd": "", "max_hourly_usd": "", "regions": [], "spot": "on",
-    "on_demand": "on", "quota_p": "", "quota_g": "", "baseline_gpu": "A100",
+    "model_source": "spec",
+    "spec": "torchvision:resnet50",
+    "input_shape": "3,224,224",
+    "precision": "amp",
+    "profile_run": "",
+    "samples_per_epoch": "1281167",
+    "epochs": "90",
+    "objective": "cost",
+    "deadline_hours": "24",
+    "budget_usd": "",
+    "max_hourly_usd": "",
+    "regions": [],
+    "spot": "on",
+    "on_demand": "on",
+    "quota_p": "",
+    "quota_g": "",
+    "baseline_gpu": "A100",
     **{k: str(v) for k, v in PLAN_DEFAULTS.items() if k != "top_k"},  # the one set (planner.defaults)
-}  # fmt: skip
+}
 
 
 def _visible_plans(request: HttpRequest):
@@ -32,13 +45,37 @@ def _visible_plans(request: HttpRequest):
 
 def _to_request(v: dict) -> dict:
     """Form fields → the API's plan request (empty fields left out so defaults apply)."""
-    model = ({"profile_run": v["profile_run"]} if v.get("model_source") == "profile" and v.get("profile_run") else
-             {"spec": v.get("spec", ""), "input_shape": v.get("input_shape", ""), "precision": v.get("precision")})
-    data = {"model": model, "objective": v.get("objective"), "spot": v.get("spot") == "on",
-            "on_demand": v.get("on_demand") == "on", "regions": v.get("regions") or []}
-    for key in ("samples_per_epoch", "epochs", "deadline_hours", "budget_usd", "max_hourly_usd", "max_nodes",
-                "max_types", "global_batch_min", "global_batch_max", "checkpoint_interval_h", "restart_overhead_h",
-                "baseline_gpu", "name"):
+    model = (
+        {"profile_run": v["profile_run"]}
+        if v.get("model_source") == "profile" and v.get("profile_run")
+        else {
+            "spec": v.get("spec", ""),
+            "input_shape": v.get("input_shape", ""),
+            "precision": v.get("precision"),
+        }
+    )
+    data = {
+        "model": model,
+        "objective": v.get("objective"),
+        "spot": v.get("spot") == "on",
+        "on_demand": v.get("on_demand") == "on",
+        "regions": v.get("regions") or [],
+    }
+    for key in (
+        "samples_per_epoch",
+        "epochs",
+        "deadline_hours",
+        "budget_usd",
+        "max_hourly_usd",
+        "max_nodes",
+        "max_types",
+        "global_batch_min",
+        "global_batch_max",
+        "checkpoint_interval_h",
+        "restart_overhead_h",
+        "baseline_gpu",
+        "name",
+    ):
         if v.get(key) not in (None, ""):
             data[key] = v[key]
     quotas = {k: v[f"quota_{k.lower()}"] for k in ("P", "G") if v.get(f"quota_{k.lower()}") not in (None, "")}
@@ -62,7 +99,9 @@ def _flatten_errors(errors: dict) -> dict[str, str]:
 def plan_list(request: HttpRequest) -> HttpResponse:
     values, errors, infeasible = dict(FORM_DEFAULTS), {}, None
     base_id = request.GET.get("from", "")
-    if re.fullmatch(r"[0-9]{1,18}", base_id):  # anything else (or another team's plan) is ignored: the empty form
+    if re.fullmatch(
+        r"[0-9]{1,18}", base_id
+    ):  # anything else (or another team's plan) is ignored: the empty form
         base = _visible_plans(request).filter(pk=int(base_id)).first()
         if base is not None:
             values.update(_values_from_request(base.request))
@@ -83,11 +122,22 @@ def plan_list(request: HttpRequest) -> HttpResponse:
                 infeasible = record
         else:
             errors = _flatten_errors(checked.errors)
-    runs = ProfilingRun.objects.visible_to(request.user).filter(kind=RunKind.COMPUTE, status=RunStatus.SUCCEEDED)[:30]
-    return render(request, "frontend/plans.html", {
-        "values": values, "errors": errors, "infeasible": infeasible, "plans": _visible_plans(request)[:30],
-        "regions": Region.objects.values_list("code", flat=True), "runs": runs,
-    }, status=400 if errors or infeasible else 200)  # fmt: skip
+    runs = ProfilingRun.objects.visible_to(request.user).filter(
+        kind=RunKind.COMPUTE, status=RunStatus.SUCCEEDED
+    )[:30]
+    return render(
+        request,
+        "frontend/plans.html",
+        {
+            "values": values,
+            "errors": errors,
+            "infeasible": infeasible,
+            "plans": _visible_plans(request)[:30],
+            "regions": Region.objects.values_list("code", flat=True),
+            "runs": runs,
+        },
+        status=400 if errors or infeasible else 200,
+    )
 
 
 def _values_from_request(req: dict) -> dict:
@@ -96,8 +146,12 @@ def _values_from_request(req: dict) -> dict:
     if model.get("profile_run"):
         v.update(model_source="profile", profile_run=str(model["profile_run"]))
     else:
-        v.update(model_source="spec", spec=model.get("spec", ""), input_shape=model.get("input_shape", ""),
-                 precision=model.get("precision", "amp"))
+        v.update(
+            model_source="spec",
+            spec=model.get("spec", ""),
+            input_shape=model.get("input_shape", ""),
+            precision=model.get("precision", "amp"),
+        )
     v["regions"] = req.get("regions") or []
     v["spot"] = "on" if req.get("spot") else ""
     v["on_demand"] = "on" if req.get("on_demand", True) else ""
@@ -114,16 +168,36 @@ def plan_detail(request: HttpRequest, plan_id: int) -> HttpResponse:
     result = record.result or {}
     req = record.request
     chart = {
-        "points": result.get("points", []), "pareto": result.get("pareto", []),
-        "plans": [{"rank": p["rank"], "label": p["label"], "total_usd": p["total_usd"], "time_h": p["time_h"]}
-                  for p in result.get("plans", [])],
-        "baselines": [{"name": b["name"], "label": b["plan"]["label"], "total_usd": b["plan"]["total_usd"],
-                       "time_h": b["plan"]["time_h"]} for b in result.get("baselines", []) if b.get("plan")],
-        "deadline_hours": req.get("deadline_hours"), "budget_usd": req.get("budget_usd"),
-    }  # fmt: skip
-    return render(request, "frontend/plan_detail.html", {
-        "plan": record, "result": result, "req": req, "chart": chart,
-        "can_launch": request.user.has_perm("plans.add_job"),
-        "profile_offers": profile_first.offers(result, req, settings.PROFILER_MAX_RUN_MINUTES),
-        "can_profile_ec2": request.user.has_perm(actions.EC2_PERMISSION), "ec2_permission": actions.EC2_PERMISSION,
-    })  # fmt: skip
+        "points": result.get("points", []),
+        "pareto": result.get("pareto", []),
+        "plans": [
+            {"rank": p["rank"], "label": p["label"], "total_usd": p["total_usd"], "time_h": p["time_h"]}
+            for p in result.get("plans", [])
+        ],
+        "baselines": [
+            {
+                "name": b["name"],
+                "label": b["plan"]["label"],
+                "total_usd": b["plan"]["total_usd"],
+                "time_h": b["plan"]["time_h"],
+            }
+            for b in result.get("baselines", [])
+            if b.get("plan")
+        ],
+        "deadline_hours": req.get("deadline_hours"),
+        "budget_usd": req.get("budget_usd"),
+    }
+    return render(
+        request,
+        "frontend/plan_detail.html",
+        {
+            "plan": record,
+            "result": result,
+            "req": req,
+            "chart": chart,
+            "can_launch": request.user.has_perm("plans.add_job"),
+            "profile_offers": profile_first.offers(result, req, settings.PROFILER_MAX_RUN_MINUTES),
+            "can_profile_ec2": request.user.has_perm(actions.EC2_PERMISSION),
+            "ec2_permission": actions.EC2_PERMISSION,
+        },
+    )

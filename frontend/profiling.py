@@ -17,15 +17,37 @@ from srifty_web.teams import acts_for_owner
 # Suggestions only (any registry name works). Model code (the examples.tiny_model factories)
 # profiles locally only with SRIFTY_LOCAL_CODE=1, as ./run sets it.
 MODEL_CHOICES = [
-    "torchvision:resnet18", "torchvision:resnet50", "torchvision:mobilenet_v3_small", "torchvision:vgg11",
-    "torchvision:alexnet", "torchvision:vit_b_16", "timm:resnet50", "timm:vit_base_patch16_224",
-    "timm:convnext_tiny", "transformers:bert", "transformers:gpt2", "transformers:roberta",
-    "examples.tiny_model:build", "examples.tiny_model:build_transformer",
-]  # fmt: skip
-DEFAULTS = {"kind": "compute", "model_spec": "torchvision:resnet18", "input_shape": "3,32,32",
-            "batch_sizes": "auto", "device": "cpu", "precision": "fp32", "iters": 5, "max_memory": "2GB",
-            "world_size": 2, "backend": "gloo", "sizes": "1KB..16MB", "nodes": "", "provider": "local",
-            "market": "on-demand"}
+    "torchvision:resnet18",
+    "torchvision:resnet50",
+    "torchvision:mobilenet_v3_small",
+    "torchvision:vgg11",
+    "torchvision:alexnet",
+    "torchvision:vit_b_16",
+    "timm:resnet50",
+    "timm:vit_base_patch16_224",
+    "timm:convnext_tiny",
+    "transformers:bert",
+    "transformers:gpt2",
+    "transformers:roberta",
+    "examples.tiny_model:build",
+    "examples.tiny_model:build_transformer",
+]
+DEFAULTS = {
+    "kind": "compute",
+    "model_spec": "torchvision:resnet18",
+    "input_shape": "3,32,32",
+    "batch_sizes": "auto",
+    "device": "cpu",
+    "precision": "fp32",
+    "iters": 5,
+    "max_memory": "2GB",
+    "world_size": 2,
+    "backend": "gloo",
+    "sizes": "1KB..16MB",
+    "nodes": "",
+    "provider": "local",
+    "market": "on-demand",
+}
 
 
 def _visible_runs(request: HttpRequest):
@@ -36,9 +58,13 @@ def _visible_runs(request: HttpRequest):
 def runs(request: HttpRequest) -> HttpResponse:
     values, errors = dict(DEFAULTS), {}
     if request.method == "GET":  # prefilled from a link (e.g. a plan's "profile on a cheap GPU first")
-        values.update({k: v for k, v in request.GET.items() if k in DEFAULTS or k in ("instance_type", "region")})
+        values.update(
+            {k: v for k, v in request.GET.items() if k in DEFAULTS or k in ("instance_type", "region")}
+        )
     if request.method == "POST":
-        values.update({k: v for k, v in request.POST.items() if k in DEFAULTS or k in ("instance_type", "region")})
+        values.update(
+            {k: v for k, v in request.POST.items() if k in DEFAULTS or k in ("instance_type", "region")}
+        )
         data = {k: v for k, v in values.items() if v != ""}
         if data.get("kind") == "comm":
             data.pop("model_spec", None)
@@ -52,11 +78,19 @@ def runs(request: HttpRequest) -> HttpResponse:
             run = actions.create_run(request.user, **checked.validated_data)
             return redirect("profiling-run", run_id=run.pk)
         errors = {k: " ".join(str(e) for e in v) for k, v in checked.errors.items()}
-    return render(request, "frontend/profiling.html", {
-        "runs": _visible_runs(request)[:50], "values": values, "errors": errors, "models": MODEL_CHOICES,
-        "instance_types": InstanceType.objects.ddp_capable().values_list("name", flat=True),
-        "regions": Region.objects.values_list("code", flat=True),
-    }, status=400 if errors else 200)  # fmt: skip
+    return render(
+        request,
+        "frontend/profiling.html",
+        {
+            "runs": _visible_runs(request)[:50],
+            "values": values,
+            "errors": errors,
+            "models": MODEL_CHOICES,
+            "instance_types": InstanceType.objects.ddp_capable().values_list("name", flat=True),
+            "regions": Region.objects.values_list("code", flat=True),
+        },
+        status=400 if errors else 200,
+    )
 
 
 @login_required
@@ -79,13 +113,37 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         raise Http404("no such run")
     compute = list(run.compute_samples.all())
     comm = list(run.comm_samples.all())
-    return render(request, "frontend/profiling_run.html", {
-        "run": run, "compute": compute, "comm": comm, "buckets": list(run.bucket_samples.all()),
-        "can_cancel": acts_for_owner(request.user, run, CANCEL_PERMISSION) and not run.finished,
-        "samples_json": {
-            "compute": [{"batch_size": s.batch_size, "phase": s.phase, "times_ms": s.times_ms,
-                         "median_ms": s.median_ms, "cv": s.cv} for s in compute],
-            "comm": [{"size_bytes": s.size_bytes, "times_ms": s.times_ms, "median_ms": s.median_ms,
-                      "busbw_gbps": s.busbw_gbps, "algbw_gbps": s.algbw_gbps, "cv": s.cv} for s in comm],
+    return render(
+        request,
+        "frontend/profiling_run.html",
+        {
+            "run": run,
+            "compute": compute,
+            "comm": comm,
+            "buckets": list(run.bucket_samples.all()),
+            "can_cancel": acts_for_owner(request.user, run, CANCEL_PERMISSION) and not run.finished,
+            "samples_json": {
+                "compute": [
+                    {
+                        "batch_size": s.batch_size,
+                        "phase": s.phase,
+                        "times_ms": s.times_ms,
+                        "median_ms": s.median_ms,
+                        "cv": s.cv,
+                    }
+                    for s in compute
+                ],
+                "comm": [
+                    {
+                        "size_bytes": s.size_bytes,
+                        "times_ms": s.times_ms,
+                        "median_ms": s.median_ms,
+                        "busbw_gbps": s.busbw_gbps,
+                        "algbw_gbps": s.algbw_gbps,
+                        "cv": s.cv,
+                    }
+                    for s in comm
+                ],
+            },
         },
-    })  # fmt: skip
+    )

@@ -17,14 +17,18 @@ from srifty_web.teams import visible_owner_q
 def home(request: HttpRequest) -> HttpResponse:
     mine = visible_owner_q(request.user)
     jobs = list(Job.objects.filter(mine).select_related("owner")[:10])
-    return render(request, "frontend/home.html", {
-        "instance_type_count": InstanceType.objects.count(),
-        "region_count": Region.objects.count(),
-        "runs": ProfilingRun.objects.filter(mine).select_related("owner")[:8],
-        "plans": PlanRecord.objects.filter(mine).select_related("owner")[:8],
-        "jobs": [(j, j.spend_so_far()) for j in jobs],
-        "live_spend": sum(float(j.hourly_usd) for j in jobs if not j.finished),
-    })  # fmt: skip
+    return render(
+        request,
+        "frontend/home.html",
+        {
+            "instance_type_count": InstanceType.objects.count(),
+            "region_count": Region.objects.count(),
+            "runs": ProfilingRun.objects.filter(mine).select_related("owner")[:8],
+            "plans": PlanRecord.objects.filter(mine).select_related("owner")[:8],
+            "jobs": [(j, j.spend_so_far()) for j in jobs],
+            "live_spend": sum(float(j.hourly_usd) for j in jobs if not j.finished),
+        },
+    )
 
 
 @login_required
@@ -41,15 +45,30 @@ def catalog(request: HttpRequest) -> HttpResponse:
     show_all = request.GET.get("all") == "1"
     rows = price_table(region, ddp_only=not show_all, sort=sort, descending=descending) if region else []
     chosen = request.GET.get("type") or next((r.name for r in rows if r.spot_usd is not None), "")
-    return render(request, "frontend/catalog.html", {
-        "regions": regions, "region": region, "rows": rows, "sort": sort, "descending": descending,
-        "show_all": show_all, "chosen": chosen, "type_names": [r.name for r in rows],
-        "history": price_history(chosen, region) if chosen else None,
-        "columns": [
-            ("name", "Instance type", False), ("accelerator", "GPU", False), ("gpu_count", "GPUs", True),
-            ("vcpus", "vCPUs", True), ("baseline_gbps", "Network Gbps", True),
-            ("on_demand_usd", "On-demand $/h", True), ("od_per_gpu", "On-demand $/GPU-h", True),
-            ("spot_usd", "Spot $/h", True), ("spot_per_gpu", "Spot $/GPU-h", True),
-            ("spot_saving_pct", "Spot saving", True),
-        ],
-    })  # fmt: skip
+    return render(
+        request,
+        "frontend/catalog.html",
+        {
+            "regions": regions,
+            "region": region,
+            "rows": rows,
+            "sort": sort,
+            "descending": descending,
+            "show_all": show_all,
+            "chosen": chosen,
+            "type_names": [r.name for r in rows],
+            "history": price_history(chosen, region) if chosen else None,
+            "columns": [
+                ("name", "Instance type", False),
+                ("accelerator", "GPU", False),
+                ("gpu_count", "GPUs", True),
+                ("vcpus", "vCPUs", True),
+                ("baseline_gbps", "Network Gbps", True),
+                ("on_demand_usd", "On-demand $/h", True),
+                ("od_per_gpu", "On-demand $/GPU-h", True),
+                ("spot_usd", "Spot $/h", True),
+                ("spot_per_gpu", "Spot $/GPU-h", True),
+                ("spot_saving_pct", "Spot saving", True),
+            ],
+        },
+    )

@@ -88,13 +88,18 @@ def fastest_type(candidates: Sequence[Candidate], request: PlanRequest, perf: Pe
     return min((c for c in candidates if c.instance_type == top), key=lambda c: (c.price_per_hour, c.key))
 
 
-def skypilot_choice(candidates: Sequence[Candidate], gpu_model: str, gpus_per_node: int | None = None,
-                    use_spot: bool = False) -> Candidate | None:
+def skypilot_choice(
+    candidates: Sequence[Candidate], gpu_model: str, gpus_per_node: int | None = None, use_spot: bool = False
+) -> Candidate | None:
     """Cheapest per-hour candidate with the requested accelerator (SkyPilot's optimizer rule)."""
     want = gpu_model.strip().lower()
-    pool = [c for c in candidates
-            if c.gpu_model.lower() == want and (gpus_per_node is None or c.gpus_per_node >= gpus_per_node)
-            and (c.is_spot if use_spot else c.market == ON_DEMAND)]
+    pool = [
+        c
+        for c in candidates
+        if c.gpu_model.lower() == want
+        and (gpus_per_node is None or c.gpus_per_node >= gpus_per_node)
+        and (c.is_spot if use_spot else c.market == ON_DEMAND)
+    ]
     return min(pool, key=lambda c: (c.price_per_hour, c.key), default=None)
 
 
@@ -105,11 +110,20 @@ def _gains(best: Plan, plan: Plan) -> tuple[float, float, float]:
     return thr, cost, t
 
 
-def evaluate_baseline(name: str, description: str, candidate: Candidate | None, request: PlanRequest,
-                      perf: PerfOracle, srifty: Plan | None, num_nodes: int | None = None) -> BaselineResult:
+def evaluate_baseline(
+    name: str,
+    description: str,
+    candidate: Candidate | None,
+    request: PlanRequest,
+    perf: PerfOracle,
+    srifty: Plan | None,
+    num_nodes: int | None = None,
+) -> BaselineResult:
     """Size ``candidate`` for ``request`` (or use ``num_nodes``) and compare with Srifty's plan."""
     if candidate is None:
-        return BaselineResult(name, description, None, None, "no candidate matches this baseline", None, None, None)
+        return BaselineResult(
+            name, description, None, None, "no candidate matches this baseline", None, None, None
+        )
     plan: Plan | None = None
     reason: str | None = None
     if num_nodes is not None:
@@ -130,25 +144,51 @@ def evaluate_baseline(name: str, description: str, candidate: Candidate | None, 
     return BaselineResult(name, description, candidate, plan, reason, *gains)
 
 
-def evaluate_baselines(request: PlanRequest, candidates: Sequence[Candidate], perf: PerfOracle,
-                       srifty: PlanResult | Plan | None, *, requested_gpu: str | None = None,
-                       requested_gpus_per_node: int | None = None, skypilot_nodes: int | None = None,
-                       skypilot_use_spot: bool = False) -> list[BaselineResult]:
+def evaluate_baselines(
+    request: PlanRequest,
+    candidates: Sequence[Candidate],
+    perf: PerfOracle,
+    srifty: PlanResult | Plan | None,
+    *,
+    requested_gpu: str | None = None,
+    requested_gpus_per_node: int | None = None,
+    skypilot_nodes: int | None = None,
+    skypilot_use_spot: bool = False,
+) -> list[BaselineResult]:
     """All baselines for ``request``; ``srifty`` is Srifty's result (or best plan) to compare with.
     The SkyPilot-style baseline is included when ``requested_gpu`` is given."""
     best = srifty.best if isinstance(srifty, PlanResult) else srifty
     pool = _supported(request, _allowed(request, candidates), perf)
     out = [
-        evaluate_baseline("cheapest-gpu-hour", "cheapest $/GPU-hour instance, best node count",
-                          cheapest_per_gpu_hour(pool), request, perf, best),
-        evaluate_baseline("fastest-type", "fastest single instance type, best node count",
-                          fastest_type(pool, request, perf), request, perf, best),
+        evaluate_baseline(
+            "cheapest-gpu-hour",
+            "cheapest $/GPU-hour instance, best node count",
+            cheapest_per_gpu_hour(pool),
+            request,
+            perf,
+            best,
+        ),
+        evaluate_baseline(
+            "fastest-type",
+            "fastest single instance type, best node count",
+            fastest_type(pool, request, perf),
+            request,
+            perf,
+            best,
+        ),
     ]
     if requested_gpu:
         spec = f"{requested_gpu}:{requested_gpus_per_node}" if requested_gpus_per_node else requested_gpu
         nodes = f"{skypilot_nodes} nodes" if skypilot_nodes else "best node count"
-        out.append(evaluate_baseline(
-            "skypilot", f"SkyPilot-style: cheapest per hour for {spec} ({'spot' if skypilot_use_spot else 'on-demand'}), {nodes}",
-            skypilot_choice(pool, requested_gpu, requested_gpus_per_node, skypilot_use_spot), request, perf, best,
-            num_nodes=skypilot_nodes))
+        out.append(
+            evaluate_baseline(
+                "skypilot",
+                f"SkyPilot-style: cheapest per hour for {spec} ({'spot' if skypilot_use_spot else 'on-demand'}), {nodes}",
+                skypilot_choice(pool, requested_gpu, requested_gpus_per_node, skypilot_use_spot),
+                request,
+                perf,
+                best,
+                num_nodes=skypilot_nodes,
+            )
+        )
     return out

@@ -30,7 +30,9 @@ def _digest(calibration_csv: Path, specs: Mapping[str, GpuSpec]) -> str:
 SHIPPED_DIR = Path(__file__).resolve().parent / "data"
 
 
-def load_or_calibrate(calibration_csv: str | Path, specs: Mapping[str, GpuSpec], cache_dir: str | Path) -> TransferModel:
+def load_or_calibrate(
+    calibration_csv: str | Path, specs: Mapping[str, GpuSpec], cache_dir: str | Path
+) -> TransferModel:
     """The model for these inputs: shipped with the code (``planner/data``, made by
     ``manage.py calibrate_transfer``), cached in ``cache_dir``, or calibrated now and cached."""
     calibration_csv = Path(calibration_csv)
@@ -96,7 +98,9 @@ def row_trace_key(row, models) -> tuple[str, tuple[int, ...], str] | None:
     return (m.spec, m.input_shape, trace_precision(row.precision))
 
 
-def corpus_trace(spec: str, shape: tuple[int, ...], precision: str, cache_dir: Path = TRACE_CACHE_DIR) -> dict:
+def corpus_trace(
+    spec: str, shape: tuple[int, ...], precision: str, cache_dir: Path = TRACE_CACHE_DIR
+) -> dict:
     """``trace_workload`` of a library model (the product's own trace), cached on disk by the
     spec, shape, precision and the counter's source (a changed counter re-traces)."""
     cache = Path(cache_dir) / f"{_trace_key(spec, shape, precision)}.json"
@@ -124,8 +128,9 @@ def _trace_job(args: tuple[str, tuple[int, ...], str, str]) -> tuple[str, tuple[
         return spec, shape, precision, f"{type(exc).__name__}: {exc}"
 
 
-def corpus_traces(needed: set[tuple[str, tuple[int, ...], str]], *, jobs: int = 1,
-                  cache_dir: Path = TRACE_CACHE_DIR) -> tuple[dict, dict]:
+def corpus_traces(
+    needed: set[tuple[str, tuple[int, ...], str]], *, jobs: int = 1, cache_dir: Path = TRACE_CACHE_DIR
+) -> tuple[dict, dict]:
     """``({(spec, shape, precision): trace}, {(spec, shape, precision): error})``."""
     work = [(s, sh, p, str(cache_dir)) for s, sh, p in sorted(needed)]
     if jobs > 1:
@@ -158,8 +163,9 @@ def corpus_samples(rows, models, traces) -> list:
             continue
         if key not in costs:
             costs[key] = WorkloadCost.from_dict(traces[key]["cost"])
-        out.append(Sample(r.row_id, r.family, costs[key], r.per_gpu_batch, r.chip, r.precision, ms,
-                          r.with_optimizer))
+        out.append(
+            Sample(r.row_id, r.family, costs[key], r.per_gpu_batch, r.chip, r.precision, ms, r.with_optimizer)
+        )
     return out
 
 
@@ -167,13 +173,24 @@ def calibration_models() -> dict:
     """The ResNet-50 calibration rows' builder, keyed like corpus models."""
     from planner.corpus import CorpusModel
 
-    return {("resnet50", "3x224x224"): CorpusModel("resnet50", "3x224x224", "resnet", "torchvision:resnet50",
-                                                   (3, 224, 224), None, "")}
+    return {
+        ("resnet50", "3x224x224"): CorpusModel(
+            "resnet50", "3x224x224", "resnet", "torchvision:resnet50", (3, 224, 224), None, ""
+        )
+    }
 
 
-def calibrate_compute(specs: Mapping[str, GpuSpec], *, jobs: int = 1, cache_dir: Path = TRACE_CACHE_DIR,
-                      split=None, rows=None, models=None, residual: bool = True,
-                      families: Sequence[str] | None = None):
+def calibrate_compute(
+    specs: Mapping[str, GpuSpec],
+    *,
+    jobs: int = 1,
+    cache_dir: Path = TRACE_CACHE_DIR,
+    split=None,
+    rows=None,
+    models=None,
+    residual: bool = True,
+    families: Sequence[str] | None = None,
+):
     """Fit the operator-class model on the train split; returns ``(model, report)``.
 
     Validation rows are dropped before anything is traced or fitted; ``train_rows`` checks
@@ -187,7 +204,9 @@ def calibrate_compute(specs: Mapping[str, GpuSpec], *, jobs: int = 1, cache_dir:
     every = rows if rows is not None else corpus.load_rows(models=models) + corpus.load_calibration_rows()
     if families:
         every = [r for r in every if r.family in set(families)]
-    train = corpus.train_rows([r for r in every if r.row_id in split.train_ids and corpus.fit_worthy(r)], split)
+    train = corpus.train_rows(
+        [r for r in every if r.row_id in split.train_ids and corpus.fit_worthy(r)], split
+    )
     needed = {key for r in train if r.gpus == 1 and (key := row_trace_key(r, models)) is not None}
     traces, errors = corpus_traces(needed, jobs=jobs, cache_dir=cache_dir)
     samples = corpus_samples(train, models, traces)
@@ -197,9 +216,15 @@ def calibrate_compute(specs: Mapping[str, GpuSpec], *, jobs: int = 1, cache_dir:
     model = opclass.fit(samples, specs, residual=residual)
     pairs = scaling_pairs(train, models)
     fit_multi_gpu(model, pairs, traces_for(pairs, models, jobs, cache_dir), specs, models)
-    model.meta.update({"split_seed": split.seed, "held_out_chip": split.held_out_chip,
-                       "corpus_sha256": split.corpus_sha256, "scaling_pairs": len(pairs),
-                       "made_by": "manage.py calibrate_compute"})
+    model.meta.update(
+        {
+            "split_seed": split.seed,
+            "held_out_chip": split.held_out_chip,
+            "corpus_sha256": split.corpus_sha256,
+            "scaling_pairs": len(pairs),
+            "made_by": "manage.py calibrate_compute",
+        }
+    )
     return model, {"samples": len(samples), "trace_errors": errors, "scaling_pairs": len(pairs)}
 
 
@@ -245,9 +270,20 @@ def node_candidate(gpu: str, gpus: int, spec: GpuSpec):
     when the chip has NVLink, else PCIe): what a DGX-like corpus machine is to the oracle."""
     from planner.candidates import Candidate
 
-    return Candidate(instance_type=f"{gpus}x{gpu}", family="corpus", region="-", market="on-demand", zone=None,
-                     price_per_hour=1.0, gpus_per_node=gpus, gpu_model=gpu, vcpus=8 * gpus, network_gbps=100.0,
-                     efa=False, gpu_memory_gib=spec.memory_gib or 0.0)
+    return Candidate(
+        instance_type=f"{gpus}x{gpu}",
+        family="corpus",
+        region="-",
+        market="on-demand",
+        zone=None,
+        price_per_hour=1.0,
+        gpus_per_node=gpus,
+        gpu_model=gpu,
+        vcpus=8 * gpus,
+        network_gbps=100.0,
+        efa=False,
+        gpu_memory_gib=spec.memory_gib or 0.0,
+    )
 
 
 def predicted_speedup(model, trace, gpu: str, gpus: int, batch: int, precision: str, specs) -> float | None:
@@ -283,8 +319,15 @@ KAPPA_GRID = tuple(i / 100 for i in range(0, 31, 3))
 INPUT_NS_GRID = tuple(i / 10 for i in range(0, 31))
 
 
-def fit_multi_gpu(model, pairs, traces, specs, models=None, kappas: Sequence[float] = KAPPA_GRID,
-                  overheads: Sequence[float] = INPUT_NS_GRID) -> None:
+def fit_multi_gpu(
+    model,
+    pairs,
+    traces,
+    specs,
+    models=None,
+    kappas: Sequence[float] = KAPPA_GRID,
+    overheads: Sequence[float] = INPUT_NS_GRID,
+) -> None:
     """Set κ (``nccl_slowdown``) and the shared input pipeline's δ (``input_ns_per_element``, ns
     per input element) on ``model``: the grid pair with the least ``Σ (ln Ŝ − ln S)²`` over the
     pairs' published speed-ups ``S``; both 0 when no pair can be predicted."""
@@ -304,8 +347,9 @@ def fit_multi_gpu(model, pairs, traces, specs, models=None, kappas: Sequence[flo
             model.nccl_slowdown, model.input_ns_per_element = kappa, overhead
             errs = []
             for one, many, wl in usable:
-                pred = predicted_speedup(model, wl, one.chip, many.gpus_per_node, one.per_gpu_batch, one.precision,
-                                         specs)
+                pred = predicted_speedup(
+                    model, wl, one.chip, many.gpus_per_node, one.per_gpu_batch, one.precision, specs
+                )
                 if pred is not None:
                     errs.append((math.log(pred) - math.log(published_speedup(one, many))) ** 2)
             if errs and sum(errs) / len(errs) < best[0]:

@@ -100,8 +100,21 @@ NON_CUDA_PATTERNS = ("gaudi", "inferentia", "trainium", "virtex", "radeon", "fpg
 _STANDARD_AZ = re.compile(r"^[a-z]+\d+-az\d+$")
 #: Known NVIDIA accelerator names, used when ``GpuInfo`` carries no manufacturer.
 NVIDIA_PATTERNS = (
-    r"^t4g?$", r"^v100", r"^a10g?$", r"^a100", r"^l4$", r"^l40s?$", r"^h100", r"^h200", r"^b200",
-    r"^b300", r"^k80$", r"^m60$", r"^rtx", r"^a10$", r"^gb200",
+    r"^t4g?$",
+    r"^v100",
+    r"^a10g?$",
+    r"^a100",
+    r"^l4$",
+    r"^l40s?$",
+    r"^h100",
+    r"^h200",
+    r"^b200",
+    r"^b300",
+    r"^k80$",
+    r"^m60$",
+    r"^rtx",
+    r"^a10$",
+    r"^gb200",
 )
 
 
@@ -270,7 +283,11 @@ def load_network(rows: Iterable[Mapping[str, Any]]) -> dict[str, tuple[float, bo
         it = _get(r, "InstanceType")
         if not it:
             continue
-        bw = _float(_get(r, "BaselineBandwidthGbps", "network_gbps")) or _float(_get(r, "PeakBandwidthGbps")) or 0.0
+        bw = (
+            _float(_get(r, "BaselineBandwidthGbps", "network_gbps"))
+            or _float(_get(r, "PeakBandwidthGbps"))
+            or 0.0
+        )
         out[str(it)] = (bw, _bool(_get(r, "EfaSupported", "efa") or False))
     return out
 
@@ -420,8 +437,11 @@ def _static_dominates(a: Candidate, b: Candidate, max_nodes: int | None = None, 
 
 def _static_equal(a: Candidate, b: Candidate, max_nodes: int | None = None) -> bool:
     return (
-        a.vcpus == b.vcpus and _cap(a, max_nodes) == _cap(b, max_nodes) and a.price_per_hour == b.price_per_hour
-        and a.interruption_bucket == b.interruption_bucket and a.network_gbps == b.network_gbps
+        a.vcpus == b.vcpus
+        and _cap(a, max_nodes) == _cap(b, max_nodes)
+        and a.price_per_hour == b.price_per_hour
+        and a.interruption_bucket == b.interruption_bucket
+        and a.network_gbps == b.network_gbps
         and a.efa == b.efa
     )
 
@@ -477,7 +497,11 @@ def find_dominated(
                     continue
                 if not faster_or_equal(a.instance_type, b.instance_type):
                     continue
-                if _static_equal(a, b, max_nodes) and faster_or_equal(b.instance_type, a.instance_type) and not a.key < b.key:
+                if (
+                    _static_equal(a, b, max_nodes)
+                    and faster_or_equal(b.instance_type, a.instance_type)
+                    and not a.key < b.key
+                ):
                     continue  # exact tie: only the smaller key dominates
                 dropped[b] = a
                 break

@@ -57,7 +57,7 @@ BOARD_TO_CHIP = {
     "A100-SXM4-40GB": "A100",
     "V100-SXM2-16GB": "V100",
     "V100-SXM2-32GB": "V100-32GB",
-    "V100-SXM3-32GB": "V100-32GB",   # DGX-2's 350 W V100: same chip, a slightly higher sustained clock
+    "V100-SXM3-32GB": "V100-32GB",  # DGX-2's 350 W V100: same chip, a slightly higher sustained clock
     "H100-SXM5-80GB": "H100",
     "H200-SXM-141GB": "H200",
     "A10": "A10G",
@@ -118,23 +118,48 @@ def load_models(path: Path = MODELS_CSV) -> dict[tuple[str, str], CorpusModel]:
     out = {}
     with open(path, newline="") as fh:
         for r in csv.DictReader(fh):
-            shape = tuple(int(x) for x in r["input_shape"].split(",") if x.strip()) if r["input_shape"] else ()
+            shape = (
+                tuple(int(x) for x in r["input_shape"].split(",") if x.strip()) if r["input_shape"] else ()
+            )
             tps = int(r["tokens_per_sample"]) if r.get("tokens_per_sample") else None
-            m = CorpusModel(r["model"], r["corpus_input_shape"], r["family"], r["spec"].strip(), shape, tps,
-                            r.get("reason", ""))
+            m = CorpusModel(
+                r["model"],
+                r["corpus_input_shape"],
+                r["family"],
+                r["spec"].strip(),
+                shape,
+                tps,
+                r.get("reason", ""),
+            )
             out[(m.model, m.corpus_input_shape)] = m
     return out
 
 
-def load_rows(path: Path = CORPUS_CSV, models: Mapping[tuple[str, str], CorpusModel] | None = None) -> list[CorpusRow]:
+def load_rows(
+    path: Path = CORPUS_CSV, models: Mapping[tuple[str, str], CorpusModel] | None = None
+) -> list[CorpusRow]:
     models = load_models() if models is None else models
     rows = []
     with open(path, newline="") as fh:
         for i, r in enumerate(csv.DictReader(fh)):
             m = models.get((r["model"], r["input_shape"]))
-            rows.append(CorpusRow(i, r["source"], r["model"], r["input_shape"], r["precision"].lower(), r["gpu"],
-                                  int(r["gpus_per_node"]), int(r["nodes"]), int(float(r["per_gpu_batch"])),
-                                  r["metric"], float(r["value"]), r["notes"], m.family if m else ""))
+            rows.append(
+                CorpusRow(
+                    i,
+                    r["source"],
+                    r["model"],
+                    r["input_shape"],
+                    r["precision"].lower(),
+                    r["gpu"],
+                    int(r["gpus_per_node"]),
+                    int(r["nodes"]),
+                    int(float(r["per_gpu_batch"])),
+                    r["metric"],
+                    float(r["value"]),
+                    r["notes"],
+                    m.family if m else "",
+                )
+            )
     return rows
 
 
@@ -143,10 +168,23 @@ def load_calibration_rows(path: Path = CALIBRATION_CSV) -> list[CorpusRow]:
     rows = []
     with open(path, newline="") as fh:
         for i, r in enumerate(csv.DictReader(fh)):
-            rows.append(CorpusRow(CALIBRATION_ID_OFFSET + i, r["source"], "resnet50", "3x224x224",
-                                  r["precision"].lower(), r["gpu"], 1, 1, int(r["per_gpu_batch"]),
-                                  r.get("metric", "images_per_s"), float(r["value"]), r.get("notes", ""),
-                                  "resnet"))
+            rows.append(
+                CorpusRow(
+                    CALIBRATION_ID_OFFSET + i,
+                    r["source"],
+                    "resnet50",
+                    "3x224x224",
+                    r["precision"].lower(),
+                    r["gpu"],
+                    1,
+                    1,
+                    int(r["per_gpu_batch"]),
+                    r.get("metric", "images_per_s"),
+                    float(r["value"]),
+                    r.get("notes", ""),
+                    "resnet",
+                )
+            )
     return rows
 
 
@@ -181,29 +219,48 @@ class Split:
         return row.row_id in self.validation_ids
 
     def to_dict(self) -> dict:
-        return {"rule": RULE, "seed": self.seed, "held_out_chip": self.held_out_chip,
-                "validation_families": sorted(self.validation_families), "corpus_sha256": self.corpus_sha256,
-                "train": sorted(self.train_ids), "validation": sorted(self.validation_ids)}
+        return {
+            "rule": RULE,
+            "seed": self.seed,
+            "held_out_chip": self.held_out_chip,
+            "validation_families": sorted(self.validation_families),
+            "corpus_sha256": self.corpus_sha256,
+            "train": sorted(self.train_ids),
+            "validation": sorted(self.validation_ids),
+        }
 
     @classmethod
     def from_dict(cls, doc: Mapping) -> Split:
-        return cls(int(doc["seed"]), str(doc["held_out_chip"]), frozenset(doc["validation_families"]),
-                   frozenset(int(i) for i in doc["train"]), frozenset(int(i) for i in doc["validation"]),
-                   str(doc["corpus_sha256"]))
+        return cls(
+            int(doc["seed"]),
+            str(doc["held_out_chip"]),
+            frozenset(doc["validation_families"]),
+            frozenset(int(i) for i in doc["train"]),
+            frozenset(int(i) for i in doc["validation"]),
+            str(doc["corpus_sha256"]),
+        )
 
 
-RULE = ("families = sorted corpus families; random.Random(seed).shuffle(families); validation families = "
-        "shuffled[0::3]; validation rows = rows of a validation family or measured on the held-out chip "
-        "(H100, the newest chip); train rows = the rest (corpus ids 0..874, calibration_resnet50 ids from "
-        "10000). Every accuracy figure is reported on validation rows only.")
+RULE = (
+    "families = sorted corpus families; random.Random(seed).shuffle(families); validation families = "
+    "shuffled[0::3]; validation rows = rows of a validation family or measured on the held-out chip "
+    "(H100, the newest chip); train rows = the rest (corpus ids 0..874, calibration_resnet50 ids from "
+    "10000). Every accuracy figure is reported on validation rows only."
+)
 
 
 def corpus_digest(path: Path = CORPUS_CSV) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
 
-def make_split(rows: Iterable[CorpusRow], families: Iterable[str], *, seed: int = SPLIT_SEED,
-               held_out_chip: str = HELD_OUT_CHIP, corpus_sha256: str = "") -> Split:
+def make_split(
+    rows: Iterable[CorpusRow],
+    families: Iterable[str],
+    *,
+    seed: int = SPLIT_SEED,
+    held_out_chip: str = HELD_OUT_CHIP,
+    corpus_sha256: str = "",
+) -> Split:
     shuffled = sorted(set(families))
     random.Random(seed).shuffle(shuffled)
     validation_families = frozenset(shuffled[0::3])
@@ -211,7 +268,9 @@ def make_split(rows: Iterable[CorpusRow], families: Iterable[str], *, seed: int 
     for r in rows:
         held = r.family in validation_families or r.chip == held_out_chip
         (validation if held else train).add(r.row_id)
-    return Split(seed, held_out_chip, validation_families, frozenset(train), frozenset(validation), corpus_sha256)
+    return Split(
+        seed, held_out_chip, validation_families, frozenset(train), frozenset(validation), corpus_sha256
+    )
 
 
 def load_split(path: Path = SPLIT_FILE) -> Split:

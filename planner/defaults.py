@@ -13,9 +13,9 @@ PLAN_DEFAULTS: dict[str, int | float] = {
     "max_types": 1,
     "global_batch_min": 256,
     "global_batch_max": 256,
-    "checkpoint_interval_h": 0.5,   # hours between checkpoints (spot: work lost per interruption)
-    "restart_overhead_h": 0.1,      # hours to replace an interrupted node and reload
-    "top_k": 8,                     # ranked plans returned
+    "checkpoint_interval_h": 0.5,  # hours between checkpoints (spot: work lost per interruption)
+    "restart_overhead_h": 0.1,  # hours to replace an interrupted node and reload
+    "top_k": 8,  # ranked plans returned
 }
 # Markets: both, unless the user rules one out.
 MARKET_DEFAULTS: dict[str, bool] = {"spot": True, "on_demand": True}

@@ -98,8 +98,12 @@ class Worker:
             gpu = GpuSpec.from_dict(gpu)
         elif gpu is None and specs is not None:
             gpu = specs.get(str(device))
-        return cls(device=str(device), gpu=gpu, node=int(row.get("node", 0)),
-                   max_batch_size=_opt_int(row.get("max_batch_size")))
+        return cls(
+            device=str(device),
+            gpu=gpu,
+            node=int(row.get("node", 0)),
+            max_batch_size=_opt_int(row.get("max_batch_size")),
+        )
 
 
 @dataclass(frozen=True)
@@ -142,7 +146,9 @@ class Cluster:
 
     def __post_init__(self) -> None:
         if self.nodes < 1 or self.gpus_per_node < 1:
-            raise ValueError(f"cluster: nodes and gpus_per_node must be >= 1 (got {self.nodes}, {self.gpus_per_node})")
+            raise ValueError(
+                f"cluster: nodes and gpus_per_node must be >= 1 (got {self.nodes}, {self.gpus_per_node})"
+            )
         if self.nodes > 1 and not self.network_gbps:
             raise ValueError("cluster: network_gbps is required when nodes > 1")
         if self.workers and len(self.workers) != self.world_size:
@@ -159,8 +165,10 @@ class Cluster:
     def worker_list(self) -> tuple[Worker, ...]:
         if self.workers:
             return self.workers
-        return tuple(Worker(device=self.device, gpu=self.gpu, node=i // self.gpus_per_node)
-                     for i in range(self.world_size))
+        return tuple(
+            Worker(device=self.device, gpu=self.gpu, node=i // self.gpus_per_node)
+            for i in range(self.world_size)
+        )
 
     def intra_node_link(self) -> Link:
         if self.intra_node_gbps is not None:
@@ -198,12 +206,15 @@ class Cluster:
         device = str(row.get("device") or (gpu.name if isinstance(gpu, GpuSpec) else "") or "")
         if gpu is None and specs is not None and device:
             gpu = specs.get(device)
-        workers = tuple(Worker.from_dict(w, specs) if isinstance(w, Mapping) else w
-                        for w in row.get("workers") or ())
+        workers = tuple(
+            Worker.from_dict(w, specs) if isinstance(w, Mapping) else w for w in row.get("workers") or ()
+        )
         return cls(
             nodes=int(row.get("nodes", 1)),
             gpus_per_node=int(row.get("gpus_per_node", 1)),
-            network_gbps=_opt_float(_first(row, "network_gbps", "BaselineBandwidthGbps", "PeakBandwidthGbps")),
+            network_gbps=_opt_float(
+                _first(row, "network_gbps", "BaselineBandwidthGbps", "PeakBandwidthGbps")
+            ),
             peak_gbps=_opt_float(_first(row, "peak_gbps", "PeakBandwidthGbps")),
             efa=_as_bool(_first(row, "efa", "EfaSupported")),
             placement_group=_as_bool(row.get("placement_group")),

@@ -35,8 +35,13 @@ NETWORK_CSV = ROOT / "catalog/fixtures/aws_instance_network.csv"
 SPECS_CSV = ROOT / "catalog/fixtures/gpu_specs.csv"
 SPLIT_FILE = ROOT / "planner/data/nccl_split.json"
 NCCL_SPLIT_SEED = 19
-GPU_NAMES = {**BOARD_TO_CHIP, "T4": "T4", "A10G": "A10G", "B200": "B200",
-             "A100 (SXM/NVLink3; 40 vs 80 GB not stated)": "A100"}
+GPU_NAMES = {
+    **BOARD_TO_CHIP,
+    "T4": "T4",
+    "A10G": "A10G",
+    "B200": "B200",
+    "A100 (SXM/NVLink3; 40 vs 80 GB not stated)": "A100",
+}
 
 
 @dataclass(frozen=True)
@@ -63,13 +68,31 @@ def network_gbps(peak: object, baseline: object) -> float:
     return float(peak or baseline or 0.0)
 
 
-def topology_for(spec: GpuSpec, gpus_per_node: int, nodes: int, *, efa: bool, net_gbps: float,
-                 nccl_version: str, nvls_allowed: bool = True) -> Topology:
+def topology_for(
+    spec: GpuSpec,
+    gpus_per_node: int,
+    nodes: int,
+    *,
+    efa: bool,
+    net_gbps: float,
+    nccl_version: str,
+    nvls_allowed: bool = True,
+) -> Topology:
     """``nodes`` × ``gpus_per_node`` GPUs of ``spec``, over EFA (``efa``) or TCP between nodes, in
     a cluster placement group: the one construction the corpus rows and users' curves share."""
     kind = "none" if nodes == 1 else "efa" if efa else "tcp"
-    return Topology(gpus_per_node, nodes, spec.architecture, spec.nvlink_gb_s, pcie_gb_s_of(spec.architecture),
-                    kind, net_gbps, True, nccl_version, nvls_allowed=nvls_allowed)
+    return Topology(
+        gpus_per_node,
+        nodes,
+        spec.architecture,
+        spec.nvlink_gb_s,
+        pcie_gb_s_of(spec.architecture),
+        kind,
+        net_gbps,
+        True,
+        nccl_version,
+        nvls_allowed=nvls_allowed,
+    )
 
 
 def _network() -> dict[str, dict]:
@@ -96,11 +119,20 @@ def load_points(path: Path = CSV, specs: dict[str, GpuSpec] | None = None) -> li
             row_net = net.get(r["instance_type"], {})
             gbps = network_gbps(row_net.get("PeakBandwidthGbps"), row_net.get("BaselineBandwidthGbps"))
             nvls_off = "NVLS_ENABLE=0" in text or "(forced)" in text and "nvls" not in text.lower()
-            topo = topology_for(spec, g, n_nodes, efa="EFA" in text, net_gbps=gbps, nccl_version=r["nccl_version"],
-                                nvls_allowed=not nvls_off)
+            topo = topology_for(
+                spec,
+                g,
+                n_nodes,
+                efa="EFA" in text,
+                net_gbps=gbps,
+                nccl_version=r["nccl_version"],
+                nvls_allowed=not nvls_off,
+            )
             t = _measured_us(r, topo.ranks)
             if t:
-                out.append(Point(i, sweep_id(r), r["instance_type"] or r["gpu"], float(r["size_bytes"]), topo, t))
+                out.append(
+                    Point(i, sweep_id(r), r["instance_type"] or r["gpu"], float(r["size_bytes"]), topo, t)
+                )
     return out
 
 
@@ -123,9 +155,14 @@ def make_split(points: list[Point], seed: int = NCCL_SPLIT_SEED) -> dict:
     sweeps = sorted({p.sweep for p in points})
     random.Random(seed).shuffle(sweeps)
     validation = sorted(sweeps[0::3])
-    return {"rule": "sweeps = sorted(source|instance type (or GPU)|nodes); random.Random(seed).shuffle; "
-                    "validation = shuffled[0::3]; train = the rest", "seed": seed, "csv_sha256": digest(),
-            "validation_sweeps": validation, "train_sweeps": sorted(set(sweeps) - set(validation))}
+    return {
+        "rule": "sweeps = sorted(source|instance type (or GPU)|nodes); random.Random(seed).shuffle; "
+        "validation = shuffled[0::3]; train = the rest",
+        "seed": seed,
+        "csv_sha256": digest(),
+        "validation_sweeps": validation,
+        "train_sweeps": sorted(set(sweeps) - set(validation)),
+    }
 
 
 def load_split(path: Path = SPLIT_FILE) -> dict:
@@ -136,7 +173,9 @@ def train_points(points: list[Point], split: dict) -> list[Point]:
     """The points a fit may see: train sweeps and users' curves (``user|…``); raises
     ``ValueError`` on a validation or unknown sweep."""
     train = set(split["train_sweeps"])
-    bad = sorted({p.sweep for p in points if p.sweep not in train and not p.sweep.startswith(USER_SWEEP_PREFIX)})
+    bad = sorted(
+        {p.sweep for p in points if p.sweep not in train and not p.sweep.startswith(USER_SWEEP_PREFIX)}
+    )
     if bad:
         raise ValueError(f"sweeps {bad} are not train sweeps of the NCCL split")
     return points
@@ -159,7 +198,13 @@ def calibrate(split: dict | None = None, extra_points: Sequence[Point] = ()):
     published = [p for p in load_points() if p.sweep in set(split["train_sweeps"])]
     points = train_points(published + extra, split)
     model = nccl.fit([(p.size_bytes, p.topology, p.measured_us, p.sweep) for p in points])
-    model.meta.update({"split_seed": split["seed"], "csv_sha256": split["csv_sha256"],
-                       "made_by": "manage.py calibrate_comm", "user_points": len(extra),
-                       "user_sweeps": sorted({p.sweep for p in extra})})
+    model.meta.update(
+        {
+            "split_seed": split["seed"],
+            "csv_sha256": split["csv_sha256"],
+            "made_by": "manage.py calibrate_comm",
+            "user_points": len(extra),
+            "user_sweeps": sorted({p.sweep for p in extra}),
+        }
+    )
     return model

@@ -92,9 +92,16 @@ class Workload:
 
     def to_dict(self) -> dict:
         """The measured model is not part of the cached form (it is the caller's, per request)."""
-        return {"version": 1, "model_spec": self.model_spec, "input_shape": list(self.input_shape),
-                "precision": self.precision, "cost": self.cost.to_dict(), "bucket_sizes": list(self.bucket_sizes),
-                "static_bytes": self.static_bytes, "activation_bytes_per_sample": self.activation_bytes_per_sample}
+        return {
+            "version": 1,
+            "model_spec": self.model_spec,
+            "input_shape": list(self.input_shape),
+            "precision": self.precision,
+            "cost": self.cost.to_dict(),
+            "bucket_sizes": list(self.bucket_sizes),
+            "static_bytes": self.static_bytes,
+            "activation_bytes_per_sample": self.activation_bytes_per_sample,
+        }
 
     @classmethod
     def from_dict(cls, doc: Mapping) -> Workload:
@@ -103,10 +110,15 @@ class Workload:
         from profiler.agent.workload import check_trace
 
         doc = check_trace(doc)
-        return cls(model_spec=doc["model_spec"], input_shape=tuple(doc["input_shape"]), precision=doc["precision"],
-                   cost=WorkloadCost.from_dict(doc["cost"]), bucket_sizes=tuple(doc["bucket_sizes"]),
-                   static_bytes=int(doc["static_bytes"]),
-                   activation_bytes_per_sample=float(doc["activation_bytes_per_sample"]))
+        return cls(
+            model_spec=doc["model_spec"],
+            input_shape=tuple(doc["input_shape"]),
+            precision=doc["precision"],
+            cost=WorkloadCost.from_dict(doc["cost"]),
+            bucket_sizes=tuple(doc["bucket_sizes"]),
+            static_bytes=int(doc["static_bytes"]),
+            activation_bytes_per_sample=float(doc["activation_bytes_per_sample"]),
+        )
 
     def bucket_specs(self, batch: int) -> tuple[BucketSpec, ...]:
         """Buckets with ready fractions: profiled ones when there is a profile, else bucket k is
@@ -173,13 +185,21 @@ class Oracle:
             except ComputeRangeError:
                 measured = None
         try:
-            t = self.transfer.predict(w.cost, batch, model, measured=measured, measured_on=w.measured_on,
-                                      precision=w.precision)
+            t = self.transfer.predict(
+                w.cost, batch, model, measured=measured, measured_on=w.measured_on, precision=w.precision
+            )
         except (KeyError, ValueError):  # no (usable) datasheet for this GPU: it cannot be planned for
             return None
         if t.spread == PhaseSpread():
-            t = PhaseTimes(t.forward, t.backward, t.optimizer, spread=w.default_spread, fit_error=t.fit_error,
-                           source=t.source, batch_size=batch)
+            t = PhaseTimes(
+                t.forward,
+                t.backward,
+                t.optimizer,
+                spread=w.default_spread,
+                fit_error=t.fit_error,
+                source=t.source,
+                batch_size=batch,
+            )
         return t
 
     def step_ms(self, model: str, batch: int) -> float:
@@ -201,7 +221,10 @@ class Oracle:
         lo, hi = 0.0, max(self.step_ms(m, c) for (m, _), c in zip(groups, caps, strict=True) if c > 0)
         for _ in range(40):
             mid = (lo + hi) / 2
-            if sum(n * self._cap_at(m, mid, c) for (m, n), c in zip(groups, caps, strict=True)) >= global_batch:
+            if (
+                sum(n * self._cap_at(m, mid, c) for (m, n), c in zip(groups, caps, strict=True))
+                >= global_batch
+            ):
                 hi = mid
             else:
                 lo = mid
@@ -209,8 +232,10 @@ class Oracle:
         # Give back what exceeds G from the group whose last sample costs most (stay >= 1).
         surplus = sum(b * n for b, (_, n) in zip(batches, groups, strict=True)) - global_batch
         while surplus > 0:
-            i = max((k for k in range(len(groups)) if batches[k] > 1),
-                    key=lambda k: self.step_ms(groups[k][0], batches[k]))
+            i = max(
+                (k for k in range(len(groups)) if batches[k] > 1),
+                key=lambda k: self.step_ms(groups[k][0], batches[k]),
+            )
             batches[i] -= 1
             surplus -= groups[i][1]
         return tuple(max(1, b) for b in batches)
@@ -231,12 +256,15 @@ class Oracle:
         gpus_per_node = min(c.gpus_per_node for c, _ in config)
         slowest = min(config, key=lambda cn: self._gpu_speed(cn[0].gpu_model))[0]
         return Cluster(
-            nodes=nodes, gpus_per_node=gpus_per_node,
+            nodes=nodes,
+            gpus_per_node=gpus_per_node,
             network_gbps=min(c.network_gbps for c, _ in config) if nodes > 1 else None,
-            efa=all(c.efa for c, _ in config), placement_group=self.placement_group,
-            instance_type="+".join(sorted({c.instance_type for c, _ in config})), device=slowest.gpu_model,
+            efa=all(c.efa for c, _ in config),
+            placement_group=self.placement_group,
+            instance_type="+".join(sorted({c.instance_type for c, _ in config})),
+            device=slowest.gpu_model,
             gpu=self.gpu(slowest.gpu_model),
-        )  # fmt: skip
+        )
 
     def _gpu_speed(self, model: str) -> float:
         """Samples/ms of one GPU at batch 1 (0 when unknown): which GPU of a mix is slowest."""
@@ -270,8 +298,9 @@ class Oracle:
                 return None
             sync_ms = input_ns * elements * b / 1e6
             if kappa or sync_ms:
-                phases = dataclasses.replace(phases, backward=phases.backward * (1 + kappa),
-                                             optimizer=phases.optimizer + sync_ms)
+                phases = dataclasses.replace(
+                    phases, backward=phases.backward * (1 + kappa), optimizer=phases.optimizer + sync_ms
+                )
             loads.append(WorkerLoad(phases, self.workload.bucket_specs(b), b, model))
         cluster = self.cluster(config)
         comm = self._comm(cluster, loads[0].buckets)
@@ -288,16 +317,24 @@ class Oracle:
         per_node = tuple(b * c.gpus_per_node for (c, _), b in zip(config, batches, strict=True))
         processed = sum(b * w for (_, w), b in zip(groups, batches, strict=True))
         return Estimate(
-            iter_time_s=p50_ms / 1e3, iter_time_p90_s=p90_ms / 1e3,
+            iter_time_s=p50_ms / 1e3,
+            iter_time_p90_s=p90_ms / 1e3,
             throughput_sps=min(processed, global_batch) / (p50_ms / 1e3),
-            bottleneck=_bottleneck(communication_bound, cluster), per_node_batch=per_node,
-        )  # fmt: skip
+            bottleneck=_bottleneck(communication_bound, cluster),
+            per_node_batch=per_node,
+        )
 
     def _comm(self, cluster: Cluster, buckets: Sequence[BucketSpec]) -> list[CommTime]:
         if cluster.world_size <= 1:
             return [CommTime(0.0, 0.0) for _ in buckets]
-        key = (cluster.nodes, cluster.gpus_per_node, cluster.network_gbps, cluster.efa, cluster.device,
-               tuple(b.size_bytes for b in buckets))
+        key = (
+            cluster.nodes,
+            cluster.gpus_per_node,
+            cluster.network_gbps,
+            cluster.efa,
+            cluster.device,
+            tuple(b.size_bytes for b in buckets),
+        )
         if key not in self._comm_cache:
             if isinstance(self.comm, LearnedComm):
                 topo = Topology.from_cluster(cluster)
@@ -306,7 +343,9 @@ class Oracle:
                 self._comm_cache[key] = [CommTime(e.p50_us / 1e3, e.p90_us / 1e3) for e in est]
             else:
                 queries = [CommQuery.from_cluster(b.size_bytes, cluster) for b in buckets]
-                self._comm_cache[key] = [CommTime(p.p50_ms, p.p90_ms) for p in self.comm.predict_many(queries)]
+                self._comm_cache[key] = [
+                    CommTime(p.p50_ms, p.p90_ms) for p in self.comm.predict_many(queries)
+                ]
         return self._comm_cache[key]
 
     def comm_source(self, config: Config) -> CommSource:
@@ -318,11 +357,21 @@ class Oracle:
         if isinstance(self.comm, LearnedComm):
             topo = Topology.from_cluster(cluster)
             e = self.comm.estimate(1 << 22, topo)
-            what = "NCCL prior × correction learned on published and profiled curves" if e.source == "learned" \
+            what = (
+                "NCCL prior × correction learned on published and profiled curves"
+                if e.source == "learned"
                 else "NCCL prior (no learned correction)"
-            return CommSource(e.source, e.near_points, f"{what}; {topo.interconnect}, {topo.nodes}×{topo.gpus_per_node} GPUs")
-        return CommSource("measured" if self.comm.method != "prior" else "ring prior", self.comm.n_observations,
-                          "fitted on this cluster's comm profile" if self.comm.method != "prior" else "ring formula")
+            )
+            return CommSource(
+                e.source,
+                e.near_points,
+                f"{what}; {topo.interconnect}, {topo.nodes}×{topo.gpus_per_node} GPUs",
+            )
+        return CommSource(
+            "measured" if self.comm.method != "prior" else "ring prior",
+            self.comm.n_observations,
+            "fitted on this cluster's comm profile" if self.comm.method != "prior" else "ring formula",
+        )
 
 
 def _p50_p90(sim: SimulationResult) -> tuple[float, float]:
@@ -352,9 +401,16 @@ def _bottleneck(communication_bound: bool, cluster: Cluster) -> str:
 # --- building a workload (needs torch) ----------------------------------------------------
 
 
-def workload_for_spec(spec: str, input_shape: Sequence[int], *, precision: str = "fp32", num_classes: int = 1000,
-                      measured: ComputeModel | None = None, measured_on: str | None = None,
-                      allow_code: bool = False) -> Workload:
+def workload_for_spec(
+    spec: str,
+    input_shape: Sequence[int],
+    *,
+    precision: str = "fp32",
+    num_classes: int = 1000,
+    measured: ComputeModel | None = None,
+    measured_on: str | None = None,
+    allow_code: bool = False,
+) -> Workload:
     """Count FLOPs/bytes, bucket sizes, static memory and saved activations of ``spec`` on the
     meta device (no weights, no memory, seconds even for large models).
 

@@ -395,8 +395,9 @@ def _parse_device(doc: Mapping[str, Any]) -> DeviceInfo:
     if requested is None:
         # An older agent recorded the requested precision only (its CPU "amp" ran bf16 autocast).
         requested, precision = precision, precision_run(precision, kind)
-    return DeviceInfo(type=kind, name=str(doc.get("name") or kind), precision=precision,
-                      precision_requested=str(requested))
+    return DeviceInfo(
+        type=kind, name=str(doc.get("name") or kind), precision=precision, precision_requested=str(requested)
+    )
 
 
 def _parse_compute_sample(doc: Any, where: str) -> ComputeSample:
@@ -413,9 +414,7 @@ def _parse_compute_sample(doc: Any, where: str) -> ComputeSample:
     if not isinstance(raw_buckets, list):
         raise ProfileError(f"{where}.buckets", "must be a list")
     backward_ms = phases["backward"].median_ms
-    buckets = tuple(
-        _parse_bucket(b, f"{where}.buckets[{i}]", backward_ms) for i, b in enumerate(raw_buckets)
-    )
+    buckets = tuple(_parse_bucket(b, f"{where}.buckets[{i}]", backward_ms) for i, b in enumerate(raw_buckets))
     return ComputeSample(
         batch_size=batch,
         phases=phases,
@@ -487,8 +486,14 @@ def merge_comm_profiles(profiles: Sequence[CommProfile]) -> CommProfile:
     first = profiles[0]
     for i, p in enumerate(profiles[1:], start=1):
         if (p.backend, p.world_size, p.nodes, p.ranks_per_node) != (
-                first.backend, first.world_size, first.nodes, first.ranks_per_node):
-            raise ProfileError(f"profiles[{i}]", "backend, world size, nodes and ranks per node must match the first")
+            first.backend,
+            first.world_size,
+            first.nodes,
+            first.ranks_per_node,
+        ):
+            raise ProfileError(
+                f"profiles[{i}]", "backend, world size, nodes and ranks per node must match the first"
+            )
     by_size: dict[int, list[CommSample]] = {}
     for p in profiles:
         for s in p.samples:
@@ -500,11 +505,24 @@ def merge_comm_profiles(profiles: Sequence[CommProfile]) -> CommProfile:
         shares = [s.cpu_share for s in group if s.cpu_share is not None]
         algbw = size * 8 / (stats.median_ms * 1e6) if stats.median_ms > 0 else None  # Gbit/s
         ratios = [s.busbw_gbps / s.algbw_gbps for s in group if s.busbw_gbps and s.algbw_gbps]
-        merged.append(CommSample(size, stats, algbw, algbw * statistics.fmean(ratios) if algbw and ratios else None,
-                                 statistics.fmean(shares) if shares else None))
-    return CommProfile(backend=first.backend, world_size=first.world_size, nodes=first.nodes,
-                       ranks_per_node=first.ranks_per_node, samples=tuple(merged), created_at=first.created_at,
-                       environment=first.environment)
+        merged.append(
+            CommSample(
+                size,
+                stats,
+                algbw,
+                algbw * statistics.fmean(ratios) if algbw and ratios else None,
+                statistics.fmean(shares) if shares else None,
+            )
+        )
+    return CommProfile(
+        backend=first.backend,
+        world_size=first.world_size,
+        nodes=first.nodes,
+        ranks_per_node=first.ranks_per_node,
+        samples=tuple(merged),
+        created_at=first.created_at,
+        environment=first.environment,
+    )
 
 
 def merge_compute_profiles(profiles: Sequence[ComputeProfile], *, align: bool = False) -> ComputeProfile:
@@ -536,16 +554,29 @@ def merge_compute_profiles(profiles: Sequence[ComputeProfile], *, align: bool = 
             if align and len(stats) > 1 and all(st.median_ms > 0 for st in stats):
                 centre = math.exp(statistics.fmean(math.log(st.median_ms) for st in stats))
                 scale = [centre / st.median_ms for st in stats]
-            phases[name] = timing_stats([t * k for st, k in zip(stats, scale, strict=True)
-                                         for t in (st.times_ms or (st.median_ms,))])
+            phases[name] = timing_stats(
+                [t * k for st, k in zip(stats, scale, strict=True) for t in (st.times_ms or (st.median_ms,))]
+            )
         buckets = samples[0].buckets
         if buckets and all(len(s.buckets) == len(buckets) for s in samples):
             buckets = tuple(
-                Bucket(b.index, b.size_bytes, b.num_params,
-                       statistics.fmean(s.buckets[i].ready_ms for s in samples),
-                       statistics.fmean(s.buckets[i].ready_fraction for s in samples))
-                for i, b in enumerate(buckets))
+                Bucket(
+                    b.index,
+                    b.size_bytes,
+                    b.num_params,
+                    statistics.fmean(s.buckets[i].ready_ms for s in samples),
+                    statistics.fmean(s.buckets[i].ready_fraction for s in samples),
+                )
+                for i, b in enumerate(buckets)
+            )
         merged.append(ComputeSample(batch, phases, buckets, samples[0].peak_memory_bytes))
-    return ComputeProfile(model=first.model, device=first.device, samples=tuple(merged),
-                          max_batch_size=first.max_batch_size, iters=first.iters, warmup=first.warmup,
-                          created_at=first.created_at, environment=first.environment)
+    return ComputeProfile(
+        model=first.model,
+        device=first.device,
+        samples=tuple(merged),
+        max_batch_size=first.max_batch_size,
+        iters=first.iters,
+        warmup=first.warmup,
+        created_at=first.created_at,
+        environment=first.environment,
+    )

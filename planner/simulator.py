@@ -117,7 +117,9 @@ class Contention:
 
     def __post_init__(self) -> None:
         if not (0 < self.comm_speed <= 1 and 0 < self.compute_speed <= 1):
-            raise ValueError(f"contention speeds must be in (0, 1], got {self.comm_speed}, {self.compute_speed}")
+            raise ValueError(
+                f"contention speeds must be in (0, 1], got {self.comm_speed}, {self.compute_speed}"
+            )
 
     @classmethod
     def from_cpu_share(cls, share: float) -> Contention:
@@ -129,8 +131,9 @@ class Contention:
         return cls(grant / share, 1.0 - grant)
 
     @classmethod
-    def from_comm_profile(cls, profile: CommProfile, sizes: Sequence[int], *,
-                          same_host: bool = False) -> list[Contention]:
+    def from_comm_profile(
+        cls, profile: CommProfile, sizes: Sequence[int], *, same_host: bool = False
+    ) -> list[Contention]:
         """Per bucket size: :meth:`from_cpu_share` with the CPU share the comm profile measured
         (``cpu_share`` of its samples, interpolated linearly in log size, clamped at the ends).
 
@@ -206,8 +209,9 @@ class Timeline:
 ContentionSpec = Contention | Sequence[Contention] | None
 
 
-def timeline(workers: Sequence[WorkerLoad], comm_ms: Sequence[float], *,
-             contention: ContentionSpec = None) -> Timeline:
+def timeline(
+    workers: Sequence[WorkerLoad], comm_ms: Sequence[float], *, contention: ContentionSpec = None
+) -> Timeline:
     """Deterministic iteration with the median phase and all-reduce times."""
     opt = [w.phases.optimizer for w in workers]
     fwd = [w.phases.forward for w in workers]
@@ -217,9 +221,16 @@ def timeline(workers: Sequence[WorkerLoad], comm_ms: Sequence[float], *,
     return _run(opt, fwd, bwd, fractions, list(comm_ms), tail, _contentions(contention, len(comm_ms)))
 
 
-def simulate_iteration(workers: Sequence[WorkerLoad], comm: Sequence[CommTime | float], *,
-                       samples: int = 2000, seed: int = 0, contention: ContentionSpec = None,
-                       run_spread: float = 0.0, iteration_spread: float = 0.0) -> SimulationResult:
+def simulate_iteration(
+    workers: Sequence[WorkerLoad],
+    comm: Sequence[CommTime | float],
+    *,
+    samples: int = 2000,
+    seed: int = 0,
+    contention: ContentionSpec = None,
+    run_spread: float = 0.0,
+    iteration_spread: float = 0.0,
+) -> SimulationResult:
     """Monte-Carlo simulation of one DDP iteration; ``comm`` (and a sequence ``contention``)
     has one entry per bucket; ``run_spread`` is the relative run-to-run drift,
     ``iteration_spread`` the training loop's own per-iteration noise (module docstring)."""
@@ -234,16 +245,27 @@ def simulate_iteration(workers: Sequence[WorkerLoad], comm: Sequence[CommTime | 
         raise ValueError(f"simulate: {len(comm_t)} comm times given for {n_buckets} buckets")
     det = timeline(workers, [c.p50_ms for c in comm_t], contention=contention)
     cont = _contentions(contention, n_buckets)
-    draws = (_monte_carlo(workers, comm_t, samples, seed, cont, run_spread, iteration_spread) if samples > 0
-             else [det.iteration_ms])
+    draws = (
+        _monte_carlo(workers, comm_t, samples, seed, cont, run_spread, iteration_spread)
+        if samples > 0
+        else [det.iteration_ms]
+    )
     return _result(workers, comm_t, det, draws)
 
 
-def simulate_ddp(models: Sequence[ComputeModel] | ComputeModel, batches: Sequence[int],
-                 comm_fn: Callable[[int], CommTime], *, samples: int = 2000, seed: int = 0,
-                 contention: ContentionSpec = None, tail_ms: float = 0.0,
-                 predict: Callable[[int, int], PhaseTimes] | None = None,
-                 run_spread: float = 0.0, iteration_spread: float = 0.0) -> SimulationResult:
+def simulate_ddp(
+    models: Sequence[ComputeModel] | ComputeModel,
+    batches: Sequence[int],
+    comm_fn: Callable[[int], CommTime],
+    *,
+    samples: int = 2000,
+    seed: int = 0,
+    contention: ContentionSpec = None,
+    tail_ms: float = 0.0,
+    predict: Callable[[int, int], PhaseTimes] | None = None,
+    run_spread: float = 0.0,
+    iteration_spread: float = 0.0,
+) -> SimulationResult:
     """Build worker loads from compute models and simulate.
 
     ``models`` is one model per worker (or one shared by all), ``batches`` the per-worker batch
@@ -259,12 +281,20 @@ def simulate_ddp(models: Sequence[ComputeModel] | ComputeModel, batches: Sequenc
         phases = predict(i, batch) if predict else model.predict(batch)
         loads.append(WorkerLoad(phases, model.buckets(batch), batch, model.device, tail_ms))
     comm = [comm_fn(b.size_bytes) for b in loads[0].buckets]
-    return simulate_iteration(loads, comm, samples=samples, seed=seed, contention=contention, run_spread=run_spread,
-                              iteration_spread=iteration_spread)
+    return simulate_iteration(
+        loads,
+        comm,
+        samples=samples,
+        seed=seed,
+        contention=contention,
+        run_spread=run_spread,
+        iteration_spread=iteration_spread,
+    )
 
 
-def cluster_comm_fn(comm_model: CommModel, cluster: Cluster, *, profile: CommProfile | None = None,
-                    label: str | None = None) -> Callable[[int], CommTime]:
+def cluster_comm_fn(
+    comm_model: CommModel, cluster: Cluster, *, profile: CommProfile | None = None, label: str | None = None
+) -> Callable[[int], CommTime]:
     """``size_bytes -> CommTime`` for :func:`simulate_ddp`: the comm model on the cluster's slowest link.
 
     ``profile``: the comm profile measured on that cluster; each size then carries its nearest
@@ -283,9 +313,12 @@ def cluster_comm_fn(comm_model: CommModel, cluster: Cluster, *, profile: CommPro
     return comm
 
 
-def balance_batch(global_batch: int, time_fns: Sequence[Callable[[int], float]],
-                  max_batches: Sequence[int | None] | None = None,
-                  min_batches: Sequence[int] | None = None) -> tuple[int, ...]:
+def balance_batch(
+    global_batch: int,
+    time_fns: Sequence[Callable[[int], float]],
+    max_batches: Sequence[int | None] | None = None,
+    min_batches: Sequence[int] | None = None,
+) -> tuple[int, ...]:
     """Split ``global_batch`` into integer per-worker batches minimising the slowest worker.
 
     Solves ``min_b max_w t_w(b_w)`` s.t. ``Σ b_w = B`` and ``lo_w ≤ b_w ≤ hi_w`` for
@@ -362,7 +395,9 @@ def _safe_time(fn: Callable[[int], float]) -> Callable[[int], float]:
     return wrapped
 
 
-def _capacities(cost: Sequence[Callable[[int], float]], lo: Sequence[int], hi: Sequence[int], tau: float) -> list[int]:
+def _capacities(
+    cost: Sequence[Callable[[int], float]], lo: Sequence[int], hi: Sequence[int], tau: float
+) -> list[int]:
     """Largest batch per worker whose time is ≤ τ (at least the minimum), by bisection."""
     out = []
     for w, f in enumerate(cost):
@@ -388,8 +423,15 @@ def _ready_fractions(workers: Sequence[WorkerLoad]) -> list[list[float]]:
     return [[b.ready_fraction for b in w.buckets] for w in workers]
 
 
-def _run(opt: Sequence[float], fwd: Sequence[float], bwd: Sequence[float], fractions: Sequence[Sequence[float]],
-         comm: Sequence[float], tail: float, contention: Sequence[Contention]) -> Timeline:
+def _run(
+    opt: Sequence[float],
+    fwd: Sequence[float],
+    bwd: Sequence[float],
+    fractions: Sequence[Sequence[float]],
+    comm: Sequence[float],
+    tail: float,
+    contention: Sequence[Contention],
+) -> Timeline:
     if not all(c.free for c in contention):
         return _run_shared(opt, fwd, bwd, fractions, comm, tail, contention)
     n_w = len(opt)
@@ -408,9 +450,15 @@ def _run(opt: Sequence[float], fwd: Sequence[float], bwd: Sequence[float], fract
     return Timeline(max(bwd_end, prev) + tail, bwd_end, tuple(c_start), tuple(c_end), critical)
 
 
-def _run_shared(opt: Sequence[float], fwd: Sequence[float], bwd: Sequence[float],
-                fractions: Sequence[Sequence[float]], comm: Sequence[float], tail: float,
-                contention: Sequence[Contention]) -> Timeline:
+def _run_shared(
+    opt: Sequence[float],
+    fwd: Sequence[float],
+    bwd: Sequence[float],
+    fractions: Sequence[Sequence[float]],
+    comm: Sequence[float],
+    tail: float,
+    contention: Sequence[Contention],
+) -> Timeline:
     """Event simulation with the all-reduce and the backward slowing each other (module docstring)."""
     eps = 1e-12
     n_w, n_k = len(opt), len(comm)
@@ -422,8 +470,11 @@ def _run_shared(opt: Sequence[float], fwd: Sequence[float], bwd: Sequence[float]
     c_start: list[float] = []
     c_end: list[float] = []
     for _ in range(10 * (n_k + 2) * (n_w + 2)):
-        if (not in_flight and k_next < n_k
-                and all(t >= start[w] - eps and done[w] >= thr[w][k_next] - eps for w in range(n_w))):
+        if (
+            not in_flight
+            and k_next < n_k
+            and all(t >= start[w] - eps and done[w] >= thr[w][k_next] - eps for w in range(n_w))
+        ):
             in_flight, remaining = True, comm[k_next]
             c_start.append(t)
         active = [w for w in range(n_w) if t >= start[w] - eps and done[w] < bwd[w] - eps]
@@ -456,9 +507,15 @@ def _run_shared(opt: Sequence[float], fwd: Sequence[float], bwd: Sequence[float]
     return Timeline(max(max(ends), last) + tail, max(ends), tuple(c_start), tuple(c_end), critical)
 
 
-def _monte_carlo(workers: Sequence[WorkerLoad], comm: Sequence[CommTime], samples: int, seed: int,
-                 contention: Sequence[Contention], run_spread: float = 0.0,
-                 iteration_spread: float = 0.0) -> list[float]:
+def _monte_carlo(
+    workers: Sequence[WorkerLoad],
+    comm: Sequence[CommTime],
+    samples: int,
+    seed: int,
+    contention: Sequence[Contention],
+    run_spread: float = 0.0,
+    iteration_spread: float = 0.0,
+) -> list[float]:
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -475,22 +532,32 @@ def _monte_carlo(workers: Sequence[WorkerLoad], comm: Sequence[CommTime], sample
     run = np.exp(run_spread * rng.standard_normal(samples)) if run_spread > 0 else np.ones(samples)
     rho = np.array([w.phases.spread.correlation for w in workers])
     if rho.any():
-        common = rng.standard_normal((samples, n_w))   # one per worker and sample, shared by its phases
+        common = rng.standard_normal((samples, n_w))  # one per worker and sample, shared by its phases
         z = {p: np.sqrt(rho)[None, :] * common + np.sqrt(1.0 - rho)[None, :] * zp for p, zp in z.items()}
     if iteration_spread > 0:
         run = run * np.exp(iteration_spread * rng.standard_normal(samples))
     for k, c in enumerate(comm):
-        if c.ratios:   # measured distribution of this bucket's all-reduce (CommTime docstring)
+        if c.ratios:  # measured distribution of this bucket's all-reduce (CommTime docstring)
             comm_draws[:, k] = c.p50_ms * rng.choice(np.asarray(c.ratios, dtype=float), samples)
     draws = {p: base[p][None, :] * np.exp(spread[p][None, :] * z[p]) * run[:, None] for p in phases}
     comm_draws = comm_draws * run[:, None]
-    tails = max((w.tail_ms for w in workers), default=0.0) * run   # DDP's own work drifts with the rest
+    tails = max((w.tail_ms for w in workers), default=0.0) * run  # DDP's own work drifts with the rest
     fractions = np.array(_ready_fractions(workers)) if n_k else np.zeros((n_w, 0))
     if not all(c.free for c in contention):
         frac_list = fractions.tolist()
-        return [_run(draws["optimizer"][i], draws["forward"][i], draws["backward"][i], frac_list,
-                     comm_draws[i].tolist(), float(tails[i]), contention).iteration_ms for i in range(samples)]
-    starts = draws["optimizer"] + draws["forward"]                      # (S, W)
+        return [
+            _run(
+                draws["optimizer"][i],
+                draws["forward"][i],
+                draws["backward"][i],
+                frac_list,
+                comm_draws[i].tolist(),
+                float(tails[i]),
+                contention,
+            ).iteration_ms
+            for i in range(samples)
+        ]
+    starts = draws["optimizer"] + draws["forward"]  # (S, W)
     ends = (starts + draws["backward"]).max(axis=1)
     prev = np.zeros(samples)
     for k in range(n_k):
@@ -499,8 +566,9 @@ def _monte_carlo(workers: Sequence[WorkerLoad], comm: Sequence[CommTime], sample
     return (np.maximum(ends, prev) + tails).tolist()
 
 
-def _result(workers: Sequence[WorkerLoad], comm: Sequence[CommTime], det: Timeline,
-            draws: Sequence[float]) -> SimulationResult:
+def _result(
+    workers: Sequence[WorkerLoad], comm: Sequence[CommTime], det: Timeline, draws: Sequence[float]
+) -> SimulationResult:
     import numpy as np
 
     arr = np.asarray(draws, dtype=float)

@@ -193,14 +193,20 @@ class PlanRequest:
     tie_tolerance: float = 0.0
 
     @staticmethod
-    def samples_for(samples_per_epoch: float | None = None, epochs: float | None = None,
-                    iterations: int | None = None, global_batch: int | None = None) -> float:
+    def samples_for(
+        samples_per_epoch: float | None = None,
+        epochs: float | None = None,
+        iterations: int | None = None,
+        global_batch: int | None = None,
+    ) -> float:
         """``samples/epoch x epochs`` or ``iterations x global batch``."""
         if samples_per_epoch is not None and epochs is not None:
             return float(samples_per_epoch) * float(epochs)
         if iterations is not None and global_batch is not None:
             return float(iterations) * float(global_batch)
-        raise RequestError("total_samples", "give samples_per_epoch and epochs, or iterations and global_batch")
+        raise RequestError(
+            "total_samples", "give samples_per_epoch and epochs, or iterations and global_batch"
+        )
 
     @property
     def spot_params(self) -> spotmodel.SpotParams:
@@ -220,7 +226,9 @@ class PlanRequest:
             v = getattr(self, name)
             if v is not None and not (v > 0):
                 raise RequestError(name, f"must be > 0, got {v}")
-        required = {"cost": "deadline_hours", "time": "budget_usd", "throughput": "max_hourly_usd"}[self.objective]
+        required = {"cost": "deadline_hours", "time": "budget_usd", "throughput": "max_hourly_usd"}[
+            self.objective
+        ]
         if getattr(self, required) is None:
             raise RequestError(required, f"is required for objective {self.objective!r}")
         if int(self.max_nodes) < 1:
@@ -230,8 +238,9 @@ class PlanRequest:
         if int(self.global_batch_min) < 1:
             raise RequestError("global_batch_min", "must be >= 1")
         if int(self.global_batch_min) > int(self.global_batch_max):
-            raise RequestError("global_batch_min",
-                               f"global batch min {self.global_batch_min} > max {self.global_batch_max}")
+            raise RequestError(
+                "global_batch_min", f"global batch min {self.global_batch_min} > max {self.global_batch_max}"
+            )
         if self.batch_sizes is not None and (not self.batch_sizes or min(self.batch_sizes) < 1):
             raise RequestError("batch_sizes", "must be a non-empty list of positive sizes")
         for name in ("quotas_on_demand", "quotas_spot"):
@@ -252,9 +261,11 @@ class PlanRequest:
             if self.deadline_hours is None:
                 raise RequestError("max_miss_risk", "needs deadline_hours")
         if self.deadline_hours is not None and self.deadline_hours <= self.startup_overhead_h:
-            raise RequestError("deadline_hours",
-                               f"deadline {self.deadline_hours} h leaves no time after the "
-                               f"{self.startup_overhead_h} h startup overhead")
+            raise RequestError(
+                "deadline_hours",
+                f"deadline {self.deadline_hours} h leaves no time after the "
+                f"{self.startup_overhead_h} h startup overhead",
+            )
         if int(self.top_k) < 1:
             raise RequestError("top_k", "must be >= 1")
         if not 0 <= self.tie_tolerance < 1:
@@ -366,8 +377,11 @@ class PlanResult:
 def batch_grid(request: PlanRequest) -> tuple[int, ...]:
     """The global batch sizes considered (sorted, unique)."""
     if request.batch_sizes:
-        vals = {int(b) for b in request.batch_sizes
-                if request.global_batch_min <= int(b) <= request.global_batch_max}
+        vals = {
+            int(b)
+            for b in request.batch_sizes
+            if request.global_batch_min <= int(b) <= request.global_batch_max
+        }
         if not vals:
             raise RequestError("batch_sizes", "no size lies within [global_batch_min, global_batch_max]")
         return tuple(sorted(vals))
@@ -415,7 +429,9 @@ def _metrics(thr: Any, rate: Any, hazard: Any, request: PlanRequest) -> tuple[An
         thr_a = np.asarray(thr, dtype=float)
         haz = np.asarray(hazard, dtype=float)
         base = np.where(thr_a > 0, request.total_samples / (3600.0 * np.where(thr_a > 0, thr_a, 1.0)), np.inf)
-        work = np.where(haz > 0, base * (1.0 + params.checkpoint_write_h / params.checkpoint_interval_h), base)
+        work = np.where(
+            haz > 0, base * (1.0 + params.checkpoint_write_h / params.checkpoint_interval_h), base
+        )
         denom = 1.0 - haz * params.loss_per_interruption_h
         exp_h = np.where(denom > 0, work / np.where(denom > 0, denom, 1.0), np.inf)
         t = request.startup_overhead_h + exp_h
@@ -471,7 +487,9 @@ class _Memo:
         self.cache[key] = est
         return est
 
-    def best(self, groups: Sequence[tuple[Candidate, int]], grid: Sequence[int]) -> tuple[float, int, Estimate | None]:
+    def best(
+        self, groups: Sequence[tuple[Candidate, int]], grid: Sequence[int]
+    ) -> tuple[float, int, Estimate | None]:
         for c, _ in groups:
             self.rep.setdefault(c.instance_type, c)
         hw = self.hw_key(groups)
@@ -511,8 +529,9 @@ def _risk(request: PlanRequest, base_h: float, hazard: float, est: Estimate, g: 
     if request.deadline_hours is None:
         return None
     jitter = _jitter_sd_h(request, est, g)
-    return spotmodel.miss_probability(request.deadline_hours - request.startup_overhead_h, base_h, hazard,
-                                      request.spot_params, jitter)
+    return spotmodel.miss_probability(
+        request.deadline_hours - request.startup_overhead_h, base_h, hazard, request.spot_params, jitter
+    )
 
 
 def _jitter_sd_h(request: PlanRequest, est: Estimate, g: int) -> float:
@@ -521,10 +540,22 @@ def _jitter_sd_h(request: PlanRequest, est: Estimate, g: int) -> float:
     return math.sqrt(iters) * sigma / 3600.0
 
 
-def _violations(request: PlanRequest, t: float, cost: float, rate: float, nodes: int,
-                vcpus: Mapping[tuple[str, str], float], counts_ok: bool, risk_fn: Callable[[], float | None],
-                *, deadline: float | None, budget: float | None, cap: float | None, risk: float | None,
-                quotas: Mapping[tuple[str, str], float]) -> tuple[str, ...]:
+def _violations(
+    request: PlanRequest,
+    t: float,
+    cost: float,
+    rate: float,
+    nodes: int,
+    vcpus: Mapping[tuple[str, str], float],
+    counts_ok: bool,
+    risk_fn: Callable[[], float | None],
+    *,
+    deadline: float | None,
+    budget: float | None,
+    cap: float | None,
+    risk: float | None,
+    quotas: Mapping[tuple[str, str], float],
+) -> tuple[str, ...]:
     bad: list[str] = []
     if not math.isfinite(t):
         bad.append("interruptions")
@@ -549,8 +580,9 @@ def _violations(request: PlanRequest, t: float, cost: float, rate: float, nodes:
     return tuple(bad)
 
 
-def evaluate_config(config: Config, request: PlanRequest, perf: PerfOracle,
-                    global_batch: int | None = None) -> ConfigMetrics | None:
+def evaluate_config(
+    config: Config, request: PlanRequest, perf: PerfOracle, global_batch: int | None = None
+) -> ConfigMetrics | None:
     """Evaluate a user-given configuration (what-if).  ``global_batch=None`` picks the grid batch
     with the highest throughput, as the solver does.  ``None`` when the oracle cannot run it."""
     if not config:
@@ -575,17 +607,42 @@ def evaluate_config(config: Config, request: PlanRequest, perf: PerfOracle,
     nodes = sum(n for _, n in config)
     counts_ok = all(c.max_count is None or n <= c.max_count for c, n in config)
     quotas = _quota_table(request)
-    bad = _violations(request, t, cost, rate, nodes, vcpus, counts_ok,
-                      lambda: _risk(request, base, hazard, best_e, best_g),
-                      deadline=request.deadline_hours, budget=request.budget_usd, cap=request.max_hourly_usd,
-                      risk=request.max_miss_risk, quotas=quotas)
-    return ConfigMetrics(region=next(iter(regions)), config=tuple(config), global_batch=best_g, estimate=best_e,
-                         hourly_usd=rate, hazard_per_h=hazard, base_time_h=base, time_h=t, total_usd=cost,
-                         goodput_sps=good, nodes=nodes, vcpus=dict(vcpus), feasible=not bad, violated=bad)
+    bad = _violations(
+        request,
+        t,
+        cost,
+        rate,
+        nodes,
+        vcpus,
+        counts_ok,
+        lambda: _risk(request, base, hazard, best_e, best_g),
+        deadline=request.deadline_hours,
+        budget=request.budget_usd,
+        cap=request.max_hourly_usd,
+        risk=request.max_miss_risk,
+        quotas=quotas,
+    )
+    return ConfigMetrics(
+        region=next(iter(regions)),
+        config=tuple(config),
+        global_batch=best_g,
+        estimate=best_e,
+        hourly_usd=rate,
+        hazard_per_h=hazard,
+        base_time_h=base,
+        time_h=t,
+        total_usd=cost,
+        goodput_sps=good,
+        nodes=nodes,
+        vcpus=dict(vcpus),
+        feasible=not bad,
+        violated=bad,
+    )
 
 
-def exhaustive_search(request: PlanRequest, candidates: Sequence[Candidate],
-                      perf: PerfOracle) -> tuple[float, ConfigMetrics] | None:
+def exhaustive_search(
+    request: PlanRequest, candidates: Sequence[Candidate], perf: PerfOracle
+) -> tuple[float, ConfigMetrics] | None:
     """Brute-force reference: every subset of <= max_types candidates of one region, every count
     vector, evaluated with :func:`evaluate_config`.  Returns ``(objective value, metrics)`` of the
     best feasible configuration (``None`` if none).  Exponential; for small problems only."""
@@ -654,7 +711,9 @@ class _Col:
         return out
 
     def label(self) -> str:
-        return " + ".join(f"{n}x {c.instance_type}" + (" (spot)" if c.is_spot else "") for c, n in self.groups)
+        return " + ".join(
+            f"{n}x {c.instance_type}" + (" (spot)" if c.is_spot else "") for c, n in self.groups
+        )
 
 
 class _TopK:
@@ -765,7 +824,10 @@ class _Engine:
         for i in range(len(subset)):
             best = i
             for j in range(len(subset)):
-                if self.dom[idx[j], idx[i]] and (self.curve_sum[idx[j]], -j) > (self.curve_sum[idx[best]], -best):
+                if self.dom[idx[j], idx[i]] and (self.curve_sum[idx[j]], -j) > (
+                    self.curve_sum[idx[best]],
+                    -best,
+                ):
                     best = j
             out.append(best)
         return out
@@ -790,8 +852,9 @@ class _Engine:
         est = self.memo.get(self.memo.hw_key(col.groups), col.g)
         assert est is not None
         jitter = _jitter_sd_h(self.request, est, col.g)
-        return spotmodel.miss_probability(deadline - self.request.startup_overhead_h, col.base, col.hazard,
-                                          self.request.spot_params, jitter)
+        return spotmodel.miss_probability(
+            deadline - self.request.startup_overhead_h, col.base, col.hazard, self.request.spot_params, jitter
+        )
 
     def _feasible_mask(self, spec: _Spec, t: np.ndarray, cost: np.ndarray, rate: np.ndarray) -> np.ndarray:
         ok = np.isfinite(t)
@@ -832,7 +895,7 @@ class _Engine:
             if m < 1:
                 continue
             n = np.arange(1, m + 1)
-            thr = self.curve[c.instance_type][1:m + 1]
+            thr = self.curve[c.instance_type][1 : m + 1]
             runs = thr > 0
             if not runs.any():
                 continue
@@ -843,8 +906,18 @@ class _Engine:
             val = _value(spec.objective, t, cost, good, rate)
             ok = self._feasible_mask(spec, t, cost, rate)
             homogeneous += len(n)
-            arr = {"n": n, "thr": thr, "rate": rate, "haz": haz, "base": base, "t": t, "cost": cost,
-                   "good": good, "val": val, "ok": ok}
+            arr = {
+                "n": n,
+                "thr": thr,
+                "rate": rate,
+                "haz": haz,
+                "base": base,
+                "t": t,
+                "cost": cost,
+                "good": good,
+                "val": val,
+                "ok": ok,
+            }
             rows.append((c, arr))
             idx = np.flatnonzero(ok)
             if len(idx):
@@ -861,8 +934,16 @@ class _Engine:
                 suffix = f"x {c.instance_type}" + (" (spot)" if c.is_spot else "")
                 points.extend(
                     Point(c.region, f"{nn}{suffix}", nn, 1, gg, r, co, tt, th, bool(f))
-                    for nn, gg, r, co, tt, th, f in zip(n.tolist(), g.tolist(), rate.tolist(), cost.tolist(),
-                                                        t.tolist(), thr.tolist(), ok.tolist(), strict=True)
+                    for nn, gg, r, co, tt, th, f in zip(
+                        n.tolist(),
+                        g.tolist(),
+                        rate.tolist(),
+                        cost.tolist(),
+                        t.tolist(),
+                        thr.tolist(),
+                        ok.tolist(),
+                        strict=True,
+                    )
                 )
         # 2) mixed columns
         stats = {"subsets": 0, "pruned": 0, "bounded": 0, "evaluated": 0, "violations": 0}
@@ -886,18 +967,46 @@ class _Engine:
                 keep(col)
             if want_points:
                 points.extend(mpoints)
-        return _Outcome(list(best_by_key.values()), top.threshold, homogeneous, stats["subsets"], stats["pruned"],
-                        stats["bounded"], stats["evaluated"], stats["violations"], points)
+        return _Outcome(
+            list(best_by_key.values()),
+            top.threshold,
+            homogeneous,
+            stats["subsets"],
+            stats["pruned"],
+            stats["bounded"],
+            stats["evaluated"],
+            stats["violations"],
+            points,
+        )
 
     def _homo_col(self, c: Candidate, arr: Mapping[str, np.ndarray], i: int) -> _Col:
         nn = int(arr["n"][i])
-        return _Col(c.region, ((c, nn),), float(arr["thr"][i]), int(self.curve_g[c.instance_type][nn]),
-                    float(arr["rate"][i]), float(arr["haz"][i]), float(arr["base"][i]), float(arr["t"][i]),
-                    float(arr["cost"][i]), float(arr["good"][i]), nn, float(arr["val"][i]), bool(arr["ok"][i]))
+        return _Col(
+            c.region,
+            ((c, nn),),
+            float(arr["thr"][i]),
+            int(self.curve_g[c.instance_type][nn]),
+            float(arr["rate"][i]),
+            float(arr["haz"][i]),
+            float(arr["base"][i]),
+            float(arr["t"][i]),
+            float(arr["cost"][i]),
+            float(arr["good"][i]),
+            nn,
+            float(arr["val"][i]),
+            bool(arr["ok"][i]),
+        )
 
-    def _subset_survivors(self, spec: _Spec, top: _TopK, usable: Sequence[Candidate], k: int,
-                          maxc: Mapping[Candidate, int], lam: Mapping[Candidate, float],
-                          bound_pruning: bool) -> tuple[list[tuple[int, ...]], int]:
+    def _subset_survivors(
+        self,
+        spec: _Spec,
+        top: _TopK,
+        usable: Sequence[Candidate],
+        k: int,
+        maxc: Mapping[Candidate, int],
+        lam: Mapping[Candidate, float],
+        bound_pruning: bool,
+    ) -> tuple[list[tuple[int, ...]], int]:
         """Index tuples of the k-subsets of ``usable`` that survive the subset-level bounds
         (vectorised over all subsets), and how many were pruned."""
         req = self.request
@@ -913,11 +1022,11 @@ class _Engine:
         m1 = np.zeros(K, dtype=int)
         for i, c in enumerate(usable):
             m = min(maxc[c], N - (k - 1))
-            term = self.term[c.instance_type][1:m + 1]
+            term = self.term[c.instance_type][1 : m + 1]
             ub1[i] = term.max()
             rho1[i] = float(np.min(c.price_per_hour * np.arange(1, m + 1) / term))
-            pm1[i, 1:m + 1] = np.maximum.accumulate(term)
-            pm1[i, m + 1:] = pm1[i, m]
+            pm1[i, 1 : m + 1] = np.maximum.accumulate(term)
+            pm1[i, m + 1 :] = pm1[i, m]
             m1[i] = m
         min_rate = price[combos].sum(axis=1)
         cap = spec.cap * (1 + _REL) if spec.cap is not None else None
@@ -938,7 +1047,9 @@ class _Engine:
             ti = np.array([self.tidx[c.instance_type] for c in usable])
             pmax = np.array([self.pmax[c.instance_type] for c in usable])
             rmin = np.array([self.rmin[c.instance_type] for c in usable])
-            merges: list[tuple[int, tuple[int, ...]]] = [(x, (y,)) for x in range(k) for y in range(k) if x != y]
+            merges: list[tuple[int, tuple[int, ...]]] = [
+                (x, (y,)) for x in range(k) for y in range(k) if x != y
+            ]
             if k == 3:
                 merges += [(x, tuple(y for y in range(k) if y != x)) for x in range(k)]
             for x, ys in merges:
@@ -979,8 +1090,9 @@ class _Engine:
             keep &= lb < lim
         return [tuple(x) for x in combos[keep].tolist()], int((~keep).sum())
 
-    def _mixed(self, spec: _Spec, top: _TopK, stats: dict[str, int], *,
-               bound_pruning: bool) -> tuple[list[_Col], list[Point]]:
+    def _mixed(
+        self, spec: _Spec, top: _TopK, stats: dict[str, int], *, bound_pruning: bool
+    ) -> tuple[list[_Col], list[Point]]:
         req = self.request
         N = self.N
         queue: list[tuple[float, int, str, tuple[Candidate, ...], tuple[int, ...]]] = []
@@ -999,9 +1111,19 @@ class _Engine:
                     ms = [min(maxc[c], N - (k - 1)) for c in subset]
                     if spec.cap is not None and bound_pruning:
                         total_p = sum(c.price_per_hour for c in subset)
-                        ms = [min(m, int(math.floor((spec.cap * (1 + _REL) - (total_p - c.price_per_hour))
-                                                    / c.price_per_hour + 1e-9)))
-                              for m, c in zip(ms, subset, strict=True)]
+                        ms = [
+                            min(
+                                m,
+                                int(
+                                    math.floor(
+                                        (spec.cap * (1 + _REL) - (total_p - c.price_per_hour))
+                                        / c.price_per_hour
+                                        + 1e-9
+                                    )
+                                ),
+                            )
+                            for m, c in zip(ms, subset, strict=True)
+                        ]
                         if min(ms) < 1:
                             stats["pruned"] += 1
                             continue
@@ -1060,7 +1182,9 @@ class _Engine:
             feasible = bool(self._feasible_mask(spec, np.array([t]), np.array([cost]), np.array([rate]))[0])
             col = _Col(region, groups, thr, g, rate, haz, base, t, cost, good, sum(counts), val, feasible)
             self._finish_col(col, spec)
-            points.append(Point(region, col.label(), col.nodes, len(groups), g, rate, cost, t, thr, col.feasible))
+            points.append(
+                Point(region, col.label(), col.nodes, len(groups), g, rate, cost, t, thr, col.feasible)
+            )
             if col.feasible:
                 top.offer(col.key, val)
                 out.append(col)
@@ -1082,21 +1206,43 @@ def _milp_pick(cols: Sequence[_Col], spec: _Spec, max_nodes: int) -> tuple[int |
     prob += pulp.LpAffineExpression([(y[j], cols[j].value) for j in range(len(cols))])
     prob += pulp.LpAffineExpression([(v, 1.0) for v in y]) == 1, "one_plan"
     if spec.deadline is not None:
-        prob += pulp.LpAffineExpression([(y[j], cols[j].time) for j in range(len(cols))]) <= spec.deadline * (1 + _REL), "deadline"
+        prob += (
+            pulp.LpAffineExpression([(y[j], cols[j].time) for j in range(len(cols))])
+            <= spec.deadline * (1 + _REL),
+            "deadline",
+        )
     if spec.budget is not None:
-        prob += pulp.LpAffineExpression([(y[j], cols[j].cost) for j in range(len(cols))]) <= spec.budget * (1 + _REL), "budget"
+        prob += (
+            pulp.LpAffineExpression([(y[j], cols[j].cost) for j in range(len(cols))])
+            <= spec.budget * (1 + _REL),
+            "budget",
+        )
     if spec.cap is not None:
-        prob += pulp.LpAffineExpression([(y[j], cols[j].rate) for j in range(len(cols))]) <= spec.cap * (1 + _REL), "hourly_cap"
+        prob += (
+            pulp.LpAffineExpression([(y[j], cols[j].rate) for j in range(len(cols))])
+            <= spec.cap * (1 + _REL),
+            "hourly_cap",
+        )
     if spec.risk is not None:
-        prob += pulp.LpAffineExpression([(y[j], cols[j].risk or 0.0) for j in range(len(cols))]) <= spec.risk + 1e-12, "risk"
-    prob += pulp.LpAffineExpression([(y[j], cols[j].nodes) for j in range(len(cols))]) <= max_nodes, "max_nodes"
+        prob += (
+            pulp.LpAffineExpression([(y[j], cols[j].risk or 0.0) for j in range(len(cols))])
+            <= spec.risk + 1e-12,
+            "risk",
+        )
+    prob += (
+        pulp.LpAffineExpression([(y[j], cols[j].nodes) for j in range(len(cols))]) <= max_nodes,
+        "max_nodes",
+    )
     usage: dict[tuple[str, str], list[tuple[Any, float]]] = defaultdict(list)
     for j, col in enumerate(cols):
         for qk, v in col.vcpus.items():
             if qk in spec.quotas:
                 usage[qk].append((y[j], v))
     for (market, cls), terms in sorted(usage.items()):
-        prob += pulp.LpAffineExpression(terms) <= spec.quotas[(market, cls)] + 1e-9, f"quota_{market}_{cls}".replace("-", "_")
+        prob += (
+            pulp.LpAffineExpression(terms) <= spec.quotas[(market, cls)] + 1e-9,
+            f"quota_{market}_{cls}".replace("-", "_"),
+        )
     with warnings.catch_warnings():
         # the bundled CBC is deprecated for PuLP 4.0; it is what ships with the wheel today
         warnings.simplefilter("ignore", DeprecationWarning)
@@ -1109,7 +1255,9 @@ def _milp_pick(cols: Sequence[_Col], spec: _Spec, max_nodes: int) -> tuple[int |
 
 
 # ----------------------------------------------------------------------------------- plans
-def _split_batch(groups: Sequence[tuple[Candidate, int]], g: int, weights: Sequence[float]) -> list[tuple[int, ...]]:
+def _split_batch(
+    groups: Sequence[tuple[Candidate, int]], g: int, weights: Sequence[float]
+) -> list[tuple[int, ...]]:
     """Per-node batches summing exactly to ``g``: shares proportional to the per-node ``weights``
     of each group, rounded by largest remainder."""
     total_w = sum(w * n for w, (_, n) in zip(weights, groups, strict=True)) or 1.0
@@ -1118,13 +1266,17 @@ def _split_batch(groups: Sequence[tuple[Candidate, int]], g: int, weights: Seque
     base = {nd: int(math.floor(exact[nd[0]] + 1e-9)) for nd in nodes}
     rem = g - sum(base.values())
     order = sorted(nodes, key=lambda nd: (-(exact[nd[0]] - base[nd]), nd))
-    for nd in order[:max(0, rem)]:
+    for nd in order[: max(0, rem)]:
         base[nd] += 1
     return [tuple(base[(i, k)] for k in range(n)) for i, (_, n) in enumerate(groups)]
 
 
-def _batch_weights(groups: Sequence[tuple[Candidate, int]], est: Estimate, est_types: Sequence[str],
-                   single_node: Callable[[Candidate], float]) -> list[float]:
+def _batch_weights(
+    groups: Sequence[tuple[Candidate, int]],
+    est: Estimate,
+    est_types: Sequence[str],
+    single_node: Callable[[Candidate], float],
+) -> list[float]:
     """Per-node batch weights of each group: the oracle's ``per_node_batch`` (whose entries follow
     ``est_types``, the instance types of the config the oracle was called with) when given, else
     each type's single-node throughput."""
@@ -1152,7 +1304,9 @@ def _fp(x: float) -> str:
     return f"{x:.1f}%" if x < 10 else f"{x:.0f}%"
 
 
-def _why(rank: int, col: _Col, cols: Sequence[_Col], spec: _Spec, req: PlanRequest, binding: list[str]) -> str:
+def _why(
+    rank: int, col: _Col, cols: Sequence[_Col], spec: _Spec, req: PlanRequest, binding: list[str]
+) -> str:
     obj = spec.objective
     if obj == "cost":
         what = f"cheapest plan meeting the {req.deadline_hours:g} h deadline"
@@ -1173,7 +1327,9 @@ def _why(rank: int, col: _Col, cols: Sequence[_Col], spec: _Spec, req: PlanReque
                 parts.append(f"{_fp(_pct(col.time, nxt.time))} {word} than the next option ({nxt.label()})")
             else:
                 word = "more" if col.good >= nxt.good else "less"
-                parts.append(f"{_fp(_pct(col.good, nxt.good))} {word} throughput than the next option ({nxt.label()})")
+                parts.append(
+                    f"{_fp(_pct(col.good, nxt.good))} {word} throughput than the next option ({nxt.label()})"
+                )
     else:
         best = cols[0]
         if obj == "cost":
@@ -1217,53 +1373,95 @@ def _binding(col: _Col, spec: _Spec, req: PlanRequest) -> list[str]:
     return out
 
 
-def _make_plan(rank: int, col: _Col, ranked: Sequence[_Col], spec: _Spec, engine: _Engine,
-               why: str | None = None) -> Plan:
+def _make_plan(
+    rank: int, col: _Col, ranked: Sequence[_Col], spec: _Spec, engine: _Engine, why: str | None = None
+) -> Plan:
     est = engine.memo.get(engine.memo.hw_key(col.groups), col.g)
     assert est is not None
     if why is None:
         why = _why(rank, col, ranked, spec, engine.request, _binding(col, spec, engine.request))
     est_types = [t for t, _ in engine.memo.hw_key(col.groups)]
-    weights = _batch_weights(col.groups, est, est_types, lambda c: engine.per_node_best.get(c.instance_type, 1.0))
+    weights = _batch_weights(
+        col.groups, est, est_types, lambda c: engine.per_node_best.get(c.instance_type, 1.0)
+    )
     return _build_plan(rank, col, est, engine.request, why, weights)
 
 
-def _build_plan(rank: int, col: _Col, est: Estimate, req: PlanRequest, why: str, weights: Sequence[float]) -> Plan:
+def _build_plan(
+    rank: int, col: _Col, est: Estimate, req: PlanRequest, why: str, weights: Sequence[float]
+) -> Plan:
     params = req.spot_params
     jitter = _jitter_sd_h(req, est, col.g)
     deadline_left = None if req.deadline_hours is None else req.deadline_hours - req.startup_overhead_h
     comp = spotmodel.completion(col.base, col.hazard, params, deadline_left, jitter)
     batches = _split_batch(col.groups, col.g, weights)
     groups = tuple(
-        NodeGroup(instance_type=c.instance_type, market=c.market, zone=c.zone, count=n, gpus_per_node=c.gpus_per_node,
-                  gpu_model=c.gpu_model, price_per_hour=c.price_per_hour, batch_per_node=b,
-                  interruption_bucket=c.interruption_bucket)
+        NodeGroup(
+            instance_type=c.instance_type,
+            market=c.market,
+            zone=c.zone,
+            count=n,
+            gpus_per_node=c.gpus_per_node,
+            gpu_model=c.gpu_model,
+            price_per_hour=c.price_per_hour,
+            batch_per_node=b,
+            interruption_bucket=c.interruption_bucket,
+        )
         for (c, n), b in zip(col.groups, batches, strict=True)
     )
     if col.hazard > 0:
-        why += (f"; spot: {comp.expected_interruptions:.2g} expected interruptions"
-                + (f", {100 * comp.miss_probability:.1f}% risk of missing the deadline"
-                   if comp.miss_probability is not None else ""))
-    return Plan(rank=rank + 1, region=col.region, groups=groups, global_batch=col.g, nodes=col.nodes,
-                gpus=sum(c.gpus_per_node * n for c, n in col.groups), hourly_usd=col.rate, total_usd=col.cost,
-                time_h=col.time, time_p90_h=req.startup_overhead_h + comp.p90_h, base_time_h=col.base,
-                throughput_sps=col.thr, effective_throughput_sps=col.good, iter_time_s=est.iter_time_s,
-                iter_time_p90_s=est.iter_time_p90_s, bottleneck=est.bottleneck,
-                deadline_miss_risk=comp.miss_probability, expected_interruptions=comp.expected_interruptions,
-                why=why.lstrip("; "))
+        why += f"; spot: {comp.expected_interruptions:.2g} expected interruptions" + (
+            f", {100 * comp.miss_probability:.1f}% risk of missing the deadline"
+            if comp.miss_probability is not None
+            else ""
+        )
+    return Plan(
+        rank=rank + 1,
+        region=col.region,
+        groups=groups,
+        global_batch=col.g,
+        nodes=col.nodes,
+        gpus=sum(c.gpus_per_node * n for c, n in col.groups),
+        hourly_usd=col.rate,
+        total_usd=col.cost,
+        time_h=col.time,
+        time_p90_h=req.startup_overhead_h + comp.p90_h,
+        base_time_h=col.base,
+        throughput_sps=col.thr,
+        effective_throughput_sps=col.good,
+        iter_time_s=est.iter_time_s,
+        iter_time_p90_s=est.iter_time_p90_s,
+        bottleneck=est.bottleneck,
+        deadline_miss_risk=comp.miss_probability,
+        expected_interruptions=comp.expected_interruptions,
+        why=why.lstrip("; "),
+    )
 
 
-def plan_for_config(config: Config, request: PlanRequest, perf: PerfOracle, *, global_batch: int | None = None,
-                    why: str = "") -> Plan | None:
+def plan_for_config(
+    config: Config, request: PlanRequest, perf: PerfOracle, *, global_batch: int | None = None, why: str = ""
+) -> Plan | None:
     """A :class:`Plan` for a user-given configuration (what-if analysis, baselines); ``None`` when
     the oracle cannot run it.  Constraints are not enforced: see :func:`evaluate_config` for
     ``feasible`` / ``violated``."""
     m = evaluate_config(config, request, perf, global_batch)
     if m is None:
         return None
-    col = _Col(m.region, m.config, m.estimate.throughput_sps, m.global_batch, m.hourly_usd, m.hazard_per_h,
-               m.base_time_h, m.time_h, m.total_usd, m.goodput_sps, m.nodes, m.objective_value(request.objective),
-               m.feasible)
+    col = _Col(
+        m.region,
+        m.config,
+        m.estimate.throughput_sps,
+        m.global_batch,
+        m.hourly_usd,
+        m.hazard_per_h,
+        m.base_time_h,
+        m.time_h,
+        m.total_usd,
+        m.goodput_sps,
+        m.nodes,
+        m.objective_value(request.objective),
+        m.feasible,
+    )
 
     def single(c: Candidate) -> float:
         e = perf(((c, 1),), m.global_batch)
@@ -1289,9 +1487,16 @@ def pareto_frontier(points: Sequence[Point]) -> tuple[Point, ...]:
 
 
 def _spec_of(req: PlanRequest, **over: Any) -> _Spec:
-    base = _Spec(objective=req.objective, deadline=req.deadline_hours, budget=req.budget_usd,
-                 cap=req.max_hourly_usd, risk=req.max_miss_risk, quotas=_quota_table(req), top_k=int(req.top_k),
-                 tie_tol=float(req.tie_tolerance))
+    base = _Spec(
+        objective=req.objective,
+        deadline=req.deadline_hours,
+        budget=req.budget_usd,
+        cap=req.max_hourly_usd,
+        risk=req.max_miss_risk,
+        quotas=_quota_table(req),
+        top_k=int(req.top_k),
+        tie_tol=float(req.tie_tolerance),
+    )
     return replace(base, **over)
 
 
@@ -1307,7 +1512,9 @@ def solve(request: PlanRequest, candidates: Sequence[Candidate], perf: PerfOracl
     if not ranked_all:
         raise _explain(engine, spec)
     pick, status = _milp_pick(ranked_all, spec, request.max_nodes)
-    if pick is not None and abs(ranked_all[pick].value - ranked_all[0].value) <= 1e-9 * max(1.0, abs(ranked_all[0].value)):
+    if pick is not None and abs(ranked_all[pick].value - ranked_all[0].value) <= 1e-9 * max(
+        1.0, abs(ranked_all[0].value)
+    ):
         ranked_all.insert(0, ranked_all.pop(pick))
     elif pick is not None:
         status = f"{status} (disagreed with sorted columns; sorted order used)"
@@ -1316,25 +1523,33 @@ def solve(request: PlanRequest, candidates: Sequence[Candidate], perf: PerfOracl
         strict = ranked_all[0]
         lim = strict.value + abs(strict.value) * spec.tie_tol
         secondary: dict[str, Callable[[_Col], tuple[float, float]]] = {
-            "cost": lambda c: (c.time, c.cost), "time": lambda c: (c.cost, c.time),
-            "throughput": lambda c: (c.cost, -c.good)}
+            "cost": lambda c: (c.time, c.cost),
+            "time": lambda c: (c.cost, c.time),
+            "throughput": lambda c: (c.cost, -c.good),
+        }
         choice = min((c for c in ranked_all if c.value <= lim), key=secondary[spec.objective])
         if choice is not strict:
             ranked_all.remove(choice)
             ranked_all.insert(0, choice)
             tol = f"{100 * spec.tie_tol:g}%"
             if spec.objective == "cost":
-                tie_why = (f"within {tol} of the cheapest plan meeting the {request.deadline_hours:g} h deadline "
-                           f"({strict.label()} in {strict.region}, {_fp(_pct(choice.cost, strict.cost))} dearer) "
-                           f"and {_fh(strict.time - choice.time)} h faster")
+                tie_why = (
+                    f"within {tol} of the cheapest plan meeting the {request.deadline_hours:g} h deadline "
+                    f"({strict.label()} in {strict.region}, {_fp(_pct(choice.cost, strict.cost))} dearer) "
+                    f"and {_fh(strict.time - choice.time)} h faster"
+                )
             elif spec.objective == "time":
-                tie_why = (f"within {tol} of the fastest plan within the ${request.budget_usd:,.0f} budget "
-                           f"({strict.label()} in {strict.region}, {_fp(_pct(choice.time, strict.time))} slower) "
-                           f"and {_fp(_pct(choice.cost, strict.cost))} cheaper")
+                tie_why = (
+                    f"within {tol} of the fastest plan within the ${request.budget_usd:,.0f} budget "
+                    f"({strict.label()} in {strict.region}, {_fp(_pct(choice.time, strict.time))} slower) "
+                    f"and {_fp(_pct(choice.cost, strict.cost))} cheaper"
+                )
             else:
-                tie_why = (f"within {tol} of the highest throughput within ${request.max_hourly_usd:,.2f}/h "
-                           f"({strict.label()} in {strict.region}, {_fp(_pct(choice.good, strict.good))} less) "
-                           f"and {_fp(_pct(choice.cost, strict.cost))} cheaper")
+                tie_why = (
+                    f"within {tol} of the highest throughput within ${request.max_hourly_usd:,.2f}/h "
+                    f"({strict.label()} in {strict.region}, {_fp(_pct(choice.good, strict.good))} less) "
+                    f"and {_fp(_pct(choice.cost, strict.cost))} cheaper"
+                )
     # best column per distinct type set
     seen: set[tuple[tuple[str, str], ...]] = set()
     ranked: list[_Col] = []
@@ -1345,19 +1560,34 @@ def solve(request: PlanRequest, candidates: Sequence[Candidate], perf: PerfOracl
         ranked.append(col)
         if len(ranked) >= request.top_k:
             break
-    plans = tuple(_make_plan(i, col, ranked, spec, engine, tie_why if i == 0 else None)
-                  for i, col in enumerate(ranked))
+    plans = tuple(
+        _make_plan(i, col, ranked, spec, engine, tie_why if i == 0 else None) for i, col in enumerate(ranked)
+    )
     points = tuple(out.points)
     stats = SolveStats(
-        candidates_in=engine.candidates_in, candidates_supported=len(engine.supported),
-        candidates_kept=len(engine.kept), dominated=engine.dominated, regions=len(engine.by_region),
-        homogeneous_configs=out.homogeneous, mixed_subsets=out.subsets, mixed_subsets_pruned=out.subsets_pruned,
-        mixed_vectors_bounded=out.vectors_bounded, mixed_configs_evaluated=out.mixed_evaluated,
-        milp_columns=len(ranked_all), milp_status=status, oracle_calls=engine.memo.calls,
+        candidates_in=engine.candidates_in,
+        candidates_supported=len(engine.supported),
+        candidates_kept=len(engine.kept),
+        dominated=engine.dominated,
+        regions=len(engine.by_region),
+        homogeneous_configs=out.homogeneous,
+        mixed_subsets=out.subsets,
+        mixed_subsets_pruned=out.subsets_pruned,
+        mixed_vectors_bounded=out.vectors_bounded,
+        mixed_configs_evaluated=out.mixed_evaluated,
+        milp_columns=len(ranked_all),
+        milp_status=status,
+        oracle_calls=engine.memo.calls,
         bound_violations=out.violations,
     )
-    return PlanResult(request=request, plans=plans, pareto=pareto_frontier(points), points=points, stats=stats,
-                      solve_time_s=_time.perf_counter() - t0)
+    return PlanResult(
+        request=request,
+        plans=plans,
+        pareto=pareto_frontier(points),
+        points=points,
+        stats=stats,
+        solve_time_s=_time.perf_counter() - t0,
+    )
 
 
 # ----------------------------------------------------------------------------------- infeasibility
@@ -1372,7 +1602,9 @@ def _quota_note(engine: _Engine, col: _Col, quotas: Mapping[tuple[str, str], flo
         q = quotas.get(_qkey(c))
         if q is not None and c.vcpus > 0 and n * c.vcpus > q:
             allowed = int(q // c.vcpus)
-            notes.append(f"quota {c.quota_class}={q:g} vCPU ({c.market}) allows at most {allowed} {c.instance_type}")
+            notes.append(
+                f"quota {c.quota_class}={q:g} vCPU ({c.market}) allows at most {allowed} {c.instance_type}"
+            )
     return "; ".join(notes)
 
 
@@ -1381,13 +1613,19 @@ def _explain(engine: _Engine, spec: _Spec) -> Infeasible:
     if not engine.candidates_in:
         return Infeasible("no candidate instances in the allowed regions/markets", "candidates")
     if not engine.kept:
-        return Infeasible("the performance model cannot run this job on any candidate instance "
-                          "(e.g. the model does not fit in GPU memory at these batch sizes)", "candidates")
+        return Infeasible(
+            "the performance model cannot run this job on any candidate instance "
+            "(e.g. the model does not fit in GPU memory at these batch sizes)",
+            "candidates",
+        )
     if all(_max_count(c, spec.quotas, engine.N) < 1 for c in engine.kept):
         qs = ", ".join(f"{cls}={q:g} vCPU ({m})" for (m, cls), q in sorted(spec.quotas.items()))
         smallest = min(engine.kept, key=lambda c: c.vcpus)
-        return Infeasible(f"quotas {qs} admit no instance: the smallest candidate, {smallest.instance_type}, "
-                          f"needs {smallest.vcpus} vCPU", "quotas")
+        return Infeasible(
+            f"quotas {qs} admit no instance: the smallest candidate, {smallest.instance_type}, "
+            f"needs {smallest.vcpus} vCPU",
+            "quotas",
+        )
     no_q = replace(spec, quotas={})
     if spec.deadline is not None:
         fastest = _best(engine, replace(spec, objective="time", deadline=None, risk=None))
@@ -1395,53 +1633,79 @@ def _explain(engine: _Engine, spec: _Spec) -> Infeasible:
             if fastest is None:
                 # nothing meets the other constraints at all: report those instead
                 return _explain_without_deadline(engine, spec)
-            msg = (f"fastest config needs {_fh(fastest.time)} h > deadline {spec.deadline:g} h "
-                   f"({fastest.label()} in {fastest.region}, max_nodes={req.max_nodes})")
-            free = _best(engine, replace(no_q, objective="time", deadline=None, risk=None)) if spec.quotas else None
+            msg = (
+                f"fastest config needs {_fh(fastest.time)} h > deadline {spec.deadline:g} h "
+                f"({fastest.label()} in {fastest.region}, max_nodes={req.max_nodes})"
+            )
+            free = (
+                _best(engine, replace(no_q, objective="time", deadline=None, risk=None))
+                if spec.quotas
+                else None
+            )
             if free is not None and free.time <= spec.deadline * (1 + _REL):
                 note = _quota_note(engine, free, spec.quotas)
-                return Infeasible(f"{msg}; {note} (without quotas {free.label()} would take {_fh(free.time)} h)",
-                                  "quotas", {"fastest_h": fastest.time, "deadline_h": spec.deadline})
+                return Infeasible(
+                    f"{msg}; {note} (without quotas {free.label()} would take {_fh(free.time)} h)",
+                    "quotas",
+                    {"fastest_h": fastest.time, "deadline_h": spec.deadline},
+                )
             details = {"fastest_h": fastest.time, "deadline_h": spec.deadline}
             if spec.budget is not None:
                 cheapest = _best(engine, replace(spec, objective="cost", budget=None, cap=None, risk=None))
                 if cheapest is not None and cheapest.cost > spec.budget * (1 + _REL):
-                    return Infeasible(f"{msg}; meeting the deadline costs at least ${cheapest.cost:,.0f} > budget "
-                                      f"${spec.budget:,.0f} ({cheapest.label()} in {cheapest.region})", "budget_usd",
-                                      {**details, "cheapest_usd": cheapest.cost})
+                    return Infeasible(
+                        f"{msg}; meeting the deadline costs at least ${cheapest.cost:,.0f} > budget "
+                        f"${spec.budget:,.0f} ({cheapest.label()} in {cheapest.region})",
+                        "budget_usd",
+                        {**details, "cheapest_usd": cheapest.cost},
+                    )
             if spec.cap is not None:
                 lowest = _best(engine, replace(spec, objective="rate", budget=None, cap=None, risk=None))
                 if lowest is not None and lowest.rate > spec.cap * (1 + _REL):
-                    return Infeasible(f"{msg}; meeting the deadline needs at least ${lowest.rate:,.2f}/h > cap "
-                                      f"${spec.cap:,.2f}/h ({lowest.label()} in {lowest.region})", "max_hourly_usd",
-                                      {**details, "cheapest_per_hour": lowest.rate})
+                    return Infeasible(
+                        f"{msg}; meeting the deadline needs at least ${lowest.rate:,.2f}/h > cap "
+                        f"${spec.cap:,.2f}/h ({lowest.label()} in {lowest.region})",
+                        "max_hourly_usd",
+                        {**details, "cheapest_per_hour": lowest.rate},
+                    )
             return Infeasible(msg, "deadline_hours", details)
     if spec.budget is not None:
         cheapest = _best(engine, replace(spec, objective="cost", budget=None, risk=None))
         if cheapest is None or cheapest.cost > spec.budget * (1 + _REL):
             if cheapest is None:
                 return _explain_without_deadline(engine, spec)
-            return Infeasible(f"budget ${spec.budget:,.0f} < cheapest ${cheapest.cost:,.0f} "
-                              f"({cheapest.label()} in {cheapest.region}, {_fh(cheapest.time)} h)", "budget_usd",
-                              {"cheapest_usd": cheapest.cost, "budget_usd": spec.budget})
+            return Infeasible(
+                f"budget ${spec.budget:,.0f} < cheapest ${cheapest.cost:,.0f} "
+                f"({cheapest.label()} in {cheapest.region}, {_fh(cheapest.time)} h)",
+                "budget_usd",
+                {"cheapest_usd": cheapest.cost, "budget_usd": spec.budget},
+            )
     if spec.cap is not None:
         lowest = _best(engine, replace(spec, objective="rate", cap=None, risk=None))
         if lowest is None or lowest.rate > spec.cap * (1 + _REL):
             if lowest is None:
                 return _explain_without_deadline(engine, spec)
-            return Infeasible(f"max ${spec.cap:,.2f}/h < cheapest feasible ${lowest.rate:,.2f}/h "
-                              f"({lowest.label()} in {lowest.region})", "max_hourly_usd",
-                              {"cheapest_per_hour": lowest.rate, "max_hourly_usd": spec.cap})
+            return Infeasible(
+                f"max ${spec.cap:,.2f}/h < cheapest feasible ${lowest.rate:,.2f}/h "
+                f"({lowest.label()} in {lowest.region})",
+                "max_hourly_usd",
+                {"cheapest_per_hour": lowest.rate, "max_hourly_usd": spec.cap},
+            )
     if spec.risk is not None:
         relaxed = engine.run(replace(spec, risk=None, top_k=10**6), want_points=False).cols
         risks = [(engine._risk_of(c, spec.deadline) or 0.0, c) for c in relaxed]
         if risks:
             r, c = min(risks, key=lambda x: x[0])
-            return Infeasible(f"lowest deadline-miss risk among plans meeting the other constraints is "
-                              f"{100 * r:.1f}% > max_miss_risk {100 * spec.risk:.1f}% ({c.label()} in {c.region})",
-                              "max_miss_risk", {"lowest_risk": r})
-    return Infeasible("constraints are jointly infeasible (deadline, budget and $/hour cap cannot all be met)",
-                      "deadline_hours")
+            return Infeasible(
+                f"lowest deadline-miss risk among plans meeting the other constraints is "
+                f"{100 * r:.1f}% > max_miss_risk {100 * spec.risk:.1f}% ({c.label()} in {c.region})",
+                "max_miss_risk",
+                {"lowest_risk": r},
+            )
+    return Infeasible(
+        "constraints are jointly infeasible (deadline, budget and $/hour cap cannot all be met)",
+        "deadline_hours",
+    )
 
 
 def _explain_without_deadline(engine: _Engine, spec: _Spec) -> Infeasible:
@@ -1450,12 +1714,19 @@ def _explain_without_deadline(engine: _Engine, spec: _Spec) -> Infeasible:
     if spec.cap is not None:
         lowest = _best(engine, replace(base, objective="rate", cap=None, budget=None))
         if lowest is not None and lowest.rate > spec.cap * (1 + _REL):
-            return Infeasible(f"max ${spec.cap:,.2f}/h < cheapest node ${lowest.rate:,.2f}/h ({lowest.label()} in "
-                              f"{lowest.region})", "max_hourly_usd", {"cheapest_per_hour": lowest.rate})
+            return Infeasible(
+                f"max ${spec.cap:,.2f}/h < cheapest node ${lowest.rate:,.2f}/h ({lowest.label()} in "
+                f"{lowest.region})",
+                "max_hourly_usd",
+                {"cheapest_per_hour": lowest.rate},
+            )
     if spec.budget is not None:
         cheapest = _best(engine, replace(base, objective="cost", budget=None))
         if cheapest is not None and cheapest.cost > spec.budget * (1 + _REL):
-            return Infeasible(f"budget ${spec.budget:,.0f} < cheapest ${cheapest.cost:,.0f} ({cheapest.label()} in "
-                              f"{cheapest.region}, {_fh(cheapest.time)} h)", "budget_usd",
-                              {"cheapest_usd": cheapest.cost})
+            return Infeasible(
+                f"budget ${spec.budget:,.0f} < cheapest ${cheapest.cost:,.0f} ({cheapest.label()} in "
+                f"{cheapest.region}, {_fh(cheapest.time)} h)",
+                "budget_usd",
+                {"cheapest_usd": cheapest.cost},
+            )
     return Infeasible("no configuration satisfies the quotas and node limits", "quotas")

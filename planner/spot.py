@@ -149,7 +149,9 @@ def _poisson_terms(mean: float) -> list[float]:
     return out
 
 
-def completion_cdf(t_h: float, base_h: float, hazard: float, params: SpotParams, jitter_sd_h: float = 0.0) -> float:
+def completion_cdf(
+    t_h: float, base_h: float, hazard: float, params: SpotParams, jitter_sd_h: float = 0.0
+) -> float:
     """``P(T <= t_h)`` under the model of the module docstring."""
     if hazard <= 0:
         if jitter_sd_h <= 0:

@@ -50,11 +50,15 @@ def broadcast(run: ProfilingRun, message: dict) -> None:
 
 def status_message(run: ProfilingRun) -> dict:
     return {
-        "type": "status", "run": run.pk, "status": run.status, "phase": run.phase,
-        "progress": round(run.progress, 4), "error": run.error,
+        "type": "status",
+        "run": run.pk,
+        "status": run.status,
+        "phase": run.phase,
+        "progress": round(run.progress, 4),
+        "error": run.error,
         "started_at": run.started_at.isoformat() if run.started_at else None,
         "finished_at": run.finished_at.isoformat() if run.finished_at else None,
-    }  # fmt: skip
+    }
 
 
 # --- lifecycle ----------------------------------------------------------------------------
@@ -112,7 +116,9 @@ def issue_token(run: ProfilingRun, *, launch_key: str | None = None) -> str:
     return raw
 
 
-def mark_starting(run: ProfilingRun, *, pid: int | None = None, instance_ids: list[str] | None = None) -> None:
+def mark_starting(
+    run: ProfilingRun, *, pid: int | None = None, instance_ids: list[str] | None = None
+) -> None:
     with transaction.atomic():
         run = ProfilingRun.objects.select_for_update().get(pk=run.pk)
         if run.finished:
@@ -196,24 +202,39 @@ def store_comm_curve(run: ProfilingRun, profile: dict) -> int:
     from profiler import cluster
 
     run.curve_points.all().delete()  # a result replaces an earlier one of the same run
-    if (run.kind != RunKind.COMM or run.provider != Provider.EC2 or profile.get("backend") != "nccl"
-            or (profile.get("device") or {}).get("type") != "cuda"):
+    if (
+        run.kind != RunKind.COMM
+        or run.provider != Provider.EC2
+        or profile.get("backend") != "nccl"
+        or (profile.get("device") or {}).get("type") != "cuda"
+    ):
         return 0
     itype = InstanceType.objects.select_related("accelerator").filter(name=run.instance_type).first()
     if itype is None or not cluster.gpus_per_node(itype):
-        log.warning("run %s: %s is not a GPU type of the catalog; its curve trains nothing", run.pk,
-                    run.instance_type)
+        log.warning(
+            "run %s: %s is not a GPU type of the catalog; its curve trains nothing", run.pk, run.instance_type
+        )
         return 0
     common = {
-        "run": run, "instance_type": itype.name, "nodes": int(profile["nodes"]),
-        "gpus_per_node": int(profile["ranks_per_node"]), "gpu": itype.accelerator.name,
+        "run": run,
+        "instance_type": itype.name,
+        "nodes": int(profile["nodes"]),
+        "gpus_per_node": int(profile["ranks_per_node"]),
+        "gpu": itype.accelerator.name,
         "device_name": str(profile["device"].get("name") or "")[:128],
         "network": cluster.network_of(run, itype),
         "nccl_version": str((profile.get("environment") or {}).get("nccl") or "")[:32],
-    }  # fmt: skip
-    points = [CommCurvePoint(size_bytes=s["size_bytes"], median_us=s["median_ms"] * 1000.0,
-                             p90_us=s["p90_ms"] * 1000.0, **common)
-              for s in profile["samples"] if s["median_ms"] > 0]  # fmt: skip
+    }
+    points = [
+        CommCurvePoint(
+            size_bytes=s["size_bytes"],
+            median_us=s["median_ms"] * 1000.0,
+            p90_us=s["p90_ms"] * 1000.0,
+            **common,
+        )
+        for s in profile["samples"]
+        if s["median_ms"] > 0
+    ]
     CommCurvePoint.objects.bulk_create(points)
     return len(points)
 
@@ -296,8 +317,10 @@ def check_profile(run: ProfilingRun, profile) -> None:
     if run.kind == RunKind.COMM and run.is_cluster:
         _check_cluster_profile(run, profile)
     if run.kind == RunKind.COMPUTE and profile["model"]["spec"] != run.model_spec:
-        raise BadProfile(f"model.spec: the profile is of {profile['model']['spec']!r}, this run profiles "
-                         f"{run.model_spec!r}")
+        raise BadProfile(
+            f"model.spec: the profile is of {profile['model']['spec']!r}, this run profiles "
+            f"{run.model_spec!r}"
+        )
     if profile.get("workload") is not None:
         from profiler.agent.workload import check_trace
 
@@ -336,9 +359,15 @@ def _check_ranges_and_keys(profile: dict) -> None:
                 if b["index"] in buckets:
                     raise BadProfile(f"{where}.buckets[{j}].index: bucket {b['index']} appears twice")
                 buckets.add(b["index"])
-                if not (0 <= b["size_bytes"] <= MAX_BYTES and 0 <= b["num_params"] <= MAX_BATCH
-                        and 0 <= b["index"] <= MAX_BATCH and 0 <= b["ready_fraction"] <= 1):
-                    raise BadProfile(f"{where}.buckets[{j}]: size, count, index or ready fraction out of range")
+                if not (
+                    0 <= b["size_bytes"] <= MAX_BYTES
+                    and 0 <= b["num_params"] <= MAX_BATCH
+                    and 0 <= b["index"] <= MAX_BATCH
+                    and 0 <= b["ready_fraction"] <= 1
+                ):
+                    raise BadProfile(
+                        f"{where}.buckets[{j}]: size, count, index or ready fraction out of range"
+                    )
             for phase in PHASES:
                 cv = s["phases"][phase]["cv"]
                 if not 0 <= cv <= 1e6:
@@ -352,8 +381,10 @@ def _check_ranges_and_keys(profile: dict) -> None:
             if "cpu_share" in s and not 0 <= s["cpu_share"] <= 8:
                 raise BadProfile(f"{where}.cpu_share: {s['cpu_share']} is out of range")
         if key in seen:
-            raise BadProfile(f"{where}: {'batch size' if profile['kind'] == RunKind.COMPUTE else 'size'} "
-                             f"{key} appears twice")
+            raise BadProfile(
+                f"{where}: {'batch size' if profile['kind'] == RunKind.COMPUTE else 'size'} "
+                f"{key} appears twice"
+            )
         seen.add(key)
     if profile["kind"] == RunKind.COMM and not 2 <= profile["world_size"] <= 1_000_000:
         raise BadProfile(f"world_size: {profile['world_size']} is out of range")
@@ -377,25 +408,53 @@ def _store_samples(run: ProfilingRun, profile: dict) -> None:
         for s in profile["samples"]:
             for phase in PHASES:
                 p = s["phases"][phase]
-                compute.append(ComputeSample(
-                    run=run, batch_size=s["batch_size"], phase=phase, median_ms=p["median_ms"], p10_ms=p["p10_ms"],
-                    p90_ms=p["p90_ms"], mean_ms=p["mean_ms"], std_ms=p["std_ms"], cv=p["cv"], times_ms=p["times_ms"],
-                    peak_memory_bytes=s.get("peak_memory_bytes"),
-                ))  # fmt: skip
+                compute.append(
+                    ComputeSample(
+                        run=run,
+                        batch_size=s["batch_size"],
+                        phase=phase,
+                        median_ms=p["median_ms"],
+                        p10_ms=p["p10_ms"],
+                        p90_ms=p["p90_ms"],
+                        mean_ms=p["mean_ms"],
+                        std_ms=p["std_ms"],
+                        cv=p["cv"],
+                        times_ms=p["times_ms"],
+                        peak_memory_bytes=s.get("peak_memory_bytes"),
+                    )
+                )
             for b in s.get("buckets", []):
-                buckets.append(BucketSample(
-                    run=run, batch_size=s["batch_size"], index=b["index"], size_bytes=b["size_bytes"],
-                    num_params=b["num_params"], ready_ms=b["ready_ms"], ready_fraction=b["ready_fraction"],
-                ))  # fmt: skip
+                buckets.append(
+                    BucketSample(
+                        run=run,
+                        batch_size=s["batch_size"],
+                        index=b["index"],
+                        size_bytes=b["size_bytes"],
+                        num_params=b["num_params"],
+                        ready_ms=b["ready_ms"],
+                        ready_fraction=b["ready_fraction"],
+                    )
+                )
         ComputeSample.objects.bulk_create(compute)
         BucketSample.objects.bulk_create(buckets)
     else:
-        CommSample.objects.bulk_create([
-            CommSample(
-                run=run, size_bytes=s["size_bytes"], world_size=profile["world_size"], backend=profile["backend"],
-                median_ms=s["median_ms"], p10_ms=s["p10_ms"], p90_ms=s["p90_ms"], mean_ms=s["mean_ms"],
-                std_ms=s["std_ms"], cv=s["cv"], times_ms=s["times_ms"], algbw_gbps=s["algbw_gbps"],
-                busbw_gbps=s["busbw_gbps"],
-            )
-            for s in profile["samples"]
-        ])  # fmt: skip
+        CommSample.objects.bulk_create(
+            [
+                CommSample(
+                    run=run,
+                    size_bytes=s["size_bytes"],
+                    world_size=profile["world_size"],
+                    backend=profile["backend"],
+                    median_ms=s["median_ms"],
+                    p10_ms=s["p10_ms"],
+                    p90_ms=s["p90_ms"],
+                    mean_ms=s["mean_ms"],
+                    std_ms=s["std_ms"],
+                    cv=s["cv"],
+                    times_ms=s["times_ms"],
+                    algbw_gbps=s["algbw_gbps"],
+                    busbw_gbps=s["busbw_gbps"],
+                )
+                for s in profile["samples"]
+            ]
+        )

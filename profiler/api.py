@@ -46,7 +46,7 @@ def extra_fields(data, known) -> dict:
     scalars with plain names. Lists and objects (only ``sample`` and ``profile`` carry those),
     long strings and the names the server itself uses in live messages (``run``, ...) are dropped."""
     out = {}
-    for key, value in (data.items() if hasattr(data, "items") else ()):
+    for key, value in data.items() if hasattr(data, "items") else ():
         if key in known or key in RESERVED_FIELDS or not EXTRA_FIELD_RE.match(str(key)):
             continue
         if isinstance(value, (int, float, bool)) or (isinstance(value, str) and len(value) <= MAX_EXTRA_TEXT):
@@ -109,22 +109,33 @@ class AgentEventView(APIView):
     def post(self, request, pk: int):
         length = content_length(request)
         if length is None:
-            return Response({"detail": "Content-Length must be a byte count"}, status=status.HTTP_400_BAD_REQUEST)
+            return Response(
+                {"detail": "Content-Length must be a byte count"}, status=status.HTTP_400_BAD_REQUEST
+            )
         if length > MAX_EVENT_BYTES:
-            return Response({"detail": f"event larger than {MAX_EVENT_BYTES} bytes"},
-                            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
+            return Response(
+                {"detail": f"event larger than {MAX_EVENT_BYTES} bytes"},
+                status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+            )
         envelope = AgentEventSerializer(data=request.data)
         envelope.is_valid(raise_exception=True)
         event = {**extra_fields(request.data, envelope.fields), **envelope.validated_data}
         run = request.user.run
         limit = MAX_PAYLOAD_BYTES[event["type"]]
         if len(json.dumps(actions.event_payload(event), ensure_ascii=False).encode()) > limit:
-            return Response({"detail": f"a {event['type']} event carries at most {limit} bytes of fields"},
-                            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
-        if (event["type"] == "sample" and not RunEvent.objects.filter(run=run, seq=event["seq"]).exists()
-                and RunEvent.objects.filter(run=run, type="sample").count() >= MAX_SAMPLE_EVENTS):
-            return Response({"detail": f"run {run.pk} already has {MAX_SAMPLE_EVENTS} sample events"},
-                            status=status.HTTP_409_CONFLICT)
+            return Response(
+                {"detail": f"a {event['type']} event carries at most {limit} bytes of fields"},
+                status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+            )
+        if (
+            event["type"] == "sample"
+            and not RunEvent.objects.filter(run=run, seq=event["seq"]).exists()
+            and RunEvent.objects.filter(run=run, type="sample").count() >= MAX_SAMPLE_EVENTS
+        ):
+            return Response(
+                {"detail": f"run {run.pk} already has {MAX_SAMPLE_EVENTS} sample events"},
+                status=status.HTTP_409_CONFLICT,
+            )
         try:
             with transaction.atomic():
                 created = actions.record_event(run, event)
@@ -132,8 +143,10 @@ class AgentEventView(APIView):
             return Response({"profile": [str(exc)]}, status=status.HTTP_400_BAD_REQUEST)
         except actions.RunClosed as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
-        return Response({"seq": event["seq"], "duplicate": not created},
-                        status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+        return Response(
+            {"seq": event["seq"], "duplicate": not created},
+            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+        )
 
 
 class RendezvousView(APIView):
@@ -145,9 +158,17 @@ class RendezvousView(APIView):
     throttle_classes = [ScopedRateThrottle]
     throttle_scope = "agent"
 
-    @extend_schema(parameters=[OpenApiParameter("instance_id", str, required=True)],
-                   responses={200: OpenApiResponse(description='{"master_addr", "node_rank", "nnodes"}'),
-                              202: None, 400: None, 403: None, 404: None, 410: None})  # fmt: skip
+    @extend_schema(
+        parameters=[OpenApiParameter("instance_id", str, required=True)],
+        responses={
+            200: OpenApiResponse(description='{"master_addr", "node_rank", "nnodes"}'),
+            202: None,
+            400: None,
+            403: None,
+            404: None,
+            410: None,
+        },
+    )
     def get(self, request, pk: int):
         run = ProfilingRun.objects.get(pk=request.user.run.pk)
         code, body = cluster.rendezvous(run, request.query_params.get("instance_id", "").strip())

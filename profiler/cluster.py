@@ -134,5 +134,8 @@ def rendezvous(run: ProfilingRun, instance_id: str) -> tuple[int, dict]:
     addr = run.node_ips.get(master)
     if not addr:
         return 202, {"detail": "waiting for the master's private IP"}
-    return 200, {"master_addr": addr, "node_rank": run.instance_ids.index(instance_id),
-                 "nnodes": len(run.instance_ids)}  # fmt: skip
+    return 200, {
+        "master_addr": addr,
+        "node_rank": run.instance_ids.index(instance_id),
+        "nnodes": len(run.instance_ids),
+    }

@@ -51,11 +51,26 @@ from catalog.aws import AwsError
 from profiler.userdata import check_size, with_time_limit
 
 __all__ = [
-    "AwsError", "INSTALL_TAG", "InstanceState", "LaunchSpec", "MANAGED_TAG", "console_output", "create_launch_template",
-    "create_placement_group", "default_image", "default_subnets", "delete_launch_template", "delete_placement_group",
-    "describe", "efa_network_interfaces", "find_managed", "launch", "launch_from_template",
-    "spot_interruption_notices", "terminate",
-]  # fmt: skip
+    "AwsError",
+    "INSTALL_TAG",
+    "InstanceState",
+    "LaunchSpec",
+    "MANAGED_TAG",
+    "console_output",
+    "create_launch_template",
+    "create_placement_group",
+    "default_image",
+    "default_subnets",
+    "delete_launch_template",
+    "delete_placement_group",
+    "describe",
+    "efa_network_interfaces",
+    "find_managed",
+    "launch",
+    "launch_from_template",
+    "spot_interruption_notices",
+    "terminate",
+]
 
 log = logging.getLogger(__name__)
 
@@ -76,20 +91,30 @@ FALLBACK_IMAGE_NAMES = ["al2023-ami-2023*", "amzn2-ami-hvm-*", "amzn2-ami-kernel
 
 # Errors that mean "this subnet/zone cannot take the launch now; another one may".
 _CAPACITY_ERRORS = {
-    "InsufficientInstanceCapacity", "InsufficientFreeAddressesInSubnet", "Unsupported",
-    "InsufficientCapacity", "SpotMaxPriceTooLow", "MaxSpotInstanceCountExceeded",
-}  # fmt: skip
+    "InsufficientInstanceCapacity",
+    "InsufficientFreeAddressesInSubnet",
+    "Unsupported",
+    "InsufficientCapacity",
+    "SpotMaxPriceTooLow",
+    "MaxSpotInstanceCountExceeded",
+}
 
 # describe_spot_instance_requests status codes that mean the instance is being (or was) taken
 # away by EC2 rather than by us. https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/spot-request-status.html
 SPOT_INTERRUPTION_CODES = {
-    "marked-for-termination", "marked-for-stop", "marked-for-hibernation",
-    "instance-terminated-by-price", "instance-terminated-no-capacity",
-    "instance-terminated-capacity-oversubscribed", "instance-terminated-launch-group-constraint",
-    "instance-stopped-by-price", "instance-stopped-no-capacity",
-    "instance-stopped-capacity-oversubscribed", "instance-hibernated-by-price",
+    "marked-for-termination",
+    "marked-for-stop",
+    "marked-for-hibernation",
+    "instance-terminated-by-price",
+    "instance-terminated-no-capacity",
+    "instance-terminated-capacity-oversubscribed",
+    "instance-terminated-launch-group-constraint",
+    "instance-stopped-by-price",
+    "instance-stopped-no-capacity",
+    "instance-stopped-capacity-oversubscribed",
+    "instance-hibernated-by-price",
     "instance-hibernated-no-capacity",
-}  # fmt: skip
+}
 # describe_instances StateReason codes of an instance EC2 interrupted.
 SPOT_STATE_REASONS = {"Server.SpotInstanceTermination", "Server.SpotInstanceShutdown"}
 
@@ -188,7 +213,11 @@ class LaunchSpec:
         if self.market not in MARKETS:
             raise ValueError(f"market must be one of {MARKETS}, not {self.market!r}")
         _check_count("count", self.count)
-        if isinstance(self.efa_interfaces, bool) or not isinstance(self.efa_interfaces, int) or self.efa_interfaces < 0:
+        if (
+            isinstance(self.efa_interfaces, bool)
+            or not isinstance(self.efa_interfaces, int)
+            or self.efa_interfaces < 0
+        ):
             raise ValueError(f"efa_interfaces must be an int >= 0, not {self.efa_interfaces!r}")
         _check_count("max_minutes", self.max_minutes)
         _check_token(self.client_token)
@@ -274,9 +303,11 @@ def default_image(region: str, arch: str = "x86_64") -> str:
     common = [{"Name": "architecture", "Values": [arch]}, {"Name": "state", "Values": ["available"]}]
     for names in (DLAMI_NAMES, FALLBACK_IMAGE_NAMES):
         resp = _call(
-            "ec2.describe_images", cli.describe_images, Owners=["amazon"],
+            "ec2.describe_images",
+            cli.describe_images,
+            Owners=["amazon"],
             Filters=[{"Name": "name", "Values": names}, *common],
-        )  # fmt: skip
+        )
         images = [i for i in resp.get("Images", []) if "minimal" not in i.get("Name", "")]
         if images:
             newest = max(images, key=lambda i: (i.get("CreationDate", ""), i.get("Name", "")))
@@ -312,8 +343,12 @@ def efa_network_interfaces(spec: LaunchSpec) -> list[dict]:
     the default VPC group does)."""
     out = []
     for card in range(spec.efa_interfaces):
-        nic: dict = {"NetworkCardIndex": card, "DeviceIndex": 0 if card == 0 else 1, "InterfaceType": "efa",
-                     "DeleteOnTermination": True}  # fmt: skip
+        nic: dict = {
+            "NetworkCardIndex": card,
+            "DeviceIndex": 0 if card == 0 else 1,
+            "InterfaceType": "efa",
+            "DeleteOnTermination": True,
+        }
         if spec.subnet_id:
             nic["SubnetId"] = spec.subnet_id
         if spec.security_group_ids:
@@ -394,17 +429,22 @@ def create_launch_template(region: str, name: str, spec: LaunchSpec) -> str:
     tag_spec = [{"ResourceType": "launch-template", "Tags": _tags(spec.tags)}]
     try:
         resp = _call(
-            "ec2.create_launch_template", cli.create_launch_template,
-            LaunchTemplateName=name, LaunchTemplateData=data, TagSpecifications=tag_spec,
-        )  # fmt: skip
+            "ec2.create_launch_template",
+            cli.create_launch_template,
+            LaunchTemplateName=name,
+            LaunchTemplateData=data,
+            TagSpecifications=tag_spec,
+        )
         return resp["LaunchTemplate"]["LaunchTemplateId"]
     except AwsError as exc:
         if _error_code(exc) != "InvalidLaunchTemplateName.AlreadyExistsException":
             raise
     resp = _call(
-        "ec2.create_launch_template_version", cli.create_launch_template_version,
-        LaunchTemplateName=name, LaunchTemplateData=data,
-    )  # fmt: skip
+        "ec2.create_launch_template_version",
+        cli.create_launch_template_version,
+        LaunchTemplateName=name,
+        LaunchTemplateData=data,
+    )
     return resp["LaunchTemplateVersion"]["LaunchTemplateId"]
 
 
@@ -478,10 +518,13 @@ def launch_from_template(
 def default_subnets(region: str) -> dict[str, str]:
     """The default VPC's subnet of each zone, by zone id (``use1-az2`` -> ``subnet-...``)."""
     resp = _call(
-        "ec2.describe_subnets", client("ec2", region).describe_subnets,
+        "ec2.describe_subnets",
+        client("ec2", region).describe_subnets,
         Filters=[{"Name": "default-for-az", "Values": ["true"]}],
-    )  # fmt: skip
-    return {s.get("AvailabilityZoneId") or s["AvailabilityZone"]: s["SubnetId"] for s in resp.get("Subnets", [])}
+    )
+    return {
+        s.get("AvailabilityZoneId") or s["AvailabilityZone"]: s["SubnetId"] for s in resp.get("Subnets", [])
+    }
 
 
 # --- Placement groups -------------------------------------------------------------------------
@@ -491,9 +534,12 @@ def create_placement_group(region: str, name: str) -> None:
     """A ``cluster`` placement group (low-latency, one zone); one that exists already is fine."""
     try:
         _call(
-            "ec2.create_placement_group", client("ec2", region).create_placement_group, GroupName=name, Strategy="cluster",
+            "ec2.create_placement_group",
+            client("ec2", region).create_placement_group,
+            GroupName=name,
+            Strategy="cluster",
             TagSpecifications=[{"ResourceType": "placement-group", "Tags": _tags({})}],
-        )  # fmt: skip
+        )
     except AwsError as exc:
         if _error_code(exc) != "InvalidPlacementGroup.Duplicate":
             raise
@@ -521,8 +567,9 @@ def describe(region: str, ids: Iterable[str]) -> list[InstanceState]:
     return sorted(out, key=lambda s: s.id)
 
 
-def find_managed(region: str, tag_filters: Mapping[str, str] | None = None, *,
-                 any_install: bool = False) -> list[InstanceState]:
+def find_managed(
+    region: str, tag_filters: Mapping[str, str] | None = None, *, any_install: bool = False
+) -> list[InstanceState]:
     """Every live (not terminated) Srifty-managed instance of this install (``srifty:install-id``),
     optionally only those with these tags. ``any_install``: those of every install and those
     launched before install ids, for the reconciler's report; it acts on this install's only."""
@@ -558,7 +605,9 @@ def terminate(region: str, ids: Iterable[str], *, only_managed: bool = True) -> 
             raise AwsError(f"ec2.terminate_instances refused: not Srifty-managed: {', '.join(foreign)}")
         others = [s.id for s in seen if s.tags.get(INSTALL_TAG, settings.INSTALL_ID) != settings.INSTALL_ID]
         if others:
-            raise AwsError(f"ec2.terminate_instances refused: started by another Srifty install: {', '.join(others)}")
+            raise AwsError(
+                f"ec2.terminate_instances refused: started by another Srifty install: {', '.join(others)}"
+            )
     cli = client("ec2", region)
     done: list[str] = []
     for chunk in _chunks(ids):
@@ -599,9 +648,10 @@ def spot_interruption_notices(region: str, ids: Iterable[str]) -> list[str]:
         cli = client("ec2", region)
         for chunk in _chunks(sorted(requests)):
             resp = _call(
-                "ec2.describe_spot_instance_requests", cli.describe_spot_instance_requests,
+                "ec2.describe_spot_instance_requests",
+                cli.describe_spot_instance_requests,
                 Filters=[{"Name": "spot-instance-request-id", "Values": chunk}],
-            )  # fmt: skip
+            )
             for req in resp.get("SpotInstanceRequests", []):
                 if (req.get("Status") or {}).get("Code") in SPOT_INTERRUPTION_CODES:
                     hit.add(req.get("InstanceId") or requests.get(req.get("SpotInstanceRequestId"), ""))

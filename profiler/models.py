@@ -44,9 +44,13 @@ class Market(models.TextChoices):
 
 class ProfilingRun(ScopedTokenMixin, models.Model):
     kind = models.CharField(max_length=10, choices=RunKind.choices, default=RunKind.COMPUTE)
-    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="profiling_runs")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="profiling_runs"
+    )
     # What to measure
-    model_spec = models.CharField(max_length=200, blank=True, help_text="torchvision:NAME or package.module:factory")
+    model_spec = models.CharField(
+        max_length=200, blank=True, help_text="torchvision:NAME or package.module:factory"
+    )
     input_shape = models.CharField(max_length=64, blank=True, help_text="e.g. 3,224,224")
     batch_sizes = models.CharField(max_length=200, default="auto", help_text="auto or a list like 8,16,32")
     device = models.CharField(max_length=8, default="cpu")
@@ -57,7 +61,9 @@ class ProfilingRun(ScopedTokenMixin, models.Model):
     backend = models.CharField(max_length=8, default="gloo")
     sizes = models.CharField(max_length=32, blank=True, help_text="message sizes, e.g. 1KB..16MB")
     nodes = models.PositiveIntegerField(
-        null=True, blank=True, help_text="EC2 comm cluster: N >= 2 nodes in one placement group; empty: one VM"
+        null=True,
+        blank=True,
+        help_text="EC2 comm cluster: N >= 2 nodes in one placement group; empty: one VM",
     )
     # Where
     provider = models.CharField(max_length=8, choices=Provider.choices, default=Provider.LOCAL)
@@ -65,7 +71,9 @@ class ProfilingRun(ScopedTokenMixin, models.Model):
     region = models.CharField(max_length=32, blank=True)
     market = models.CharField(max_length=10, choices=Market.choices, default=Market.ON_DEMAND)
     # State
-    status = models.CharField(max_length=10, choices=RunStatus.choices, default=RunStatus.PENDING, db_index=True)
+    status = models.CharField(
+        max_length=10, choices=RunStatus.choices, default=RunStatus.PENDING, db_index=True
+    )
     phase = models.CharField(max_length=32, blank=True)
     progress = models.FloatField(default=0.0, help_text="0..1")
     error = models.TextField(blank=True)
@@ -76,8 +84,12 @@ class ProfilingRun(ScopedTokenMixin, models.Model):
     # Execution handles
     pid = models.PositiveIntegerField(null=True, blank=True)
     instance_ids = models.JSONField(default=list, blank=True)
-    node_ips = models.JSONField(default=dict, blank=True, help_text="instance id -> private IP (cluster rendezvous)")
-    launch_token = models.CharField(max_length=64, blank=True, help_text="EC2 ClientToken: no duplicate launch")
+    node_ips = models.JSONField(
+        default=dict, blank=True, help_text="instance id -> private IP (cluster rendezvous)"
+    )
+    launch_token = models.CharField(
+        max_length=64, blank=True, help_text="EC2 ClientToken: no duplicate launch"
+    )
     # Agent credentials: only the SHA-256 of the token is stored.
     token_hash = models.CharField(max_length=64, blank=True, db_index=True)
     token_expires_at = models.DateTimeField(null=True, blank=True)
@@ -98,7 +110,11 @@ class ProfilingRun(ScopedTokenMixin, models.Model):
 
     @property
     def target(self) -> str:
-        return "local" if self.provider == Provider.LOCAL else f"{self.instance_type} ({self.region}, {self.market})"
+        return (
+            "local"
+            if self.provider == Provider.LOCAL
+            else f"{self.instance_type} ({self.region}, {self.market})"
+        )
 
     @property
     def group_name(self) -> str:
@@ -137,7 +153,9 @@ class ComputeSample(models.Model):
 
     class Meta:
         ordering = ["batch_size", "phase"]
-        constraints = [models.UniqueConstraint(fields=["run", "batch_size", "phase"], name="uniq_compute_sample")]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "batch_size", "phase"], name="uniq_compute_sample")
+        ]
 
 
 class BucketSample(models.Model):
@@ -153,7 +171,9 @@ class BucketSample(models.Model):
 
     class Meta:
         ordering = ["batch_size", "index"]
-        constraints = [models.UniqueConstraint(fields=["run", "batch_size", "index"], name="uniq_bucket_sample")]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "batch_size", "index"], name="uniq_bucket_sample")
+        ]
 
 
 class CommSample(models.Model):
@@ -175,7 +195,9 @@ class CommSample(models.Model):
 
     class Meta:
         ordering = ["size_bytes"]
-        constraints = [models.UniqueConstraint(fields=["run", "size_bytes", "world_size"], name="uniq_comm_sample")]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "size_bytes", "world_size"], name="uniq_comm_sample")
+        ]
 
 
 class RunEvent(models.Model):

@@ -32,9 +32,21 @@ class Poll:
 def agent_args(run: ProfilingRun, out: str) -> list[str]:
     """The agent's command line (after ``python -m profiler.agent``) for this run."""
     if run.kind == RunKind.COMPUTE:
-        args = ["compute", "--model", run.model_spec, "--input-shape", run.input_shape,
-                "--batch-sizes", run.batch_sizes, "--device", run.device, "--precision", run.precision,
-                "--iters", str(run.iters)]  # fmt: skip
+        args = [
+            "compute",
+            "--model",
+            run.model_spec,
+            "--input-shape",
+            run.input_shape,
+            "--batch-sizes",
+            run.batch_sizes,
+            "--device",
+            run.device,
+            "--precision",
+            run.precision,
+            "--iters",
+            str(run.iters),
+        ]
         if run.max_memory:
             args += ["--max-memory", run.max_memory]
     else:
@@ -87,9 +99,14 @@ class LocalProvider:
             env["SRIFTY_TOKEN"] = token  # the agent reads it when --token is not given
         with open(logfile, "ab") as log_fh:
             return subprocess.Popen(
-                self.command(run, token), cwd=settings.BASE_DIR, env=env, stdin=subprocess.DEVNULL,
-                stdout=log_fh, stderr=subprocess.STDOUT, start_new_session=True,
-            )  # fmt: skip
+                self.command(run, token),
+                cwd=settings.BASE_DIR,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log_fh,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     def poll(self, run: ProfilingRun) -> Poll:
         if not run.pid:
@@ -173,14 +190,22 @@ class EC2Provider:
         if run.is_cluster:
             return self.start_cluster(run, token, minutes)
         script = userdata.profiling_user_data(
-            server_url=settings.SITE_URL, run_id=run.pk, token=token,
-            agent_args=agent_args(run, "/tmp/srifty-profile.json"), max_minutes=minutes,
-        )  # fmt: skip
+            server_url=settings.SITE_URL,
+            run_id=run.pk,
+            token=token,
+            agent_args=agent_args(run, "/tmp/srifty-profile.json"),
+            max_minutes=minutes,
+        )
         spec = ec2.LaunchSpec(
-            region=run.region, instance_type=run.instance_type, count=1, market=run.market, user_data=script,
-            tags={"srifty:run-id": str(run.pk), "Name": f"srifty-profile-{run.pk}"}, max_minutes=minutes,
+            region=run.region,
+            instance_type=run.instance_type,
+            count=1,
+            market=run.market,
+            user_data=script,
+            tags={"srifty:run-id": str(run.pk), "Name": f"srifty-profile-{run.pk}"},
+            max_minutes=minutes,
             client_token=self.launch_key(run),
-        )  # fmt: skip
+        )
         return ec2.launch(spec)
 
     def start_cluster(self, run: ProfilingRun, token: str, minutes: int) -> list[str]:
@@ -193,19 +218,31 @@ class EC2Provider:
         itype = InstanceType.objects.select_related("accelerator").get(name=run.instance_type)
         ec2.create_placement_group(run.region, run.placement_group)
         script = userdata.comm_cluster_user_data(
-            server_url=settings.SITE_URL, run_id=run.pk, token=token, nnodes=run.nodes,
-            gpus_per_node=cluster.gpus_per_node(itype), agent_args=agent_args(run, "/tmp/srifty-profile.json"),
-            max_minutes=minutes, env=cluster.nccl_env(itype),
-        )  # fmt: skip
+            server_url=settings.SITE_URL,
+            run_id=run.pk,
+            token=token,
+            nnodes=run.nodes,
+            gpus_per_node=cluster.gpus_per_node(itype),
+            agent_args=agent_args(run, "/tmp/srifty-profile.json"),
+            max_minutes=minutes,
+            env=cluster.nccl_env(itype),
+        )
         spec = ec2.LaunchSpec(
-            region=run.region, instance_type=run.instance_type, count=run.nodes, market=run.market,
-            user_data=script, max_minutes=minutes, client_token=self.launch_key(run),
+            region=run.region,
+            instance_type=run.instance_type,
+            count=run.nodes,
+            market=run.market,
+            user_data=script,
+            max_minutes=minutes,
+            client_token=self.launch_key(run),
             tags={"srifty:run-id": str(run.pk), "Name": f"srifty-profile-{run.pk}"},
-            image_id=ec2.default_image(run.region, itype.arch), placement_group=run.placement_group,
-            efa_interfaces=cluster.efa_interfaces(itype), subnet_id=cluster.subnet_for(run),
+            image_id=ec2.default_image(run.region, itype.arch),
+            placement_group=run.placement_group,
+            efa_interfaces=cluster.efa_interfaces(itype),
+            subnet_id=cluster.subnet_for(run),
             security_group_ids=tuple(getattr(settings, "JOB_SECURITY_GROUP_IDS", ()) or ()),
             key_name=getattr(settings, "JOB_KEY_NAME", None) or None,
-        )  # fmt: skip
+        )
         return ec2.launch(spec)
 
     def poll(self, run: ProfilingRun) -> Poll:

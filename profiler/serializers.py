@@ -43,17 +43,29 @@ def model_spec_problem(spec: str, provider: str, allow_local_code: bool) -> str 
     except SpecError as exc:
         return str(exc)
     if provider == Provider.LOCAL and not allow_local_code:
-        return ("model code (package.module:factory) runs on this server only when the operator allows "
-                "it (SRIFTY_LOCAL_CODE=1); profile it on EC2, or use torchvision:NAME, timm:NAME or "
-                "transformers:MODEL_TYPE")
+        return (
+            "model code (package.module:factory) runs on this server only when the operator allows "
+            "it (SRIFTY_LOCAL_CODE=1); profile it on EC2, or use torchvision:NAME, timm:NAME or "
+            "transformers:MODEL_TYPE"
+        )
     return None
 
 
 class ComputeSampleSerializer(ModelSerializer):
     class Meta:
         model = ComputeSample
-        fields = ["batch_size", "phase", "median_ms", "p10_ms", "p90_ms", "mean_ms", "std_ms", "cv", "times_ms",
-                  "peak_memory_bytes"]
+        fields = [
+            "batch_size",
+            "phase",
+            "median_ms",
+            "p10_ms",
+            "p90_ms",
+            "mean_ms",
+            "std_ms",
+            "cv",
+            "times_ms",
+            "peak_memory_bytes",
+        ]
 
 
 class BucketSampleSerializer(ModelSerializer):
@@ -65,18 +77,64 @@ class BucketSampleSerializer(ModelSerializer):
 class CommSampleSerializer(ModelSerializer):
     class Meta:
         model = CommSample
-        fields = ["size_bytes", "world_size", "backend", "median_ms", "p10_ms", "p90_ms", "mean_ms", "std_ms", "cv",
-                  "times_ms", "algbw_gbps", "busbw_gbps"]
+        fields = [
+            "size_bytes",
+            "world_size",
+            "backend",
+            "median_ms",
+            "p10_ms",
+            "p90_ms",
+            "mean_ms",
+            "std_ms",
+            "cv",
+            "times_ms",
+            "algbw_gbps",
+            "busbw_gbps",
+        ]
 
 
 RUN_FIELDS = [
-    "id", "kind", "owner", "model_spec", "input_shape", "batch_sizes", "device", "precision", "iters",
-    "max_memory", "world_size", "backend", "sizes", "nodes", "provider", "instance_type", "region", "market",
-    "status", "phase", "progress", "error", "created_at", "started_at", "finished_at", "deadline_at",
+    "id",
+    "kind",
+    "owner",
+    "model_spec",
+    "input_shape",
+    "batch_sizes",
+    "device",
+    "precision",
+    "iters",
+    "max_memory",
+    "world_size",
+    "backend",
+    "sizes",
+    "nodes",
+    "provider",
+    "instance_type",
+    "region",
+    "market",
+    "status",
+    "phase",
+    "progress",
+    "error",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "deadline_at",
     "instance_ids",
-]  # fmt: skip
-READ_ONLY = ["id", "owner", "status", "phase", "progress", "error", "created_at", "started_at", "finished_at",
-             "deadline_at", "instance_ids"]
+]
+READ_ONLY = [
+    "id",
+    "owner",
+    "status",
+    "phase",
+    "progress",
+    "error",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "deadline_at",
+    "instance_ids",
+]
 
 # What one profiling run may ask of the machine it runs on (this server, for local runs).
 MAX_SAMPLE_ELEMENTS = 2**26  # one input sample: 3x224x224 is 150k, 3x16x224x224 video 2.4M
@@ -111,8 +169,10 @@ def work_problems(attrs: dict, kind: str) -> dict[str, str]:
                 if min(sizes) < 1 or max(sizes) > MAX_BATCH:
                     errors["batch_sizes"] = f"batch sizes from 1 to {MAX_BATCH}"
                 elif max(sizes) * elements > MAX_BATCH_ELEMENTS:
-                    errors["batch_sizes"] = (f"batch {max(sizes)} x {elements} elements per sample is more than "
-                                             f"{MAX_BATCH_ELEMENTS} input elements")
+                    errors["batch_sizes"] = (
+                        f"batch {max(sizes)} x {elements} elements per sample is more than "
+                        f"{MAX_BATCH_ELEMENTS} input elements"
+                    )
         memory = attrs.get("max_memory")
         if memory and MEMORY_RE.match(memory):
             try:
@@ -126,7 +186,9 @@ def work_problems(attrs: dict, kind: str) -> dict[str, str]:
         ranks = attrs.get("world_size", 2) // (attrs.get("nodes") or 1)  # on one host
         most = MAX_WORLD_SIZE.get(provider, MAX_WORLD_SIZE[Provider.LOCAL])
         if ranks > most:
-            errors["world_size"] = f"at most {most} ranks on one {'VM' if provider == Provider.EC2 else 'server'}"
+            errors["world_size"] = (
+                f"at most {most} ranks on one {'VM' if provider == Provider.EC2 else 'server'}"
+            )
         sizes = attrs.get("sizes")
         if sizes and SIZES_RE.match(sizes):
             try:
@@ -158,7 +220,9 @@ def cluster_problems(attrs: dict) -> dict[str, str]:
         errors["nodes"] = f"at most {cluster.max_nodes()} nodes in one profiling run"
     if attrs.get("backend", "nccl") != "nccl":
         errors["backend"] = "a cluster comm run measures NCCL across the nodes' GPUs: nccl (or leave it out)"
-    itype = InstanceType.objects.select_related("accelerator").filter(name=attrs.get("instance_type", "")).first()
+    itype = (
+        InstanceType.objects.select_related("accelerator").filter(name=attrs.get("instance_type", "")).first()
+    )
     if itype is None:
         return errors  # the EC2 checks name the unknown type
     gpus = cluster.gpus_per_node(itype)
@@ -173,13 +237,21 @@ def cluster_problems(attrs: dict) -> dict[str, str]:
 
 class ProfilingRunSerializer(ModelSerializer):
     owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    max_minutes = serializers.IntegerField(write_only=True, required=False, min_value=1, max_value=24 * 60,
-                                           help_text="Hard time limit (default from settings)")
+    max_minutes = serializers.IntegerField(
+        write_only=True,
+        required=False,
+        min_value=1,
+        max_value=24 * 60,
+        help_text="Hard time limit (default from settings)",
+    )
     nodes = serializers.IntegerField(
-        required=False, allow_null=True, min_value=1, max_value=10_000,
+        required=False,
+        allow_null=True,
+        min_value=1,
+        max_value=10_000,
         help_text="EC2 comm cluster: N >= 2 nodes of instance_type in one placement group, NCCL over all "
-                  "their GPUs (world_size and backend follow); leave it out (null) to profile one VM",
-    )  # fmt: skip
+        "their GPUs (world_size and backend follow); leave it out (null) to profile one VM",
+    )
 
     class Meta:
         model = ProfilingRun
@@ -192,8 +264,11 @@ class ProfilingRunSerializer(ModelSerializer):
         if attrs.get("nodes") is not None:  # first: it decides world_size and backend
             errors.update(cluster_problems(attrs))
         if kind == RunKind.COMPUTE:
-            problem = model_spec_problem(attrs.get("model_spec", ""), attrs.get("provider", Provider.LOCAL),
-                                         self.context.get("allow_local_code", settings.LOCAL_CODE_EXECUTION))
+            problem = model_spec_problem(
+                attrs.get("model_spec", ""),
+                attrs.get("provider", Provider.LOCAL),
+                self.context.get("allow_local_code", settings.LOCAL_CODE_EXECUTION),
+            )
             if problem:
                 errors["model_spec"] = problem
             if not SHAPE_RE.match(attrs.get("input_shape", "")):

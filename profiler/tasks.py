@@ -43,8 +43,11 @@ def start_run_task(run_id: int) -> str:
 
 def start_run(run: ProfilingRun) -> str:
     if local_code_refused(run):
-        actions.fail_run(run, "model code runs on this server only when the operator allows it "
-                              "(SRIFTY_LOCAL_CODE=1); profile it on EC2 or use a library model")
+        actions.fail_run(
+            run,
+            "model code runs on this server only when the operator allows it "
+            "(SRIFTY_LOCAL_CODE=1); profile it on EC2 or use a library model",
+        )
         return "refused: local code execution is off"
     provider = providers.for_run(run)
     try:
@@ -106,7 +109,9 @@ def watch_run(run: ProfilingRun) -> str:
             actions.fail_run(run, f"result file rejected: {exc}")
             return "failed"
     tail = provider.log_tail(run).strip()
-    actions.fail_run(run, f"{poll.detail} before reporting a result" + (f"\n--- agent log ---\n{tail}" if tail else ""))
+    actions.fail_run(
+        run, f"{poll.detail} before reporting a result" + (f"\n--- agent log ---\n{tail}" if tail else "")
+    )
     return "failed"
 
 
@@ -127,7 +132,9 @@ CLEANUP_ATTEMPTS = 20  # ten minutes: terminating instances release a placement 
 
 def schedule_cleanup(run_id: int, attempt: int) -> None:
     if default_task_backend.supports_defer:
-        cleanup_run_task.using(run_after=timezone.now() + timedelta(seconds=CLEANUP_EVERY_S)).enqueue(run_id, attempt)
+        cleanup_run_task.using(run_after=timezone.now() + timedelta(seconds=CLEANUP_EVERY_S)).enqueue(
+            run_id, attempt
+        )
 
 
 @task()
@@ -139,7 +146,12 @@ def cleanup_run_task(run_id: int, attempt: int = 1) -> str:
     if provider.cleanup(run):
         return "cleaned up"
     if attempt >= CLEANUP_ATTEMPTS:
-        log.error("run %s: placement group %s still not deleted after %d tries", run_id, run.placement_group, attempt)
+        log.error(
+            "run %s: placement group %s still not deleted after %d tries",
+            run_id,
+            run.placement_group,
+            attempt,
+        )
         return "gave up"
     schedule_cleanup(run_id, attempt + 1)
     return f"cleanup pending (try {attempt})"

@@ -431,7 +431,7 @@ def comm_cluster_user_data(
         _RENDEZVOUS.format(wait_s=RENDEZVOUS_WAIT_S, url="$SRIFTY_RDZV_URL"),
         'if [ -z "$NODE_RANK" ]; then echo "srifty: the server named no node rank; giving up"; exit 1; fi',
         'export MASTER_ADDR MASTER_PORT NODE_RANK NNODES="$SRIFTY_NNODES"',
-        'export WORLD_SIZE=$(( SRIFTY_NNODES * GPUS_PER_NODE ))',
+        "export WORLD_SIZE=$(( SRIFTY_NNODES * GPUS_PER_NODE ))",
         "cd /opt/srifty/work",
         'export PYTHONPATH="/opt/srifty/agent:/opt/srifty/work${PYTHONPATH:+:$PYTHONPATH}"',
         'echo "srifty: comm run $SRIFTY_RUN_ID node $NODE_RANK of $SRIFTY_NNODES, master $MASTER_ADDR:$MASTER_PORT"',

@@ -44,8 +44,9 @@ _http_pool = ThreadPoolExecutor(max_workers=HTTP_THREADS, thread_name_prefix="ht
 
 
 class _PooledInstance(WsgiToAsgiInstance):
-    run_wsgi_app = sync_to_async(WsgiToAsgiInstance.__dict__["run_wsgi_app"].func, thread_sensitive=False,
-                                 executor=_http_pool)
+    run_wsgi_app = sync_to_async(
+        WsgiToAsgiInstance.__dict__["run_wsgi_app"].func, thread_sensitive=False, executor=_http_pool
+    )
 
 
 class PooledWsgiToAsgi(WsgiToAsgi):
@@ -53,6 +54,7 @@ class PooledWsgiToAsgi(WsgiToAsgi):
 
     async def __call__(self, scope, receive, send):
         await _PooledInstance(self.wsgi_application, self.duplicate_header_limit)(scope, receive, send)
+
 
 application = ProtocolTypeRouter(
     {

@@ -46,7 +46,9 @@ def _header(policy: dict[str, str]) -> str:
 
 
 STRICT = _header(POLICY)
-RELAXED = {name: _header({**POLICY, "script-src": f"'self' {extra}"}) for name, extra in EXTRA_SCRIPT_SOURCES.items()}
+RELAXED = {
+    name: _header({**POLICY, "script-src": f"'self' {extra}"}) for name, extra in EXTRA_SCRIPT_SOURCES.items()
+}
 
 
 class ContentSecurityPolicyMiddleware:

@@ -126,8 +126,10 @@ class Supervisor:
             lived = now - w.started_at
             w.delay_s = RESTART_BACKOFF_S[0] if lived > STABLE_S else min(w.delay_s * 2, RESTART_BACKOFF_S[1])
             w.restart_at = now + w.delay_s
-            log(f"worker {w.index} (pid {w.proc.pid}) exited with {w.proc.returncode} after {lived:.0f} s; "
-                f"restarting in {w.delay_s:.0f} s")  # fmt: skip
+            log(
+                f"worker {w.index} (pid {w.proc.pid}) exited with {w.proc.returncode} after {lived:.0f} s; "
+                f"restarting in {w.delay_s:.0f} s"
+            )
             w.proc = None
 
     def restart_due(self, now: float) -> None:
@@ -172,8 +174,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m srifty_web.serve", description=__doc__.split("\n\n")[0])
     ap.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     ap.add_argument("--port", type=int, default=8000, help="TCP port (default 8000; 0 picks a free one)")
-    ap.add_argument("--workers", type=int, default=None,
-                    help="daphne processes (default: WEB_CONCURRENCY, else CPUs with REDIS_URL, else 1)")
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="daphne processes (default: WEB_CONCURRENCY, else CPUs with REDIS_URL, else 1)",
+    )
     ap.add_argument("--access-log", default="", help="access log path, '-' for stdout (default: none)")
     ap.add_argument("--proxy-headers", action="store_true", help="trust X-Forwarded-For (behind a proxy)")
     ap.add_argument("--grace", type=float, default=10.0, help="seconds a worker gets to stop (default 10)")

@@ -198,13 +198,17 @@ SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SAMESITE = "Lax"
 # Content-Security-Policy on every response (srifty_web/security.py), right inside Django's
 # SecurityMiddleware so that it also covers what the inner middleware answer (CSRF 403s, redirects).
-MIDDLEWARE.insert(MIDDLEWARE.index("django.middleware.security.SecurityMiddleware") + 1,
-                  "srifty_web.security.ContentSecurityPolicyMiddleware")
+MIDDLEWARE.insert(
+    MIDDLEWARE.index("django.middleware.security.SecurityMiddleware") + 1,
+    "srifty_web.security.ContentSecurityPolicyMiddleware",
+)
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("DATA_UPLOAD_MAX_MEMORY_SIZE", 10 * 1024 * 1024)
 DATA_UPLOAD_MAX_NUMBER_FIELDS = 1000  # form fields per request (Django's default, pinned)
 DATA_UPLOAD_MAX_NUMBER_FILES = 10  # the largest form takes 2 files (catalog CSV upload)
 FILE_UPLOAD_MAX_MEMORY_SIZE = 2_621_440  # larger uploads spool to disk (Django's default, pinned)
-CATALOG_UPLOAD_MAX_BYTES = env_int("CATALOG_UPLOAD_MAX_BYTES", 32 * 1024 * 1024)  # one CSV of the admin import
+CATALOG_UPLOAD_MAX_BYTES = env_int(
+    "CATALOG_UPLOAD_MAX_BYTES", 32 * 1024 * 1024
+)  # one CSV of the admin import
 
 # --- I18N ---------------------------------------------------------------------------------
 LANGUAGE_CODE = "en-us"

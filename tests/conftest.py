@@ -100,12 +100,15 @@ def aws(moto_server, settings, monkeypatch):
     requests.post(f"{moto_server}/moto-api/reset", timeout=10)  # every test starts from a clean AWS
     settings.AWS_ENDPOINT_URL = moto_server
     for key, value in {
-        "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():  # fmt: skip
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
     return moto_server
+
 
 @pytest.fixture
 def compute_profile() -> dict:
@@ -122,8 +125,14 @@ def make_run(db, user):
     def make(owner=None, **fields):
         from profiler.models import ProfilingRun
 
-        defaults = {"kind": "compute", "model_spec": "examples.tiny_model:build", "input_shape": "3,32,32",
-                    "batch_sizes": "4,8", "iters": 3, "deadline_at": timezone.now() + timedelta(minutes=10)}
+        defaults = {
+            "kind": "compute",
+            "model_spec": "examples.tiny_model:build",
+            "input_shape": "3,32,32",
+            "batch_sizes": "4,8",
+            "iters": 3,
+            "deadline_at": timezone.now() + timedelta(minutes=10),
+        }
         defaults.update(fields)
         return ProfilingRun.objects.create(owner=owner or user, **defaults)
 

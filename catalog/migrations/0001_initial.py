@@ -5,135 +5,324 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Accelerator',
+            name="Accelerator",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=64, unique=True)),
-                ('manufacturer', models.CharField(blank=True, max_length=64)),
-                ('kind', models.CharField(choices=[('nvidia-gpu', 'NVIDIA GPU (CUDA)'), ('amd-gpu', 'AMD GPU'), ('aws-inferentia', 'AWS Inferentia'), ('aws-trainium', 'AWS Trainium'), ('habana-gaudi', 'Habana Gaudi'), ('fpga', 'FPGA'), ('other', 'Other')], default='other', max_length=20)),
-                ('architecture', models.CharField(blank=True, max_length=32)),
-                ('memory_mib', models.PositiveIntegerField(blank=True, help_text='Per device, MiB', null=True)),
-                ('sm_count', models.PositiveIntegerField(blank=True, null=True)),
-                ('fp32_tflops', models.FloatField(blank=True, null=True)),
-                ('tf32_tflops', models.FloatField(blank=True, help_text='Dense tensor-core TFLOPS', null=True)),
-                ('fp16_tflops', models.FloatField(blank=True, help_text='Dense tensor-core TFLOPS', null=True)),
-                ('memory_bandwidth_gbs', models.FloatField(blank=True, help_text='GB/s', null=True)),
-                ('nvlink_gbs', models.FloatField(blank=True, help_text='GB/s per GPU, 0 = none', null=True)),
-                ('spec_confidence', models.CharField(blank=True, max_length=16)),
-                ('notes', models.TextField(blank=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=64, unique=True)),
+                ("manufacturer", models.CharField(blank=True, max_length=64)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("nvidia-gpu", "NVIDIA GPU (CUDA)"),
+                            ("amd-gpu", "AMD GPU"),
+                            ("aws-inferentia", "AWS Inferentia"),
+                            ("aws-trainium", "AWS Trainium"),
+                            ("habana-gaudi", "Habana Gaudi"),
+                            ("fpga", "FPGA"),
+                            ("other", "Other"),
+                        ],
+                        default="other",
+                        max_length=20,
+                    ),
+                ),
+                ("architecture", models.CharField(blank=True, max_length=32)),
+                (
+                    "memory_mib",
+                    models.PositiveIntegerField(blank=True, help_text="Per device, MiB", null=True),
+                ),
+                ("sm_count", models.PositiveIntegerField(blank=True, null=True)),
+                ("fp32_tflops", models.FloatField(blank=True, null=True)),
+                (
+                    "tf32_tflops",
+                    models.FloatField(blank=True, help_text="Dense tensor-core TFLOPS", null=True),
+                ),
+                (
+                    "fp16_tflops",
+                    models.FloatField(blank=True, help_text="Dense tensor-core TFLOPS", null=True),
+                ),
+                ("memory_bandwidth_gbs", models.FloatField(blank=True, help_text="GB/s", null=True)),
+                ("nvlink_gbs", models.FloatField(blank=True, help_text="GB/s per GPU, 0 = none", null=True)),
+                ("spec_confidence", models.CharField(blank=True, max_length=16)),
+                ("notes", models.TextField(blank=True)),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='Region',
+            name="Region",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('code', models.CharField(max_length=32, unique=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("code", models.CharField(max_length=32, unique=True)),
             ],
             options={
-                'ordering': ['code'],
+                "ordering": ["code"],
             },
         ),
         migrations.CreateModel(
-            name='InstanceType',
+            name="InstanceType",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=64, unique=True)),
-                ('family', models.CharField(db_index=True, max_length=32)),
-                ('gpu_count', models.FloatField(default=0)),
-                ('gpu_memory_mib', models.PositiveIntegerField(blank=True, help_text='Total over all GPUs', null=True)),
-                ('vcpus', models.PositiveIntegerField()),
-                ('memory_gib', models.FloatField()),
-                ('arch', models.CharField(default='x86_64', max_length=16)),
-                ('network_performance', models.CharField(blank=True, max_length=64)),
-                ('baseline_gbps', models.FloatField(blank=True, help_text='Sustained, summed over cards', null=True)),
-                ('peak_gbps', models.FloatField(blank=True, help_text='Burst, summed over cards', null=True)),
-                ('network_cards', models.PositiveIntegerField(default=1)),
-                ('efa_supported', models.BooleanField(default=False)),
-                ('max_efa_interfaces', models.PositiveIntegerField(default=0)),
-                ('placement_group_strategies', models.CharField(blank=True, max_length=64)),
-                ('usage_classes', models.CharField(blank=True, help_text="';'-separated: on-demand;spot;capacity-block", max_length=64)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('accelerator', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='instance_types', to='catalog.accelerator')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=64, unique=True)),
+                ("family", models.CharField(db_index=True, max_length=32)),
+                ("gpu_count", models.FloatField(default=0)),
+                (
+                    "gpu_memory_mib",
+                    models.PositiveIntegerField(blank=True, help_text="Total over all GPUs", null=True),
+                ),
+                ("vcpus", models.PositiveIntegerField()),
+                ("memory_gib", models.FloatField()),
+                ("arch", models.CharField(default="x86_64", max_length=16)),
+                ("network_performance", models.CharField(blank=True, max_length=64)),
+                (
+                    "baseline_gbps",
+                    models.FloatField(blank=True, help_text="Sustained, summed over cards", null=True),
+                ),
+                ("peak_gbps", models.FloatField(blank=True, help_text="Burst, summed over cards", null=True)),
+                ("network_cards", models.PositiveIntegerField(default=1)),
+                ("efa_supported", models.BooleanField(default=False)),
+                ("max_efa_interfaces", models.PositiveIntegerField(default=0)),
+                ("placement_group_strategies", models.CharField(blank=True, max_length=64)),
+                (
+                    "usage_classes",
+                    models.CharField(
+                        blank=True, help_text="';'-separated: on-demand;spot;capacity-block", max_length=64
+                    ),
+                ),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "accelerator",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="instance_types",
+                        to="catalog.accelerator",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='AvailabilityZone',
+            name="AvailabilityZone",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('zone_id', models.CharField(max_length=32, unique=True)),
-                ('region', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='zones', to='catalog.region')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("zone_id", models.CharField(max_length=32, unique=True)),
+                (
+                    "region",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="zones", to="catalog.region"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['zone_id'],
+                "ordering": ["zone_id"],
             },
         ),
         migrations.CreateModel(
-            name='InstanceOffering',
+            name="InstanceOffering",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('zone', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='offerings', to='catalog.availabilityzone')),
-                ('instance_type', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='offerings', to='catalog.instancetype')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "zone",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="offerings",
+                        to="catalog.availabilityzone",
+                    ),
+                ),
+                (
+                    "instance_type",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="offerings",
+                        to="catalog.instancetype",
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('instance_type', 'zone'), name='uniq_offering')],
+                "constraints": [
+                    models.UniqueConstraint(fields=("instance_type", "zone"), name="uniq_offering")
+                ],
             },
         ),
         migrations.CreateModel(
-            name='OnDemandPrice',
+            name="OnDemandPrice",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('usd_per_hour', models.DecimalField(decimal_places=6, max_digits=12)),
-                ('observed_at', models.DateTimeField(db_index=True)),
-                ('source', models.CharField(choices=[('snapshot', 'Bundled snapshot'), ('csv', 'CSV upload'), ('aws', 'AWS API'), ('admin', 'Edited by an admin')], max_length=16)),
-                ('instance_type', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='on_demand_prices', to='catalog.instancetype')),
-                ('region', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='on_demand_prices', to='catalog.region')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("usd_per_hour", models.DecimalField(decimal_places=6, max_digits=12)),
+                ("observed_at", models.DateTimeField(db_index=True)),
+                (
+                    "source",
+                    models.CharField(
+                        choices=[
+                            ("snapshot", "Bundled snapshot"),
+                            ("csv", "CSV upload"),
+                            ("aws", "AWS API"),
+                            ("admin", "Edited by an admin"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "instance_type",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="on_demand_prices",
+                        to="catalog.instancetype",
+                    ),
+                ),
+                (
+                    "region",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="on_demand_prices",
+                        to="catalog.region",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-observed_at'],
-                'constraints': [models.UniqueConstraint(fields=('instance_type', 'region', 'observed_at'), name='uniq_od_price'), models.CheckConstraint(condition=models.Q(('usd_per_hour__gte', 0)), name='od_price_non_negative')],
+                "ordering": ["-observed_at"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("instance_type", "region", "observed_at"), name="uniq_od_price"
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(("usd_per_hour__gte", 0)), name="od_price_non_negative"
+                    ),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='SpotInterruption',
+            name="SpotInterruption",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('bucket', models.PositiveSmallIntegerField(choices=[(0, '<5%'), (1, '5-10%'), (2, '10-15%'), (3, '15-20%'), (4, '>20%')], default=2)),
-                ('note', models.CharField(blank=True, max_length=200)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('instance_type', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='interruptions', to='catalog.instancetype')),
-                ('region', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='interruptions', to='catalog.region')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "bucket",
+                    models.PositiveSmallIntegerField(
+                        choices=[(0, "<5%"), (1, "5-10%"), (2, "10-15%"), (3, "15-20%"), (4, ">20%")],
+                        default=2,
+                    ),
+                ),
+                ("note", models.CharField(blank=True, max_length=200)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "instance_type",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="interruptions",
+                        to="catalog.instancetype",
+                    ),
+                ),
+                (
+                    "region",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="interruptions",
+                        to="catalog.region",
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('instance_type', 'region'), name='uniq_interruption')],
+                "constraints": [
+                    models.UniqueConstraint(fields=("instance_type", "region"), name="uniq_interruption")
+                ],
             },
         ),
         migrations.CreateModel(
-            name='SpotPrice',
+            name="SpotPrice",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('usd_per_hour', models.DecimalField(decimal_places=6, max_digits=12)),
-                ('observed_at', models.DateTimeField(db_index=True)),
-                ('source', models.CharField(choices=[('snapshot', 'Bundled snapshot'), ('csv', 'CSV upload'), ('aws', 'AWS API'), ('admin', 'Edited by an admin')], max_length=16)),
-                ('instance_type', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='spot_prices', to='catalog.instancetype')),
-                ('zone', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='spot_prices', to='catalog.availabilityzone')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("usd_per_hour", models.DecimalField(decimal_places=6, max_digits=12)),
+                ("observed_at", models.DateTimeField(db_index=True)),
+                (
+                    "source",
+                    models.CharField(
+                        choices=[
+                            ("snapshot", "Bundled snapshot"),
+                            ("csv", "CSV upload"),
+                            ("aws", "AWS API"),
+                            ("admin", "Edited by an admin"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "instance_type",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="spot_prices",
+                        to="catalog.instancetype",
+                    ),
+                ),
+                (
+                    "zone",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="spot_prices",
+                        to="catalog.availabilityzone",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-observed_at'],
-                'constraints': [models.UniqueConstraint(fields=('instance_type', 'zone', 'observed_at'), name='uniq_spot_price'), models.CheckConstraint(condition=models.Q(('usd_per_hour__gte', 0)), name='spot_price_non_negative')],
+                "ordering": ["-observed_at"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("instance_type", "zone", "observed_at"), name="uniq_spot_price"
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(("usd_per_hour__gte", 0)), name="spot_price_non_negative"
+                    ),
+                ],
             },
         ),
     ]

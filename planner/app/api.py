@@ -31,6 +31,8 @@ class PlanViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         except service.PlanInputError as exc:
             return Response({exc.field: [exc.message]}, status=status.HTTP_400_BAD_REQUEST)
         if record.status == PlanStatus.INFEASIBLE:
-            return Response({"detail": record.error, "constraint": record.binding_constraint, "plan": record.pk},
-                            status=status.HTTP_400_BAD_REQUEST)
+            return Response(
+                {"detail": record.error, "constraint": record.binding_constraint, "plan": record.pk},
+                status=status.HTTP_400_BAD_REQUEST,
+            )
         return Response(PlanSerializer(record).data, status=status.HTTP_201_CREATED)

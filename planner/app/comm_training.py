@@ -75,12 +75,23 @@ def user_points() -> list[nccl_corpus.Point]:
             skipped.add(r.run_id)
             continue
         topo = nccl_corpus.topology_for(
-            spec, r.gpus_per_node, r.nodes, efa=r.network == "efa",
-            net_gbps=nccl_corpus.network_gbps(itype.peak_gbps, itype.baseline_gbps), nccl_version=r.nccl_version,
-        )  # fmt: skip
-        out.append(nccl_corpus.Point(row_id=-r.pk, sweep=sweep_id(r.run_id, r.instance_type, r.nodes),
-                                     instance_type=r.instance_type, size_bytes=float(r.size_bytes), topology=topo,
-                                     measured_us=r.median_us))  # fmt: skip
+            spec,
+            r.gpus_per_node,
+            r.nodes,
+            efa=r.network == "efa",
+            net_gbps=nccl_corpus.network_gbps(itype.peak_gbps, itype.baseline_gbps),
+            nccl_version=r.nccl_version,
+        )
+        out.append(
+            nccl_corpus.Point(
+                row_id=-r.pk,
+                sweep=sweep_id(r.run_id, r.instance_type, r.nodes),
+                instance_type=r.instance_type,
+                size_bytes=float(r.size_bytes),
+                topology=topo,
+                measured_us=r.median_us,
+            )
+        )
     if skipped:
         log.warning("comm curves of runs %s left out: type or GPU unknown to the catalog", sorted(skipped))
     return out
@@ -105,8 +116,12 @@ def refit() -> Path:
             model = nccl_corpus.calibrate(extra_points=points)
         model.meta["made_by"] = "planner.app.comm_training.refit"
         _write_atomically(path, json.dumps(model.to_dict(), indent=1, sort_keys=True) + "\n")
-    log.info("refit the comm model with %d user points of %d runs: %s", len(points),
-             len({p.sweep for p in points}), path)
+    log.info(
+        "refit the comm model with %d user points of %d runs: %s",
+        len(points),
+        len({p.sweep for p in points}),
+        path,
+    )
     return path
 
 

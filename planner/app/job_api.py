@@ -136,8 +136,11 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
         params = LaunchParamsSerializer(data=request.data)
         params.is_valid(raise_exception=True)
         v = params.validated_data
-        return Response(launch.prepare(request.user, v["plan"], v["rank"], v["train_command"], v["max_spend_usd"],
-                                       v["max_hours"]))
+        return Response(
+            launch.prepare(
+                request.user, v["plan"], v["rank"], v["train_command"], v["max_spend_usd"], v["max_hours"]
+            )
+        )
 
     @extend_schema(request=CreateJobSerializer, responses={201: JobDetailSerializer, 400: None, 403: None})
     @_job_errors
@@ -148,8 +151,15 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
         params = CreateJobSerializer(data=request.data)
         params.is_valid(raise_exception=True)
         v = params.validated_data
-        job = launch.confirm_and_create(request.user, v["plan"], v["rank"], v["train_command"], v["max_spend_usd"],
-                                        v["max_hours"], v["confirmation"])
+        job = launch.confirm_and_create(
+            request.user,
+            v["plan"],
+            v["rank"],
+            v["train_command"],
+            v["max_spend_usd"],
+            v["max_hours"],
+            v["confirmation"],
+        )
         return Response(JobDetailSerializer(job).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None, responses={200: JobSerializer, 403: None})
@@ -186,8 +196,9 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
         params = ApplyReplanSerializer(data=request.data)
         params.is_valid(raise_exception=True)
         v = params.validated_data
-        new = launch.apply_replan(request.user, job, v["plan"], v["rank"], v["max_spend_usd"], v["max_hours"],
-                                  v["confirmation"])
+        new = launch.apply_replan(
+            request.user, job, v["plan"], v["rank"], v["max_spend_usd"], v["max_hours"], v["confirmation"]
+        )
         return Response(JobDetailSerializer(new).data, status=status.HTTP_201_CREATED)
 
 
@@ -196,7 +207,9 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
 
 def job_world_size(job: Job) -> int:
     """Training processes of the job: torchrun starts ``gpus_per_node`` ranks on every node."""
-    return sum(int(g["count"]) * max(1, int(g.get("gpus_per_node") or 1)) for g in job.option.get("groups", []))
+    return sum(
+        int(g["count"]) * max(1, int(g.get("gpus_per_node") or 1)) for g in job.option.get("groups", [])
+    )
 
 
 class JobAgentView(APIView):
@@ -212,10 +225,14 @@ class JobReportsView(JobAgentView):
     def post(self, request, pk: int):
         length = content_length(request)
         if length is None:
-            return Response({"detail": "Content-Length must be a byte count"}, status=status.HTTP_400_BAD_REQUEST)
+            return Response(
+                {"detail": "Content-Length must be a byte count"}, status=status.HTTP_400_BAD_REQUEST
+            )
         if length > MAX_REPORT_BYTES:
-            return Response({"detail": f"post larger than {MAX_REPORT_BYTES} bytes"},
-                            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
+            return Response(
+                {"detail": f"post larger than {MAX_REPORT_BYTES} bytes"},
+                status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+            )
         batch = ReportBatchSerializer(data=request.data)
         batch.is_valid(raise_exception=True)
         data = batch.validated_data
@@ -225,24 +242,35 @@ class JobReportsView(JobAgentView):
         # 1-GPU node, runs several ranks per node).
         most = RANKS_PER_GPU * job_world_size(job)
         if data["rank"] >= most:
-            return Response({"rank": [f"this job has {job_world_size(job)} GPU(s): ranks 0..{most - 1}"]},
-                            status=status.HTTP_400_BAD_REQUEST)
+            return Response(
+                {"rank": [f"this job has {job_world_size(job)} GPU(s): ranks 0..{most - 1}"]},
+                status=status.HTTP_400_BAD_REQUEST,
+            )
         try:
             stored = jobs.record_reports(job, data["rank"], data["seq"], data["reports"])
         except jobs.JobClosed as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
         if stored and cache.add(f"srifty-job-drift-{job.pk}", 1, timeout=DRIFT_CHECK_EVERY_S):
             monitor.check_drift(job)  # at most every few seconds per job, however many ranks post
-        return Response({"seq": data["seq"], "stored": stored, "duplicate": stored == 0},
-                        status=status.HTTP_201_CREATED if stored else status.HTTP_200_OK)
+        return Response(
+            {"seq": data["seq"], "stored": stored, "duplicate": stored == 0},
+            status=status.HTTP_201_CREATED if stored else status.HTTP_200_OK,
+        )
 
 
 class RendezvousView(JobAgentView):
     """Master discovery for the nodes: 200 go (master address, node rank), 202 wait, 4xx stop."""
 
-    @extend_schema(parameters=[OpenApiParameter("instance_id", str, required=True)],
-                   responses={200: OpenApiResponse(description='{"master_addr", "node_rank", "nnodes"}'),
-                              202: None, 400: None, 403: None, 410: None})  # fmt: skip
+    @extend_schema(
+        parameters=[OpenApiParameter("instance_id", str, required=True)],
+        responses={
+            200: OpenApiResponse(description='{"master_addr", "node_rank", "nnodes"}'),
+            202: None,
+            400: None,
+            403: None,
+            410: None,
+        },
+    )
     def get(self, request, pk: int):
         job = Job.objects.get(pk=request.user.job.pk)
         code, body = launch.rendezvous(job, request.query_params.get("instance_id", "").strip())

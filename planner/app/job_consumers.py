@@ -28,8 +28,19 @@ class JobConsumer(ViewerConsumer, AsyncJsonWebsocketConsumer):
         job = visible_jobs(user).filter(pk=job_id).first()
         if job is None:
             return None
-        reports = list(JobReport.objects.filter(job=job).order_by("-reported_at", "-seq")
-                       .values("iteration", "iter_time_s", "rank")[:REPLAY_REPORTS])[::-1]  # fmt: skip
-        events = [event_message(e) for e in JobEvent.objects.filter(job=job).order_by("-at")[:REPLAY_EVENTS]][::-1]
-        return {**status_message(job), "type": "snapshot", "predicted_iter_s": job.predicted_iter_s,
-                "predicted_iter_p90_s": job.predicted_iter_p90_s, "reports": reports, "events": events}
+        reports = list(
+            JobReport.objects.filter(job=job)
+            .order_by("-reported_at", "-seq")
+            .values("iteration", "iter_time_s", "rank")[:REPLAY_REPORTS]
+        )[::-1]
+        events = [event_message(e) for e in JobEvent.objects.filter(job=job).order_by("-at")[:REPLAY_EVENTS]][
+            ::-1
+        ]
+        return {
+            **status_message(job),
+            "type": "snapshot",
+            "predicted_iter_s": job.predicted_iter_s,
+            "predicted_iter_p90_s": job.predicted_iter_p90_s,
+            "reports": reports,
+            "events": events,
+        }

@@ -20,10 +20,14 @@ class LaunchParamsSerializer(serializers.Serializer):
 
     plan = serializers.IntegerField(min_value=1, max_value=MAX_ID, help_text="PlanRecord id")
     rank = serializers.IntegerField(min_value=1, max_value=10_000, help_text="Option of the plan (its rank)")
-    train_command = serializers.CharField(max_length=jobs.MAX_TRAIN_COMMAND, trim_whitespace=True,
-                                          help_text="Script and arguments after torchrun, e.g. train.py --epochs 3")
-    max_spend_usd = serializers.DecimalField(max_digits=12, decimal_places=2, min_value=Decimal("0.01"),
-                                             max_value=jobs.MAX_SPEND_USD)
+    train_command = serializers.CharField(
+        max_length=jobs.MAX_TRAIN_COMMAND,
+        trim_whitespace=True,
+        help_text="Script and arguments after torchrun, e.g. train.py --epochs 3",
+    )
+    max_spend_usd = serializers.DecimalField(
+        max_digits=12, decimal_places=2, min_value=Decimal("0.01"), max_value=jobs.MAX_SPEND_USD
+    )
     max_hours = serializers.FloatField(min_value=0.01, max_value=jobs.MAX_HOURS)
 
 
@@ -62,7 +66,9 @@ class PreviewSerializer(serializers.Serializer):
     global_batch = serializers.IntegerField(allow_null=True)
     placement_group = serializers.CharField()
     train_command = serializers.CharField()
-    requested = serializers.DictField(help_text="max_spend_usd and max_hours to send back with the confirmation")
+    requested = serializers.DictField(
+        help_text="max_spend_usd and max_hours to send back with the confirmation"
+    )
     confirmation = serializers.CharField()
     confirmation_expires_s = serializers.IntegerField()
     replaces = serializers.IntegerField(required=False, help_text="Re-plans: the job this one replaces")
@@ -77,10 +83,27 @@ class JobEventSerializer(ModelSerializer):
 
 
 JOB_FIELDS = [
-    "id", "owner", "plan", "plan_rank", "region", "status", "status_reason", "hourly_usd", "max_spend_usd",
-    "max_hours", "spend_usd", "cap_at", "nodes", "predicted_iter_s", "predicted_iter_p90_s", "total_iterations",
-    "drift_since", "created_at", "started_at", "finished_at",
-]  # fmt: skip
+    "id",
+    "owner",
+    "plan",
+    "plan_rank",
+    "region",
+    "status",
+    "status_reason",
+    "hourly_usd",
+    "max_spend_usd",
+    "max_hours",
+    "spend_usd",
+    "cap_at",
+    "nodes",
+    "predicted_iter_s",
+    "predicted_iter_p90_s",
+    "total_iterations",
+    "drift_since",
+    "created_at",
+    "started_at",
+    "finished_at",
+]
 
 
 class JobSerializer(ModelSerializer):
@@ -108,8 +131,18 @@ class JobDetailSerializer(JobSerializer):
     replan_offer = serializers.SerializerMethodField()
 
     class Meta(JobSerializer.Meta):
-        fields = [*JOB_FIELDS, "option", "train_command", "instance_ids", "node_ips", "placement_group",
-                  "events", "observed", "progress", "replan_offer"]
+        fields = [
+            *JOB_FIELDS,
+            "option",
+            "train_command",
+            "instance_ids",
+            "node_ips",
+            "placement_group",
+            "events",
+            "observed",
+            "progress",
+            "replan_offer",
+        ]
         read_only_fields = fields
 
     def get_observed(self, job: Job) -> dict:
@@ -145,15 +178,21 @@ class ReportBatchSerializer(serializers.Serializer):
 
 class ReplanRequestSerializer(serializers.Serializer):
     refresh = serializers.BooleanField(default=False, help_text="Solve again even if an offer exists")
-    max_spend_usd = serializers.DecimalField(max_digits=12, decimal_places=2, min_value=Decimal("0.01"),
-                                             max_value=jobs.MAX_SPEND_USD, required=False)
+    max_spend_usd = serializers.DecimalField(
+        max_digits=12,
+        decimal_places=2,
+        min_value=Decimal("0.01"),
+        max_value=jobs.MAX_SPEND_USD,
+        required=False,
+    )
     max_hours = serializers.FloatField(min_value=0.01, max_value=jobs.MAX_HOURS, required=False)
 
 
 class ApplyReplanSerializer(serializers.Serializer):
     plan = serializers.IntegerField(min_value=1, max_value=MAX_ID)
     rank = serializers.IntegerField(min_value=1, max_value=10_000)
-    max_spend_usd = serializers.DecimalField(max_digits=12, decimal_places=2, min_value=Decimal("0.01"),
-                                             max_value=jobs.MAX_SPEND_USD)
+    max_spend_usd = serializers.DecimalField(
+        max_digits=12, decimal_places=2, min_value=Decimal("0.01"), max_value=jobs.MAX_SPEND_USD
+    )
     max_hours = serializers.FloatField(min_value=0.01, max_value=jobs.MAX_HOURS)
     confirmation = serializers.CharField(max_length=2000)

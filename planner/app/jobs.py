@@ -91,12 +91,16 @@ def broadcast(job: Job, message: dict) -> None:
 
 def status_message(job: Job) -> dict:
     return {
-        "type": "status", "job": job.pk, "status": job.status, "reason": job.status_reason,
-        "spend_usd": round(job.spend_so_far(), 4), "nodes": len(job.instance_ids),
+        "type": "status",
+        "job": job.pk,
+        "status": job.status,
+        "reason": job.status_reason,
+        "spend_usd": round(job.spend_so_far(), 4),
+        "nodes": len(job.instance_ids),
         "drift": job.drift_since is not None,
         "started_at": job.started_at.isoformat() if job.started_at else None,
         "finished_at": job.finished_at.isoformat() if job.finished_at else None,
-    }  # fmt: skip
+    }
 
 
 def event_message(event: JobEvent) -> dict:
@@ -162,8 +166,17 @@ def total_samples(plan: PlanRecord, option: dict) -> float:
 # --- lifecycle ----------------------------------------------------------------------------
 
 
-def create_job(owner, plan: PlanRecord, rank, train_command, max_spend_usd, max_hours, confirm: bool,
-               *, replaces: Job | None = None) -> Job:
+def create_job(
+    owner,
+    plan: PlanRecord,
+    rank,
+    train_command,
+    max_spend_usd,
+    max_hours,
+    confirm: bool,
+    *,
+    replaces: Job | None = None,
+) -> Job:
     """A job for one plan option, launched by a background task once this commits.
 
     Nothing launches unless ``confirm`` is True and ``owner`` holds ``plans.add_job``. The job's
@@ -185,16 +198,27 @@ def create_job(owner, plan: PlanRecord, rank, train_command, max_spend_usd, max_
     global_batch = max(1, int(option.get("global_batch") or 1))
     with transaction.atomic():
         job = Job.objects.create(
-            owner=owner, plan=plan, plan_rank=int(rank), option=option, region=option["region"],
-            train_command=train_command, hourly_usd=limits.hourly_usd, max_spend_usd=limits.max_spend_usd,
-            max_hours=hours, predicted_iter_s=float(option["iter_time_s"]),
+            owner=owner,
+            plan=plan,
+            plan_rank=int(rank),
+            option=option,
+            region=option["region"],
+            train_command=train_command,
+            hourly_usd=limits.hourly_usd,
+            max_spend_usd=limits.max_spend_usd,
+            max_hours=hours,
+            predicted_iter_s=float(option["iter_time_s"]),
             predicted_iter_p90_s=float(option.get("iter_time_p90_s") or option["iter_time_s"]),
             total_iterations=math.ceil(samples / global_batch) if samples > 0 else 0,
             launch_token=f"job{secrets.token_hex(8)}",
-        )  # fmt: skip
-        add_event(job, "created", f"launch confirmed: {launch.describe_option(option)}, "
-                  f"${limits.hourly_usd}/h, at most ${limits.max_spend_usd} ({limits.cap_hours:.2f} h)",
-                  {"replaces": replaces.pk if replaces else None})  # fmt: skip
+        )
+        add_event(
+            job,
+            "created",
+            f"launch confirmed: {launch.describe_option(option)}, "
+            f"${limits.hourly_usd}/h, at most ${limits.max_spend_usd} ({limits.cap_hours:.2f} h)",
+            {"replaces": replaces.pk if replaces else None},
+        )
         pk = job.pk
         transaction.on_commit(lambda: launch_job_task.enqueue(pk))
         # The watch starts now, not after the launch: a launch that dies half-way is noticed too.
@@ -220,8 +244,14 @@ def issue_token(job: Job) -> str:
     return raw
 
 
-def mark_launched(job: Job, *, instance_ids: list[str], node_ips: dict[str, str | None],
-                  template_id: str | None = None, placement_group: str | None = None) -> Job:
+def mark_launched(
+    job: Job,
+    *,
+    instance_ids: list[str],
+    node_ips: dict[str, str | None],
+    template_id: str | None = None,
+    placement_group: str | None = None,
+) -> Job:
     """Record instances of one node group right after ``run_instances`` returned (rendezvous needs
     them). The first launch starts the clock (spend, cap, token expiry)."""
     with transaction.atomic():
@@ -264,7 +294,9 @@ def mark_running(job: Job, message: str) -> Job:
     return locked
 
 
-def add_event(job: Job, kind: str, message: str, data: dict | None = None, *, once_for: str | None = None) -> JobEvent | None:
+def add_event(
+    job: Job, kind: str, message: str, data: dict | None = None, *, once_for: str | None = None
+) -> JobEvent | None:
     """A JobEvent, also sent to viewers. With ``once_for`` (e.g. an instance id) an event of this
     kind about the same thing is stored only once."""
     data = dict(data or {})
@@ -286,23 +318,41 @@ def record_reports(job: Job, rank: int, seq: int, reports: list[dict]) -> int:
     seqs = [seq + i for i in range(len(reports))]
     with transaction.atomic():
         locked = Job.objects.select_for_update().get(pk=job.pk)
-        seen = set(JobReport.objects.filter(job=locked, rank=rank, seq__in=seqs).values_list("seq", flat=True))
+        seen = set(
+            JobReport.objects.filter(job=locked, rank=rank, seq__in=seqs).values_list("seq", flat=True)
+        )
         fresh = [(s, r) for s, r in zip(seqs, reports, strict=True) if s not in seen]
         if not fresh:
             return 0
         if locked.finished:
             raise JobClosed(f"job {locked.pk} is {locked.status}")
         now = timezone.now()
-        JobReport.objects.bulk_create([
-            JobReport(job=locked, rank=rank, seq=s, iteration=r["iteration"], iter_time_s=r["iter_time_s"],
-                      samples=r.get("samples"), reported_at=now)
-            for s, r in fresh
-        ])  # fmt: skip
+        JobReport.objects.bulk_create(
+            [
+                JobReport(
+                    job=locked,
+                    rank=rank,
+                    seq=s,
+                    iteration=r["iteration"],
+                    iter_time_s=r["iter_time_s"],
+                    samples=r.get("samples"),
+                    reported_at=now,
+                )
+                for s, r in fresh
+            ]
+        )
         locked.last_seq = max(locked.last_seq, seqs[-1])
         locked.save(update_fields=["last_seq"])
         for _, r in fresh[-BROADCAST_REPORTS:]:
-            broadcast(locked, {"type": "report", "iteration": r["iteration"],
-                               "iter_time_s": r["iter_time_s"], "rank": rank})  # fmt: skip
+            broadcast(
+                locked,
+                {
+                    "type": "report",
+                    "iteration": r["iteration"],
+                    "iter_time_s": r["iter_time_s"],
+                    "rank": rank,
+                },
+            )
     return len(fresh)
 
 
@@ -374,6 +424,10 @@ def apply_replan(job: Job, user, plan: PlanRecord, rank, max_spend_usd, max_hour
     with transaction.atomic():
         new = create_job(user, plan, rank, job.train_command, max_spend_usd, max_hours, confirm, replaces=job)
         stop_job(job, f"replaced by job {new.pk} (re-plan)")
-        add_event(job, "replan_applied", f"re-plan applied: job {new.pk} launches option {rank} of plan {plan.pk}",
-                  {"job": new.pk, "plan": plan.pk, "rank": int(rank)})  # fmt: skip
+        add_event(
+            job,
+            "replan_applied",
+            f"re-plan applied: job {new.pk} launches option {rank} of plan {plan.pk}",
+            {"job": new.pk, "plan": plan.pk, "rank": int(rank)},
+        )
     return new

@@ -94,11 +94,19 @@ def node_launches(option: dict) -> list[NodeLaunch]:
             else:
                 runs.append((b, 1))
         for batch, n in runs:
-            out.append(NodeLaunch(
-                index=len(out), group=g, instance_type=group["instance_type"], market=group["market"],
-                zone=group.get("zone"), count=n, gpus_per_node=max(1, int(group.get("gpus_per_node") or 1)),
-                batch_per_node=batch, price_per_hour=float(group["price_per_hour"]),
-            ))  # fmt: skip
+            out.append(
+                NodeLaunch(
+                    index=len(out),
+                    group=g,
+                    instance_type=group["instance_type"],
+                    market=group["market"],
+                    zone=group.get("zone"),
+                    count=n,
+                    gpus_per_node=max(1, int(group.get("gpus_per_node") or 1)),
+                    batch_per_node=batch,
+                    price_per_hour=float(group["price_per_hour"]),
+                )
+            )
     return out
 
 
@@ -121,8 +129,10 @@ def limits(option: dict, max_spend_usd: Decimal, max_hours: float) -> Limits:
 
 
 def describe_option(option: dict) -> str:
-    parts = [f"{g['count']}x {g['instance_type']} ({g['market']}{', ' + g['zone'] if g.get('zone') else ''})"
-             for g in option["groups"]]
+    parts = [
+        f"{g['count']}x {g['instance_type']} ({g['market']}{', ' + g['zone'] if g.get('zone') else ''})"
+        for g in option["groups"]
+    ]
     return " + ".join(parts) + f" in {option['region']}"
 
 
@@ -133,10 +143,17 @@ def preview(option: dict, max_spend_usd: Decimal, max_hours: float) -> dict:
     return {
         "region": option["region"],
         "instances": [
-            {"instance_type": n.instance_type, "count": n.count, "market": n.market, "zone": n.zone,
-             "gpus_per_node": n.gpus_per_node, "gpu_model": option["groups"][n.group].get("gpu_model", ""),
-             "batch_per_node": n.batch_per_node, "price_per_hour": n.price_per_hour,
-             "hourly_usd": round(n.hourly_usd, 4)}
+            {
+                "instance_type": n.instance_type,
+                "count": n.count,
+                "market": n.market,
+                "zone": n.zone,
+                "gpus_per_node": n.gpus_per_node,
+                "gpu_model": option["groups"][n.group].get("gpu_model", ""),
+                "batch_per_node": n.batch_per_node,
+                "price_per_hour": n.price_per_hour,
+                "hourly_usd": round(n.hourly_usd, 4),
+            }
             for n in launches
         ],
         "nodes": sum(n.count for n in launches),
@@ -150,27 +167,59 @@ def preview(option: dict, max_spend_usd: Decimal, max_hours: float) -> dict:
         "global_batch": option.get("global_batch"),
         "placement_group": "cluster",
         "label": describe_option(option),
-    }  # fmt: skip
+    }
 
 
 # --- confirmation -------------------------------------------------------------------------
 
 
-def _binding(user, plan_id: int, rank: int, train_command: str, max_spend_usd: Decimal, max_hours: float,
-             replaces: int | None) -> dict:
-    return {"u": user.pk, "p": int(plan_id), "r": int(rank), "s": str(max_spend_usd), "h": repr(float(max_hours)),
-            "c": hashlib.sha256(train_command.encode()).hexdigest()[:32], "x": replaces}  # fmt: skip
+def _binding(
+    user,
+    plan_id: int,
+    rank: int,
+    train_command: str,
+    max_spend_usd: Decimal,
+    max_hours: float,
+    replaces: int | None,
+) -> dict:
+    return {
+        "u": user.pk,
+        "p": int(plan_id),
+        "r": int(rank),
+        "s": str(max_spend_usd),
+        "h": repr(float(max_hours)),
+        "c": hashlib.sha256(train_command.encode()).hexdigest()[:32],
+        "x": replaces,
+    }
 
 
-def confirmation_for(user, plan_id: int, rank: int, train_command: str, max_spend_usd: Decimal, max_hours: float,
-                     replaces: int | None = None) -> str:
+def confirmation_for(
+    user,
+    plan_id: int,
+    rank: int,
+    train_command: str,
+    max_spend_usd: Decimal,
+    max_hours: float,
+    replaces: int | None = None,
+) -> str:
     """A short-lived signed id that confirms exactly this launch by this user."""
-    return signing.dumps(_binding(user, plan_id, rank, train_command, max_spend_usd, max_hours, replaces),
-                         salt=CONFIRM_SALT, compress=True)
+    return signing.dumps(
+        _binding(user, plan_id, rank, train_command, max_spend_usd, max_hours, replaces),
+        salt=CONFIRM_SALT,
+        compress=True,
+    )
 
 
-def check_confirmation(token, user, plan_id: int, rank: int, train_command: str, max_spend_usd: Decimal,
-                       max_hours: float, replaces: int | None = None) -> None:
+def check_confirmation(
+    token,
+    user,
+    plan_id: int,
+    rank: int,
+    train_command: str,
+    max_spend_usd: Decimal,
+    max_hours: float,
+    replaces: int | None = None,
+) -> None:
     """JobError("confirmation", ...) unless ``token`` confirms exactly these parameters."""
     if not isinstance(token, str) or not token:
         raise jobs.JobError("confirmation", "preview the launch first and send its confirmation id")
@@ -181,8 +230,11 @@ def check_confirmation(token, user, plan_id: int, rank: int, train_command: str,
     except signing.BadSignature as exc:
         raise jobs.JobError("confirmation", "not a valid confirmation id") from exc
     if bound != _binding(user, plan_id, rank, train_command, max_spend_usd, max_hours, replaces):
-        raise jobs.JobError("confirmation", "the confirmation is for another launch (plan, option, command, "
-                                            "spend or hours changed); preview again")
+        raise jobs.JobError(
+            "confirmation",
+            "the confirmation is for another launch (plan, option, command, "
+            "spend or hours changed); preview again",
+        )
 
 
 # --- user-data ----------------------------------------------------------------------------
@@ -196,19 +248,28 @@ def agent_url(job_id) -> str:
     return f"{settings.SITE_URL.rstrip('/')}/api/v1/jobs/{job_id}/agent.tar.gz"
 
 
-def user_data(job_id, option: dict, token: str, train_command: str, node: NodeLaunch, max_minutes: int) -> str:
+def user_data(
+    job_id, option: dict, token: str, train_command: str, node: NodeLaunch, max_minutes: int
+) -> str:
     """The node script: rendezvous through the server, then torchrun the user's command.
 
     The profiler package (with ``profiler.agent.report``) is unpacked into the working
     directory, which is put on ``PYTHONPATH``, so the training script can report back.
     """
     return training_user_data(
-        server_url=settings.SITE_URL, job_id=job_id, token=token, node_rank=None, nnodes=_nnodes(option),
-        nproc_per_node=node.gpus_per_node, master_addr_discovery=SERVER_DISCOVERY, train_command=train_command,
-        per_node_batch=max(1, node.batch_per_node), max_minutes=max(1, max_minutes),
+        server_url=settings.SITE_URL,
+        job_id=job_id,
+        token=token,
+        node_rank=None,
+        nnodes=_nnodes(option),
+        nproc_per_node=node.gpus_per_node,
+        master_addr_discovery=SERVER_DISCOVERY,
+        train_command=train_command,
+        per_node_batch=max(1, node.batch_per_node),
+        max_minutes=max(1, max_minutes),
         env={"PYTHONPATH": WORK_DIR, "SRIFTY_GLOBAL_BATCH": option.get("global_batch") or ""},
         repo_tarball_url=agent_url(job_id),
-    )  # fmt: skip
+    )
 
 
 def check_user_data(option: dict, train_command: str) -> None:
@@ -246,7 +307,9 @@ def zone_subnets(region: str, zone: str | None) -> list[str | None]:
     key = "availability-zone-id" if _ZONE_ID_RE.match(zone) else "availability-zone"
     filters = [{"Name": key, "Values": [zone]}]
     wanted = list(jobs.setting("JOB_SUBNET_IDS", []) or [])
-    filters.append({"Name": "subnet-id", "Values": wanted} if wanted else {"Name": "default-for-az", "Values": ["true"]})
+    filters.append(
+        {"Name": "subnet-id", "Values": wanted} if wanted else {"Name": "default-for-az", "Values": ["true"]}
+    )
     try:
         found = ec2.client("ec2", region).describe_subnets(Filters=filters).get("Subnets", [])
     except (BotoCoreError, ClientError) as exc:
@@ -273,7 +336,9 @@ def launch_job(job: Job) -> str:
         use_group = len(zones) == 1  # a cluster placement group lives in one zone
         if use_group:
             ec2.create_placement_group(job.region, group_name)
-        job = jobs.mark_launched(job, instance_ids=[], node_ips={}, placement_group=group_name if use_group else "")
+        job = jobs.mark_launched(
+            job, instance_ids=[], node_ips={}, placement_group=group_name if use_group else ""
+        )
         images: dict[str, str] = {}
         for node in launches:
             arch = _arch_of(node.instance_type)
@@ -282,19 +347,28 @@ def launch_job(job: Job) -> str:
             image = images[arch]
             minutes = _minutes_to_cap(job, lim.cap_hours)
             spec = ec2.LaunchSpec(
-                region=job.region, instance_type=node.instance_type, max_minutes=minutes, market=node.market,
+                region=job.region,
+                instance_type=node.instance_type,
+                max_minutes=minutes,
+                market=node.market,
                 user_data=user_data(job.pk, option, token, job.train_command, node, minutes),
-                tags={**tags, "Name": f"srifty-job-{job.pk}-g{node.index}"}, image_id=image,
+                tags={**tags, "Name": f"srifty-job-{job.pk}-g{node.index}"},
+                image_id=image,
                 security_group_ids=tuple(jobs.setting("JOB_SECURITY_GROUP_IDS", ()) or ()),
                 key_name=jobs.setting("JOB_KEY_NAME", None) or None,
                 iam_instance_profile=jobs.setting("JOB_INSTANCE_PROFILE", None) or None,
                 placement_group=group_name if use_group else None,
-            )  # fmt: skip
+            )
             template = ec2.create_launch_template(job.region, f"srifty-job-{job.pk}-g{node.index}", spec)
             ids = ec2.launch_from_template(
-                job.region, template, node.count, node.market, {**tags, "Name": f"srifty-job-{job.pk}-g{node.index}"},
-                zone_subnets(job.region, node.zone), client_token=f"{job.launch_token}-g{node.index}",
-            )  # fmt: skip
+                job.region,
+                template,
+                node.count,
+                node.market,
+                {**tags, "Name": f"srifty-job-{job.pk}-g{node.index}"},
+                zone_subnets(job.region, node.zone),
+                client_token=f"{job.launch_token}-g{node.index}",
+            )
             ips = {s.id: s.private_ip for s in ec2.describe(job.region, ids)}
             job = jobs.mark_launched(job, instance_ids=ids, node_ips=ips, template_id=template)
             if job.finished:  # stopped (user, cap) while launching: what started since goes too
@@ -338,8 +412,11 @@ def rendezvous(job: Job, instance_id: str) -> tuple[int, dict]:
     addr = job.node_ips.get(master)
     if not addr:
         return 202, {"detail": "waiting for the master's private IP"}
-    return 200, {"master_addr": addr, "node_rank": job.instance_ids.index(instance_id),
-                 "nnodes": len(job.instance_ids)}  # fmt: skip
+    return 200, {
+        "master_addr": addr,
+        "node_rank": job.instance_ids.index(instance_id),
+        "nnodes": len(job.instance_ids),
+    }
 
 
 # --- taking it down -----------------------------------------------------------------------
@@ -388,7 +465,9 @@ def _plan(user, plan_id):
     return plan
 
 
-def prepare(user, plan_id, rank, train_command, max_spend_usd, max_hours, *, replaces: int | None = None) -> dict:
+def prepare(
+    user, plan_id, rank, train_command, max_spend_usd, max_hours, *, replaces: int | None = None
+) -> dict:
     """Step 1: the exact launch (``preview``) plus a confirmation id bound to it."""
     if not jobs.can_launch(user):
         raise jobs.NotAllowed("launching a job needs the plans.add_job permission")
@@ -397,12 +476,16 @@ def prepare(user, plan_id, rank, train_command, max_spend_usd, max_hours, *, rep
     option = jobs.plan_option(user, plan, rank)
     check_user_data(option, train_command)
     out = preview(option, spend, hours)
-    out.update({
-        "plan": plan.pk, "rank": int(rank), "train_command": train_command,
-        "requested": {"max_spend_usd": str(spend), "max_hours": hours},  # send these back with the id
-        "confirmation": confirmation_for(user, plan.pk, int(rank), train_command, spend, hours, replaces),
-        "confirmation_expires_s": int(jobs.setting("JOB_CONFIRM_MAX_AGE_S", 600)),
-    })  # fmt: skip
+    out.update(
+        {
+            "plan": plan.pk,
+            "rank": int(rank),
+            "train_command": train_command,
+            "requested": {"max_spend_usd": str(spend), "max_hours": hours},  # send these back with the id
+            "confirmation": confirmation_for(user, plan.pk, int(rank), train_command, spend, hours, replaces),
+            "confirmation_expires_s": int(jobs.setting("JOB_CONFIRM_MAX_AGE_S", 600)),
+        }
+    )
     return out
 
 
@@ -419,7 +502,9 @@ def confirm_and_create(user, plan_id, rank, train_command, max_spend_usd, max_ho
 def replan_budget(job: Job, now=None) -> tuple[Decimal, float]:
     """What is left of the job's caps, for the job that replaces it."""
     now = now or timezone.now()
-    spend_left = (job.max_spend_usd - Decimal(str(job.spend_so_far(now)))).quantize(Decimal("0.01"), ROUND_DOWN)
+    spend_left = (job.max_spend_usd - Decimal(str(job.spend_so_far(now)))).quantize(
+        Decimal("0.01"), ROUND_DOWN
+    )
     start = job.started_at or job.created_at
     hours_left = round(job.max_hours - (min(now, job.finished_at or now) - start).total_seconds() / 3600, 4)
     return spend_left, hours_left
@@ -444,12 +529,17 @@ def prepare_replan(user, job: Job, max_spend_usd=None, max_hours=None, refresh: 
     spend = max_spend_usd if max_spend_usd is not None else spend_left
     hours = max_hours if max_hours is not None else hours_left
     if max_spend_usd is None and spend_left <= 0:
-        raise jobs.JobError("max_spend_usd", "nothing is left of the job's spend cap; give a new max_spend_usd")
+        raise jobs.JobError(
+            "max_spend_usd", "nothing is left of the job's spend cap; give a new max_spend_usd"
+        )
     if max_hours is None and hours_left <= 0:
         raise jobs.JobError("max_hours", "nothing is left of the job's time cap; give a new max_hours")
-    out = prepare(user, offer.data["plan"], offer.data["rank"], job.train_command, spend, hours, replaces=job.pk)
-    out.update({"replaces": job.pk, "remaining_samples": offer.data.get("remaining_samples"),
-                "offer": offer.message})  # fmt: skip
+    out = prepare(
+        user, offer.data["plan"], offer.data["rank"], job.train_command, spend, hours, replaces=job.pk
+    )
+    out.update(
+        {"replaces": job.pk, "remaining_samples": offer.data.get("remaining_samples"), "offer": offer.message}
+    )
     return out
 
 
@@ -458,7 +548,9 @@ def apply_replan(user, job: Job, plan_id, rank, max_spend_usd, max_hours, confir
         raise jobs.NotAllowed("launching a job needs the plans.add_job permission")
     _, spend, hours = jobs.clean_params(job.train_command, max_spend_usd, max_hours)
     plan = _plan(user, plan_id)
-    check_confirmation(confirmation, user, plan.pk, int(rank), job.train_command, spend, hours, replaces=job.pk)
+    check_confirmation(
+        confirmation, user, plan.pk, int(rank), job.train_command, spend, hours, replaces=job.pk
+    )
     return jobs.apply_replan(job, user, plan, rank, spend, hours, confirm=True)
 
 

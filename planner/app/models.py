@@ -26,8 +26,9 @@ class PlanRecord(models.Model):
     name = models.CharField(max_length=120, blank=True)
     # The request as the user gave it (model spec or profile run, job size, objective, limits).
     request = models.JSONField()
-    profile_run = models.ForeignKey("profiler.ProfilingRun", on_delete=models.SET_NULL, null=True, blank=True,
-                                    related_name="plans")
+    profile_run = models.ForeignKey(
+        "profiler.ProfilingRun", on_delete=models.SET_NULL, null=True, blank=True, related_name="plans"
+    )
     status = models.CharField(max_length=12, choices=PlanStatus.choices, default=PlanStatus.PENDING)
     # PlanResult as JSON: ranked plans, Pareto frontier, evaluated points, baselines, stats.
     result = models.JSONField(null=True, blank=True)
@@ -71,7 +72,9 @@ class Job(ScopedTokenMixin, models.Model):
     option = models.JSONField(help_text="The plan option as launched (groups, batch per node, prices)")
     region = models.CharField(max_length=32)
     train_command = models.TextField()
-    status = models.CharField(max_length=10, choices=JobStatus.choices, default=JobStatus.LAUNCHING, db_index=True)
+    status = models.CharField(
+        max_length=10, choices=JobStatus.choices, default=JobStatus.LAUNCHING, db_index=True
+    )
     status_reason = models.TextField(blank=True)
     hourly_usd = models.DecimalField(max_digits=12, decimal_places=4)
     max_spend_usd = models.DecimalField(max_digits=12, decimal_places=2)
@@ -114,7 +117,9 @@ class Job(ScopedTokenMixin, models.Model):
         from datetime import timedelta
 
         start = self.started_at or self.created_at
-        hours = min(self.max_hours, float(self.max_spend_usd / self.hourly_usd) if self.hourly_usd else self.max_hours)
+        hours = min(
+            self.max_hours, float(self.max_spend_usd / self.hourly_usd) if self.hourly_usd else self.max_hours
+        )
         return start + timedelta(hours=hours)
 
     def spend_so_far(self, now=None) -> float:

@@ -67,9 +67,13 @@ def window_times(job: Job, now=None) -> dict[int, list[float]]:
     """Iteration times per rank over the drift window (warm-up iterations left out)."""
     now = now or timezone.now()
     minutes, _, _, warmup = _drift_settings()
-    rows = (JobReport.objects.filter(job=job, reported_at__gte=now - timedelta(minutes=minutes),
-                                     iteration__gt=warmup)
-            .order_by("-reported_at").values_list("rank", "iter_time_s")[:MAX_WINDOW_REPORTS])  # fmt: skip
+    rows = (
+        JobReport.objects.filter(
+            job=job, reported_at__gte=now - timedelta(minutes=minutes), iteration__gt=warmup
+        )
+        .order_by("-reported_at")
+        .values_list("rank", "iter_time_s")[:MAX_WINDOW_REPORTS]
+    )
     per_rank: dict[int, list[float]] = {}
     for rank, t in rows:
         per_rank.setdefault(rank, []).append(t)
@@ -88,13 +92,20 @@ def check_drift(job: Job, now=None) -> str | None:
         return None
     median = statistics.median(times)
     ratio = median / job.predicted_iter_s
-    data = {"median_iter_s": round(median, 6), "predicted_iter_s": job.predicted_iter_s, "ratio": round(ratio, 4),
-            "window_minutes": minutes, "reports": len(times),
-            "rank_medians": {str(r): round(statistics.median(ts), 6) for r, ts in sorted(per_rank.items())}}  # fmt: skip
+    data = {
+        "median_iter_s": round(median, 6),
+        "predicted_iter_s": job.predicted_iter_s,
+        "ratio": round(ratio, 4),
+        "window_minutes": minutes,
+        "reports": len(times),
+        "rank_medians": {str(r): round(statistics.median(ts), 6) for r, ts in sorted(per_rank.items())},
+    }
     if ratio > 1 + threshold:
         slowest = max(per_rank.items(), key=lambda kv: statistics.median(kv[1]))[0]
-        message = (f"iterations take {median:.3f} s (median of the last {minutes:g} min), "
-                   f"{(ratio - 1) * 100:.0f}% above the predicted {job.predicted_iter_s:.3f} s; slowest rank {slowest}")
+        message = (
+            f"iterations take {median:.3f} s (median of the last {minutes:g} min), "
+            f"{(ratio - 1) * 100:.0f}% above the predicted {job.predicted_iter_s:.3f} s; slowest rank {slowest}"
+        )
         return "flagged" if jobs.set_drift(job, message, data) else None
     if job.drift_since is not None:
         message = f"back to {median:.3f} s per iteration ({(ratio - 1) * 100:+.0f}% vs predicted)"
@@ -106,31 +117,42 @@ def progress(job: Job) -> dict:
     """Work done and left. Samples are the reported ones (every rank reports its own, so their
     sum is the cluster's); without samples, iterations x the global batch."""
     global_batch = max(1, int(job.option.get("global_batch") or 1))
-    agg = JobReport.objects.filter(job=job).aggregate(sum_samples=Sum("samples"), with_samples=Count("samples"),
-                                                      iterations=Max("iteration"))  # fmt: skip
+    agg = JobReport.objects.filter(job=job).aggregate(
+        sum_samples=Sum("samples"), with_samples=Count("samples"), iterations=Max("iteration")
+    )
     iterations = int(agg["iterations"] or 0)
     done = float(agg["sum_samples"]) if agg["with_samples"] else float(iterations * global_batch)
     total = jobs.total_samples(job.plan, job.option) or float(job.total_iterations * global_batch)
     remaining = max(0.0, total - done)
-    return {"done_samples": done, "total_samples": total, "remaining_samples": remaining,
-            "iterations": iterations, "total_iterations": job.total_iterations,
-            "fraction": round(min(1.0, done / total), 4) if total else None}  # fmt: skip
+    return {
+        "done_samples": done,
+        "total_samples": total,
+        "remaining_samples": remaining,
+        "iterations": iterations,
+        "total_iterations": job.total_iterations,
+        "fraction": round(min(1.0, done / total), 4) if total else None,
+    }
 
 
 def observed(job: Job, limit: int = 2000) -> dict:
     """Observed vs predicted, for the API and the page."""
-    recent = list(JobReport.objects.filter(job=job).order_by("-reported_at", "-seq")
-                  .values("iteration", "iter_time_s", "rank")[:limit])[::-1]  # fmt: skip
+    recent = list(
+        JobReport.objects.filter(job=job)
+        .order_by("-reported_at", "-seq")
+        .values("iteration", "iter_time_s", "rank")[:limit]
+    )[::-1]
     times = [r["iter_time_s"] for r in recent]
     p50 = statistics.median(times) if times else None
     p90 = statistics.quantiles(times, n=10)[-1] if len(times) >= 2 else p50
     return {
         "reports": JobReport.objects.filter(job=job).count(),
-        "median_iter_s": p50, "p90_iter_s": p90,
-        "predicted_iter_s": job.predicted_iter_s, "predicted_iter_p90_s": job.predicted_iter_p90_s,
+        "median_iter_s": p50,
+        "p90_iter_s": p90,
+        "predicted_iter_s": job.predicted_iter_s,
+        "predicted_iter_p90_s": job.predicted_iter_p90_s,
         "ratio": round(p50 / job.predicted_iter_s, 4) if p50 and job.predicted_iter_s else None,
         "series": recent,
-    }  # fmt: skip
+    }
 
 
 # --- re-plan ------------------------------------------------------------------------------
@@ -172,18 +194,26 @@ def offer_replan(job: Job, reason: str) -> JobEvent | None:
         return jobs.add_event(job, "replan_failed", f"re-plan failed: {exc}")
     options = (plan.result or {}).get("plans") or []
     if not options:
-        return jobs.add_event(job, "replan_failed", f"re-plan found no option: {plan.error or plan.status}",
-                              {"plan": plan.pk})  # fmt: skip
+        return jobs.add_event(
+            job, "replan_failed", f"re-plan found no option: {plan.error or plan.status}", {"plan": plan.pk}
+        )
     best = options[0]
     from planner.app.launch import describe_option
 
     return jobs.add_event(
-        job, "replan_offer",
+        job,
+        "replan_offer",
         f"{reason}; re-plan for the {left:,.0f} samples left: {describe_option(best)} at "
         f"${best.get('hourly_usd', 0):.2f}/h, about {best.get('time_h', 0):.2f} h",
-        {"plan": plan.pk, "rank": best["rank"], "remaining_samples": left, "hourly_usd": best.get("hourly_usd"),
-         "time_h": best.get("time_h"), "label": describe_option(best)},
-    )  # fmt: skip
+        {
+            "plan": plan.pk,
+            "rank": best["rank"],
+            "remaining_samples": left,
+            "hourly_usd": best.get("hourly_usd"),
+            "time_h": best.get("time_h"),
+            "label": describe_option(best),
+        },
+    )
 
 
 def latest_offer(job: Job) -> JobEvent | None:
@@ -226,24 +256,35 @@ def watch_job(job: Job, now=None) -> str:
     for instance_id in job.instance_ids:
         state = states.get(instance_id)
         if instance_id in interrupted:
-            ev = jobs.add_event(job, "spot_interruption", f"spot interruption of {instance_id}"
-                                f" ({state.instance_type if state else '?'})", once_for=instance_id)  # fmt: skip
+            ev = jobs.add_event(
+                job,
+                "spot_interruption",
+                f"spot interruption of {instance_id} ({state.instance_type if state else '?'})",
+                once_for=instance_id,
+            )
             losses.append(ev)
             continue
         if state is None:
             if job.started_at and now - job.started_at > fresh_grace:
-                losses.append(jobs.add_event(job, "node_lost", f"{instance_id} is gone", once_for=instance_id))
+                losses.append(
+                    jobs.add_event(job, "node_lost", f"{instance_id} is gone", once_for=instance_id)
+                )
             continue
         if state.state in LIVE:
             continue
         if state.state_reason == SELF_SHUTDOWN:
             exited.append(instance_id)
             continue
-        losses.append(jobs.add_event(
-            job, "node_lost", f"{instance_id} ({state.instance_type}) is {state.state}"
-            + (f": {state.state_reason}" if state.state_reason else ""),
-            {"state": state.state, "reason": state.state_reason}, once_for=instance_id,
-        ))  # fmt: skip
+        losses.append(
+            jobs.add_event(
+                job,
+                "node_lost",
+                f"{instance_id} ({state.instance_type}) is {state.state}"
+                + (f": {state.state_reason}" if state.state_reason else ""),
+                {"state": state.state, "reason": state.state_reason},
+                once_for=instance_id,
+            )
+        )
     new_losses = [e for e in losses if e is not None]
     if new_losses:
         offer_replan(job, f"lost {len(new_losses)} node(s)")
@@ -261,9 +302,15 @@ def _all_nodes_gone(job: Job, exited: list[str]) -> str:
         if done["fraction"] is None or done["fraction"] >= 0.99:
             jobs.succeed_job(job, "training finished: every node shut itself down")
             return "succeeded"
-        jobs.fail_job(job, f"every node shut itself down after {done['iterations']} of "
-                           f"{done['total_iterations']} iterations (see the node log)")  # fmt: skip
+        jobs.fail_job(
+            job,
+            f"every node shut itself down after {done['iterations']} of "
+            f"{done['total_iterations']} iterations (see the node log)",
+        )
         return "failed"
-    jobs.fail_job(job, f"every node is gone ({lost} lost or interrupted)"
-                  + ("; a re-plan is offered" if latest_offer(job) else ""))  # fmt: skip
+    jobs.fail_job(
+        job,
+        f"every node is gone ({lost} lost or interrupted)"
+        + ("; a re-plan is offered" if latest_offer(job) else ""),
+    )
     return "failed"

@@ -113,11 +113,19 @@ def offers(result: dict, request: dict, max_minutes: int) -> list[Offer]:
         if price is None:
             continue
         form = {
-            "kind": "compute", "model_spec": spec, "input_shape": ",".join(str(d) for d in shape),
-            "batch_sizes": "auto", "device": "cuda", "precision": profiling_precision(precision),
-            "iters": str(AGENT_DEFAULTS["cuda"]["iters"]), "max_memory": "", "provider": "ec2",
-            "instance_type": itype.name, "region": price.region.code, "market": "on-demand",
-        }  # fmt: skip
+            "kind": "compute",
+            "model_spec": spec,
+            "input_shape": ",".join(str(d) for d in shape),
+            "batch_sizes": "auto",
+            "device": "cuda",
+            "precision": profiling_precision(precision),
+            "iters": str(AGENT_DEFAULTS["cuda"]["iters"]),
+            "max_memory": "",
+            "provider": "ec2",
+            "instance_type": itype.name,
+            "region": price.region.code,
+            "market": "on-demand",
+        }
         out.append(
             Offer(
                 itype.name,

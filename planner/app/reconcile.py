@@ -66,19 +66,27 @@ class Report:
         verb = "would terminate" if self.dry_run else "terminated"
         out = [f"{verb} {a.instance_id} ({a.region}, {a.owner}): {a.reason}" for a in self.terminated]
         out += [f"error: {e}" for e in self.errors]
-        out.append(f"{self.scanned} managed instance(s) of this install in {', '.join(self.regions) or 'no region'}: "
-                   f"{len(self.terminated)} {verb}, {len(self.kept)} kept"
-                   + (f"; {self.other_installs} of other installs left alone" if self.other_installs else ""))  # fmt: skip
+        out.append(
+            f"{self.scanned} managed instance(s) of this install in {', '.join(self.regions) or 'no region'}: "
+            f"{len(self.terminated)} {verb}, {len(self.kept)} kept"
+            + (f"; {self.other_installs} of other installs left alone" if self.other_installs else "")
+        )
         return out
 
 
 def regions_to_scan(now=None) -> list[str]:
     now = now or timezone.now()
     since = now - timedelta(days=float(jobs.setting("RECONCILE_RECENT_DAYS", 7)))
-    found = set(Job.objects.filter(Q(created_at__gte=since) | ~Q(status__in=JOB_FINISHED))
-                .values_list("region", flat=True))  # fmt: skip
-    found |= set(ProfilingRun.objects.filter(provider=Provider.EC2)
-                 .filter(Q(created_at__gte=since) | ~Q(status__in=RUN_FINISHED)).values_list("region", flat=True))  # fmt: skip
+    found = set(
+        Job.objects.filter(Q(created_at__gte=since) | ~Q(status__in=JOB_FINISHED)).values_list(
+            "region", flat=True
+        )
+    )
+    found |= set(
+        ProfilingRun.objects.filter(provider=Provider.EC2)
+        .filter(Q(created_at__gte=since) | ~Q(status__in=RUN_FINISHED))
+        .values_list("region", flat=True)
+    )
     found |= set(jobs.setting("RECONCILE_REGIONS", None) or [settings.AWS_DEFAULT_REGION])
     return sorted(r for r in found if r)
 
@@ -110,7 +118,11 @@ def verdict(state: ec2.InstanceState, now) -> tuple[str, str, Job | None]:
         if run.finished:
             return "terminate", f"run {run.pk} is {run.status}", None
         if now > run.deadline_at + grace:
-            return "terminate", f"run {run.pk} is past its deadline ({run.deadline_at:%Y-%m-%d %H:%M} UTC)", None
+            return (
+                "terminate",
+                f"run {run.pk} is past its deadline ({run.deadline_at:%Y-%m-%d %H:%M} UTC)",
+                None,
+            )
         return "keep", f"run {run.pk} is {run.status}", None
     return "keep", "no srifty:job-id or srifty:run-id tag", None
 
@@ -134,12 +146,24 @@ def reconcile(regions: list[str] | None = None, dry_run: bool = False, now=None)
             if state.state in ("shutting-down",):
                 continue  # already on its way out
             if install is None:
-                report.kept.append(Action(state.id, region, "-", f"no {ec2.INSTALL_TAG} tag (launched before "
-                                          "install ids, or not by Srifty): whose it is is unknown; left alone"))
+                report.kept.append(
+                    Action(
+                        state.id,
+                        region,
+                        "-",
+                        f"no {ec2.INSTALL_TAG} tag (launched before "
+                        "install ids, or not by Srifty): whose it is is unknown; left alone",
+                    )
+                )
                 continue
             decision, reason, job = verdict(state, now)
-            owner = (f"job {state.tags['srifty:job-id']}" if "srifty:job-id" in state.tags
-                     else f"run {state.tags['srifty:run-id']}" if "srifty:run-id" in state.tags else "-")  # fmt: skip
+            owner = (
+                f"job {state.tags['srifty:job-id']}"
+                if "srifty:job-id" in state.tags
+                else f"run {state.tags['srifty:run-id']}"
+                if "srifty:run-id" in state.tags
+                else "-"
+            )
             action = Action(state.id, region, owner, reason)
             if decision == "keep":
                 report.kept.append(action)

@@ -25,13 +25,16 @@ class ModelChoiceSerializer(serializers.Serializer):
     ``manage.py plan`` passes ``context={"allow_code": True}`` to plan a factory directly."""
 
     profile_run = serializers.IntegerField(required=False, min_value=1)
-    spec = serializers.CharField(required=False, max_length=200,
-                                 help_text="torchvision:NAME, timm:NAME or transformers:MODEL_TYPE")
+    spec = serializers.CharField(
+        required=False, max_length=200, help_text="torchvision:NAME, timm:NAME or transformers:MODEL_TYPE"
+    )
     input_shape = serializers.CharField(required=False, max_length=64)
     precision = serializers.ChoiceField(
-        choices=["fp32", "tf32", "amp", "fp16", "bf16"], required=False,
+        choices=["fp32", "tf32", "amp", "fp16", "bf16"],
+        required=False,
         help_text="default amp for a spec; with profile_run, the profile's own precision (another one is planned "
-                  "with the profile's, and the plan's warnings say so)")
+        "with the profile's, and the plan's warnings say so)",
+    )
 
     def validate(self, attrs: dict) -> dict:
         from profiler.agent.specs import SpecError, check_library_spec, parse_spec
@@ -99,23 +102,37 @@ def offers_per_region(attrs: dict) -> list[int]:
 
 def search_size_problems(attrs: dict) -> dict[str, str]:
     """Field -> why the request would make the solver run for minutes or take gigabytes."""
-    nodes, types = attrs.get("max_nodes", PLAN_DEFAULTS["max_nodes"]), attrs.get("max_types", PLAN_DEFAULTS["max_types"])
-    grid = batch_grid_size(attrs.get("global_batch_min", PLAN_DEFAULTS["global_batch_min"]),
-                           attrs.get("global_batch_max", PLAN_DEFAULTS["global_batch_max"]))
+    nodes, types = (
+        attrs.get("max_nodes", PLAN_DEFAULTS["max_nodes"]),
+        attrs.get("max_types", PLAN_DEFAULTS["max_types"]),
+    )
+    grid = batch_grid_size(
+        attrs.get("global_batch_min", PLAN_DEFAULTS["global_batch_min"]),
+        attrs.get("global_batch_max", PLAN_DEFAULTS["global_batch_max"]),
+    )
     if nodes * grid > MAX_NODE_BATCH_POINTS:
-        return {"max_nodes": f"max_nodes {nodes} x {grid} global batch sizes searched is more than "
-                             f"{MAX_NODE_BATCH_POINTS}: lower max_nodes or narrow global_batch_min..global_batch_max"}
+        return {
+            "max_nodes": f"max_nodes {nodes} x {grid} global batch sizes searched is more than "
+            f"{MAX_NODE_BATCH_POINTS}: lower max_nodes or narrow global_batch_min..global_batch_max"
+        }
     vectors = math.comb(nodes, types) * grid
     if types > 1 and vectors > MAX_COUNT_VECTORS:
-        return {"max_types": f"{types} types over max_nodes {nodes} x {grid} batch sizes is {vectors} node-count "
-                             f"combinations per type set; at most {MAX_COUNT_VECTORS}: lower max_types or max_nodes"}
+        return {
+            "max_types": f"{types} types over max_nodes {nodes} x {grid} batch sizes is {vectors} node-count "
+            f"combinations per type set; at most {MAX_COUNT_VECTORS}: lower max_types or max_nodes"
+        }
     if types > 1 and attrs.get("objective") != "cost":
-        search = sum(math.comb(k_r, k) * math.comb(nodes, k) * grid
-                     for k_r in offers_per_region(attrs) for k in range(2, types + 1))
+        search = sum(
+            math.comb(k_r, k) * math.comb(nodes, k) * grid
+            for k_r in offers_per_region(attrs)
+            for k in range(2, types + 1)
+        )
         if search > MAX_MIXED_SEARCH:
-            return {"max_types": f"mixing {types} types for objective {attrs.get('objective')!r} searches ~{search} "
-                                 f"configurations; at most {MAX_MIXED_SEARCH}: lower max_types or max_nodes, "
-                                 "choose fewer regions or gpu_models, or use objective 'cost'"}
+            return {
+                "max_types": f"mixing {types} types for objective {attrs.get('objective')!r} searches ~{search} "
+                f"configurations; at most {MAX_MIXED_SEARCH}: lower max_types or max_nodes, "
+                "choose fewer regions or gpu_models, or use objective 'cost'"
+            }
     return {}
 
 
@@ -126,26 +143,45 @@ class PlanRequestSerializer(serializers.Serializer):
     epochs = serializers.FloatField(required=False, min_value=0.001, max_value=100_000)
     iterations = serializers.IntegerField(required=False, min_value=1, max_value=10**12)
     objective = serializers.ChoiceField(choices=["cost", "time", "throughput"])
-    deadline_hours = serializers.FloatField(required=False, allow_null=True, min_value=0.01, max_value=24 * 365)
+    deadline_hours = serializers.FloatField(
+        required=False, allow_null=True, min_value=0.01, max_value=24 * 365
+    )
     budget_usd = serializers.FloatField(required=False, allow_null=True, min_value=0.01, max_value=1e9)
     max_hourly_usd = serializers.FloatField(required=False, allow_null=True, min_value=0.01, max_value=1e7)
-    regions = serializers.ListField(child=serializers.CharField(max_length=32), required=False, allow_empty=True,
-                                    max_length=len(AWS_REGIONS))
+    regions = serializers.ListField(
+        child=serializers.CharField(max_length=32),
+        required=False,
+        allow_empty=True,
+        max_length=len(AWS_REGIONS),
+    )
     spot = serializers.BooleanField(default=MARKET_DEFAULTS["spot"])
     on_demand = serializers.BooleanField(default=MARKET_DEFAULTS["on_demand"])
     max_nodes = serializers.IntegerField(default=PLAN_DEFAULTS["max_nodes"], min_value=1, max_value=512)
     max_types = serializers.IntegerField(default=PLAN_DEFAULTS["max_types"], min_value=1, max_value=3)
     quotas_on_demand = QuotaField(required=False)
     quotas_spot = QuotaField(required=False)
-    global_batch_min = serializers.IntegerField(default=PLAN_DEFAULTS["global_batch_min"], min_value=1, max_value=1 << 20)
-    global_batch_max = serializers.IntegerField(default=PLAN_DEFAULTS["global_batch_max"], min_value=1, max_value=1 << 20)
-    checkpoint_interval_h = serializers.FloatField(default=PLAN_DEFAULTS["checkpoint_interval_h"], min_value=0.01, max_value=24 * 365)
-    restart_overhead_h = serializers.FloatField(default=PLAN_DEFAULTS["restart_overhead_h"], min_value=0, max_value=24 * 30)
+    global_batch_min = serializers.IntegerField(
+        default=PLAN_DEFAULTS["global_batch_min"], min_value=1, max_value=1 << 20
+    )
+    global_batch_max = serializers.IntegerField(
+        default=PLAN_DEFAULTS["global_batch_max"], min_value=1, max_value=1 << 20
+    )
+    checkpoint_interval_h = serializers.FloatField(
+        default=PLAN_DEFAULTS["checkpoint_interval_h"], min_value=0.01, max_value=24 * 365
+    )
+    restart_overhead_h = serializers.FloatField(
+        default=PLAN_DEFAULTS["restart_overhead_h"], min_value=0, max_value=24 * 30
+    )
     max_miss_risk = serializers.FloatField(required=False, allow_null=True, min_value=0.001, max_value=1)
-    gpu_models = serializers.ListField(child=serializers.CharField(max_length=64), required=False, allow_empty=True,
-                                       max_length=MAX_LIST)
-    baseline_gpu = serializers.CharField(required=False, allow_blank=True, max_length=64,
-                                         help_text="GPU a SkyPilot-style user would ask for, e.g. A100")
+    gpu_models = serializers.ListField(
+        child=serializers.CharField(max_length=64), required=False, allow_empty=True, max_length=MAX_LIST
+    )
+    baseline_gpu = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=64,
+        help_text="GPU a SkyPilot-style user would ask for, e.g. A100",
+    )
     top_k = serializers.IntegerField(default=PLAN_DEFAULTS["top_k"], min_value=1, max_value=50)
 
     def _quotas(self, value: dict) -> dict:
@@ -153,8 +189,9 @@ class PlanRequestSerializer(serializers.Serializer):
             raise serializers.ValidationError(f"at most {MAX_LIST} quota classes")
         bad = [k for k in value if not QUOTA_KEY_RE.match(str(k))]
         if bad:
-            raise serializers.ValidationError(f"quota class names are letters, digits, - and _ (at most 64): "
-                                              f"{str(bad[0])[:70]!r}")
+            raise serializers.ValidationError(
+                f"quota class names are letters, digits, - and _ (at most 64): {str(bad[0])[:70]!r}"
+            )
         big = [k for k, v in value.items() if v > MAX_QUOTA_VCPUS]
         if big:
             raise serializers.ValidationError(f"{big[0]}: at most {MAX_QUOTA_VCPUS} vCPUs")
@@ -188,7 +225,9 @@ class PlanRequestSerializer(serializers.Serializer):
             attrs["global_batch_min"] = attrs["global_batch_max"]  # iterations are counted at one batch
         else:
             errors["samples_per_epoch"] = "give samples_per_epoch and epochs, or iterations"
-        needs = {"cost": "deadline_hours", "time": "budget_usd", "throughput": "max_hourly_usd"}[attrs["objective"]]
+        needs = {"cost": "deadline_hours", "time": "budget_usd", "throughput": "max_hourly_usd"}[
+            attrs["objective"]
+        ]
         if attrs.get(needs) is None:
             errors[needs] = f"required for objective {attrs['objective']!r}"
         if attrs["global_batch_min"] > attrs["global_batch_max"]:
@@ -209,13 +248,27 @@ class PlanWarningSerializer(serializers.Serializer):
 
 class PlanSerializer(ModelSerializer):
     owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    warnings = serializers.SerializerMethodField(help_text="What to know about how the plan was predicted "
-                                                 "(also in result.warnings); empty for older plans")
+    warnings = serializers.SerializerMethodField(
+        help_text="What to know about how the plan was predicted "
+        "(also in result.warnings); empty for older plans"
+    )
 
     class Meta:
         model = PlanRecord
-        fields = ["id", "name", "owner", "status", "request", "result", "error", "binding_constraint",
-                  "solve_time_s", "created_at", "profile_run", "warnings"]
+        fields = [
+            "id",
+            "name",
+            "owner",
+            "status",
+            "request",
+            "result",
+            "error",
+            "binding_constraint",
+            "solve_time_s",
+            "created_at",
+            "profile_run",
+            "warnings",
+        ]
         read_only_fields = fields
 
     @extend_schema_field(PlanWarningSerializer(many=True))
@@ -237,4 +290,9 @@ class PlanSummarySerializer(ModelSerializer):
         if not plans:
             return None
         p = plans[0]
-        return {"label": p["label"], "total_usd": p["total_usd"], "time_h": p["time_h"], "hourly_usd": p["hourly_usd"]}
+        return {
+            "label": p["label"],
+            "total_usd": p["total_usd"],
+            "time_h": p["time_h"],
+            "hourly_usd": p["hourly_usd"],
+        }

@@ -75,8 +75,15 @@ def transfer_model():
     return _transfer_cache[key]
 
 
-def workload(spec: str, input_shape: tuple[int, ...], precision: str, measured=None, measured_on=None, *,
-             allow_code: bool = False):
+def workload(
+    spec: str,
+    input_shape: tuple[int, ...],
+    precision: str,
+    measured=None,
+    measured_on=None,
+    *,
+    allow_code: bool = False,
+):
     """The model's workload, counted once and cached on disk (a meta-device trace takes seconds).
 
     Library specs only (``check_library_spec``), unless ``allow_code`` (the operator's own
@@ -102,7 +109,9 @@ def workload(spec: str, input_shape: tuple[int, ...], precision: str, measured=N
             # The first line of the error says what is wrong (a shape mismatch, an unknown name);
             # the rest of a framework's message is internals that a 400 need not show.
             reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-            raise PlanInputError("model", f"cannot build {spec} with input shape {input_shape}: {reason}") from exc
+            raise PlanInputError(
+                "model", f"cannot build {spec} with input shape {input_shape}: {reason}"
+            ) from exc
         if library:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
@@ -124,18 +133,29 @@ def _profile_workload(run, profile, precision: str, measured, measured_on, allow
         try:
             base = Workload.from_dict(trace)
         except (ValueError, KeyError, TypeError) as exc:
-            raise PlanInputError("profile_run", f"the workload trace of run {run.pk} is malformed: {exc}") from exc
+            raise PlanInputError(
+                "profile_run", f"the workload trace of run {run.pk} is malformed: {exc}"
+            ) from exc
         # Not cached by spec: the trace is the run's own (its agent may have posted anything).
         return dataclasses.replace(base, measured=measured, measured_on=measured_on)
     shape = tuple(profile.model.input_shape) or tuple(int(x) for x in run.input_shape.split(","))
     try:
-        return workload(profile.model.spec, shape, profile.device.precision or precision, measured, measured_on,
-                        allow_code=allow_code)
+        return workload(
+            profile.model.spec,
+            shape,
+            profile.device.precision or precision,
+            measured,
+            measured_on,
+            allow_code=allow_code,
+        )
     except PlanInputError as exc:
         if exc.field != "spec":
             raise
-        raise PlanInputError("profile_run", f"run {run.pk} carries no workload trace and names model code, which "
-                             "the server does not run; profile it again with this version's agent") from exc
+        raise PlanInputError(
+            "profile_run",
+            f"run {run.pk} carries no workload trace and names model code, which "
+            "the server does not run; profile it again with this version's agent",
+        ) from exc
 
 
 def _model_inputs(req: dict, owner, allow_code: bool = False):
@@ -146,6 +166,7 @@ def _model_inputs(req: dict, owner, allow_code: bool = False):
     from planner.models.compute import fit_compute_model
     from planner.profiles import ProfileError, parse_compute_profile
     from profiler.models import ProfilingRun, RunKind, RunStatus
+
     model = req["model"]
     precision = model.get("precision", "fp32")
     if model.get("profile_run"):
@@ -174,7 +195,9 @@ def datasheet_gpu_name(device_name: str, transfer) -> str:
     torch names devices ``NVIDIA A10G``, ``Tesla T4`` or ``NVIDIA A100-SXM4-40GB``; the datasheet
     rows (and their aliases) are ``A10G``, ``T4``, ``A100-SXM4-40GB``. Unknown names stay as they
     are (the oracle then predicts analytically, as before)."""
-    candidates = [device_name] + [device_name[len(p):] for p in _VENDOR_PREFIXES if device_name.startswith(p)]
+    candidates = [device_name] + [
+        device_name[len(p) :] for p in _VENDOR_PREFIXES if device_name.startswith(p)
+    ]
     for name in candidates:
         try:
             transfer.spec(name)
@@ -193,9 +216,14 @@ def plan_warnings(req: dict, wl, run, profile) -> list[dict]:
 
     out = []
     if profile is not None:
-        message = precision_warning(req["model"].get("precision"), profile.device.precision, run_id=run.pk,
-                                    device_type=profile.device.type, device_name=profile.device.name,
-                                    planned=wl.precision)
+        message = precision_warning(
+            req["model"].get("precision"),
+            profile.device.precision,
+            run_id=run.pk,
+            device_type=profile.device.type,
+            device_name=profile.device.name,
+            planned=wl.precision,
+        )
         if message:
             out.append({"code": "precision_mismatch", "message": message})
     return out
@@ -207,13 +235,17 @@ def plan_request(req: dict):
 
     try:
         pr = PlanRequest(
-            objective=req["objective"], total_samples=float(req["total_samples"]),
-            deadline_hours=req.get("deadline_hours"), budget_usd=req.get("budget_usd"),
-            max_hourly_usd=req.get("max_hourly_usd"), quotas_on_demand=req.get("quotas_on_demand") or {},
+            objective=req["objective"],
+            total_samples=float(req["total_samples"]),
+            deadline_hours=req.get("deadline_hours"),
+            budget_usd=req.get("budget_usd"),
+            max_hourly_usd=req.get("max_hourly_usd"),
+            quotas_on_demand=req.get("quotas_on_demand") or {},
             quotas_spot=req.get("quotas_spot") or {},
-            regions=tuple(req["regions"]) if req.get("regions") else None, max_miss_risk=req.get("max_miss_risk"),
+            regions=tuple(req["regions"]) if req.get("regions") else None,
+            max_miss_risk=req.get("max_miss_risk"),
             **{k: req.get(k, v) for k, v in PLAN_DEFAULTS.items()},
-        )  # fmt: skip
+        )
         pr.validate()
     except RequestError as exc:
         raise PlanInputError(exc.field, str(exc).split(": ", 1)[-1]) from exc
@@ -224,8 +256,13 @@ def candidates(req: dict):
     from planner.candidates import load_candidates
 
     rows = feed.candidate_rows(req.get("regions") or None)
-    return load_candidates(rows, regions=req.get("regions") or None, allow_spot=req.get("spot", True),
-                           allow_on_demand=req.get("on_demand", True), gpu_models=req.get("gpu_models") or None)
+    return load_candidates(
+        rows,
+        regions=req.get("regions") or None,
+        allow_spot=req.get("spot", True),
+        allow_on_demand=req.get("on_demand", True),
+        gpu_models=req.get("gpu_models") or None,
+    )
 
 
 # --- solving ------------------------------------------------------------------------------
@@ -245,7 +282,9 @@ def solve_request(req: dict, owner, *, allow_code: bool = False) -> dict:
     wl, run, profile = _model_inputs(req, owner, allow_code)
     cands = candidates(req)
     if not cands:
-        raise PlanInputError("regions", "no CUDA GPU instance type with a price matches the regions and markets")
+        raise PlanInputError(
+            "regions", "no CUDA GPU instance type with a price matches the regions and markets"
+        )
     transfer = transfer_model()
     if wl.measured_on is not None:
         wl = dataclasses.replace(wl, measured_on=datasheet_gpu_name(wl.measured_on, transfer))
@@ -253,9 +292,19 @@ def solve_request(req: dict, owner, *, allow_code: bool = False) -> dict:
     result = solve(pr, cands, oracle)
     verified = _verify(result.plans, pr, wl, oracle, {c.key: c for c in cands})
     rows = RowSource(oracle, validated_errors(), {c.key: c for c in cands})
-    alternatives = _market_alternatives(pr, cands, oracle, rows) if req.get("spot", True) and req.get("on_demand", True) else {}
-    baselines = evaluate_baselines(pr, cands, oracle, result, requested_gpu=req.get("baseline_gpu"),
-                                   skypilot_use_spot=bool(req.get("spot", True)))
+    alternatives = (
+        _market_alternatives(pr, cands, oracle, rows)
+        if req.get("spot", True) and req.get("on_demand", True)
+        else {}
+    )
+    baselines = evaluate_baselines(
+        pr,
+        cands,
+        oracle,
+        result,
+        requested_gpu=req.get("baseline_gpu"),
+        skypilot_use_spot=bool(req.get("spot", True)),
+    )
     return {
         "plans": [_plan_json(p, verified.get(p.rank), rows) for p in result.plans],
         "pareto": [p._asdict() for p in result.pareto],
@@ -265,14 +314,19 @@ def solve_request(req: dict, owner, *, allow_code: bool = False) -> dict:
         "stats": dataclasses.asdict(result.stats),
         "solve_time_s": result.solve_time_s,
         "total_time_s": time.perf_counter() - started,
-        "model": {"spec": wl.model_spec, "input_shape": list(wl.input_shape), "precision": wl.precision,
-                  "profile_run": run.pk if run else None, "measured_on": wl.measured_on,
-                  "source": _source_of(result.plans, oracle),
-                  "precision_requested": req["model"].get("precision"),
-                  "profile_precision": profile.device.precision if profile else None},
+        "model": {
+            "spec": wl.model_spec,
+            "input_shape": list(wl.input_shape),
+            "precision": wl.precision,
+            "profile_run": run.pk if run else None,
+            "measured_on": wl.measured_on,
+            "source": _source_of(result.plans, oracle),
+            "precision_requested": req["model"].get("precision"),
+            "profile_precision": profile.device.precision if profile else None,
+        },
         "request": {"total_samples": pr.total_samples},
         "warnings": plan_warnings(req, wl, run, profile),
-    }  # fmt: skip
+    }
 
 
 def _market_alternatives(pr, cands, oracle, rows: RowSource) -> dict[str, dict]:
@@ -306,9 +360,12 @@ def _verify(plans, pr, wl, oracle, by_key: dict) -> dict[int, dict]:
         config = tuple((by_key[(p.region, g.market, g.instance_type)], g.count) for g in p.groups)
         est = mc(config, p.global_batch)
         if est is not None:
-            out[p.rank] = {"iter_time_s": est.iter_time_s, "iter_time_p90_s": est.iter_time_p90_s,
-                           "throughput_sps": est.throughput_sps,
-                           "time_h": pr.total_samples / est.throughput_sps / 3600 + pr.startup_overhead_h}
+            out[p.rank] = {
+                "iter_time_s": est.iter_time_s,
+                "iter_time_p90_s": est.iter_time_p90_s,
+                "throughput_sps": est.throughput_sps,
+                "time_h": pr.total_samples / est.throughput_sps / 3600 + pr.startup_overhead_h,
+            }
     return out
 
 
@@ -363,12 +420,18 @@ class RowSource:
         from planner.validated import error_of
 
         source = self.source(plan)
-        return {"prediction_source": source, "prediction_error": error_of(source, self.errors), **self.comm(plan)}
+        return {
+            "prediction_source": source,
+            "prediction_error": error_of(source, self.errors),
+            **self.comm(plan),
+        }
 
     def comm(self, plan) -> dict:
         """The comm model that timed the row's all-reduces and its train points near this cluster."""
         try:
-            config = tuple((self.candidates[(plan.region, g.market, g.instance_type)], g.count) for g in plan.groups)
+            config = tuple(
+                (self.candidates[(plan.region, g.market, g.instance_type)], g.count) for g in plan.groups
+            )
         except KeyError:
             return {}
         c = self.oracle.comm_source(config)
@@ -381,7 +444,7 @@ def _thin(points, limit: int = 4000):
     rest = [p for p in points if not p.feasible]
     room = max(0, limit - len(feasible))
     stride = max(1, math.ceil(len(rest) / room)) if room else len(rest) + 1
-    return (feasible[:limit] + rest[::stride][:room])
+    return feasible[:limit] + rest[::stride][:room]
 
 
 def _plan_json(plan, verified: dict | None, rows: RowSource) -> dict:
@@ -395,12 +458,15 @@ def _plan_json(plan, verified: dict | None, rows: RowSource) -> dict:
 
 def _baseline_json(b, rows: RowSource) -> dict:
     return {
-        "name": b.name, "description": b.description,
+        "name": b.name,
+        "description": b.description,
         "candidate": b.candidate.label if b.candidate else None,
-        "plan": _plan_json(b.plan, None, rows) if b.plan else None, "infeasible_reason": b.infeasible_reason,
-        "throughput_gain_pct": b.throughput_gain_pct, "cost_gain_pct": b.cost_gain_pct,
+        "plan": _plan_json(b.plan, None, rows) if b.plan else None,
+        "infeasible_reason": b.infeasible_reason,
+        "throughput_gain_pct": b.throughput_gain_pct,
+        "cost_gain_pct": b.cost_gain_pct,
         "time_gain_pct": b.time_gain_pct,
-    }  # fmt: skip
+    }
 
 
 def create_plan(owner, request: dict, *, name: str = "", allow_code: bool = False) -> PlanRecord:

@@ -44,8 +44,16 @@ MODEL_VERSION = 1
 MIN_XGB_OBSERVATIONS = 20
 QUANTILES = (0.5, 0.9)
 FEATURES = (
-    "log2_size", "world_size", "nodes", "gpus_per_node", "link_baseline_gbps", "link_peak_gbps",
-    "efa", "intra_node", "same_placement_group", "log_prior_ms",
+    "log2_size",
+    "world_size",
+    "nodes",
+    "gpus_per_node",
+    "link_baseline_gbps",
+    "link_peak_gbps",
+    "efa",
+    "intra_node",
+    "same_placement_group",
+    "log_prior_ms",
 )
 # p90/p50 of the bare prior when nothing was measured (typical run-to-run spread of NCCL rings)
 PRIOR_P90_RATIO = 1.15
@@ -72,21 +80,46 @@ class CommQuery:
 
     @classmethod
     def from_link(cls, size_bytes: int, cluster: Cluster, link: Link) -> CommQuery:
-        return cls(size_bytes=int(size_bytes), world_size=cluster.world_size, nodes=cluster.nodes,
-                   gpus_per_node=cluster.gpus_per_node, link_gbps=link.gbps,
-                   link_peak_gbps=link.peak_gbps or link.gbps, alpha_us=link.alpha_us,
-                   efa=cluster.efa, placement_group=cluster.placement_group, link_kind=link.kind)
+        return cls(
+            size_bytes=int(size_bytes),
+            world_size=cluster.world_size,
+            nodes=cluster.nodes,
+            gpus_per_node=cluster.gpus_per_node,
+            link_gbps=link.gbps,
+            link_peak_gbps=link.peak_gbps or link.gbps,
+            alpha_us=link.alpha_us,
+            efa=cluster.efa,
+            placement_group=cluster.placement_group,
+            link_kind=link.kind,
+        )
 
     @property
     def config_key(self) -> tuple[Any, ...]:
         """Everything but the message size: queries with equal keys share a measured curve."""
-        return (self.world_size, self.nodes, self.gpus_per_node, round(self.link_gbps, 6),
-                round(self.link_peak_gbps or self.link_gbps, 6), round(self.alpha_us, 6),
-                self.efa, self.placement_group)
+        return (
+            self.world_size,
+            self.nodes,
+            self.gpus_per_node,
+            round(self.link_gbps, 6),
+            round(self.link_peak_gbps or self.link_gbps, 6),
+            round(self.alpha_us, 6),
+            self.efa,
+            self.placement_group,
+        )
 
     def with_size(self, size_bytes: int) -> CommQuery:
-        return CommQuery(size_bytes, self.world_size, self.nodes, self.gpus_per_node, self.link_gbps,
-                         self.link_peak_gbps, self.alpha_us, self.efa, self.placement_group, self.link_kind)
+        return CommQuery(
+            size_bytes,
+            self.world_size,
+            self.nodes,
+            self.gpus_per_node,
+            self.link_gbps,
+            self.link_peak_gbps,
+            self.alpha_us,
+            self.efa,
+            self.placement_group,
+            self.link_kind,
+        )
 
 
 @dataclass(frozen=True)
@@ -111,7 +144,9 @@ class CommPrediction:
         return "analytical" if self.method == "prior" else "measured"
 
 
-def ring_allreduce_prior_ms(size_bytes: float, world_size: int, bandwidth_gbps: float, alpha_us: float) -> float:
+def ring_allreduce_prior_ms(
+    size_bytes: float, world_size: int, bandwidth_gbps: float, alpha_us: float
+) -> float:
     """``2(n−1)/n · S/B + 2(n−1)·α`` in milliseconds (``B`` in Gbit/s, ``α`` in µs); 0 for n = 1."""
     if world_size <= 1:
         return 0.0
@@ -129,14 +164,22 @@ def prior_ms(query: CommQuery) -> float:
 def feature_vector(query: CommQuery) -> list[float]:
     """Features in :data:`FEATURES` order."""
     return [
-        math.log2(max(query.size_bytes, 1)), float(query.world_size), float(query.nodes),
-        float(query.gpus_per_node), float(query.link_gbps), float(query.link_peak_gbps or query.link_gbps),
-        float(query.efa), float(query.nodes == 1), float(query.placement_group),
+        math.log2(max(query.size_bytes, 1)),
+        float(query.world_size),
+        float(query.nodes),
+        float(query.gpus_per_node),
+        float(query.link_gbps),
+        float(query.link_peak_gbps or query.link_gbps),
+        float(query.efa),
+        float(query.nodes == 1),
+        float(query.placement_group),
         math.log(max(prior_ms(query), 1e-9)),
     ]
 
 
-def observations_from_profile(profile: CommProfile, cluster: Cluster, link: Link | None = None) -> list[CommObservation]:
+def observations_from_profile(
+    profile: CommProfile, cluster: Cluster, link: Link | None = None
+) -> list[CommObservation]:
     """Pair a measured comm profile with the cluster description it was measured on."""
     link = link or cluster.slowest_link()
     out = []
@@ -194,8 +237,14 @@ class CommModel:
     # ------------------------------------------------------------------ fitting
 
     @classmethod
-    def fit(cls, observations: Sequence[CommObservation], *, min_xgb_observations: int = MIN_XGB_OBSERVATIONS,
-            seed: int = 0, n_estimators: int = 200) -> CommModel:
+    def fit(
+        cls,
+        observations: Sequence[CommObservation],
+        *,
+        min_xgb_observations: int = MIN_XGB_OBSERVATIONS,
+        seed: int = 0,
+        n_estimators: int = 200,
+    ) -> CommModel:
         obs = [o for o in observations if o.times_ms and o.query.world_size > 1]
         if not obs:
             return cls()
@@ -218,9 +267,16 @@ class CommModel:
                 rows.append(feats)
                 ys.append(math.log(max(t, 1e-9) / base))
         dtrain = xgb.DMatrix(np.asarray(rows), label=np.asarray(ys), feature_names=list(FEATURES))
-        params = {"objective": "reg:quantileerror", "quantile_alpha": np.array(QUANTILES),
-                  "tree_method": "hist", "learning_rate": 0.1, "max_depth": 4, "min_child_weight": 1.0,
-                  "seed": seed, "nthread": 1}
+        params = {
+            "objective": "reg:quantileerror",
+            "quantile_alpha": np.array(QUANTILES),
+            "tree_method": "hist",
+            "learning_rate": 0.1,
+            "max_depth": 4,
+            "min_child_weight": 1.0,
+            "seed": seed,
+            "nthread": 1,
+        }
         booster = xgb.train(params, dtrain, num_boost_round=n_estimators)
         self._booster = booster
         self.booster_json = json.loads(bytes(booster.save_raw(raw_format="json")))
@@ -279,10 +335,16 @@ class CommModel:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "format": MODEL_FORMAT, "version": MODEL_VERSION, "method": self.method,
-            "features": list(FEATURES), "quantiles": list(QUANTILES), "n_observations": self.n_observations,
+            "format": MODEL_FORMAT,
+            "version": MODEL_VERSION,
+            "method": self.method,
+            "features": list(FEATURES),
+            "quantiles": list(QUANTILES),
+            "n_observations": self.n_observations,
             "pooled_ratio": list(self.pooled_ratio),
-            "ratio_curves": [{"config": list(k), "points": [list(p) for p in v]} for k, v in self.ratio_curves.items()],
+            "ratio_curves": [
+                {"config": list(k), "points": [list(p) for p in v]} for k, v in self.ratio_curves.items()
+            ],
             "booster": self.booster_json,
         }
 
@@ -295,8 +357,13 @@ class CommModel:
         if list(doc.get("features", FEATURES)) != list(FEATURES):
             raise ValueError("comm model: feature list differs from this code's FEATURES")
         curves = {tuple(c["config"]): [tuple(p) for p in c["points"]] for c in doc.get("ratio_curves", [])}
-        return cls(method=doc["method"], ratio_curves=curves, pooled_ratio=tuple(doc["pooled_ratio"]),
-                   booster_json=doc.get("booster"), n_observations=int(doc.get("n_observations", 0)))
+        return cls(
+            method=doc["method"],
+            ratio_curves=curves,
+            pooled_ratio=tuple(doc["pooled_ratio"]),
+            booster_json=doc.get("booster"),
+            n_observations=int(doc.get("n_observations", 0)),
+        )
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict()))
@@ -326,8 +393,10 @@ def _ratio_curves(obs: Sequence[CommObservation]) -> dict[tuple[Any, ...], list[
         grouped.setdefault(o.query.config_key, {}).setdefault(o.query.size_bytes, []).extend(ratios)
     curves = {}
     for key, by_size in grouped.items():
-        pts = [(math.log(size), math.log(_quantile(rs, 0.5)), math.log(_quantile(rs, 0.9)))
-               for size, rs in sorted(by_size.items())]
+        pts = [
+            (math.log(size), math.log(_quantile(rs, 0.5)), math.log(_quantile(rs, 0.9)))
+            for size, rs in sorted(by_size.items())
+        ]
         curves[key] = pts
     return curves
 

@@ -105,8 +105,13 @@ class PhaseTimes:
         return float(getattr(self, phase))
 
     def scaled(self, forward: float, backward: float, optimizer: float, source: str) -> PhaseTimes:
-        return replace(self, forward=self.forward * forward, backward=self.backward * backward,
-                       optimizer=self.optimizer * optimizer, source=source)
+        return replace(
+            self,
+            forward=self.forward * forward,
+            backward=self.backward * backward,
+            optimizer=self.optimizer * optimizer,
+            source=source,
+        )
 
 
 @dataclass(frozen=True)
@@ -123,12 +128,19 @@ class PiecewiseLinear:
     def __call__(self, batch: float) -> float:
         if self.knee is None:
             return self.intercept + self.slope1 * batch
-        return (self.intercept + self.slope1 * min(batch, self.knee)
-                + self.slope2 * max(batch - self.knee, 0.0))
+        return (
+            self.intercept + self.slope1 * min(batch, self.knee) + self.slope2 * max(batch - self.knee, 0.0)
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"intercept": self.intercept, "slope1": self.slope1, "slope2": self.slope2,
-                "knee": self.knee, "rel_rmse": self.rel_rmse, "bic": self.bic}
+        return {
+            "intercept": self.intercept,
+            "slope1": self.slope1,
+            "slope2": self.slope2,
+            "knee": self.knee,
+            "rel_rmse": self.rel_rmse,
+            "bic": self.bic,
+        }
 
 
 @dataclass(frozen=True)
@@ -157,8 +169,10 @@ class ComputeModel:
 
     def __post_init__(self) -> None:
         if self.correlations and len(self.correlations) != len(self.batch_sizes):
-            raise ValueError(f"compute model: {len(self.correlations)} correlations for "
-                             f"{len(self.batch_sizes)} batch sizes")
+            raise ValueError(
+                f"compute model: {len(self.correlations)} correlations for "
+                f"{len(self.batch_sizes)} batch sizes"
+            )
         if not all(0.0 <= r <= 1.0 for r in self.correlations):  # also refuses NaN
             raise ValueError(f"compute model: correlations must be in [0, 1], got {list(self.correlations)}")
 
@@ -177,23 +191,33 @@ class ComputeModel:
             raise OutOfProfiledRangeError(f"batch size must be >= 1, got {batch}")
         if self.max_batch_size is not None and batch > self.max_batch_size:
             raise BatchTooLargeError(
-                f"batch size {batch} exceeds max_batch_size {self.max_batch_size} of {self.model_spec} on {self.device}")
+                f"batch size {batch} exceeds max_batch_size {self.max_batch_size} of {self.model_spec} on {self.device}"
+            )
         lo, hi = self.batch_sizes[0], self.batch_sizes[-1]
         if batch < self.min_batch or batch > self.max_batch:
             raise OutOfProfiledRangeError(
                 f"batch size {batch} outside the profiled range {lo}..{hi} of {self.model_spec} on {self.device} "
-                f"(±{self.margin:.0%} extrapolation allowed: {self.min_batch}..{self.max_batch})")
+                f"(±{self.margin:.0%} extrapolation allowed: {self.min_batch}..{self.max_batch})"
+            )
 
     def predict(self, batch: int) -> PhaseTimes:
         """Phase times (ms) at per-worker ``batch``; raises :class:`ComputeRangeError` if out of range."""
         self.check_batch(batch)
         times = {p: max(self.fits[p](batch), MIN_TIME_MS) for p in PHASES}
         rho = interpolate(batch, self.batch_sizes, self.correlations) if self.correlations else 0.0
-        spread = PhaseSpread(**{p: interpolate(batch, self.batch_sizes, self.spreads[p]) for p in PHASES},
-                             correlation=rho)
+        spread = PhaseSpread(
+            **{p: interpolate(batch, self.batch_sizes, self.spreads[p]) for p in PHASES}, correlation=rho
+        )
         fit_error = PhaseSpread(**{p: self.fits[p].rel_rmse for p in PHASES})
-        return PhaseTimes(forward=times["forward"], backward=times["backward"], optimizer=times["optimizer"],
-                          spread=spread, fit_error=fit_error, source=self.source, batch_size=batch)
+        return PhaseTimes(
+            forward=times["forward"],
+            backward=times["backward"],
+            optimizer=times["optimizer"],
+            spread=spread,
+            fit_error=fit_error,
+            source=self.source,
+            batch_size=batch,
+        )
 
     def buckets(self, batch: int | None = None) -> tuple[BucketSpec, ...]:
         """Bucket sizes and ready fractions, interpolated between the profiled batch sizes."""
@@ -214,14 +238,21 @@ class ComputeModel:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "version": 1, "model_spec": self.model_spec, "device": self.device, "precision": self.precision,
+            "version": 1,
+            "model_spec": self.model_spec,
+            "device": self.device,
+            "precision": self.precision,
             "fits": {p: f.to_dict() for p, f in self.fits.items()},
             "batch_sizes": list(self.batch_sizes),
             "spreads": {p: list(v) for p, v in self.spreads.items()},
             "correlations": list(self.correlations),
-            "buckets_by_batch": {str(b): [[x.size_bytes, x.ready_fraction] for x in lay]
-                                 for b, lay in self.buckets_by_batch.items()},
-            "max_batch_size": self.max_batch_size, "margin": self.margin, "source": self.source,
+            "buckets_by_batch": {
+                str(b): [[x.size_bytes, x.ready_fraction] for x in lay]
+                for b, lay in self.buckets_by_batch.items()
+            },
+            "max_batch_size": self.max_batch_size,
+            "margin": self.margin,
+            "source": self.source,
         }
 
     @classmethod
@@ -229,14 +260,19 @@ class ComputeModel:
         if doc.get("version") != 1:
             raise ValueError(f"compute model: version must be 1, got {doc.get('version')!r}")
         return cls(
-            model_spec=doc["model_spec"], device=doc["device"], precision=doc["precision"],
+            model_spec=doc["model_spec"],
+            device=doc["device"],
+            precision=doc["precision"],
             fits={p: PiecewiseLinear(**f) for p, f in doc["fits"].items()},
             batch_sizes=tuple(doc["batch_sizes"]),
             spreads={p: tuple(v) for p, v in doc["spreads"].items()},
             correlations=tuple(float(r) for r in doc.get("correlations", ())),
-            buckets_by_batch={int(b): tuple(BucketSpec(int(s), float(r)) for s, r in lay)
-                              for b, lay in doc.get("buckets_by_batch", {}).items()},
-            max_batch_size=doc.get("max_batch_size"), margin=doc.get("margin", EXTRAPOLATION_MARGIN),
+            buckets_by_batch={
+                int(b): tuple(BucketSpec(int(s), float(r)) for s, r in lay)
+                for b, lay in doc.get("buckets_by_batch", {}).items()
+            },
+            max_batch_size=doc.get("max_batch_size"),
+            margin=doc.get("margin", EXTRAPOLATION_MARGIN),
             source=doc.get("source", "measured"),
         )
 
@@ -276,8 +312,8 @@ def phase_correlation(sample: ComputeSample) -> float:
     if n < 3 or any(len(x) != n for x in series):
         return 0.0
     var = [statistics.pvariance(x) for x in series]
-    cross = sum(math.sqrt(v) for v in var) ** 2 - sum(var)   # Σ_{p≠q} σ_p σ_q
-    if cross <= 1e-9 * sum(var):   # at most one phase varies (rounding can leave a tiny positive)
+    cross = sum(math.sqrt(v) for v in var) ** 2 - sum(var)  # Σ_{p≠q} σ_p σ_q
+    if cross <= 1e-9 * sum(var):  # at most one phase varies (rounding can leave a tiny positive)
         return 0.0
     total = statistics.pvariance([sum(ts) for ts in zip(*series, strict=True)])
     return min(max((total - sum(var)) / cross, 0.0), 1.0)
@@ -296,12 +332,22 @@ def fit_compute_model(profile: ComputeProfile, *, margin: float = EXTRAPOLATION_
         fits[phase] = fit_piecewise_linear(batches, medians)
         spreads[phase] = tuple(s.phases[phase].relative_spread for s in profile.samples)
     correlations = tuple(phase_correlation(s) for s in profile.samples)
-    buckets = {s.batch_size: tuple(BucketSpec(b.size_bytes, b.ready_fraction) for b in s.buckets)
-               for s in profile.samples if s.buckets}
+    buckets = {
+        s.batch_size: tuple(BucketSpec(b.size_bytes, b.ready_fraction) for b in s.buckets)
+        for s in profile.samples
+        if s.buckets
+    }
     return ComputeModel(
-        model_spec=profile.model.spec, device=profile.device.name, precision=profile.device.precision,
-        fits=fits, batch_sizes=tuple(batches), spreads=spreads, buckets_by_batch=buckets,
-        max_batch_size=profile.max_batch_size, margin=margin, correlations=correlations,
+        model_spec=profile.model.spec,
+        device=profile.device.name,
+        precision=profile.device.precision,
+        fits=fits,
+        batch_sizes=tuple(batches),
+        spreads=spreads,
+        buckets_by_batch=buckets,
+        max_batch_size=profile.max_batch_size,
+        margin=margin,
+        correlations=correlations,
     )
 
 
@@ -341,7 +387,9 @@ def _fit_hinge(xs: Sequence[float], ys: Sequence[float], knee: float) -> Piecewi
     return _with_stats(model, xs, ys, n_params=4)
 
 
-def _with_stats(model: PiecewiseLinear, xs: Sequence[float], ys: Sequence[float], n_params: int) -> PiecewiseLinear:
+def _with_stats(
+    model: PiecewiseLinear, xs: Sequence[float], ys: Sequence[float], n_params: int
+) -> PiecewiseLinear:
     rel = [(model(x) - y) / max(abs(y), MIN_TIME_MS) for x, y in zip(xs, ys, strict=True)]
     n = len(xs)
     rss = sum(r * r for r in rel)
@@ -350,7 +398,9 @@ def _with_stats(model: PiecewiseLinear, xs: Sequence[float], ys: Sequence[float]
     return replace(model, rel_rmse=math.sqrt(rss / n), bic=bic)
 
 
-def _weighted_lstsq(rows: Sequence[Sequence[float]], ys: Sequence[float], ws: Sequence[float]) -> list[float] | None:
+def _weighted_lstsq(
+    rows: Sequence[Sequence[float]], ys: Sequence[float], ws: Sequence[float]
+) -> list[float] | None:
     import numpy as np
 
     a = np.asarray(rows, dtype=float) * np.asarray(ws, dtype=float)[:, None]

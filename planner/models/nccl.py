@@ -62,26 +62,41 @@ from typing import Any
 
 from planner.models.opclass import Trees
 
-PCIE_GB_S = 20.0           # PCIe Gen4 x16 per direction; Gen3 boards (T4) sit at ~half, see ``pcie_gb_s``
+PCIE_GB_S = 20.0  # PCIe Gen4 x16 per direction; Gen3 boards (T4) sit at ~half, see ``pcie_gb_s``
 PCIE_GEN3 = ("Volta", "Turing")
 BW_FACTOR = {"LL": 0.5, "LL128": 0.92, "Simple": 1.0}
 PROTOCOLS = tuple(BW_FACTOR)
 # NCCL's tuner tables (src/graph/tuning.cc, 2.18–2.27): base latency per algorithm and protocol,
 # and per-hop latency per link class (µs).  NVLS/NVLSTree run the Simple protocol only.
-BASE_LAT_US = {"ring": {"LL": 6.6, "LL128": 14.0, "Simple": 8.4}, "tree": {"LL": 6.8, "LL128": 14.0, "Simple": 8.4},
-               "nvls": {"Simple": 25.0}, "nvlstree": {"Simple": 25.0}}
-HW_LAT_US = {"nvlink": {"ring": {"LL": 0.6, "LL128": 1.9, "Simple": 3.4}, "tree": {"LL": 0.6, "LL128": 1.25, "Simple": 4.0}},
-             "pcie": {"ring": {"LL": 1.0, "LL128": 2.5, "Simple": 5.7}, "tree": {"LL": 1.0, "LL128": 1.9, "Simple": 6.0}},
-             "efa": {"ring": {"LL": 2.7, "LL128": 4.0, "Simple": 14.0}, "tree": {"LL": 5.0, "LL128": 8.5, "Simple": 14.0}}}
+BASE_LAT_US = {
+    "ring": {"LL": 6.6, "LL128": 14.0, "Simple": 8.4},
+    "tree": {"LL": 6.8, "LL128": 14.0, "Simple": 8.4},
+    "nvls": {"Simple": 25.0},
+    "nvlstree": {"Simple": 25.0},
+}
+HW_LAT_US = {
+    "nvlink": {
+        "ring": {"LL": 0.6, "LL128": 1.9, "Simple": 3.4},
+        "tree": {"LL": 0.6, "LL128": 1.25, "Simple": 4.0},
+    },
+    "pcie": {
+        "ring": {"LL": 1.0, "LL128": 2.5, "Simple": 5.7},
+        "tree": {"LL": 1.0, "LL128": 1.9, "Simple": 6.0},
+    },
+    "efa": {
+        "ring": {"LL": 2.7, "LL128": 4.0, "Simple": 14.0},
+        "tree": {"LL": 5.0, "LL128": 8.5, "Simple": 14.0},
+    },
+}
 # NCCL has no TCP row (its NET row is for RDMA NICs); a kernel TCP hop through NCCL's proxy thread
 # costs tens of µs.  No train sweep runs over TCP, so these are not fitted.
 TCP_LAT_US = {"LL": 30.0, "LL128": 40.0, "Simple": 60.0}
-TCP_SOCKETS = 16                           # NCCL on an AWS ENA NIC: 2 threads × 8 sockets per peer
-TCP_FLOW_GBPS = {True: 10.0, False: 5.0}   # inside / outside a cluster placement group
+TCP_SOCKETS = 16  # NCCL on an AWS ENA NIC: 2 threads × 8 sockets per peer
+TCP_FLOW_GBPS = {True: 10.0, False: 5.0}  # inside / outside a cluster placement group
 GENERATIONS = ("Volta", "Turing", "Ampere", "Ada", "Hopper", "Blackwell")
 INTERCONNECTS = ("nvlink", "pcie", "efa", "tcp")
 FEATURES = ("log2_size", "nodes", "gpus_per_node", "interconnect", "generation", "nccl_band", "log_prior_ms")
-P90_RATIO = 1.15           # p90/p50 of the bare prior (no correction fitted)
+P90_RATIO = 1.15  # p90/p50 of the bare prior (no correction fitted)
 
 
 @dataclass(frozen=True)
@@ -101,12 +116,29 @@ class PriorParams:
     lat_net: float = 1.0
     lat_base: float = 1.0
 
-    FITTED = ("eps_nvlink", "eps_pcie", "eps_efa", "nvls_gain", "nvlstree_eff", "lat_nvlink", "lat_pcie",
-              "lat_net", "lat_base")
+    FITTED = (
+        "eps_nvlink",
+        "eps_pcie",
+        "eps_efa",
+        "nvls_gain",
+        "nvlstree_eff",
+        "lat_nvlink",
+        "lat_pcie",
+        "lat_net",
+        "lat_base",
+    )
     # (low, high) of each fitted parameter: an efficiency is at most 1; latency scales within 20×.
-    BOUNDS = {"eps_nvlink": (0.2, 1.0), "eps_pcie": (0.2, 1.0), "eps_efa": (0.2, 1.0), "nvls_gain": (1.0, 2.5),
-              "nvlstree_eff": (0.2, 1.0), "lat_nvlink": (0.25, 20.0), "lat_pcie": (0.25, 20.0),
-              "lat_net": (0.25, 20.0), "lat_base": (0.25, 20.0)}
+    BOUNDS = {
+        "eps_nvlink": (0.2, 1.0),
+        "eps_pcie": (0.2, 1.0),
+        "eps_efa": (0.2, 1.0),
+        "nvls_gain": (1.0, 2.5),
+        "nvlstree_eff": (0.2, 1.0),
+        "lat_nvlink": (0.25, 20.0),
+        "lat_pcie": (0.25, 20.0),
+        "lat_net": (0.25, 20.0),
+        "lat_base": (0.25, 20.0),
+    }
 
     def to_dict(self) -> dict[str, float]:
         return {k: float(v) for k, v in dataclasses.asdict(self).items()}
@@ -125,13 +157,13 @@ class Topology:
     gpus_per_node: int
     nodes: int
     generation: str
-    nvlink_gb_s: float = 0.0        # datasheet aggregate per GPU (both directions)
+    nvlink_gb_s: float = 0.0  # datasheet aggregate per GPU (both directions)
     pcie_gb_s: float = PCIE_GB_S
-    net: str = "none"               # "efa", "tcp" or "none" (one node)
-    net_gbps: float = 0.0           # EFA: sum over cards; TCP: the instance's peak
+    net: str = "none"  # "efa", "tcp" or "none" (one node)
+    net_gbps: float = 0.0  # EFA: sum over cards; TCP: the instance's peak
     placement_group: bool = True
     nccl_version: str = ""
-    nvls_allowed: bool = True       # NCCL_NVLS_ENABLE=0 or a forced algorithm turns NVLS off
+    nvls_allowed: bool = True  # NCCL_NVLS_ENABLE=0 or a forced algorithm turns NVLS off
 
     @classmethod
     def from_cluster(cls, cluster: Any, nccl_version: str = "") -> Topology:
@@ -140,9 +172,17 @@ class Topology:
         gpu = cluster.gpu
         generation = gpu.architecture if gpu is not None else ""
         net_gbps = float(cluster.peak_gbps or cluster.network_gbps or 0.0) if cluster.nodes > 1 else 0.0
-        return cls(cluster.gpus_per_node, cluster.nodes, generation, gpu.nvlink_gb_s if gpu is not None else 0.0,
-                   pcie_gb_s_of(generation), ("efa" if cluster.efa else "tcp") if cluster.nodes > 1 else "none",
-                   net_gbps, bool(cluster.placement_group), nccl_version)
+        return cls(
+            cluster.gpus_per_node,
+            cluster.nodes,
+            generation,
+            gpu.nvlink_gb_s if gpu is not None else 0.0,
+            pcie_gb_s_of(generation),
+            ("efa" if cluster.efa else "tcp") if cluster.nodes > 1 else "none",
+            net_gbps,
+            bool(cluster.placement_group),
+            nccl_version,
+        )
 
     @property
     def ranks(self) -> int:
@@ -176,8 +216,12 @@ class Topology:
 
     def nvls(self) -> bool:
         """NVLink SHARP: NVSwitch nodes of Hopper or later with at least 4 GPUs."""
-        return (self.nvls_allowed and self.nvlink_gb_s > 0 and self.gpus_per_node >= 4
-                and self.generation in ("Hopper", "Blackwell"))
+        return (
+            self.nvls_allowed
+            and self.nvlink_gb_s > 0
+            and self.gpus_per_node >= 4
+            and self.generation in ("Hopper", "Blackwell")
+        )
 
 
 def pcie_gb_s_of(generation: str) -> float:
@@ -212,13 +256,18 @@ def _algorithms(topo: Topology, params: PriorParams) -> list[tuple[str, str, flo
     out = []
     for proto in PROTOCOLS:
         base = params.lat_base * BASE_LAT_US["ring"][proto]
-        lat = ((2 * (n - 1) - inter_steps) * _hop_us(topo.intra, "ring", proto, params)
-               + inter_steps * _hop_us(topo.net, "ring", proto, params) if nodes > 1
-               else 2 * (n - 1) * _hop_us(topo.intra, "ring", proto, params))
+        lat = (
+            (2 * (n - 1) - inter_steps) * _hop_us(topo.intra, "ring", proto, params)
+            + inter_steps * _hop_us(topo.net, "ring", proto, params)
+            if nodes > 1
+            else 2 * (n - 1) * _hop_us(topo.intra, "ring", proto, params)
+        )
         out.append(("ring", proto, base + lat, ring_bw))
         if nodes > 1:
-            lat = 2 * ((g - 1) * _hop_us(topo.intra, "tree", proto, params)
-                       + log_nodes * _hop_us(topo.net, "tree", proto, params))
+            lat = 2 * (
+                (g - 1) * _hop_us(topo.intra, "tree", proto, params)
+                + log_nodes * _hop_us(topo.net, "tree", proto, params)
+            )
             out.append(("tree", proto, params.lat_base * BASE_LAT_US["tree"][proto] + lat, 0.92 * ring_bw))
     if topo.nvls():
         nvls_bw = params.nvls_gain * intra * g / (2 * (g - 1))
@@ -227,8 +276,14 @@ def _algorithms(topo: Topology, params: PriorParams) -> list[tuple[str, str, flo
             out.append(("nvls", "Simple", base, nvls_bw))
         else:
             hier = params.nvlstree_eff * net * nodes / (2 * (nodes - 1))
-            out.append(("nvlstree", "Simple", base + 2 * log_nodes * _hop_us(topo.net, "tree", "Simple", params),
-                        min(nvls_bw, hier)))
+            out.append(
+                (
+                    "nvlstree",
+                    "Simple",
+                    base + 2 * log_nodes * _hop_us(topo.net, "tree", "Simple", params),
+                    min(nvls_bw, hier),
+                )
+            )
     return out
 
 
@@ -245,10 +300,15 @@ def prior_us(size_bytes: float, topo: Topology, params: PriorParams = DEFAULT_PA
 
 
 def features(size_bytes: float, topo: Topology, prior: float) -> list[float]:
-    return [math.log2(max(size_bytes, 1.0)), float(topo.nodes), float(topo.gpus_per_node),
-            float(INTERCONNECTS.index(topo.interconnect)),
-            float(GENERATIONS.index(topo.generation)) if topo.generation in GENERATIONS else math.nan,
-            nccl_band(topo.nccl_version), math.log(max(prior, 1e-3) / 1e3)]
+    return [
+        math.log2(max(size_bytes, 1.0)),
+        float(topo.nodes),
+        float(topo.gpus_per_node),
+        float(INTERCONNECTS.index(topo.interconnect)),
+        float(GENERATIONS.index(topo.generation)) if topo.generation in GENERATIONS else math.nan,
+        nccl_band(topo.nccl_version),
+        math.log(max(prior, 1e-3) / 1e3),
+    ]
 
 
 def near_key(topo: Topology) -> str:
@@ -262,9 +322,9 @@ class CommEstimate:
 
     p50_us: float
     p90_us: float
-    source: str             # "learned" (prior × correction) or "prior" (no correction fitted)
+    source: str  # "learned" (prior × correction) or "prior" (no correction fitted)
     near_points: int
-    choice: str = ""        # NCCL's algorithm/protocol under the prior
+    choice: str = ""  # NCCL's algorithm/protocol under the prior
 
 
 @dataclass
@@ -284,7 +344,11 @@ class LearnedComm:
             return CommEstimate(prior, prior * P90_RATIO, "prior", near, choice)
         x = features(size_bytes, topo, prior)
         r50 = max(-self.clip, min(self.clip, self.trees(x)))
-        r90 = max(-self.clip, min(self.clip, self.trees_p90(x))) if self.trees_p90.trees else r50 + math.log(P90_RATIO)
+        r90 = (
+            max(-self.clip, min(self.clip, self.trees_p90(x)))
+            if self.trees_p90.trees
+            else r50 + math.log(P90_RATIO)
+        )
         return CommEstimate(prior * math.exp(r50), prior * math.exp(max(r50, r90)), "learned", near, choice)
 
     def predict_us(self, size_bytes: float, topo: Topology) -> tuple[float, float, str]:
@@ -293,20 +357,38 @@ class LearnedComm:
         return e.p50_us, e.p90_us, e.source
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": "srifty-nccl-model", "version": 2, "features": list(FEATURES), "prior": self.params.to_dict(),
-                "trees": self.trees.to_dict(), "trees_p90": self.trees_p90.to_dict(), "clip": self.clip,
-                "meta": self.meta}
+        return {
+            "format": "srifty-nccl-model",
+            "version": 2,
+            "features": list(FEATURES),
+            "prior": self.params.to_dict(),
+            "trees": self.trees.to_dict(),
+            "trees_p90": self.trees_p90.to_dict(),
+            "clip": self.clip,
+            "meta": self.meta,
+        }
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> LearnedComm:
         if doc.get("format") != "srifty-nccl-model" or list(doc.get("features", ())) != list(FEATURES):
             raise ValueError("nccl model: not a srifty-nccl-model with these features; refit it")
-        return cls(Trees.from_dict(doc["trees"]), float(doc.get("clip", math.log(4.0))), dict(doc.get("meta", {})),
-                   PriorParams.from_dict(doc.get("prior")), Trees.from_dict(doc.get("trees_p90") or {}))
+        return cls(
+            Trees.from_dict(doc["trees"]),
+            float(doc.get("clip", math.log(4.0))),
+            dict(doc.get("meta", {})),
+            PriorParams.from_dict(doc.get("prior")),
+            Trees.from_dict(doc.get("trees_p90") or {}),
+        )
 
 
-XGB_PARAMS = {"max_depth": 3, "eta": 0.1, "min_child_weight": 2.0, "lambda": 2.0, "objective": "reg:squarederror",
-              "seed": 0}
+XGB_PARAMS = {
+    "max_depth": 3,
+    "eta": 0.1,
+    "min_child_weight": 2.0,
+    "lambda": 2.0,
+    "objective": "reg:squarederror",
+    "seed": 0,
+}
 RIDGE = 0.05
 
 
@@ -317,8 +399,11 @@ def _sweep_weights(groups: Sequence[str]) -> list[float]:
     return [1.0 / counts[g] for g in groups]
 
 
-def fit_prior(points: Sequence[tuple[float, Topology, float, str]], start: PriorParams = DEFAULT_PARAMS,
-              ridge: float = RIDGE) -> PriorParams:
+def fit_prior(
+    points: Sequence[tuple[float, Topology, float, str]],
+    start: PriorParams = DEFAULT_PARAMS,
+    ridge: float = RIDGE,
+) -> PriorParams:
     """The prior's ``FITTED`` parameters by weighted least squares in log time (module docstring)."""
     import numpy as np
     from scipy.optimize import least_squares
@@ -341,8 +426,9 @@ def fit_prior(points: Sequence[tuple[float, Topology, float, str]], start: Prior
     return params_of(sol.x)
 
 
-def fit(points: Sequence[tuple[float, Topology, float, str]], rounds: int = 150,
-        params: PriorParams | None = None) -> LearnedComm:
+def fit(
+    points: Sequence[tuple[float, Topology, float, str]], rounds: int = 150, params: PriorParams | None = None
+) -> LearnedComm:
     """``points``: ``(size bytes, topology, measured µs, sweep id)`` of train sweeps only.
 
     The prior is fitted first (:func:`fit_prior`, unless ``params`` are given), then the
@@ -365,8 +451,13 @@ def fit(points: Sequence[tuple[float, Topology, float, str]], rounds: int = 150,
     xa, ya = np.asarray(x, dtype=float), np.asarray(y)
     dall = xgb.DMatrix(xa, label=ya, feature_names=list(FEATURES))
     sweeps = sorted(set(groups))
-    folds = [(np.asarray([i for i, g in enumerate(groups) if g != s]), np.asarray([i for i, g in enumerate(groups)
-                                                                                  if g == s])) for s in sweeps]
+    folds = [
+        (
+            np.asarray([i for i, g in enumerate(groups) if g != s]),
+            np.asarray([i for i, g in enumerate(groups) if g == s]),
+        )
+        for s in sweeps
+    ]
     cv = xgb.cv(XGB_PARAMS, dall, num_boost_round=rounds, folds=folds, metrics="rmse", seed=0)
     best = int(np.argmin(cv["test-rmse-mean"].to_numpy())) + 1
     trees = _export(xgb.train(XGB_PARAMS, dall, num_boost_round=best), xa)

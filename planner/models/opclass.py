@@ -64,12 +64,25 @@ COLUMNS: tuple[str, ...] = (
     + ("step",)
 )
 # Priors θ̄: η = 0.5 (GEMM), μ = 0.6 (DRAM), τ = 5 µs per kernel, c₀ = 0.5 ms.
-PRIOR = {**{c: 2.0 for c in COLUMNS if c.startswith("flop:")}, **{c: 1 / 0.6 for c in COLUMNS if c.startswith("byte:")},
-         **{c: 5.0 for c in COLUMNS if c.startswith("kern:")}, "step": 0.5}
+PRIOR = {
+    **{c: 2.0 for c in COLUMNS if c.startswith("flop:")},
+    **{c: 1 / 0.6 for c in COLUMNS if c.startswith("byte:")},
+    **{c: 5.0 for c in COLUMNS if c.startswith("kern:")},
+    "step": 0.5,
+}
 FEATURES: tuple[str, ...] = (
     tuple(f"fshare:{c}" for c in GEMM_CLASSES)
     + tuple(f"bshare:{c}" for c in OP_CLASSES)
-    + ("ln_intensity", "ln_batch", "ln_work_per_gemm_kernel", "floor_share", "half", "tensor", "ln_peak", "ln_bw")
+    + (
+        "ln_intensity",
+        "ln_batch",
+        "ln_work_per_gemm_kernel",
+        "floor_share",
+        "half",
+        "tensor",
+        "ln_peak",
+        "ln_bw",
+    )
 )
 # Where the physics fixes the sign of the correction: more work per GEMM kernel never makes
 # a step slower than the roofline already says (kernels only get closer to peak).
@@ -81,11 +94,33 @@ MODEL_VERSION = 2
 # (clocks → peaks, memory → bandwidth), so they share one factor ``k`` per unit; a factor per
 # board would learn the benchmark's software instead (A100 40 GB and 80 GB rows come from
 # different suites).
-DIES = {"V100": "GV100", "V100-32GB": "GV100", "T4": "TU104", "A100": "GA100", "A100-80GB": "GA100", "A100-PCIe-40GB": "GA100",
-        "A100-PCIe-80GB": "GA100", "A10G": "GA102", "A40": "GA102", "RTX-3090": "GA102", "L4": "AD104",
-        "L40S": "AD102", "H100": "GH100", "H200": "GH100", "GH200": "GH100", "H100-PCIe-80GB": "GH100"}
-DIE_ARCHITECTURE = {"GV100": "Volta", "TU104": "Turing", "GA100": "Ampere", "GA102": "Ampere", "AD104": "Ada",
-                    "AD102": "Ada", "GH100": "Hopper"}
+DIES = {
+    "V100": "GV100",
+    "V100-32GB": "GV100",
+    "T4": "TU104",
+    "A100": "GA100",
+    "A100-80GB": "GA100",
+    "A100-PCIe-40GB": "GA100",
+    "A100-PCIe-80GB": "GA100",
+    "A10G": "GA102",
+    "A40": "GA102",
+    "RTX-3090": "GA102",
+    "L4": "AD104",
+    "L40S": "AD102",
+    "H100": "GH100",
+    "H200": "GH100",
+    "GH200": "GH100",
+    "H100-PCIe-80GB": "GH100",
+}
+DIE_ARCHITECTURE = {
+    "GV100": "Volta",
+    "TU104": "Turing",
+    "GA100": "Ampere",
+    "GA102": "Ampere",
+    "AD104": "Ada",
+    "AD102": "Ada",
+    "GH100": "Hopper",
+}
 
 
 def die_of(gpu: GpuSpec) -> str:
@@ -96,8 +131,14 @@ def kernel_group(cls: str) -> str:
     return "gemm" if cls in GEMM_CLASSES else "optimizer" if cls == "optimizer" else "other"
 
 
-def columns(cost: WorkloadCost, batch: float, gpu: GpuSpec, precision: str, beta: float,
-            phases: Sequence[str] = PHASES) -> dict[str, dict[str, float]]:
+def columns(
+    cost: WorkloadCost,
+    batch: float,
+    gpu: GpuSpec,
+    precision: str,
+    beta: float,
+    phases: Sequence[str] = PHASES,
+) -> dict[str, dict[str, float]]:
     """``{phase: {column: value}}``: the design row of the bracket (see the module docstring).
 
     FLOP and byte columns are in ms at efficiency 1 (they get ``k_g``), kernel columns in
@@ -126,8 +167,15 @@ def columns(cost: WorkloadCost, batch: float, gpu: GpuSpec, precision: str, beta
     return out
 
 
-def features(cost: WorkloadCost, batch: float, gpu: GpuSpec, precision: str, bracket_ms: float,
-             floor_ms: float, phases: Sequence[str] = PHASES) -> list[float]:
+def features(
+    cost: WorkloadCost,
+    batch: float,
+    gpu: GpuSpec,
+    precision: str,
+    bracket_ms: float,
+    floor_ms: float,
+    phases: Sequence[str] = PHASES,
+) -> list[float]:
     """The residual's inputs, in :data:`FEATURES` order."""
     sums = cost.class_sums()
     flops = dict.fromkeys(OP_CLASSES, 0.0)
@@ -142,13 +190,20 @@ def features(cost: WorkloadCost, batch: float, gpu: GpuSpec, precision: str, bra
     total_f = sum(flops.values()) or 1.0
     total_m = sum(nbytes.values()) or 1.0
     gemm_f = sum(flops[c] for c in GEMM_CLASSES)
-    return ([flops[c] / total_f for c in GEMM_CLASSES] + [nbytes[c] / total_m for c in OP_CLASSES]
-            + [math.log(total_f / total_m + 1e-9), math.log(max(batch, 1.0)),
-               math.log(gemm_f / max(gemm_kernels, 1) + 1.0), floor_ms / bracket_ms if bracket_ms > 0 else 0.0,
-               1.0 if precision_family(precision) == "half" else 0.0,
-               1.0 if compute_unit(gpu, precision) == "tensor" else 0.0,
-               math.log((gpu.peak_tflops(precision) or 1.0) / 100.0),
-               math.log((gpu.memory_bandwidth_gb_s or 1.0) / 1000.0)])
+    return (
+        [flops[c] / total_f for c in GEMM_CLASSES]
+        + [nbytes[c] / total_m for c in OP_CLASSES]
+        + [
+            math.log(total_f / total_m + 1e-9),
+            math.log(max(batch, 1.0)),
+            math.log(gemm_f / max(gemm_kernels, 1) + 1.0),
+            floor_ms / bracket_ms if bracket_ms > 0 else 0.0,
+            1.0 if precision_family(precision) == "half" else 0.0,
+            1.0 if compute_unit(gpu, precision) == "tensor" else 0.0,
+            math.log((gpu.peak_tflops(precision) or 1.0) / 100.0),
+            math.log((gpu.memory_bandwidth_gb_s or 1.0) / 1000.0),
+        ]
+    )
 
 
 # --------------------------------------------------------------------------- trees
@@ -163,7 +218,9 @@ class Trees:
     its ``split_conditions`` entry, as in xgboost's own format."""
 
     base: float = 0.0
-    trees: tuple[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[float, ...], tuple[bool, ...]], ...] = ()
+    trees: tuple[
+        tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[float, ...], tuple[bool, ...]], ...
+    ] = ()
 
     def __call__(self, x: Sequence[float]) -> float:
         x = _float32(x)  # xgboost compares float32 features with float32 thresholds
@@ -186,9 +243,15 @@ class Trees:
         base = float(str(base).strip("[]").split(",")[0])
         trees = []
         for t in learner["gradient_booster"]["model"]["trees"]:
-            trees.append((tuple(int(v) for v in t["left_children"]), tuple(int(v) for v in t["right_children"]),
-                          tuple(int(v) for v in t["split_indices"]), _float32(t["split_conditions"]),
-                          tuple(bool(v) for v in t["default_left"])))
+            trees.append(
+                (
+                    tuple(int(v) for v in t["left_children"]),
+                    tuple(int(v) for v in t["right_children"]),
+                    tuple(int(v) for v in t["split_indices"]),
+                    _float32(t["split_conditions"]),
+                    tuple(bool(v) for v in t["default_left"]),
+                )
+            )
         return cls(base, tuple(trees))
 
     def to_dict(self) -> dict[str, Any]:
@@ -196,8 +259,16 @@ class Trees:
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> Trees:
-        trees = tuple((tuple(int(v) for v in t[0]), tuple(int(v) for v in t[1]), tuple(int(v) for v in t[2]),
-                       tuple(float(v) for v in t[3]), tuple(bool(v) for v in t[4])) for t in doc.get("trees", ()))
+        trees = tuple(
+            (
+                tuple(int(v) for v in t[0]),
+                tuple(int(v) for v in t[1]),
+                tuple(int(v) for v in t[2]),
+                tuple(float(v) for v in t[3]),
+                tuple(bool(v) for v in t[4]),
+            )
+            for t in doc.get("trees", ())
+        )
         return cls(float(doc.get("base", 0.0)), trees)
 
 
@@ -227,8 +298,9 @@ class OpClassModel(TransferModel):
     input_ns_per_element: float = 0.0
     meta: dict[str, Any] = field(default_factory=dict)
 
-    def bracket(self, cost: WorkloadCost, batch: float, gpu: GpuSpec, precision: str,
-                phases: Sequence[str] = PHASES) -> tuple[dict[str, float], float]:
+    def bracket(
+        self, cost: WorkloadCost, batch: float, gpu: GpuSpec, precision: str, phases: Sequence[str] = PHASES
+    ) -> tuple[dict[str, float], float]:
         """Per-phase time without the residual, and the kernel-floor part of it (ms)."""
         k = self.unit_factor(gpu, precision)
         cols = columns(cost, batch, gpu, precision, self.beta, phases)
@@ -249,26 +321,46 @@ class OpClassModel(TransferModel):
         """``k`` of (die, unit), else of (architecture, unit), else 1: a die's tensor cores
         and its CUDA cores reach their peaks to different degrees."""
         unit = compute_unit(gpu, precision)
-        return self.gpu_factors.get(f"{die_of(gpu)}/{unit}") or self.arch_factors.get(f"{gpu.architecture}/{unit}") or 1.0
+        return (
+            self.gpu_factors.get(f"{die_of(gpu)}/{unit}")
+            or self.arch_factors.get(f"{gpu.architecture}/{unit}")
+            or 1.0
+        )
 
     def factor(self, gpu: str | GpuSpec) -> tuple[float, str]:
         spec = self.spec(gpu)
-        for level, table, key in (("gpu", self.gpu_factors, die_of(spec)), ("architecture", self.arch_factors,
-                                                                           spec.architecture)):
+        for level, table, key in (
+            ("gpu", self.gpu_factors, die_of(spec)),
+            ("architecture", self.arch_factors, spec.architecture),
+        ):
             found = [v for k, v in table.items() if k.split("/")[0] == key]
             if found:
                 return math.exp(sum(math.log(v) for v in found) / len(found)), level
         return 1.0, "global"
 
-    def correction(self, cost: WorkloadCost, batch: float, gpu: GpuSpec, precision: str, bracket_ms: float,
-                   floor_ms: float, phases: Sequence[str] = PHASES) -> float:
+    def correction(
+        self,
+        cost: WorkloadCost,
+        batch: float,
+        gpu: GpuSpec,
+        precision: str,
+        bracket_ms: float,
+        floor_ms: float,
+        phases: Sequence[str] = PHASES,
+    ) -> float:
         if not self.residual.trees:
             return 1.0
         r = self.residual(features(cost, batch, gpu, precision, bracket_ms, floor_ms, phases))
         return math.exp(max(-self.residual_clip, min(self.residual_clip, r)))
 
-    def _corrected(self, cost: WorkloadCost, batch: float, gpu: str | GpuSpec, precision: str | None,
-                   phases: Sequence[str]) -> dict[str, float]:
+    def _corrected(
+        self,
+        cost: WorkloadCost,
+        batch: float,
+        gpu: str | GpuSpec,
+        precision: str | None,
+        phases: Sequence[str],
+    ) -> dict[str, float]:
         """Per-phase time of ``phases``, the residual evaluated on those phases."""
         spec = self.spec(gpu)
         prec = precision or cost.precision
@@ -276,23 +368,41 @@ class OpClassModel(TransferModel):
         factor = self.correction(cost, batch, spec, prec, sum(t.values()), floor, phases)
         return {p: v * factor for p, v in t.items()}
 
-    def phase_ms(self, cost: WorkloadCost, batch: float, gpu: str | GpuSpec,
-                 precision: str | None = None) -> dict[str, float]:
+    def phase_ms(
+        self, cost: WorkloadCost, batch: float, gpu: str | GpuSpec, precision: str | None = None
+    ) -> dict[str, float]:
         return self._corrected(cost, batch, gpu, precision, PHASES)
 
-    def step_ms(self, cost: WorkloadCost, batch: float, gpu: str | GpuSpec, precision: str | None = None,
-                with_optimizer: bool = True) -> float:
+    def step_ms(
+        self,
+        cost: WorkloadCost,
+        batch: float,
+        gpu: str | GpuSpec,
+        precision: str | None = None,
+        with_optimizer: bool = True,
+    ) -> float:
         """One step's time; ``with_optimizer=False`` is forward + backward (how some
         benchmarks time a step), with the residual evaluated on those phases."""
-        return sum(self._corrected(cost, batch, gpu, precision, PHASES if with_optimizer else PHASES[:2]).values())
+        return sum(
+            self._corrected(cost, batch, gpu, precision, PHASES if with_optimizer else PHASES[:2]).values()
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"version": MODEL_VERSION, "kind": "opclass", "theta": self.theta, "beta": self.beta,
-                "gpu_factors": self.gpu_factors, "arch_factors": self.arch_factors,
-                "residual": self.residual.to_dict(), "residual_clip": self.residual_clip,
-                "nccl_slowdown": self.nccl_slowdown, "input_ns_per_element": self.input_ns_per_element,
-                "features": list(FEATURES), "columns": list(COLUMNS),
-                "meta": self.meta}
+        return {
+            "version": MODEL_VERSION,
+            "kind": "opclass",
+            "theta": self.theta,
+            "beta": self.beta,
+            "gpu_factors": self.gpu_factors,
+            "arch_factors": self.arch_factors,
+            "residual": self.residual.to_dict(),
+            "residual_clip": self.residual_clip,
+            "nccl_slowdown": self.nccl_slowdown,
+            "input_ns_per_element": self.input_ns_per_element,
+            "features": list(FEATURES),
+            "columns": list(COLUMNS),
+            "meta": self.meta,
+        }
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any], specs: Mapping[str, GpuSpec]) -> OpClassModel:
@@ -300,12 +410,19 @@ class OpClassModel(TransferModel):
             raise ValueError(f"compute model: expected kind opclass version {MODEL_VERSION}")
         if list(doc.get("features", ())) != list(FEATURES):
             raise ValueError("compute model: its residual was trained on other features; recalibrate")
-        return cls(RooflineParams(), dict(specs), dict(doc.get("gpu_factors", {})), dict(doc.get("arch_factors", {})),
-                   theta={k: float(v) for k, v in doc["theta"].items()}, beta=float(doc["beta"]),
-                   residual=Trees.from_dict(doc.get("residual", {})),
-                   residual_clip=float(doc.get("residual_clip", math.log(3.0))),
-                   nccl_slowdown=float(doc.get("nccl_slowdown", 0.0)),
-                   input_ns_per_element=float(doc.get("input_ns_per_element", 0.0)), meta=dict(doc.get("meta", {})))
+        return cls(
+            RooflineParams(),
+            dict(specs),
+            dict(doc.get("gpu_factors", {})),
+            dict(doc.get("arch_factors", {})),
+            theta={k: float(v) for k, v in doc["theta"].items()},
+            beta=float(doc["beta"]),
+            residual=Trees.from_dict(doc.get("residual", {})),
+            residual_clip=float(doc.get("residual_clip", math.log(3.0))),
+            nccl_slowdown=float(doc.get("nccl_slowdown", 0.0)),
+            input_ns_per_element=float(doc.get("input_ns_per_element", 0.0)),
+            meta=dict(doc.get("meta", {})),
+        )
 
 
 # --------------------------------------------------------------------------- fitting
@@ -327,12 +444,25 @@ class Sample:
 
 BETA_GRID = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 RIDGE = 0.02
-XGB_PARAMS = {"max_depth": 3, "eta": 0.05, "min_child_weight": 3.0, "subsample": 0.8, "lambda": 5.0,
-              "objective": "reg:squarederror", "seed": 0}
+XGB_PARAMS = {
+    "max_depth": 3,
+    "eta": 0.05,
+    "min_child_weight": 3.0,
+    "subsample": 0.8,
+    "lambda": 5.0,
+    "objective": "reg:squarederror",
+    "seed": 0,
+}
 
 
-def fit(samples: Sequence[Sample], specs: Mapping[str, GpuSpec], *, betas: Sequence[float] = BETA_GRID,
-        residual: bool = True, max_rounds: int = 300) -> OpClassModel:
+def fit(
+    samples: Sequence[Sample],
+    specs: Mapping[str, GpuSpec],
+    *,
+    betas: Sequence[float] = BETA_GRID,
+    residual: bool = True,
+    max_rounds: int = 300,
+) -> OpClassModel:
     """Fit ``θ``, ``β``, ``k_g`` and the residual on ``samples`` (train rows only: the caller
     filters them through ``planner.corpus.train_rows``)."""
     best: tuple[float, OpClassModel] | None = None
@@ -343,8 +473,11 @@ def fit(samples: Sequence[Sample], specs: Mapping[str, GpuSpec], *, betas: Seque
             best = (loss, model)
     assert best is not None
     model = best[1]
-    model.meta = {"train_rows": len(samples), "families": sorted({s.family for s in samples}),
-                  "linear_train_loss": round(best[0], 6)}
+    model.meta = {
+        "train_rows": len(samples),
+        "families": sorted({s.family for s in samples}),
+        "linear_train_loss": round(best[0], 6),
+    }
     if residual and len(samples) >= 20 and len({s.family for s in samples}) >= 3:  # CV holds out families
         model.residual, rounds = _fit_residual(model, samples, max_rounds)
         model.meta["residual_trees"] = rounds
@@ -377,7 +510,7 @@ def _design(beta: float, specs_of: Any, s: Sample) -> list[float]:
 # kernels, so μ may reach 4; a kernel's floor is 0.5–40 µs; the per-step overhead 0.01–100 ms.
 BOUNDS = {"flop": (1.0, 50.0), "byte": (0.25, 50.0), "kern": (0.5, 40.0), "step": (0.01, 100.0)}
 CHIP_FACTOR_RANGE = (1 / 3, 3.0)
-RIDGE_CHIP = 0.1   # shrinks ln k_g toward 0: a chip with a few rows does not get its own clock
+RIDGE_CHIP = 0.1  # shrinks ln k_g toward 0: a chip with a few rows does not get its own clock
 
 
 def _fit_linear(model: OpClassModel, samples: Sequence[Sample]) -> float:
@@ -389,6 +522,7 @@ def _fit_linear(model: OpClassModel, samples: Sequence[Sample]) -> float:
     y = np.log(np.asarray([s.ms for s in samples]))
     a = np.asarray([_design(model.beta, model.spec, s) for s in samples])
     scaled = np.asarray([c.startswith(("flop:", "byte:")) for c in COLUMNS])
+
     def chip_key(s: Sample) -> str:
         spec = model.spec(s.gpu)
         return f"{die_of(spec)}/{compute_unit(spec, s.precision)}"
@@ -404,10 +538,22 @@ def _fit_linear(model: OpClassModel, samples: Sequence[Sample]) -> float:
         return (a[:, scaled] @ theta[scaled]) * k + a[:, ~scaled] @ theta[~scaled]
 
     def residuals(x: Any) -> Any:
-        return np.concatenate([w * (np.log(predict(x)) - y), lam * (x[:n_cols] - prior), lam_chip * x[n_cols:]])
+        return np.concatenate(
+            [w * (np.log(predict(x)) - y), lam * (x[:n_cols] - prior), lam_chip * x[n_cols:]]
+        )
 
-    lo = np.concatenate([np.log([BOUNDS[c.split(":")[0]][0] for c in COLUMNS]), np.full(len(chips), math.log(CHIP_FACTOR_RANGE[0]))])
-    hi = np.concatenate([np.log([BOUNDS[c.split(":")[0]][1] for c in COLUMNS]), np.full(len(chips), math.log(CHIP_FACTOR_RANGE[1]))])
+    lo = np.concatenate(
+        [
+            np.log([BOUNDS[c.split(":")[0]][0] for c in COLUMNS]),
+            np.full(len(chips), math.log(CHIP_FACTOR_RANGE[0])),
+        ]
+    )
+    hi = np.concatenate(
+        [
+            np.log([BOUNDS[c.split(":")[0]][1] for c in COLUMNS]),
+            np.full(len(chips), math.log(CHIP_FACTOR_RANGE[1])),
+        ]
+    )
     x0 = np.clip(np.concatenate([prior, np.zeros(len(chips))]), lo + 1e-9, hi - 1e-9)
     sol = least_squares(residuals, x0, bounds=(lo, hi), loss="soft_l1", f_scale=0.2, max_nfev=4000)
     model.theta = {c: float(v) for c, v in zip(COLUMNS, np.exp(sol.x[:n_cols]), strict=True)}
@@ -446,7 +592,10 @@ def _fit_residual(model: OpClassModel, samples: Sequence[Sample], max_rounds: in
 
     x, y = _residual_data(model, samples)
     w = np.asarray(_weights(samples))
-    params = {**XGB_PARAMS, "monotone_constraints": "(" + ",".join(str(MONOTONE.get(f, 0)) for f in FEATURES) + ")"}
+    params = {
+        **XGB_PARAMS,
+        "monotone_constraints": "(" + ",".join(str(MONOTONE.get(f, 0)) for f in FEATURES) + ")",
+    }
     families = sorted({s.family for s in samples})
     folds = [[i for i, s in enumerate(samples) if s.family in families[k::5]] for k in range(5)]
     folds = [f for f in folds if f]

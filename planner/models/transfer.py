@@ -95,7 +95,7 @@ SUPPLEMENTARY_SPECS: dict[str, GpuSpec] = {
 }
 
 ETA_GRID = tuple(math.exp(math.log(0.02) + i * (math.log(1.0) - math.log(0.02)) / 59) for i in range(60))
-BETA_GRID = tuple(round(0.3 + 0.05 * i, 2) for i in range(15))   # 0.30 … 1.00
+BETA_GRID = tuple(round(0.3 + 0.05 * i, 2) for i in range(15))  # 0.30 … 1.00
 W_REF_GB_S = 1000.0
 # fp32 (CUDA-core) efficiency used when no calibration row exercises CUDA cores: cuDNN's FP32
 # implicit-GEMM convolutions typically sustain 55–65 % of peak.  An assumption, not a fit.
@@ -145,8 +145,9 @@ def compute_unit(gpu: GpuSpec, precision: str) -> str:
     return "tensor"
 
 
-def roofline_ms(cost: WorkloadCost, batch: float, gpu: GpuSpec, params: RooflineParams,
-                precision: str | None = None) -> dict[str, float]:
+def roofline_ms(
+    cost: WorkloadCost, batch: float, gpu: GpuSpec, params: RooflineParams, precision: str | None = None
+) -> dict[str, float]:
     """Per-phase roofline time in ms, without the GPU factor ``k_g``.
 
     ``form="sum"``: ``ΣF/(η_c·P) + ΣM/(η_m·W_eff)``; ``form="max"``: ``Σ_i max(F_i/(η_c·P), M_i/(η_m·W_eff))``.
@@ -180,8 +181,11 @@ class CalibrationRow:
 
 def load_calibration_csv(path: str | Path) -> list[CalibrationRow]:
     with open(path, newline="") as fh:
-        return [CalibrationRow(r["gpu"], r["precision"], int(r["per_gpu_batch"]), float(r["value"]), r["source"])
-                for r in csv.DictReader(fh) if r.get("metric", "images_per_s") == "images_per_s"]
+        return [
+            CalibrationRow(r["gpu"], r["precision"], int(r["per_gpu_batch"]), float(r["value"]), r["source"])
+            for r in csv.DictReader(fh)
+            if r.get("metric", "images_per_s") == "images_per_s"
+        ]
 
 
 @dataclass
@@ -212,29 +216,56 @@ class TransferModel:
             return self.arch_factors[spec.architecture], "architecture"
         return 1.0, "global"
 
-    def phase_ms(self, cost: WorkloadCost, batch: float, gpu: str | GpuSpec,
-                 precision: str | None = None) -> dict[str, float]:
+    def phase_ms(
+        self, cost: WorkloadCost, batch: float, gpu: str | GpuSpec, precision: str | None = None
+    ) -> dict[str, float]:
         spec = self.spec(gpu)
         k, _ = self.factor(spec)
         return {p: k * t for p, t in roofline_ms(cost, batch, spec, self.params, precision).items()}
 
-    def analytical(self, cost: WorkloadCost, batch: int, gpu: str | GpuSpec, precision: str | None = None,
-                   spread: PhaseSpread | None = None) -> PhaseTimes:
+    def analytical(
+        self,
+        cost: WorkloadCost,
+        batch: int,
+        gpu: str | GpuSpec,
+        precision: str | None = None,
+        spread: PhaseSpread | None = None,
+    ) -> PhaseTimes:
         t = self.phase_ms(cost, batch, gpu, precision)
-        return PhaseTimes(t["forward"], t["backward"], t["optimizer"], spread=spread or PhaseSpread(),
-                          source="analytical", batch_size=batch)
+        return PhaseTimes(
+            t["forward"],
+            t["backward"],
+            t["optimizer"],
+            spread=spread or PhaseSpread(),
+            source="analytical",
+            batch_size=batch,
+        )
 
-    def transfer(self, measured: PhaseTimes, cost: WorkloadCost, batch: int, source_gpu: str | GpuSpec,
-                 target_gpu: str | GpuSpec, precision: str | None = None) -> PhaseTimes:
+    def transfer(
+        self,
+        measured: PhaseTimes,
+        cost: WorkloadCost,
+        batch: int,
+        source_gpu: str | GpuSpec,
+        target_gpu: str | GpuSpec,
+        precision: str | None = None,
+    ) -> PhaseTimes:
         """Scale phase times measured on ``source_gpu`` to ``target_gpu`` by the roofline ratio."""
         src = self.phase_ms(cost, batch, source_gpu, precision)
         dst = self.phase_ms(cost, batch, target_gpu, precision)
         ratio = {p: dst[p] / src[p] if src[p] > 0 else 1.0 for p in PHASES}
         return measured.scaled(ratio["forward"], ratio["backward"], ratio["optimizer"], source="transferred")
 
-    def predict(self, cost: WorkloadCost, batch: int, target_gpu: str | GpuSpec, *,
-                measured: PhaseTimes | None = None, measured_on: str | GpuSpec | None = None,
-                precision: str | None = None) -> PhaseTimes:
+    def predict(
+        self,
+        cost: WorkloadCost,
+        batch: int,
+        target_gpu: str | GpuSpec,
+        *,
+        measured: PhaseTimes | None = None,
+        measured_on: str | GpuSpec | None = None,
+        precision: str | None = None,
+    ) -> PhaseTimes:
         """Measured if the target itself was profiled, transferred from a GPU profile, else analytical.
 
         ``measured_on`` names the profiled device; a CPU or unknown device cannot be scaled
@@ -254,25 +285,44 @@ class TransferModel:
         spread = measured.spread if measured is not None else None
         return self.analytical(cost, batch, target, precision, spread)
 
-    def images_per_s(self, cost: WorkloadCost, batch: int, gpu: str | GpuSpec, precision: str | None = None) -> float:
+    def images_per_s(
+        self, cost: WorkloadCost, batch: int, gpu: str | GpuSpec, precision: str | None = None
+    ) -> float:
         return batch / sum(self.phase_ms(cost, batch, gpu, precision).values()) * 1e3
 
     def to_dict(self) -> dict[str, Any]:
         p = self.params
-        return {"version": 1, "eta_tensor": p.eta_tensor, "eta_cuda": p.eta_cuda, "eta_memory": dict(p.eta_memory),
-                "beta": p.beta, "form": p.form, "gpu_factors": self.gpu_factors, "arch_factors": self.arch_factors}
+        return {
+            "version": 1,
+            "eta_tensor": p.eta_tensor,
+            "eta_cuda": p.eta_cuda,
+            "eta_memory": dict(p.eta_memory),
+            "beta": p.beta,
+            "form": p.form,
+            "gpu_factors": self.gpu_factors,
+            "arch_factors": self.arch_factors,
+        }
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any], specs: Mapping[str, GpuSpec]) -> TransferModel:
         if doc.get("version") != 1:
             raise ValueError(f"transfer model: version must be 1, got {doc.get('version')!r}")
-        params = RooflineParams(doc["eta_tensor"], doc["eta_cuda"], dict(doc["eta_memory"]), doc["beta"], doc["form"])
+        params = RooflineParams(
+            doc["eta_tensor"], doc["eta_cuda"], dict(doc["eta_memory"]), doc["beta"], doc["form"]
+        )
         return cls(params, dict(specs), dict(doc.get("gpu_factors", {})), dict(doc.get("arch_factors", {})))
 
 
-def calibrate(rows: Sequence[CalibrationRow], costs: Mapping[str, WorkloadCost], specs: Mapping[str, GpuSpec],
-              *, batch: int = 256, form: str = "sum", betas: Sequence[float] = BETA_GRID,
-              per_gpu_factors: bool = True) -> TransferModel:
+def calibrate(
+    rows: Sequence[CalibrationRow],
+    costs: Mapping[str, WorkloadCost],
+    specs: Mapping[str, GpuSpec],
+    *,
+    batch: int = 256,
+    form: str = "sum",
+    betas: Sequence[float] = BETA_GRID,
+    per_gpu_factors: bool = True,
+) -> TransferModel:
     """Fit the global efficiencies and the ``k_g`` factors; see the module docstring.
 
     ``costs`` maps a precision family (``"full"``, ``"half"``) to the workload cost of the
@@ -281,24 +331,30 @@ def calibrate(rows: Sequence[CalibrationRow], costs: Mapping[str, WorkloadCost],
     """
     groups = _group_rows(rows)
     model = TransferModel(RooflineParams(form=form), dict(specs))
-    prepared = [_prepare_group(model.spec(gpu), prec, costs, batch, target)
-                for (gpu, prec), target in groups.items()]
+    prepared = [
+        _prepare_group(model.spec(gpu), prec, costs, batch, target) for (gpu, prec), target in groups.items()
+    ]
     model.params = _grid_fit(prepared, form, betas)
     if per_gpu_factors:
         _fit_factors(model, groups, costs, batch)
     return model
 
 
-def _prepare_group(spec: GpuSpec, prec: str, costs: Mapping[str, WorkloadCost], batch: int,
-                   target_ms_per_image: float) -> dict[str, Any]:
+def _prepare_group(
+    spec: GpuSpec, prec: str, costs: Mapping[str, WorkloadCost], batch: int, target_ms_per_image: float
+) -> dict[str, Any]:
     import numpy as np
 
     cost = costs[precision_family(prec)]
     arrays = [cost.arrays(p, batch) for p in PHASES]
-    return {"unit": compute_unit(spec, prec), "family": precision_family(prec),
-            "compute_ms": np.concatenate([a[0] for a in arrays]) / (spec.peak_tflops(prec) * 1e9) / batch,
-            "bytes_gb": np.concatenate([a[1] for a in arrays]) / 1e9 / batch,
-            "w_ratio": spec.memory_bandwidth_gb_s / W_REF_GB_S, "y": math.log(target_ms_per_image)}
+    return {
+        "unit": compute_unit(spec, prec),
+        "family": precision_family(prec),
+        "compute_ms": np.concatenate([a[0] for a in arrays]) / (spec.peak_tflops(prec) * 1e9) / batch,
+        "bytes_gb": np.concatenate([a[1] for a in arrays]) / 1e9 / batch,
+        "w_ratio": spec.memory_bandwidth_gb_s / W_REF_GB_S,
+        "y": math.log(target_ms_per_image),
+    }
 
 
 def _grid_fit(groups: Sequence[Mapping[str, Any]], form: str, betas: Sequence[float]) -> RooflineParams:
@@ -320,23 +376,31 @@ def _grid_fit(groups: Sequence[Mapping[str, Any]], form: str, betas: Sequence[fl
 
         sq = [(g, (np.log(grid_pred(g)) - g["y"]) ** 2) for g in groups]
         # tensor groups: loss(eta_t, eta_m[fam]); cuda groups: loss(eta_cuda, eta_m[full])
-        tensor = {fam: sum((e for g, e in sq if g["unit"] == "tensor" and g["family"] == fam),
-                           np.zeros((len(eta), len(eta)))) for fam in ("full", "half")}
+        tensor = {
+            fam: sum(
+                (e for g, e in sq if g["unit"] == "tensor" and g["family"] == fam),
+                np.zeros((len(eta), len(eta))),
+            )
+            for fam in ("full", "half")
+        }
         cuda = sum((e for g, e in sq if g["unit"] == "cuda"), np.zeros((len(eta), len(eta))))
         for i_t in range(len(eta)):
             half_best = int(np.argmin(tensor["half"][i_t]))
             if has_cuda:
-                full_loss = tensor["full"][i_t][None, :] + cuda           # (eta_cuda, eta_m_full)
+                full_loss = tensor["full"][i_t][None, :] + cuda  # (eta_cuda, eta_m_full)
                 i_c, i_m = np.unravel_index(int(np.argmin(full_loss)), full_loss.shape)
             else:
                 i_c, i_m = None, int(np.argmin(tensor["full"][i_t]))
                 full_loss = tensor["full"][i_t][None, :]
             loss = float(full_loss[0 if i_c is None else i_c, i_m] + tensor["half"][i_t][half_best])
             if loss < best[0]:
-                params = RooflineParams(eta_tensor=float(eta[i_t]),
-                                        eta_cuda=ETA_CUDA_PRIOR if i_c is None else float(eta[i_c]),
-                                        eta_memory={"full": float(eta[i_m]), "half": float(eta[half_best])},
-                                        beta=float(beta), form=form)
+                params = RooflineParams(
+                    eta_tensor=float(eta[i_t]),
+                    eta_cuda=ETA_CUDA_PRIOR if i_c is None else float(eta[i_c]),
+                    eta_memory={"full": float(eta[i_m]), "half": float(eta[half_best])},
+                    beta=float(beta),
+                    form=form,
+                )
                 best = (loss, params)
     return best[1]
 
@@ -349,12 +413,18 @@ def _group_rows(rows: Sequence[CalibrationRow]) -> dict[tuple[str, str], float]:
     return {k: statistics.median(v) for k, v in by.items()}
 
 
-def _fit_factors(model: TransferModel, groups: Mapping[tuple[str, str], float],
-                 costs: Mapping[str, WorkloadCost], batch: int) -> None:
+def _fit_factors(
+    model: TransferModel,
+    groups: Mapping[tuple[str, str], float],
+    costs: Mapping[str, WorkloadCost],
+    batch: int,
+) -> None:
     logs: dict[str, list[float]] = {}
     for (gpu, prec), ms_per_image in groups.items():
         spec = model.spec(gpu)
-        pred = sum(roofline_ms(costs[precision_family(prec)], batch, spec, model.params, prec).values()) / batch
+        pred = (
+            sum(roofline_ms(costs[precision_family(prec)], batch, spec, model.params, prec).values()) / batch
+        )
         logs.setdefault(spec.name, []).append(math.log(ms_per_image / pred))
     model.gpu_factors = {g: math.exp(statistics.fmean(v)) for g, v in logs.items()}
     by_arch: dict[str, list[float]] = {}

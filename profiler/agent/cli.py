@@ -99,7 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     compute = commands.add_parser("compute", help="time training steps of a model per batch size")
-    compute.add_argument("--model", required=True, help="torchvision:NAME, timm:NAME, transformers:MODEL_TYPE or package.module:factory")
+    compute.add_argument(
+        "--model",
+        required=True,
+        help="torchvision:NAME, timm:NAME, transformers:MODEL_TYPE or package.module:factory",
+    )
     compute.add_argument("--input-shape", required=True, type=_shape, help="per-sample shape, e.g. 3,224,224")
     compute.add_argument(
         "--batch-sizes",

@@ -479,9 +479,11 @@ def workload_trace(options: ComputeOptions) -> dict | None:
     try:
         return trace_workload(
             lambda: load_model(options.model, options.num_classes, options.input_shape, allow_code=True),
-            options.input_shape, precision=precision, model_spec=options.model,
+            options.input_shape,
+            precision=precision,
+            model_spec=options.model,
             num_classes=options.num_classes,
-        )  # fmt: skip
+        )
     except Exception as exc:  # ops without meta kernels, data-dependent code, ...
         log.warning("workload trace failed (plans from this profile need a library model spec): %s", exc)
         return None
@@ -528,7 +530,9 @@ class CpuMemoryProbe:
             return None  # CPU autocast does not apply to meta tensors: the bytes would differ
         try:
             with torch.device("meta"):
-                model = load_model(options.model, options.num_classes, options.input_shape, allow_code=True).train()
+                model = load_model(
+                    options.model, options.num_classes, options.input_shape, allow_code=True
+                ).train()
             real = self.trainer.saved_activations_forward(2)
             meta = self._meta_saved(model, 2)
         except Exception as exc:  # ops without meta kernels, data-dependent code, ...

@@ -176,8 +176,11 @@ class Reporter(NullReporter):
             return
         if self.disabled or not math.isfinite(t) or t < 0:
             return
-        item = {"iteration": max(0, self._iteration), "iter_time_s": t,
-                "samples": int(samples) if samples is not None else None}  # fmt: skip
+        item = {
+            "iteration": max(0, self._iteration),
+            "iter_time_s": t,
+            "samples": int(samples) if samples is not None else None,
+        }
         with self._cv:
             if len(self._queue) == self._queue.maxlen:
                 self.dropped += 1  # the deque drops the oldest

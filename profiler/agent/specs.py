@@ -47,7 +47,9 @@ from typing import Any
 LIBRARY_KINDS = ("torchvision", "timm", "transformers")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
 _HF_RE = re.compile(r"^(?P<type>[a-z0-9][a-z0-9_\-]{0,63})(?:\((?P<args>[^()]{0,400})\))?$")
-_HF_ARG_RE = re.compile(r"^(?P<key>[a-z][a-z0-9_]{0,63})=(?P<value>true|false|-?\d{1,12}(\.\d{1,12})?(e-?\d{1,3})?)$")
+_HF_ARG_RE = re.compile(
+    r"^(?P<key>[a-z][a-z0-9_]{0,63})=(?P<value>true|false|-?\d{1,12}(\.\d{1,12})?(e-?\d{1,3})?)$"
+)
 _CODE_RE = re.compile(r"^[A-Za-z_][\w.]*(\.py)?:[A-Za-z_][\w.]*$|^[\w./\-]+\.py:[A-Za-z_][\w.]*$")
 
 
@@ -118,8 +120,11 @@ def _known(kind: str, name: str) -> None:
     if base not in names:
         close = difflib.get_close_matches(base, sorted(names), n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else ""
-        what = {"torchvision": "torchvision classification model", "timm": "timm model",
-                "transformers": "transformers model type"}[kind]  # fmt: skip
+        what = {
+            "torchvision": "torchvision classification model",
+            "timm": "timm model",
+            "transformers": "transformers model type",
+        }[kind]
         raise SpecError(f"unknown {what} {base!r}{hint}")
 
 
@@ -132,7 +137,13 @@ def _hf_overrides(spec: ModelSpec) -> tuple[str, dict[str, Any]]:
         if not arg:
             raise SpecError(f"bad config override {item.strip()!r} in {spec}: key=number or key=true|false")
         value: Any = arg["value"]
-        value = value == "true" if value in ("true", "false") else float(value) if "." in value or "e" in value else int(value)
+        value = (
+            value == "true"
+            if value in ("true", "false")
+            else float(value)
+            if "." in value or "e" in value
+            else int(value)
+        )
         overrides[arg["key"]] = value
     return match["type"], overrides
 
@@ -243,15 +254,23 @@ def _build_transformers(spec: ModelSpec, num_classes: int) -> Any:
     _known("transformers", model_type)
     config = _hf_config(spec, num_classes)
     if getattr(config, "is_encoder_decoder", False):
-        raise SpecError(f"{spec}: encoder-decoder models need decoder inputs, which the profiler does not make yet")
+        raise SpecError(
+            f"{spec}: encoder-decoder models need decoder inputs, which the profiler does not make yet"
+        )
     # Encoders (they have a masked-LM head) fine-tune with a classification head, decoders train
     # as causal LMs, vision types classify images; anything else is the bare model.
     heads = (
         (modeling_auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES, transformers.AutoModelForSequenceClassification),
         (modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, transformers.AutoModelForCausalLM),
-        (modeling_auto.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES, transformers.AutoModelForSequenceClassification),
-        (modeling_auto.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES, transformers.AutoModelForImageClassification),
-    )  # fmt: skip
+        (
+            modeling_auto.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES,
+            transformers.AutoModelForSequenceClassification,
+        ),
+        (
+            modeling_auto.MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES,
+            transformers.AutoModelForImageClassification,
+        ),
+    )
     auto = next((cls for names, cls in heads if model_type in names), transformers.AutoModel)
     try:
         model = auto.from_config(config)

@@ -40,17 +40,54 @@ WORKLOAD_VERSION = 1
 MAX_TRACE_OPS = 200_000
 
 
-OP_CLASSES = ("conv_dense", "conv_grouped", "conv_depthwise", "matmul", "attention", "norm", "elementwise",
-              "reduction", "embedding", "optimizer")
+OP_CLASSES = (
+    "conv_dense",
+    "conv_grouped",
+    "conv_depthwise",
+    "matmul",
+    "attention",
+    "norm",
+    "elementwise",
+    "reduction",
+    "embedding",
+    "optimizer",
+)
 # Classes whose FLOPs run on tensor cores (or the FP32 FMA pipes): the GEMM-like ones.
 GEMM_CLASSES = ("conv_dense", "conv_grouped", "conv_depthwise", "matmul", "attention")
 
-_CONV_OPS = {"convolution", "convolution_backward", "_convolution", "conv2d", "conv3d", "conv1d",
-             "cudnn_convolution", "mkldnn_convolution"}
+_CONV_OPS = {
+    "convolution",
+    "convolution_backward",
+    "_convolution",
+    "conv2d",
+    "conv3d",
+    "conv1d",
+    "cudnn_convolution",
+    "mkldnn_convolution",
+}
 _MATMUL_OPS = {"mm", "addmm", "matmul", "linear", "_addmm_activation", "addmv", "mv", "dot", "_int_mm"}
 _ATTENTION_OPS = {"bmm", "baddbmm"}
-_REDUCTION_PARTS = ("softmax", "pool", "sum", "mean", "amax", "amin", "max", "min", "var", "std", "nll_loss",
-                    "cross_entropy", "logsumexp", "cumsum", "topk", "sort", "argmax", "argmin", "norm")
+_REDUCTION_PARTS = (
+    "softmax",
+    "pool",
+    "sum",
+    "mean",
+    "amax",
+    "amin",
+    "max",
+    "min",
+    "var",
+    "std",
+    "nll_loss",
+    "cross_entropy",
+    "logsumexp",
+    "cumsum",
+    "topk",
+    "sort",
+    "argmax",
+    "argmin",
+    "norm",
+)
 _EMBEDDING_PARTS = ("embedding", "index", "gather", "scatter", "take")
 
 
@@ -150,9 +187,13 @@ class WorkloadCost:
         return cached
 
     def to_dict(self) -> dict[str, Any]:
-        return {"version": 1, "model_spec": self.model_spec, "precision": self.precision,
-                "param_count": self.param_count,
-                "ops": {p: [[o.name, o.f0, o.f1, o.m0, o.m1] for o in ops] for p, ops in self.ops.items()}}
+        return {
+            "version": 1,
+            "model_spec": self.model_spec,
+            "precision": self.precision,
+            "param_count": self.param_count,
+            "ops": {p: [[o.name, o.f0, o.f1, o.m0, o.m1] for o in ops] for p, ops in self.ops.items()},
+        }
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any]) -> WorkloadCost:
@@ -165,23 +206,35 @@ class WorkloadCost:
             raise ValueError(f"workload cost: ops must have exactly the phases {', '.join(PHASES)}")
         if sum(len(v) if isinstance(v, list | tuple) else 0 for v in ops.values()) > MAX_TRACE_OPS:
             raise ValueError(f"workload cost: more than {MAX_TRACE_OPS} operators")
-        return cls(_text(doc.get("model_spec"), "model_spec"), _text(doc.get("precision"), "precision"),
-                   {p: tuple(_op(o) for o in _items(ops[p], f"ops.{p}")) for p in PHASES},
-                   int(_number(doc.get("param_count", 0), "param_count")))
+        return cls(
+            _text(doc.get("model_spec"), "model_spec"),
+            _text(doc.get("precision"), "precision"),
+            {p: tuple(_op(o) for o in _items(ops[p], f"ops.{p}")) for p in PHASES},
+            int(_number(doc.get("param_count", 0), "param_count")),
+        )
 
 
-def count_workload(builder: Callable[[], Any], input_shape: Sequence[int], *, precision: str = "fp32",
-                   model_spec: str = "", optimizer: str = "sgd", num_classes: int | None = None,
-                   batch_sizes: tuple[int, int] = (2, 4),
-                   make_batch: Callable[[int], tuple[Any, Any]] | None = None) -> WorkloadCost:
+def count_workload(
+    builder: Callable[[], Any],
+    input_shape: Sequence[int],
+    *,
+    precision: str = "fp32",
+    model_spec: str = "",
+    optimizer: str = "sgd",
+    num_classes: int | None = None,
+    batch_sizes: tuple[int, int] = (2, 4),
+    make_batch: Callable[[int], tuple[Any, Any]] | None = None,
+) -> WorkloadCost:
     """Count per-operator FLOPs and bytes of one training step on the ``meta`` device.
 
     ``builder()`` must create the model (it is called under ``torch.device("meta")``);
     ``make_batch(b) -> (inputs, targets)`` overrides the default random float inputs of
     ``input_shape`` with integer class targets and a cross-entropy loss.
     """
-    per_batch = [_trace_step(builder, input_shape, b, precision, optimizer, num_classes, make_batch)
-                 for b in batch_sizes]
+    per_batch = [
+        _trace_step(builder, input_shape, b, precision, optimizer, num_classes, make_batch)
+        for b in batch_sizes
+    ]
     (b1, (ops1, params)), (b2, (ops2, _)) = zip(batch_sizes, per_batch, strict=True)
     phases = {}
     for p in PHASES:
@@ -199,9 +252,15 @@ def _linear_op(x: tuple[str, float, float], y: tuple[str, float, float], b1: int
     return OpCost(x[0], x[1] - f1 * b1, f1, x[2] - m1 * b1, m1)
 
 
-def _trace_step(builder: Callable[[], Any], input_shape: Sequence[int], batch: int, precision: str,
-                optimizer: str, num_classes: int | None,
-                make_batch: Callable[[int], tuple[Any, Any]] | None) -> tuple[dict[str, list[tuple[str, float, float]]], int]:
+def _trace_step(
+    builder: Callable[[], Any],
+    input_shape: Sequence[int],
+    batch: int,
+    precision: str,
+    optimizer: str,
+    num_classes: int | None,
+    make_batch: Callable[[int], tuple[Any, Any]] | None,
+) -> tuple[dict[str, list[tuple[str, float, float]]], int]:
     import torch
     import torch.nn.functional as fn
 
@@ -214,8 +273,11 @@ def _trace_step(builder: Callable[[], Any], input_shape: Sequence[int], batch: i
             x = torch.randn(batch, *input_shape, dtype=dtype)
             y = None
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = (torch.optim.Adam(params, lr=1e-3, foreach=False) if optimizer == "adam"
-           else torch.optim.SGD(params, lr=0.1, momentum=0.9, foreach=False))
+    opt = (
+        torch.optim.Adam(params, lr=1e-3, foreach=False)
+        if optimizer == "adam"
+        else torch.optim.SGD(params, lr=0.1, momentum=0.9, foreach=False)
+    )
     recorder = _CostRecorder()
     with recorder.phase("forward"):
         out = model(x)
@@ -247,8 +309,9 @@ class _CostRecorder:
         sink = self.ops[name]
 
         def nbytes(obj: Any) -> float:
-            return float(sum(t.numel() * t.element_size() for t in tree_flatten(obj)[0]
-                             if isinstance(t, torch.Tensor)))
+            return float(
+                sum(t.numel() * t.element_size() for t in tree_flatten(obj)[0] if isinstance(t, torch.Tensor))
+            )
 
         class Mode(TorchDispatchMode):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
@@ -261,7 +324,11 @@ class _CostRecorder:
                 out = func(*args, **kwargs)
                 if func.is_view:
                     return out
-                flops = float(flop_registry[packet](*args, **kwargs, out_val=out)) if packet in flop_registry else 0.0
+                flops = (
+                    float(flop_registry[packet](*args, **kwargs, out_val=out))
+                    if packet in flop_registry
+                    else 0.0
+                )
                 name = _op_name(packet, args)
                 if name.startswith("aten.convolution_backward:") and not name.endswith(":dense"):
                     flops = _grouped_conv_backward_flops(args)
@@ -277,7 +344,9 @@ def _op_name(packet: Any, args: Sequence[Any]) -> str:
     name = str(packet)
     base = name.removeprefix("aten.")
     try:
-        if base == "convolution":  # (input, weight, bias, stride, padding, dilation, transposed, out_pad, groups)
+        if (
+            base == "convolution"
+        ):  # (input, weight, bias, stride, padding, dilation, transposed, out_pad, groups)
             groups, weight = int(args[8]), args[1]
         elif base == "convolution_backward":  # (grad_out, input, weight, bias_sizes, ..., groups, mask)
             groups, weight = int(args[9]), args[2]
@@ -303,8 +372,14 @@ def _grouped_conv_backward_flops(args: Sequence[Any]) -> float:
 # --------------------------------------------------------------------------- a full trace
 
 
-def trace_workload(build: Callable[[], Any], input_shape: Sequence[int], *, precision: str = "fp32",
-                   model_spec: str = "", num_classes: int | None = 1000) -> dict[str, Any]:
+def trace_workload(
+    build: Callable[[], Any],
+    input_shape: Sequence[int],
+    *,
+    precision: str = "fp32",
+    model_spec: str = "",
+    num_classes: int | None = 1000,
+) -> dict[str, Any]:
     """Everything the planner needs of a model, as a JSON-able dict (``planner.oracle.Workload``'s
     form): per-operator costs, DDP bucket sizes, static memory (weights, gradients, optimizer
     state) and saved activation bytes per sample. ``build()`` is called under the meta device,
@@ -328,10 +403,16 @@ def trace_workload(build: Callable[[], Any], input_shape: Sequence[int], *, prec
         model = model.half()
     saved = measure_saved_activations(lambda: model(x), exclude=list(model.parameters()))
     sizes = [p.numel() * p.element_size() for p in params]
-    return {"version": WORKLOAD_VERSION, "model_spec": model_spec, "input_shape": list(shape),
-            "precision": precision, "cost": cost.to_dict(),
-            "bucket_sizes": [b.size_bytes for b in ddp_buckets(sizes)], "static_bytes": int(static),
-            "activation_bytes_per_sample": saved.total_bytes / batch}
+    return {
+        "version": WORKLOAD_VERSION,
+        "model_spec": model_spec,
+        "input_shape": list(shape),
+        "precision": precision,
+        "cost": cost.to_dict(),
+        "bucket_sizes": [b.size_bytes for b in ddp_buckets(sizes)],
+        "static_bytes": int(static),
+        "activation_bytes_per_sample": saved.total_bytes / batch,
+    }
 
 
 # --------------------------------------------------------------------------- checks of posted data

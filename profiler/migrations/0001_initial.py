@@ -7,7 +7,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -16,119 +15,248 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='ProfilingRun',
+            name="ProfilingRun",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(choices=[('compute', 'Compute (forward/backward/optimizer vs batch)'), ('comm', 'Communication (AllReduce vs message size)')], default='compute', max_length=10)),
-                ('model_spec', models.CharField(blank=True, help_text='torchvision:NAME or package.module:factory', max_length=200)),
-                ('input_shape', models.CharField(blank=True, help_text='e.g. 3,224,224', max_length=64)),
-                ('batch_sizes', models.CharField(default='auto', help_text='auto or a list like 8,16,32', max_length=200)),
-                ('device', models.CharField(default='cpu', max_length=8)),
-                ('precision', models.CharField(default='fp32', max_length=8)),
-                ('iters', models.PositiveIntegerField(default=5)),
-                ('max_memory', models.CharField(blank=True, help_text='CPU batch-search bound, e.g. 2GB', max_length=16)),
-                ('world_size', models.PositiveIntegerField(default=2)),
-                ('backend', models.CharField(default='gloo', max_length=8)),
-                ('sizes', models.CharField(blank=True, help_text='message sizes, e.g. 1KB..16MB', max_length=32)),
-                ('provider', models.CharField(choices=[('local', 'This machine (subprocess)'), ('ec2', 'EC2 instance')], default='local', max_length=8)),
-                ('instance_type', models.CharField(blank=True, max_length=64)),
-                ('region', models.CharField(blank=True, max_length=32)),
-                ('market', models.CharField(choices=[('on-demand', 'On-demand'), ('spot', 'Spot')], default='on-demand', max_length=10)),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('starting', 'Starting'), ('running', 'Running'), ('succeeded', 'Succeeded'), ('failed', 'Failed'), ('cancelled', 'Cancelled')], db_index=True, default='pending', max_length=10)),
-                ('phase', models.CharField(blank=True, max_length=32)),
-                ('progress', models.FloatField(default=0.0, help_text='0..1')),
-                ('error', models.TextField(blank=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('deadline_at', models.DateTimeField(help_text='Hard limit: the run is stopped and its VM terminated')),
-                ('pid', models.PositiveIntegerField(blank=True, null=True)),
-                ('instance_ids', models.JSONField(blank=True, default=list)),
-                ('launch_token', models.CharField(blank=True, help_text='EC2 ClientToken: no duplicate launch', max_length=64)),
-                ('token_hash', models.CharField(blank=True, db_index=True, max_length=64)),
-                ('token_expires_at', models.DateTimeField(blank=True, null=True)),
-                ('last_seq', models.PositiveIntegerField(default=0)),
-                ('profile', models.JSONField(blank=True, null=True)),
-                ('owner', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='profiling_runs', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("compute", "Compute (forward/backward/optimizer vs batch)"),
+                            ("comm", "Communication (AllReduce vs message size)"),
+                        ],
+                        default="compute",
+                        max_length=10,
+                    ),
+                ),
+                (
+                    "model_spec",
+                    models.CharField(
+                        blank=True, help_text="torchvision:NAME or package.module:factory", max_length=200
+                    ),
+                ),
+                ("input_shape", models.CharField(blank=True, help_text="e.g. 3,224,224", max_length=64)),
+                (
+                    "batch_sizes",
+                    models.CharField(default="auto", help_text="auto or a list like 8,16,32", max_length=200),
+                ),
+                ("device", models.CharField(default="cpu", max_length=8)),
+                ("precision", models.CharField(default="fp32", max_length=8)),
+                ("iters", models.PositiveIntegerField(default=5)),
+                (
+                    "max_memory",
+                    models.CharField(blank=True, help_text="CPU batch-search bound, e.g. 2GB", max_length=16),
+                ),
+                ("world_size", models.PositiveIntegerField(default=2)),
+                ("backend", models.CharField(default="gloo", max_length=8)),
+                (
+                    "sizes",
+                    models.CharField(blank=True, help_text="message sizes, e.g. 1KB..16MB", max_length=32),
+                ),
+                (
+                    "provider",
+                    models.CharField(
+                        choices=[("local", "This machine (subprocess)"), ("ec2", "EC2 instance")],
+                        default="local",
+                        max_length=8,
+                    ),
+                ),
+                ("instance_type", models.CharField(blank=True, max_length=64)),
+                ("region", models.CharField(blank=True, max_length=32)),
+                (
+                    "market",
+                    models.CharField(
+                        choices=[("on-demand", "On-demand"), ("spot", "Spot")],
+                        default="on-demand",
+                        max_length=10,
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("starting", "Starting"),
+                            ("running", "Running"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        db_index=True,
+                        default="pending",
+                        max_length=10,
+                    ),
+                ),
+                ("phase", models.CharField(blank=True, max_length=32)),
+                ("progress", models.FloatField(default=0.0, help_text="0..1")),
+                ("error", models.TextField(blank=True)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "deadline_at",
+                    models.DateTimeField(help_text="Hard limit: the run is stopped and its VM terminated"),
+                ),
+                ("pid", models.PositiveIntegerField(blank=True, null=True)),
+                ("instance_ids", models.JSONField(blank=True, default=list)),
+                (
+                    "launch_token",
+                    models.CharField(
+                        blank=True, help_text="EC2 ClientToken: no duplicate launch", max_length=64
+                    ),
+                ),
+                ("token_hash", models.CharField(blank=True, db_index=True, max_length=64)),
+                ("token_expires_at", models.DateTimeField(blank=True, null=True)),
+                ("last_seq", models.PositiveIntegerField(default=0)),
+                ("profile", models.JSONField(blank=True, null=True)),
+                (
+                    "owner",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="profiling_runs",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at'],
+                "ordering": ["-created_at"],
             },
         ),
         migrations.CreateModel(
-            name='ComputeSample',
+            name="ComputeSample",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('batch_size', models.PositiveIntegerField()),
-                ('phase', models.CharField(max_length=10)),
-                ('median_ms', models.FloatField()),
-                ('p10_ms', models.FloatField()),
-                ('p90_ms', models.FloatField()),
-                ('mean_ms', models.FloatField()),
-                ('std_ms', models.FloatField()),
-                ('cv', models.FloatField()),
-                ('times_ms', models.JSONField(default=list)),
-                ('peak_memory_bytes', models.BigIntegerField(blank=True, null=True)),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='compute_samples', to='profiler.profilingrun')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("batch_size", models.PositiveIntegerField()),
+                ("phase", models.CharField(max_length=10)),
+                ("median_ms", models.FloatField()),
+                ("p10_ms", models.FloatField()),
+                ("p90_ms", models.FloatField()),
+                ("mean_ms", models.FloatField()),
+                ("std_ms", models.FloatField()),
+                ("cv", models.FloatField()),
+                ("times_ms", models.JSONField(default=list)),
+                ("peak_memory_bytes", models.BigIntegerField(blank=True, null=True)),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="compute_samples",
+                        to="profiler.profilingrun",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['batch_size', 'phase'],
-                'constraints': [models.UniqueConstraint(fields=('run', 'batch_size', 'phase'), name='uniq_compute_sample')],
+                "ordering": ["batch_size", "phase"],
+                "constraints": [
+                    models.UniqueConstraint(fields=("run", "batch_size", "phase"), name="uniq_compute_sample")
+                ],
             },
         ),
         migrations.CreateModel(
-            name='CommSample',
+            name="CommSample",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('size_bytes', models.BigIntegerField()),
-                ('world_size', models.PositiveIntegerField()),
-                ('backend', models.CharField(max_length=8)),
-                ('median_ms', models.FloatField()),
-                ('p10_ms', models.FloatField()),
-                ('p90_ms', models.FloatField()),
-                ('mean_ms', models.FloatField()),
-                ('std_ms', models.FloatField()),
-                ('cv', models.FloatField()),
-                ('times_ms', models.JSONField(default=list)),
-                ('algbw_gbps', models.FloatField()),
-                ('busbw_gbps', models.FloatField()),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='comm_samples', to='profiler.profilingrun')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("size_bytes", models.BigIntegerField()),
+                ("world_size", models.PositiveIntegerField()),
+                ("backend", models.CharField(max_length=8)),
+                ("median_ms", models.FloatField()),
+                ("p10_ms", models.FloatField()),
+                ("p90_ms", models.FloatField()),
+                ("mean_ms", models.FloatField()),
+                ("std_ms", models.FloatField()),
+                ("cv", models.FloatField()),
+                ("times_ms", models.JSONField(default=list)),
+                ("algbw_gbps", models.FloatField()),
+                ("busbw_gbps", models.FloatField()),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="comm_samples",
+                        to="profiler.profilingrun",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['size_bytes'],
-                'constraints': [models.UniqueConstraint(fields=('run', 'size_bytes', 'world_size'), name='uniq_comm_sample')],
+                "ordering": ["size_bytes"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("run", "size_bytes", "world_size"), name="uniq_comm_sample"
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='BucketSample',
+            name="BucketSample",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('batch_size', models.PositiveIntegerField()),
-                ('index', models.PositiveIntegerField()),
-                ('size_bytes', models.BigIntegerField()),
-                ('num_params', models.PositiveIntegerField()),
-                ('ready_ms', models.FloatField()),
-                ('ready_fraction', models.FloatField()),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='bucket_samples', to='profiler.profilingrun')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("batch_size", models.PositiveIntegerField()),
+                ("index", models.PositiveIntegerField()),
+                ("size_bytes", models.BigIntegerField()),
+                ("num_params", models.PositiveIntegerField()),
+                ("ready_ms", models.FloatField()),
+                ("ready_fraction", models.FloatField()),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="bucket_samples",
+                        to="profiler.profilingrun",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['batch_size', 'index'],
-                'constraints': [models.UniqueConstraint(fields=('run', 'batch_size', 'index'), name='uniq_bucket_sample')],
+                "ordering": ["batch_size", "index"],
+                "constraints": [
+                    models.UniqueConstraint(fields=("run", "batch_size", "index"), name="uniq_bucket_sample")
+                ],
             },
         ),
         migrations.CreateModel(
-            name='RunEvent',
+            name="RunEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('seq', models.PositiveIntegerField()),
-                ('type', models.CharField(max_length=10)),
-                ('payload', models.JSONField(default=dict)),
-                ('received_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='events', to='profiler.profilingrun')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("seq", models.PositiveIntegerField()),
+                ("type", models.CharField(max_length=10)),
+                ("payload", models.JSONField(default=dict)),
+                ("received_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="events",
+                        to="profiler.profilingrun",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['seq'],
-                'constraints': [models.UniqueConstraint(fields=('run', 'seq'), name='uniq_run_event_seq')],
+                "ordering": ["seq"],
+                "constraints": [models.UniqueConstraint(fields=("run", "seq"), name="uniq_run_event_seq")],
             },
         ),
     ]

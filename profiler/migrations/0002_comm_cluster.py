@@ -6,42 +6,67 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('profiler', '0001_initial'),
+        ("profiler", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='profilingrun',
-            name='node_ips',
-            field=models.JSONField(blank=True, default=dict, help_text='instance id -> private IP (cluster rendezvous)'),
+            model_name="profilingrun",
+            name="node_ips",
+            field=models.JSONField(
+                blank=True, default=dict, help_text="instance id -> private IP (cluster rendezvous)"
+            ),
         ),
         migrations.AddField(
-            model_name='profilingrun',
-            name='nodes',
-            field=models.PositiveIntegerField(blank=True, help_text='EC2 comm cluster: N >= 2 nodes in one placement group; empty: one VM', null=True),
+            model_name="profilingrun",
+            name="nodes",
+            field=models.PositiveIntegerField(
+                blank=True,
+                help_text="EC2 comm cluster: N >= 2 nodes in one placement group; empty: one VM",
+                null=True,
+            ),
         ),
         migrations.CreateModel(
-            name='CommCurvePoint',
+            name="CommCurvePoint",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('instance_type', models.CharField(max_length=64)),
-                ('nodes', models.PositiveIntegerField()),
-                ('gpus_per_node', models.PositiveIntegerField()),
-                ('gpu', models.CharField(help_text="the catalog's accelerator name, e.g. A100", max_length=64)),
-                ('device_name', models.CharField(blank=True, help_text='what CUDA called it', max_length=128)),
-                ('network', models.CharField(help_text='efa | tcp | none (one node)', max_length=8)),
-                ('nccl_version', models.CharField(blank=True, max_length=32)),
-                ('size_bytes', models.BigIntegerField()),
-                ('median_us', models.FloatField()),
-                ('p90_us', models.FloatField()),
-                ('measured_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='curve_points', to='profiler.profilingrun')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("instance_type", models.CharField(max_length=64)),
+                ("nodes", models.PositiveIntegerField()),
+                ("gpus_per_node", models.PositiveIntegerField()),
+                (
+                    "gpu",
+                    models.CharField(help_text="the catalog's accelerator name, e.g. A100", max_length=64),
+                ),
+                (
+                    "device_name",
+                    models.CharField(blank=True, help_text="what CUDA called it", max_length=128),
+                ),
+                ("network", models.CharField(help_text="efa | tcp | none (one node)", max_length=8)),
+                ("nccl_version", models.CharField(blank=True, max_length=32)),
+                ("size_bytes", models.BigIntegerField()),
+                ("median_us", models.FloatField()),
+                ("p90_us", models.FloatField()),
+                ("measured_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="curve_points",
+                        to="profiler.profilingrun",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['run', 'size_bytes'],
-                'constraints': [models.UniqueConstraint(fields=('run', 'size_bytes'), name='uniq_comm_curve_point')],
+                "ordering": ["run", "size_bytes"],
+                "constraints": [
+                    models.UniqueConstraint(fields=("run", "size_bytes"), name="uniq_comm_curve_point")
+                ],
             },
         ),
     ]

@@ -33,8 +33,14 @@ from profiler.agent.comm import free_port
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]  # fmt: skip
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 STAFF = ("root", "root-browser-" + secrets.token_hex(6))
 USER = ("alice", "alice-browser-" + secrets.token_hex(6))
 
@@ -90,8 +96,13 @@ class Server:
         """A REST call with the user's DRF token; returns the JSON body."""
         import requests
 
-        resp = requests.request(method, self.url + path, timeout=30,
-                                headers={"Authorization": f"Token {self.tokens[who]}"}, **kwargs)  # fmt: skip
+        resp = requests.request(
+            method,
+            self.url + path,
+            timeout=30,
+            headers={"Authorization": f"Token {self.tokens[who]}"},
+            **kwargs,
+        )
         wanted = expect if isinstance(expect, tuple) else (expect,)
         assert resp.status_code in wanted, f"{method} {path}: {resp.status_code} {resp.text[:2000]}"
         return resp.json() if resp.content else None
@@ -99,11 +110,19 @@ class Server:
     def ec2(self, region: str = "us-east-1"):
         import boto3
 
-        return boto3.client("ec2", region_name=region, endpoint_url=self.moto_url, aws_access_key_id="testing",
-                            aws_secret_access_key="testing", aws_session_token="testing")  # fmt: skip
+        return boto3.client(
+            "ec2",
+            region_name=region,
+            endpoint_url=self.moto_url,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            aws_session_token="testing",
+        )
 
     def log_tails(self, lines: int = 60) -> str:
-        return "\n".join(f"----- {name} ({path}) -----\n{_tail(path, lines)}" for name, path in self.logs.items())
+        return "\n".join(
+            f"----- {name} ({path}) -----\n{_tail(path, lines)}" for name, path in self.logs.items()
+        )
 
     def check_alive(self) -> None:
         for name, proc in self.procs:
@@ -111,8 +130,14 @@ class Server:
 
 
 def _manage(env: dict, *args: str, timeout: float = 300) -> str:
-    out = subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=timeout)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert out.returncode == 0, f"manage.py {' '.join(args)} failed:\n{out.stdout}\n{out.stderr}"
     return out.stdout
 
@@ -163,28 +188,55 @@ def server(tmp_path_factory, moto_server):
     data = tmp_path_factory.mktemp("srifty-browser-data")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = {k: v for k, v in os.environ.items()
-           if k not in {"DATABASE_URL", "REDIS_URL", "TASKS_BACKEND", "AWS_PROFILE", "SECRET_KEY"}}  # fmt: skip
-    env.update({
-        "DJANGO_SETTINGS_MODULE": "srifty_web.settings", "SRIFTY_DATA_DIR": str(data), "SITE_URL": url,
-        "AWS_ENDPOINT_URL": moto_server, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": "us-east-1", "DEBUG": "0", "PYTHONUNBUFFERED": "1",
-        "LOG_LEVEL": "INFO",
-        "SRIFTY_LOCAL_CODE": "1",  # single-user mode, as ./run starts it: local agents may run model code
-    })  # fmt: skip
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"DATABASE_URL", "REDIS_URL", "TASKS_BACKEND", "AWS_PROFILE", "SECRET_KEY"}
+    }
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "srifty_web.settings",
+            "SRIFTY_DATA_DIR": str(data),
+            "SITE_URL": url,
+            "AWS_ENDPOINT_URL": moto_server,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_SESSION_TOKEN": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "DEBUG": "0",
+            "PYTHONUNBUFFERED": "1",
+            "LOG_LEVEL": "INFO",
+            "SRIFTY_LOCAL_CODE": "1",  # single-user mode, as ./run starts it: local agents may run model code
+        }
+    )
     layer = "in-memory"
     if os.environ.get("SRIFTY_TEST_REDIS_URL"):
         env["REDIS_URL"] = os.environ["SRIFTY_TEST_REDIS_URL"]
         layer = f"redis ({env['REDIS_URL']})"
     _manage(env, "migrate", "--noinput", "-v0")
     _manage(env, "import_catalog")
-    out = _manage({**env, "B_STAFF": STAFF[0], "B_STAFF_PW": STAFF[1], "B_USER": USER[0], "B_USER_PW": USER[1]},
-                  "shell", "-c", USERS_SCRIPT)  # fmt: skip
-    tokens = json.loads(next(line for line in out.splitlines() if line.startswith("TOKENS="))[len("TOKENS="):])
+    out = _manage(
+        {**env, "B_STAFF": STAFF[0], "B_STAFF_PW": STAFF[1], "B_USER": USER[0], "B_USER_PW": USER[1]},
+        "shell",
+        "-c",
+        USERS_SCRIPT,
+    )
+    tokens = json.loads(
+        next(line for line in out.splitlines() if line.startswith("TOKENS="))[len("TOKENS=") :]
+    )
 
     srv = Server(url=url, moto_url=moto_server, data_dir=data, env=env, tokens=tokens, channel_layer=layer)
     commands = {
-        "daphne": [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "srifty_web.asgi:application"],
+        "daphne": [
+            sys.executable,
+            "-m",
+            "daphne",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "srifty_web.asgi:application",
+        ],
         "db_worker": [sys.executable, str(HERE / "_worker.py"), "--interval", "0.2", "--no-startup-delay"],
     }
     try:
@@ -192,8 +244,15 @@ def server(tmp_path_factory, moto_server):
             log = data / f"{name}.log"
             srv.logs[name] = log
             with open(log, "ab") as fh:
-                proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=fh,
-                                        stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+                proc = subprocess.Popen(
+                    cmd,
+                    cwd=ROOT,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=fh,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
             srv.procs.append((name, proc))
         _wait_http(f"{url}/accounts/login/", srv.procs[0][1], srv.logs["daphne"])
         srv.check_alive()

@@ -22,9 +22,16 @@ pytestmark = pytest.mark.browser
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
-PLAN_FORM = {"spec": "torchvision:squeezenet1_1", "input_shape": "3,32,32", "samples_per_epoch": "100000",
-             "epochs": "5", "deadline_hours": "12", "max_nodes": "4", "global_batch_min": "256",
-             "global_batch_max": "512"}  # fmt: skip
+PLAN_FORM = {
+    "spec": "torchvision:squeezenet1_1",
+    "input_shape": "3,32,32",
+    "samples_per_epoch": "100000",
+    "epochs": "5",
+    "deadline_hours": "12",
+    "max_nodes": "4",
+    "global_batch_min": "256",
+    "global_batch_max": "512",
+}
 
 
 def wait_for(fn, timeout_s: float, what: str, interval_s: float = 0.2):
@@ -96,8 +103,10 @@ def wait_running(tab, job_id: int, timeout_s: float = 90) -> dict:
     started = time.monotonic()
 
     def launched():
-        if page.inner_text("#status") == "running" and page.locator(
-                "#instances-table td", has_text=re.compile(r"^i-")).count():
+        if (
+            page.inner_text("#status") == "running"
+            and page.locator("#instances-table td", has_text=re.compile(r"^i-")).count()
+        ):
             return True
         if tab.server.channel_layer == "in-memory" and time.monotonic() - started > 3:
             page.reload()
@@ -149,7 +158,8 @@ def test_anonymous_visitors_are_sent_to_the_login_form_and_a_bad_password_is_ref
 
 def column_values(page, col: int) -> list[str]:
     return page.eval_on_selector_all(
-        "#catalog-table tbody tr", "(rows, col) => rows.map((r) => r.cells[col].dataset.v)", col)
+        "#catalog-table tbody tr", "(rows, col) => rows.map((r) => r.cells[col].dataset.v)", col
+    )
 
 
 @pytest.mark.timeout(90)
@@ -158,7 +168,9 @@ def test_the_catalog_table_sorts_by_a_clicked_column_and_draws_the_price_chart(s
     page.goto("/catalog/?region=us-east-1")
     rows = page.locator("#catalog-table tbody tr")
     assert rows.count() >= 10, page.inner_text("#catalog-table")
-    headers = page.eval_on_selector_all("#catalog-table thead th", "ths => ths.map((t) => t.dataset.key || '')")
+    headers = page.eval_on_selector_all(
+        "#catalog-table thead th", "ths => ths.map((t) => t.dataset.key || '')"
+    )
     gpus, spot = headers.index("gpu_count"), headers.index("spot_usd")
 
     before = page.url
@@ -272,7 +284,9 @@ def test_profiling_a_tiny_model_from_the_form_shows_the_live_chart_over_the_webs
 
 
 @pytest.mark.timeout(180)
-def test_solving_a_plan_from_the_form_shows_the_tradeoff_scatter_the_ranked_table_and_launch_links(staff_tab, shared):
+def test_solving_a_plan_from_the_form_shows_the_tradeoff_scatter_the_ranked_table_and_launch_links(
+    staff_tab, shared
+):
     page = staff_tab.page
     plan_id = solve_plan(staff_tab)
     shared["plan"] = plan_id
@@ -304,7 +318,9 @@ def test_solving_a_plan_from_the_form_shows_the_tradeoff_scatter_the_ranked_tabl
 
 
 @pytest.mark.timeout(180)
-def test_launching_a_plan_shows_the_exact_instances_and_spend_then_starts_tagged_instances_on_moto(staff_tab, shared):
+def test_launching_a_plan_shows_the_exact_instances_and_spend_then_starts_tagged_instances_on_moto(
+    staff_tab, shared
+):
     page, server = staff_tab.page, staff_tab.server
     plan_id = shared.get("plan") or solve_plan(staff_tab)
     option = server.api("GET", f"/api/v1/plans/{plan_id}/")["result"]["plans"][0]
@@ -343,11 +359,17 @@ def test_launching_a_plan_shows_the_exact_instances_and_spend_then_starts_tagged
     groups = page.locator("#groups-table tbody tr").all_inner_texts()
     assert [tuple(r.split("\t")[:3]) for r in groups] == wanted
 
-    found = [i for r in server.ec2().describe_instances(
-        Filters=[{"Name": "tag:srifty:job-id", "Values": [str(job_id)]}])["Reservations"] for i in r["Instances"]]
+    found = [
+        i
+        for r in server.ec2().describe_instances(
+            Filters=[{"Name": "tag:srifty:job-id", "Values": [str(job_id)]}]
+        )["Reservations"]
+        for i in r["Instances"]
+    ]
     assert sorted(i["InstanceId"] for i in found) == sorted(job["instance_ids"])
     assert sorted(i["InstanceType"] for i in found) == sorted(
-        g["instance_type"] for g in option["groups"] for _ in range(g["count"]))
+        g["instance_type"] for g in option["groups"] for _ in range(g["count"])
+    )
     assert {i.get("InstanceLifecycle") for i in found} == {"spot"}
     assert {i["State"]["Name"] for i in found} <= {"pending", "running"}
     staff_tab.shot()
@@ -374,9 +396,14 @@ def test_the_drift_badge_stays_hidden_while_the_job_has_no_drift(staff_tab, shar
 def launch_via_api(server, plan_id: int, rank: int) -> int:
     body = {"plan": plan_id, "rank": rank, "train_command": "train.py", "max_spend_usd": "5", "max_hours": 1}
     shown = server.api("POST", "/api/v1/jobs/preview/", json=body, expect=200)
-    made = server.api("POST", "/api/v1/jobs/", json={**body, "confirmation": shown["confirmation"]}, expect=201)
-    wait_for(lambda: server.api("GET", f"/api/v1/jobs/{made['id']}/")["status"] == "running", 90,
-             f"job {made['id']} to run")
+    made = server.api(
+        "POST", "/api/v1/jobs/", json={**body, "confirmation": shown["confirmation"]}, expect=201
+    )
+    wait_for(
+        lambda: server.api("GET", f"/api/v1/jobs/{made['id']}/")["status"] == "running",
+        90,
+        f"job {made['id']} to run",
+    )
     return made["id"]
 
 
@@ -397,11 +424,14 @@ def test_an_arm64_plan_option_launches_with_an_arm64_image(staff_tab, shared):
         shared.setdefault("extra_jobs", []).append(job_id)
     ids = server.api("GET", f"/api/v1/jobs/{job_id}/")["instance_ids"]
     instances = [i for r in ec2.describe_instances(InstanceIds=ids)["Reservations"] for i in r["Instances"]]
-    images = {i["ImageId"]: i["Architecture"]
-              for i in ec2.describe_images(ImageIds=sorted({i["ImageId"] for i in instances}))["Images"]}
+    images = {
+        i["ImageId"]: i["Architecture"]
+        for i in ec2.describe_images(ImageIds=sorted({i["ImageId"] for i in instances}))["Images"]
+    }
     assert {i["InstanceType"] for i in instances} <= set(types)
     assert [(i["InstanceType"], images[i["ImageId"]]) for i in instances] == [
-        (i["InstanceType"], arch[i["InstanceType"]]) for i in instances]
+        (i["InstanceType"], arch[i["InstanceType"]]) for i in instances
+    ]
 
 
 # --- 6. observed vs predicted ------------------------------------------------------------
@@ -414,7 +444,7 @@ def node_environment(server, instance_id: str) -> dict[str, str]:
     env = {}
     for line in script.splitlines():
         if line.startswith("export SRIFTY_"):
-            name, _, value = line[len("export "):].partition("=")
+            name, _, value = line[len("export ") :].partition("=")
             env[name] = shlex.split(value)[0] if value else ""
     return env
 
@@ -439,17 +469,37 @@ def test_a_real_ddp_training_reporting_to_the_job_fills_the_observed_vs_predicte
 
     iters = 20
     log = server.data_dir / f"ddp-job-{job_id}.log"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
-           "SRIFTY_SERVER": node["SRIFTY_SERVER"], "SRIFTY_JOB_ID": node["SRIFTY_JOB_ID"],
-           "SRIFTY_TOKEN": node["SRIFTY_TOKEN"]}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "PYTHONUNBUFFERED": "1",
+        "OMP_NUM_THREADS": "1",
+        "SRIFTY_SERVER": node["SRIFTY_SERVER"],
+        "SRIFTY_JOB_ID": node["SRIFTY_JOB_ID"],
+        "SRIFTY_TOKEN": node["SRIFTY_TOKEN"],
+    }
     # 0.4 s between iterations: the server checks drift at most every 5 s per job, so the
     # training lasts long enough for a check that sees a full window of reports.
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc-per-node=2",
-           str(HERE / "ddp_train.py"), "--iters", str(iters), "--pause-s", "0.4"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nnodes=1",
+        "--nproc-per-node=2",
+        str(HERE / "ddp_train.py"),
+        "--iters",
+        str(iters),
+        "--pause-s",
+        "0.4",
+    ]
     growth: list[int] = []
     with open(log, "wb") as fh:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
+        )
     try:
+
         def all_plotted():
             n = chart_points(page, "iter-chart", "rank ")
             growth.append(n)
@@ -463,7 +513,9 @@ def test_a_real_ddp_training_reporting_to_the_job_fills_the_observed_vs_predicte
             proc.wait(10)
     assert len({n for n in growth if 0 < n < 2 * iters}) >= 1, growth  # points came in batches, live
 
-    traces = page.evaluate("() => document.getElementById('iter-chart').data.map((t) => ({name: t.name, x: t.x, y: t.y}))")
+    traces = page.evaluate(
+        "() => document.getElementById('iter-chart').data.map((t) => ({name: t.name, x: t.x, y: t.y}))"
+    )
     by_name = {t["name"]: t for t in traces}
     assert set(by_name) == {"predicted p50", "predicted p90", "rank 0", "rank 1"}, list(by_name)
     assert sorted(by_name["rank 0"]["x"]) == list(range(1, iters + 1)) == sorted(by_name["rank 1"]["x"])
@@ -511,10 +563,13 @@ def test_stopping_a_job_from_its_page_terminates_its_instances_on_moto(staff_tab
 
     def terminated():
         resp = server.ec2().describe_instances(InstanceIds=ids)
-        return {i["State"]["Name"] for r in resp["Reservations"] for i in r["Instances"]} <= {"shutting-down",
-                                                                                             "terminated"}
+        return {i["State"]["Name"] for r in resp["Reservations"] for i in r["Instances"]} <= {
+            "shutting-down",
+            "terminated",
+        }
 
     wait_for(terminated, 60, f"the instances of job {job_id} to terminate", interval_s=0.5)
+
     def stopped():
         job = server.api("GET", f"/api/v1/jobs/{job_id}/")
         return job["status"] == "stopped" and any(e["kind"] == "terminated" for e in job["events"]) and job
@@ -531,9 +586,11 @@ def test_stopping_a_job_from_its_page_terminates_its_instances_on_moto(staff_tab
 
 # --- 8. a node lost on EC2, seen live ------------------------------------------------------
 
-IN_PROCESS_LAYER = ("with the embedded in-process channel layer (./run's default: no REDIS_URL) a broadcast made "
-                    "by the db_worker (launch, node loss, terminate, cap, watch-time drift) never reaches the "
-                    "websockets served by daphne, so the open job page does not update")
+IN_PROCESS_LAYER = (
+    "with the embedded in-process channel layer (./run's default: no REDIS_URL) a broadcast made "
+    "by the db_worker (launch, node loss, terminate, cap, watch-time drift) never reaches the "
+    "websockets served by daphne, so the open job page does not update"
+)
 
 
 @pytest.mark.timeout(240)
@@ -549,7 +606,9 @@ def test_a_node_lost_on_ec2_shows_up_on_the_open_job_page_without_a_reload(staff
         server.ec2().terminate_instances(InstanceIds=ids)  # as if EC2 took the spot node back
 
         def noticed():  # the worker's watch (every 30 s) sees it
-            return any(e["kind"] == "node_lost" for e in server.api("GET", f"/api/v1/jobs/{job_id}/")["events"])
+            return any(
+                e["kind"] == "node_lost" for e in server.api("GET", f"/api/v1/jobs/{job_id}/")["events"]
+            )
 
         wait_for(noticed, 90, f"the worker to notice that job {job_id} lost its node", interval_s=1)
         lost = page.locator("#events li.event-node_lost")  # the page reloads itself on a status change

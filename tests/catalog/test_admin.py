@@ -24,7 +24,9 @@ def test_staff_see_current_prices_and_can_search_and_filter(client, staff, catal
     page = client.get("/admin/catalog/instancetype/", {"q": "p4d"}).content.decode()
     assert "p4d.24xlarge" in page and "g5.xlarge" not in page
     assert "Spot $/h (cheapest zone)" in page and "21.9576" in page  # p4d.24xlarge us-east-1 on-demand
-    offered = set(InstanceType.objects.filter(offerings__zone__region__code="eu-west-1").values_list("name", flat=True))
+    offered = set(
+        InstanceType.objects.filter(offerings__zone__region__code="eu-west-1").values_list("name", flat=True)
+    )
     absent = InstanceType.objects.exclude(name__in=offered).values_list("name", flat=True)[0]
     filtered = client.get("/admin/catalog/instancetype/", {"region": "eu-west-1", "all": ""}).context["cl"]
     names = {t.name for t in filtered.queryset}
@@ -46,8 +48,9 @@ def test_staff_upload_a_csv_and_bad_rows_are_listed(client, staff, catalog):
     client.force_login(staff)
     header = ",".join(INSTANCE_COLUMNS)
     bad = f"{header}\ng5.xlarge,A10G,1.0,4.0,16.0,,abc,0.4,us-east-1,use1-az1,x86_64\n".encode()
-    resp = client.post("/admin/catalog/instancetype/import-csv/",
-                       {"instances": BytesIO(bad)}, format="multipart")
+    resp = client.post(
+        "/admin/catalog/instancetype/import-csv/", {"instances": BytesIO(bad)}, format="multipart"
+    )
     page = resp.content.decode()
     assert resp.status_code == 200 and "line 2: Price=&#x27;abc&#x27; is not a number" in page
     good = f"{header}\nzz9.xlarge,T4,1.0,4.0,16.0,,0.5,0.2,us-east-1,use1-az1,x86_64\n".encode()
@@ -62,7 +65,9 @@ def test_the_refresh_action_queues_one_task_per_region(client, staff, catalog, s
 
     client.force_login(staff)
     pk = InstanceType.objects.get(name="p4de.24xlarge").pk
-    resp = client.post("/admin/catalog/instancetype/", {"action": "refresh_from_aws", "_selected_action": [pk]})
+    resp = client.post(
+        "/admin/catalog/instancetype/", {"action": "refresh_from_aws", "_selected_action": [pk]}
+    )
     assert resp.status_code == 302
     regions = {r.args[0] for r in default_task_backend.results}
     assert regions and all(r.args[1] == ["p4de.24xlarge"] for r in default_task_backend.results)

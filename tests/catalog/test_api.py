@@ -29,7 +29,9 @@ def test_it_filters_by_gpu_count_region_and_spot(user_api, catalog):
     assert {t["name"] for t in data["results"]} == {"p4d.24xlarge"}
     east = user_api.get("/api/v1/instance-types/", {"region": "us-east-1", "gpu": "H100"}).json()["results"]
     assert all("us-east-1" in t["regions"] for t in east) and east
-    spot = user_api.get("/api/v1/instance-types/", {"region": "us-east-1", "spot": "true", "limit": 500}).json()
+    spot = user_api.get(
+        "/api/v1/instance-types/", {"region": "us-east-1", "spot": "true", "limit": 500}
+    ).json()
     assert spot["count"] > 0 and all(t["spot_usd"] is not None for t in spot["results"])
     ddp = user_api.get("/api/v1/instance-types/", {"ddp": "true", "limit": 500}).json()["results"]
     assert ddp and all(not t["name"].startswith(("inf", "trn", "dl1", "f1", "f2", "g4ad")) for t in ddp)

@@ -19,16 +19,33 @@ pytestmark = pytest.mark.django_db
 PRICE_DOC = {
     "product": {
         "productFamily": "Compute Instance",
-        "attributes": {"instanceType": "g5.xlarge", "regionCode": "us-east-1", "operatingSystem": "Linux",
-                       "tenancy": "Shared", "preInstalledSw": "NA", "capacitystatus": "Used", "vcpu": "4"},
+        "attributes": {
+            "instanceType": "g5.xlarge",
+            "regionCode": "us-east-1",
+            "operatingSystem": "Linux",
+            "tenancy": "Shared",
+            "preInstalledSw": "NA",
+            "capacitystatus": "Used",
+            "vcpu": "4",
+        },
         "sku": "8U3UZ8WS7MAYN5ZE",
     },
     "serviceCode": "AmazonEC2",
-    "terms": {"OnDemand": {"8U3UZ8WS7MAYN5ZE.JRTCKXETXF": {
-        "priceDimensions": {"8U3UZ8WS7MAYN5ZE.JRTCKXETXF.6YS6EN2CT7": {
-            "unit": "Hrs", "pricePerUnit": {"USD": "0.9900000000"},
-            "description": "$0.99 per On Demand Linux g5.xlarge Instance Hour"}},
-        "sku": "8U3UZ8WS7MAYN5ZE", "effectiveDate": "2026-11-01T00:00:00Z"}}},
+    "terms": {
+        "OnDemand": {
+            "8U3UZ8WS7MAYN5ZE.JRTCKXETXF": {
+                "priceDimensions": {
+                    "8U3UZ8WS7MAYN5ZE.JRTCKXETXF.6YS6EN2CT7": {
+                        "unit": "Hrs",
+                        "pricePerUnit": {"USD": "0.9900000000"},
+                        "description": "$0.99 per On Demand Linux g5.xlarge Instance Hour",
+                    }
+                },
+                "sku": "8U3UZ8WS7MAYN5ZE",
+                "effectiveDate": "2026-11-01T00:00:00Z",
+            }
+        }
+    },
     "version": "20261101000000",
 }
 
@@ -46,7 +63,9 @@ class StubbedPricing:
                 stub = Stubber(cli)
                 for r in responses:
                     if isinstance(r, Exception):
-                        stub.add_client_error("get_products", service_error_code=r.args[0], http_status_code=400)
+                        stub.add_client_error(
+                            "get_products", service_error_code=r.args[0], http_status_code=400
+                        )
                     else:
                         stub.add_response("get_products", r)
                 stub.activate()
@@ -60,12 +79,15 @@ def test_it_parses_an_hourly_on_demand_price():
     assert aws_api.parse_price_list_item(json.dumps(PRICE_DOC)) == ("g5.xlarge", Decimal("0.9900000000"))
     no_hourly = json.loads(json.dumps(PRICE_DOC))
     no_hourly["terms"]["OnDemand"]["8U3UZ8WS7MAYN5ZE.JRTCKXETXF"]["priceDimensions"][
-        "8U3UZ8WS7MAYN5ZE.JRTCKXETXF.6YS6EN2CT7"]["unit"] = "Quantity"
+        "8U3UZ8WS7MAYN5ZE.JRTCKXETXF.6YS6EN2CT7"
+    ]["unit"] = "Quantity"
     assert aws_api.parse_price_list_item(no_hourly) is None
 
 
 def test_describe_instance_types_returns_real_specs_from_moto(aws):
-    specs = {s["name"]: s for s in aws_api.describe_instance_types("us-east-1", ["p4d.24xlarge", "g5.xlarge"])}
+    specs = {
+        s["name"]: s for s in aws_api.describe_instance_types("us-east-1", ["p4d.24xlarge", "g5.xlarge"])
+    }
     assert specs["p4d.24xlarge"]["accelerator"] == "A100" and specs["p4d.24xlarge"]["gpu_count"] == 8
     assert specs["g5.xlarge"]["vcpus"] == 4 and specs["g5.xlarge"]["baseline_gbps"] == 2.5
 
@@ -81,7 +103,9 @@ def test_refresh_adds_spot_history_and_keeps_it_on_the_next_refresh(catalog, aws
     aws_rows = SpotPrice.objects.filter(instance_type__name="g5.xlarge", source=PriceSource.AWS)
     assert aws_rows.count() == report.spot_prices_added
     assert all(r.zone.zone_id.startswith("use1-az") for r in aws_rows)  # zone IDs, not names
-    od = OnDemandPrice.objects.filter(instance_type__name="g5.xlarge", region__code="us-east-1").order_by("observed_at")
+    od = OnDemandPrice.objects.filter(instance_type__name="g5.xlarge", region__code="us-east-1").order_by(
+        "observed_at"
+    )
     assert [p.usd_per_hour for p in od] == [old_od.usd_per_hour, Decimal("0.99")]
 
     again = refresh_region("us-east-1", ["g5.xlarge"], since=since)
@@ -99,7 +123,9 @@ def test_a_throttled_price_call_stores_nothing(catalog, aws, monkeypatch):
 
 
 def test_refresh_creates_a_type_the_catalog_did_not_know(db, aws):
-    report = refresh_region("us-east-1", ["g5.2xlarge"], on_demand=False, since=datetime(2000, 1, 1, tzinfo=UTC))
+    report = refresh_region(
+        "us-east-1", ["g5.2xlarge"], on_demand=False, since=datetime(2000, 1, 1, tzinfo=UTC)
+    )
     assert report.types_created == 1
     g5 = InstanceType.objects.get(name="g5.2xlarge")
     assert g5.accelerator.name == "A10G" and g5.gpu_count == 1 and g5.family == "g5"

@@ -22,8 +22,12 @@ GOOD = "g5.xlarge,A10G,1.0,4.0,16.0,,1.006,0.4,us-east-1,use1-az1,x86_64"
 
 
 def _counts():
-    return (InstanceType.objects.count(), InstanceOffering.objects.count(),
-            OnDemandPrice.objects.count(), SpotPrice.objects.count())
+    return (
+        InstanceType.objects.count(),
+        InstanceOffering.objects.count(),
+        OnDemandPrice.objects.count(),
+        SpotPrice.objects.count(),
+    )
 
 
 def test_snapshot_holds_all_87_types_and_every_zone_row(catalog):
@@ -72,14 +76,16 @@ def test_network_facts_come_with_the_types(catalog):
 
 def test_bad_rows_are_reported_with_line_numbers_and_nothing_is_stored(catalog):
     before = _counts()
-    csv = "\n".join([
-        HEADER,
-        GOOD,
-        "g5.xlarge,A10G,1.0,4.0,16.0,,cheap,0.4,us-east-1,use1-az1,x86_64",
-        "g5.xlarge,A10G,1.0,4.0,16.0,,1.0,0.4,mars-north-1,use1-az1,x86_64",
-        "g5.xlarge,A10G,1.0,four,16.0,,1.0,0.4,us-east-1,use1-az1,x86_64",
-        "g5.xlarge,A10G,1.0,4.0,16.0,,-3,0.4,us-east-1,use1-az1,x86_64",
-    ])  # fmt: skip
+    csv = "\n".join(
+        [
+            HEADER,
+            GOOD,
+            "g5.xlarge,A10G,1.0,4.0,16.0,,cheap,0.4,us-east-1,use1-az1,x86_64",
+            "g5.xlarge,A10G,1.0,4.0,16.0,,1.0,0.4,mars-north-1,use1-az1,x86_64",
+            "g5.xlarge,A10G,1.0,four,16.0,,1.0,0.4,us-east-1,use1-az1,x86_64",
+            "g5.xlarge,A10G,1.0,4.0,16.0,,-3,0.4,us-east-1,use1-az1,x86_64",
+        ]
+    )
     with pytest.raises(CatalogImportError) as err:
         import_catalog(StringIO(csv))
     errors = err.value.errors
@@ -92,8 +98,12 @@ def test_bad_rows_are_reported_with_line_numbers_and_nothing_is_stored(catalog):
 
 def test_missing_columns_are_named(db):
     with pytest.raises(CatalogImportError, match="missing column.*SpotPrice"):
-        import_catalog(StringIO("InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,GpuInfo,Price,"
-                                "Region,AvailabilityZone,Arch\n"))
+        import_catalog(
+            StringIO(
+                "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,GpuInfo,Price,"
+                "Region,AvailabilityZone,Arch\n"
+            )
+        )
 
 
 def test_a_binary_upload_is_rejected_cleanly(db):
@@ -106,11 +116,15 @@ def test_a_new_price_adds_history_and_keeps_the_old_one(catalog):
     when = datetime(2026, 6, 1, tzinfo=UTC)
     report = import_catalog(StringIO(f"{HEADER}\n{GOOD.replace('1.006', '0.999')}\n"), observed_at=when)
     assert report.on_demand_prices_added == 1
-    rows = OnDemandPrice.objects.filter(instance_type__name="g5.xlarge", region__code="us-east-1").order_by("observed_at")
+    rows = OnDemandPrice.objects.filter(instance_type__name="g5.xlarge", region__code="us-east-1").order_by(
+        "observed_at"
+    )
     assert [r.usd_per_hour for r in rows] == [old.usd_per_hour, Decimal("0.999")]
     # same values again (another day): nothing new to say, nothing added
-    again = import_catalog(StringIO(f"{HEADER}\n{GOOD.replace('1.006', '0.999')}\n"),
-                           observed_at=datetime(2026, 6, 2, tzinfo=UTC))
+    again = import_catalog(
+        StringIO(f"{HEADER}\n{GOOD.replace('1.006', '0.999')}\n"),
+        observed_at=datetime(2026, 6, 2, tzinfo=UTC),
+    )
     assert again.on_demand_prices_added == 0
 
 

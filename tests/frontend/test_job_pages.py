@@ -15,20 +15,52 @@ from planner.app.models import Job, JobReport, JobStatus, PlanRecord
 
 pytestmark = pytest.mark.django_db
 
-OPTION = {"rank": 1, "region": "us-east-1", "global_batch": 128, "hourly_usd": 2.2, "iter_time_s": 0.5,
-          "iter_time_p90_s": 0.6, "time_h": 2.0, "time_p90_h": 2.5, "throughput_sps": 100.0,
-          "groups": [{"instance_type": "g5.xlarge", "market": "spot", "zone": "us-east-1a", "count": 2,
-                      "gpus_per_node": 1, "gpu_model": "A10G", "price_per_hour": 0.5, "batch_per_node": [32, 32],
-                      "interruption_bucket": 1},
-                     {"instance_type": "g5.12xlarge", "market": "on-demand", "zone": "us-east-1a", "count": 1,
-                      "gpus_per_node": 4, "gpu_model": "A10G", "price_per_hour": 1.2, "batch_per_node": [64],
-                      "interruption_bucket": 0}]}  # fmt: skip
+OPTION = {
+    "rank": 1,
+    "region": "us-east-1",
+    "global_batch": 128,
+    "hourly_usd": 2.2,
+    "iter_time_s": 0.5,
+    "iter_time_p90_s": 0.6,
+    "time_h": 2.0,
+    "time_p90_h": 2.5,
+    "throughput_sps": 100.0,
+    "groups": [
+        {
+            "instance_type": "g5.xlarge",
+            "market": "spot",
+            "zone": "us-east-1a",
+            "count": 2,
+            "gpus_per_node": 1,
+            "gpu_model": "A10G",
+            "price_per_hour": 0.5,
+            "batch_per_node": [32, 32],
+            "interruption_bucket": 1,
+        },
+        {
+            "instance_type": "g5.12xlarge",
+            "market": "on-demand",
+            "zone": "us-east-1a",
+            "count": 1,
+            "gpus_per_node": 4,
+            "gpu_model": "A10G",
+            "price_per_hour": 1.2,
+            "batch_per_node": [64],
+            "interruption_bucket": 0,
+        },
+    ],
+}
 
 
 @pytest.fixture
 def plan(user):
-    return PlanRecord.objects.create(owner=user, name="resnet", request={"total_samples": 128_000},
-                                     status="solved", result={"plans": [OPTION]})
+    return PlanRecord.objects.create(
+        owner=user,
+        name="resnet",
+        request={"total_samples": 128_000},
+        status="solved",
+        result={"plans": [OPTION]},
+    )
 
 
 @pytest.fixture
@@ -48,14 +80,19 @@ def test_the_confirmation_page_shows_the_exact_instances_price_and_max_spend(cli
     assert "g5.xlarge" in page and "g5.12xlarge" in page and "spot" in page and "on-demand" in page
     assert "$2.20</span> per hour" in page
     assert 'name="max_hours" value="3.8"' in page  # 1.5 x the p90 time, as a suggestion
-    assert "Maximum spend: <strong id=\"max-spend\">$8.36</strong>" in page  # $2.20/h x 3.8 h
+    assert 'Maximum spend: <strong id="max-spend">$8.36</strong>' in page  # $2.20/h x 3.8 h
     assert 'id="review-button"' in page and 'name="confirmation"' not in page  # no launch without a command
 
 
 def test_review_then_confirm_launches_and_goes_to_the_job_page(client, launcher, plan):
     client.force_login(launcher)
-    form = {"plan": plan.pk, "rank": 1, "train_command": "train.py --epochs 2", "max_spend_usd": "5",
-            "max_hours": "10"}  # fmt: skip
+    form = {
+        "plan": plan.pk,
+        "rank": 1,
+        "train_command": "train.py --epochs 2",
+        "max_spend_usd": "5",
+        "max_hours": "10",
+    }
     review = client.post("/jobs/new/", form)
     page = review.content.decode()
     assert review.status_code == 200 and not Job.objects.exists()
@@ -78,8 +115,10 @@ def test_values_changed_after_the_review_need_a_new_confirmation(client, launche
 
 def test_bad_values_come_back_inline(client, launcher, plan):
     client.force_login(launcher)
-    resp = client.post("/jobs/new/", {"plan": plan.pk, "rank": 1, "train_command": "", "max_spend_usd": "-3",
-                                      "max_hours": "10"})  # fmt: skip
+    resp = client.post(
+        "/jobs/new/",
+        {"plan": plan.pk, "rank": 1, "train_command": "", "max_spend_usd": "-3", "max_hours": "10"},
+    )
     page = resp.content.decode()
     assert resp.status_code == 400 and "the training command is required" in page
     assert "more than 0 and at most" in page and 'name="max_spend_usd" value="-3"' in page
@@ -90,8 +129,17 @@ def test_users_without_the_permission_cannot_launch_from_the_page(client, user, 
     client.force_login(user)
     resp = client.get("/jobs/new/", {"plan": plan.pk, "rank": 1})
     assert resp.status_code == 403 and "Can add job" in resp.content.decode()
-    resp = client.post("/jobs/new/", {"plan": plan.pk, "rank": 1, "train_command": "t.py", "max_spend_usd": "5",
-                                      "max_hours": "1", "confirmation": "x"})  # fmt: skip
+    resp = client.post(
+        "/jobs/new/",
+        {
+            "plan": plan.pk,
+            "rank": 1,
+            "train_command": "t.py",
+            "max_spend_usd": "5",
+            "max_hours": "1",
+            "confirmation": "x",
+        },
+    )
     assert resp.status_code == 403 and not Job.objects.exists()
 
 
@@ -107,7 +155,9 @@ def job(launcher, plan):
     job = jobs.create_job(launcher, plan, 1, "train.py", Decimal("20"), 5, confirm=True)
     jobs.mark_launched(job, instance_ids=["i-0aaa", "i-0bbb", "i-0ccc"], node_ips={"i-0aaa": "10.0.0.7"})
     job = jobs.mark_running(job, "launched 3 instances")
-    JobReport.objects.bulk_create([JobReport(job=job, rank=0, seq=i, iteration=i, iter_time_s=0.55) for i in range(1, 6)])
+    JobReport.objects.bulk_create(
+        [JobReport(job=job, rank=0, seq=i, iteration=i, iter_time_s=0.55) for i in range(1, 6)]
+    )
     return job
 
 
@@ -139,16 +189,22 @@ def test_the_stop_button_stops_the_job(client, launcher, job):
     assert job.status == JobStatus.STOPPED and job.status_reason == "stopped by alice"
 
 
-def test_the_replan_button_shows_the_offer_and_applying_it_replaces_the_job(client, launcher, job, monkeypatch):
+def test_the_replan_button_shows_the_offer_and_applying_it_replaces_the_job(
+    client, launcher, job, monkeypatch
+):
     def create_plan(owner, request):
         single = {**OPTION, "groups": [{**OPTION["groups"][1]}], "hourly_usd": 1.2}
-        return PlanRecord.objects.create(owner=owner, request=request, status="solved", result={"plans": [single]})
+        return PlanRecord.objects.create(
+            owner=owner, request=request, status="solved", result={"plans": [single]}
+        )
 
     monkeypatch.setitem(sys.modules, "planner.app.service", types.SimpleNamespace(create_plan=create_plan))
     client.force_login(launcher)
     page = client.post(f"/jobs/{job.pk}/replan/", {"refresh": "1"}).content.decode()
     assert "Apply re-plan: stop job" in page and "g5.12xlarge" in page and "$1.20 per hour" in page
-    form = {name: hidden(page, name) for name in ("plan", "rank", "max_spend_usd", "max_hours", "confirmation")}
+    form = {
+        name: hidden(page, name) for name in ("plan", "rank", "max_spend_usd", "max_hours", "confirmation")
+    }
     resp = client.post(f"/jobs/{job.pk}/replan/apply/", form)
     new = Job.objects.exclude(pk=job.pk).get()
     assert resp.status_code == 302 and resp["Location"] == f"/jobs/{new.pk}/"

@@ -7,11 +7,26 @@ from planner.app.models import PlanRecord
 
 pytestmark = pytest.mark.django_db
 
-FORM = {"model_source": "spec", "spec": "torchvision:squeezenet1_1", "input_shape": "3,32,32", "precision": "amp",
-        "samples_per_epoch": "100000", "epochs": "5", "objective": "cost", "deadline_hours": "12",
-        "regions": ["us-east-1"], "spot": "on", "on_demand": "on", "max_nodes": "4", "max_types": "1",
-        "global_batch_min": "256", "global_batch_max": "512", "checkpoint_interval_h": "0.5",
-        "restart_overhead_h": "0.1", "baseline_gpu": "A100"}
+FORM = {
+    "model_source": "spec",
+    "spec": "torchvision:squeezenet1_1",
+    "input_shape": "3,32,32",
+    "precision": "amp",
+    "samples_per_epoch": "100000",
+    "epochs": "5",
+    "objective": "cost",
+    "deadline_hours": "12",
+    "regions": ["us-east-1"],
+    "spot": "on",
+    "on_demand": "on",
+    "max_nodes": "4",
+    "max_types": "1",
+    "global_batch_min": "256",
+    "global_batch_max": "512",
+    "checkpoint_interval_h": "0.5",
+    "restart_overhead_h": "0.1",
+    "baseline_gpu": "A100",
+}
 
 
 def test_solving_from_the_form_shows_the_chart_table_and_launch_links(client, staff, catalog):
@@ -22,7 +37,9 @@ def test_solving_from_the_form_shows_the_chart_table_and_launch_links(client, st
     page = client.get(resp["Location"]).content.decode()
     assert 'id="tradeoff-chart"' in page and 'id="ranked-table"' in page and "plan_detail.js" in page
     assert f"/jobs/new/?plan={plan.pk}&amp;rank=1" in page  # staff may launch
-    data = json.loads(re.search(r'id="chart-data" type="application/json">(.*?)</script>', page, re.S).group(1))
+    data = json.loads(
+        re.search(r'id="chart-data" type="application/json">(.*?)</script>', page, re.S).group(1)
+    )
     assert data["points"] and data["pareto"] and data["deadline_hours"] == 12
 
 
@@ -70,15 +87,25 @@ def _api_plan(owner, **model) -> PlanRecord:
     from planner.app import service
     from planner.app.serializers import PlanRequestSerializer
 
-    body = {"model": model, "samples_per_epoch": 100000, "epochs": 5, "objective": "cost", "deadline_hours": 12,
-            "regions": ["us-east-1"], "max_nodes": 4, "global_batch_min": 256, "global_batch_max": 512}
+    body = {
+        "model": model,
+        "samples_per_epoch": 100000,
+        "epochs": 5,
+        "objective": "cost",
+        "deadline_hours": 12,
+        "regions": ["us-east-1"],
+        "max_nodes": 4,
+        "global_batch_min": 256,
+        "global_batch_max": 512,
+    }
     checked = PlanRequestSerializer(data=body)
     assert checked.is_valid(), checked.errors
     return service.create_plan(owner, dict(checked.validated_data))
 
 
-def test_it_warns_on_the_page_when_the_profile_ran_another_precision(client, user, catalog, make_run,
-                                                                   compute_profile):
+def test_it_warns_on_the_page_when_the_profile_ran_another_precision(
+    client, user, catalog, make_run, compute_profile
+):
     run = _traced_run(make_run, compute_profile, precision="fp32")
     plan = _api_plan(user, profile_run=run.pk, precision="amp")
     client.force_login(user)
@@ -87,8 +114,9 @@ def test_it_warns_on_the_page_when_the_profile_ran_another_precision(client, use
     assert f"This plan asks for amp, but profiling run #{run.pk} ran fp32" in page
 
 
-def test_the_page_shows_no_precision_warning_when_the_precisions_match(client, user, catalog, make_run,
-                                                                      compute_profile):
+def test_the_page_shows_no_precision_warning_when_the_precisions_match(
+    client, user, catalog, make_run, compute_profile
+):
     run = _traced_run(make_run, compute_profile, precision="fp32")
     plan = _api_plan(user, profile_run=run.pk, precision="fp32")
     client.force_login(user)
@@ -101,11 +129,23 @@ def _rows(page: str) -> list[str]:
     return re.findall(r"<tr>(.*?)</tr>", body, re.S)
 
 
-def test_each_ranked_row_shows_its_prediction_source_and_the_validated_p90_error(client, user, catalog, settings,
-                                                                                tmp_path):
+def test_each_ranked_row_shows_its_prediction_source_and_the_validated_p90_error(
+    client, user, catalog, settings, tmp_path
+):
     path = tmp_path / "validated_errors.json"
-    path.write_text(json.dumps({"analytical": {"median_pct": 14.0, "p90_pct": 38.5, "n": 210,
-                                               "bench": "bench/accuracy_public.py", "measured_at": "2026-12-05"}}))
+    path.write_text(
+        json.dumps(
+            {
+                "analytical": {
+                    "median_pct": 14.0,
+                    "p90_pct": 38.5,
+                    "n": 210,
+                    "bench": "bench/accuracy_public.py",
+                    "measured_at": "2026-12-05",
+                }
+            }
+        )
+    )
     settings.VALIDATED_ERRORS_PATH = path
     client.force_login(user)
     client.post("/plans/", FORM)
@@ -160,22 +200,36 @@ def test_the_cheap_gpu_offer_starts_an_ec2_profiling_run_of_the_same_model(clien
     client.force_login(staff)
     client.post("/plans/", FORM)
     page = client.get(f"/plans/{PlanRecord.objects.get().pk}/").content.decode()
-    form = re.search(r'<form method="post" action="/profiling/" class="inline profile-first-form">(.*?)</form>',
-                     page, re.S).group(1)
+    form = re.search(
+        r'<form method="post" action="/profiling/" class="inline profile-first-form">(.*?)</form>', page, re.S
+    ).group(1)
     fields = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', form))
     resp = client.post("/profiling/", fields)
     run = ProfilingRun.objects.get()
     assert resp.status_code == 302 and resp["Location"] == f"/profiling/{run.pk}/"
-    assert (run.provider, run.instance_type, run.device, run.precision) == ("ec2", "g4dn.xlarge", "cuda", "amp")
+    assert (run.provider, run.instance_type, run.device, run.precision) == (
+        "ec2",
+        "g4dn.xlarge",
+        "cuda",
+        "amp",
+    )
     assert (run.model_spec, run.input_shape, run.batch_sizes, run.max_memory) == (
-        "torchvision:squeezenet1_1", "3,32,32", "auto", "")
+        "torchvision:squeezenet1_1",
+        "3,32,32",
+        "auto",
+        "",
+    )
 
 
 def test_the_review_link_prefills_the_profiling_form(client, staff, catalog):
     client.force_login(staff)
     client.post("/plans/", FORM)
     page = client.get(f"/plans/{PlanRecord.objects.get().pk}/").content.decode()
-    link = re.search(r'<a href="(/profiling/\?[^"]*)">review in the form</a>', page).group(1).replace("&amp;", "&")
+    link = (
+        re.search(r'<a href="(/profiling/\?[^"]*)">review in the form</a>', page)
+        .group(1)
+        .replace("&amp;", "&")
+    )
     form = client.get(link).content.decode()
     assert 'value="torchvision:squeezenet1_1"' in form and "<option selected>g4dn.xlarge</option>" in form
     assert '<option value="ec2" selected>' in form and "<option selected>amp</option>" in form
@@ -186,7 +240,11 @@ def test_without_the_ec2_permission_the_offer_explains_instead_of_a_button(clien
     client.post("/plans/", FORM)
     page = client.get(f"/plans/{PlanRecord.objects.get().pk}/").content.decode()
     section = re.search(r'<section class="card" id="profile-first".*?</section>', page, re.S).group(0)
-    assert "g4dn.xlarge" in section and "profile-first-form" not in section and "review in the form" not in section
+    assert (
+        "g4dn.xlarge" in section
+        and "profile-first-form" not in section
+        and "review in the form" not in section
+    )
     assert "it needs the profiler.add_profilingrun permission" in section
 
 
@@ -195,9 +253,18 @@ def test_no_cheap_gpu_offer_when_a_plan_row_is_measured(client, user, catalog, m
     from planner.app.serializers import PlanRequestSerializer
 
     run = _traced_run(make_run, compute_profile, type="cuda", name="NVIDIA A10G", precision="fp32")
-    body = {"model": {"profile_run": run.pk}, "iterations": 1000, "objective": "throughput",
-            "max_hourly_usd": 100, "regions": ["us-east-1"], "max_nodes": 1, "global_batch_max": 4,
-            "gpu_models": ["A10G"], "spot": False, "top_k": 50}
+    body = {
+        "model": {"profile_run": run.pk},
+        "iterations": 1000,
+        "objective": "throughput",
+        "max_hourly_usd": 100,
+        "regions": ["us-east-1"],
+        "max_nodes": 1,
+        "global_batch_max": 4,
+        "gpu_models": ["A10G"],
+        "spot": False,
+        "top_k": 50,
+    }
     checked = PlanRequestSerializer(data=body)
     assert checked.is_valid(), checked.errors
     plan = service.create_plan(user, dict(checked.validated_data))
@@ -210,11 +277,20 @@ def test_no_cheap_gpu_offer_when_a_plan_row_is_measured(client, user, catalog, m
 def test_a_plan_transferred_from_a_t4_profile_offers_only_the_other_cheap_gpu(catalog):
     from planner.app.profile_first import needs_profile, offers
 
-    result = {"plans": [{"prediction_source": "transferred"}],
-              "model": {"spec": "torchvision:resnet50", "input_shape": [3, 224, 224], "precision": "fp32",
-                        "measured_on": "T4", "source": "transferred"}}
+    result = {
+        "plans": [{"prediction_source": "transferred"}],
+        "model": {
+            "spec": "torchvision:resnet50",
+            "input_shape": [3, 224, 224],
+            "precision": "fp32",
+            "measured_on": "T4",
+            "source": "transferred",
+        },
+    }
     made = offers(result, {"model": {"profile_run": 1}}, max_minutes=60)
     assert [o.instance_type for o in made] == ["g5.xlarge"]
     assert made[0].form["precision"] == "fp32" and made[0].max_usd == made[0].on_demand_usd
-    assert not needs_profile({"plans": [{"prediction_source": "transferred"}, {"prediction_source": "measured"}]})
+    assert not needs_profile(
+        {"plans": [{"prediction_source": "transferred"}, {"prediction_source": "measured"}]}
+    )
     assert not needs_profile({"plans": []})

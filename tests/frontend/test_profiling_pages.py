@@ -9,9 +9,19 @@ pytestmark = pytest.mark.django_db
 def test_the_form_starts_a_run_and_redirects_to_its_page(client, user, settings):
     settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
     client.force_login(user)
-    resp = client.post("/profiling/", {"kind": "compute", "model_spec": "torchvision:resnet18",
-                                       "input_shape": "3,64,64", "batch_sizes": "auto", "device": "cpu",
-                                       "max_memory": "2GB", "iters": "3", "provider": "local"})
+    resp = client.post(
+        "/profiling/",
+        {
+            "kind": "compute",
+            "model_spec": "torchvision:resnet18",
+            "input_shape": "3,64,64",
+            "batch_sizes": "auto",
+            "device": "cpu",
+            "max_memory": "2GB",
+            "iters": "3",
+            "provider": "local",
+        },
+    )
     run = ProfilingRun.objects.get()
     assert resp.status_code == 302 and resp["Location"] == f"/profiling/{run.pk}/"
     page = client.get(resp["Location"]).content.decode()
@@ -20,8 +30,16 @@ def test_the_form_starts_a_run_and_redirects_to_its_page(client, user, settings)
 
 def test_bad_fields_come_back_inline_with_the_values_kept(client, user):
     client.force_login(user)
-    resp = client.post("/profiling/", {"kind": "compute", "model_spec": "os:system", "input_shape": "three",
-                                       "batch_sizes": "auto", "iters": "3"})
+    resp = client.post(
+        "/profiling/",
+        {
+            "kind": "compute",
+            "model_spec": "os:system",
+            "input_shape": "three",
+            "batch_sizes": "auto",
+            "iters": "3",
+        },
+    )
     page = resp.content.decode()
     assert resp.status_code == 400 and "comma-separated positive integers" in page
     assert 'value="three"' in page and not ProfilingRun.objects.exists()

@@ -20,10 +20,20 @@ MODEL = {"g4dn.xlarge": "T4", "g5.xlarge": "A10G", "p3.8xlarge": "V100", "p4d.24
 
 
 def cand(itype, price, market="on-demand", region="us-east-1") -> Candidate:
-    return Candidate(instance_type=itype, family=itype.split(".")[0], region=region, market=market,
-                     zone="use1-az1" if market == "spot" else None, price_per_hour=price, gpus_per_node=GPUS[itype],
-                     gpu_model=MODEL[itype], vcpus=8 * GPUS[itype], network_gbps=25.0, efa=False,
-                     interruption_bucket=1 if market == "spot" else 0)
+    return Candidate(
+        instance_type=itype,
+        family=itype.split(".")[0],
+        region=region,
+        market=market,
+        zone="use1-az1" if market == "spot" else None,
+        price_per_hour=price,
+        gpus_per_node=GPUS[itype],
+        gpu_model=MODEL[itype],
+        vcpus=8 * GPUS[itype],
+        network_gbps=25.0,
+        efa=False,
+        interruption_bucket=1 if market == "spot" else 0,
+    )
 
 
 def perf(config, g):
@@ -37,8 +47,14 @@ def perf(config, g):
     return Estimate(iter_time_s=g / thr, iter_time_p90_s=1.05 * g / thr, throughput_sps=thr)
 
 
-CANDS = [cand("g4dn.xlarge", 0.526), cand("g4dn.xlarge", 0.16, "spot"), cand("g5.xlarge", 1.006),
-         cand("p3.8xlarge", 12.24), cand("p3.8xlarge", 11.0, region="us-west-2"), cand("p4d.24xlarge", 32.77)]
+CANDS = [
+    cand("g4dn.xlarge", 0.526),
+    cand("g4dn.xlarge", 0.16, "spot"),
+    cand("g5.xlarge", 1.006),
+    cand("p3.8xlarge", 12.24),
+    cand("p3.8xlarge", 11.0, region="us-west-2"),
+    cand("p4d.24xlarge", 32.77),
+]
 
 
 def test_cheapest_per_gpu_hour_picks_the_lowest_price_per_gpu():
@@ -75,7 +91,9 @@ def test_srifty_is_never_worse_than_a_feasible_baseline_on_its_objective(req):
         if b.infeasible_reason:
             assert b.plan is None or b.plan.why.startswith("violates")
             continue
-        gain = {"cost": b.cost_gain_pct, "time": b.time_gain_pct, "throughput": b.throughput_gain_pct}[req.objective]
+        gain = {"cost": b.cost_gain_pct, "time": b.time_gain_pct, "throughput": b.throughput_gain_pct}[
+            req.objective
+        ]
         assert gain >= -1e-6, b
         assert b.plan.total_usd == pytest.approx(b.plan.hourly_usd * b.plan.time_h)
 
@@ -91,7 +109,10 @@ def test_an_infeasible_baseline_reports_why():
 def test_a_fixed_node_count_baseline_is_evaluated_as_given():
     req = PlanRequest(objective="cost", total_samples=5e7, deadline_hours=12, max_nodes=8)
     res = solve(req, CANDS, perf)
-    (sky,) = [b for b in evaluate_baselines(req, CANDS, perf, res, requested_gpu="V100", skypilot_nodes=2)
-              if b.name == "skypilot"]
+    (sky,) = [
+        b
+        for b in evaluate_baselines(req, CANDS, perf, res, requested_gpu="V100", skypilot_nodes=2)
+        if b.name == "skypilot"
+    ]
     assert sky.plan.nodes == 2 and sky.plan.groups[0].instance_type == "p3.8xlarge"
     assert sky.cost_gain_pct is not None and sky.cost_gain_pct >= 0

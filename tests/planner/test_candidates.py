@@ -23,11 +23,31 @@ FIXTURES = Path(__file__).resolve().parents[2] / "catalog" / "fixtures"
 NV = "{'Gpus': [{'Name': '%s', 'Manufacturer': 'NVIDIA', 'Count': %d, 'MemoryInfo': {'SizeInMiB': 16384}}]}"
 
 
-def row(itype, name="T4", count=1.0, price="0.526", spot="0.2", region="us-east-1", zone="use1-az1", info=None,
-        vcpus=4.0, arch="x86_64"):
-    return {"InstanceType": itype, "AcceleratorName": name, "AcceleratorCount": str(count), "vCPUs": str(vcpus),
-            "MemoryGiB": "16", "GpuInfo": NV % (name, max(1, int(count))) if info is None else info, "Price": price,
-            "SpotPrice": spot, "Region": region, "AvailabilityZone": zone, "Arch": arch}
+def row(
+    itype,
+    name="T4",
+    count=1.0,
+    price="0.526",
+    spot="0.2",
+    region="us-east-1",
+    zone="use1-az1",
+    info=None,
+    vcpus=4.0,
+    arch="x86_64",
+):
+    return {
+        "InstanceType": itype,
+        "AcceleratorName": name,
+        "AcceleratorCount": str(count),
+        "vCPUs": str(vcpus),
+        "MemoryGiB": "16",
+        "GpuInfo": NV % (name, max(1, int(count))) if info is None else info,
+        "Price": price,
+        "SpotPrice": spot,
+        "Region": region,
+        "AvailabilityZone": zone,
+        "Arch": arch,
+    }
 
 
 NET = {"g4dn.xlarge": (5.0, False), "g4dn.12xlarge": (50.0, True)}
@@ -36,21 +56,36 @@ NET = {"g4dn.xlarge": (5.0, False), "g4dn.12xlarge": (50.0, True)}
 def test_loader_keeps_only_whole_nvidia_gpus():
     rows = [
         row("g4dn.xlarge"),
-        row("dl1.24xlarge", "Gaudi HL-205", 8, info="{'Gpus': [{'Name': 'Gaudi HL-205', 'Manufacturer': 'Habana'}]}"),
+        row(
+            "dl1.24xlarge",
+            "Gaudi HL-205",
+            8,
+            info="{'Gpus': [{'Name': 'Gaudi HL-205', 'Manufacturer': 'Habana'}]}",
+        ),
         row("inf2.xlarge", "Inferentia2", 1, info="{'Gpus': [{'Count': 1, 'Name': 'Inferentia2'}]}"),
         row("trn1.2xlarge", "Trainium", 1, info="{'Gpus': [{'Count': 1, 'Name': 'Trainium'}]}"),
         row("f1.2xlarge", "Virtex UltraScale (VU9P)", 1, info=""),
-        row("g4ad.xlarge", "Radeon Pro V520", 1, info="{'Gpus': [{'Name': 'Radeon Pro V520', 'Manufacturer': 'AMD'}]}"),
+        row(
+            "g4ad.xlarge",
+            "Radeon Pro V520",
+            1,
+            info="{'Gpus': [{'Name': 'Radeon Pro V520', 'Manufacturer': 'AMD'}]}",
+        ),
         row("g6f.large", "L4", 0.125),
     ]
     got = load_candidates(rows, NET)
     assert {c.instance_type for c in got} == {"g4dn.xlarge"}
-    assert is_cuda_accelerator("A100") and not is_cuda_accelerator("Inferentia2") and not is_cuda_accelerator("")
+    assert (
+        is_cuda_accelerator("A100") and not is_cuda_accelerator("Inferentia2") and not is_cuda_accelerator("")
+    )
 
 
 def test_spot_uses_the_cheapest_zone_and_on_demand_the_region_price():
-    rows = [row("g4dn.xlarge", spot="0.30", zone="use1-az1"), row("g4dn.xlarge", spot="0.21", zone="use1-az4"),
-            row("g4dn.xlarge", spot="0.25", zone="use1-az2")]
+    rows = [
+        row("g4dn.xlarge", spot="0.30", zone="use1-az1"),
+        row("g4dn.xlarge", spot="0.21", zone="use1-az4"),
+        row("g4dn.xlarge", spot="0.25", zone="use1-az2"),
+    ]
     got = {c.market: c for c in load_candidates(rows, NET)}
     assert got["spot"].price_per_hour == pytest.approx(0.21) and got["spot"].zone == "use1-az4"
     assert got["on-demand"].price_per_hour == pytest.approx(0.526) and got["on-demand"].zone is None
@@ -59,18 +94,27 @@ def test_spot_uses_the_cheapest_zone_and_on_demand_the_region_price():
 
 
 def test_empty_prices_are_skipped_per_market_and_local_zones_unless_asked():
-    rows = [row("g4dn.xlarge", price="", spot="0.2"), row("g4dn.12xlarge", price="3.9", spot=""),
-            row("g4dn.xlarge", spot="0.01", zone="use1-atl2-az1")]
+    rows = [
+        row("g4dn.xlarge", price="", spot="0.2"),
+        row("g4dn.12xlarge", price="3.9", spot=""),
+        row("g4dn.xlarge", spot="0.01", zone="use1-atl2-az1"),
+    ]
     got = load_candidates(rows, NET)
-    assert {(c.instance_type, c.market) for c in got} == {("g4dn.xlarge", "spot"), ("g4dn.12xlarge", "on-demand")}
+    assert {(c.instance_type, c.market) for c in got} == {
+        ("g4dn.xlarge", "spot"),
+        ("g4dn.12xlarge", "on-demand"),
+    }
     assert next(c for c in got if c.market == "spot").price_per_hour == pytest.approx(0.2)
     with_lz = load_candidates(rows, NET, include_local_zones=True)
     assert next(c for c in with_lz if c.market == "spot").zone == "use1-atl2-az1"
 
 
 def test_filters_by_region_market_model_and_arch():
-    rows = [row("g4dn.xlarge", region="us-east-1"), row("g4dn.xlarge", region="eu-west-1", zone="euw1-az1"),
-            row("g5g.xlarge", "T4g", arch="arm64")]
+    rows = [
+        row("g4dn.xlarge", region="us-east-1"),
+        row("g4dn.xlarge", region="eu-west-1", zone="euw1-az1"),
+        row("g5g.xlarge", "T4g", arch="arm64"),
+    ]
     assert {c.region for c in load_candidates(rows, NET, regions=["eu-west-1"])} == {"eu-west-1"}
     assert {c.market for c in load_candidates(rows, NET, allow_spot=False)} == {"on-demand"}
     assert {c.market for c in load_candidates(rows, NET, allow_on_demand=False)} == {"spot"}
@@ -79,9 +123,21 @@ def test_filters_by_region_market_model_and_arch():
 
 
 def test_snake_case_rows_and_inline_network_columns_work():
-    rows = [{"instance_type": "g4dn.12xlarge", "accelerator_name": "T4", "accelerator_count": 4, "vcpus": 48,
-             "price": 3.912, "spot_price": 1.5, "region": "us-west-2", "availability_zone": "usw2-az1",
-             "network_gbps": 50, "efa": True, "interruption_frequency": 12.0}]
+    rows = [
+        {
+            "instance_type": "g4dn.12xlarge",
+            "accelerator_name": "T4",
+            "accelerator_count": 4,
+            "vcpus": 48,
+            "price": 3.912,
+            "spot_price": 1.5,
+            "region": "us-west-2",
+            "availability_zone": "usw2-az1",
+            "network_gbps": 50,
+            "efa": True,
+            "interruption_frequency": 12.0,
+        }
+    ]
     got = {c.market: c for c in load_candidates(rows)}
     assert got["on-demand"].gpus_per_node == 4 and got["on-demand"].vcpus == 48
     assert got["spot"].network_gbps == 50 and got["spot"].efa is True
@@ -121,11 +177,33 @@ def test_quota_classes_group_p_and_g_families():
 
 
 # ----------------------------------------------------------------------------------- dominance
-def c(itype="a.x", price=1.0, vcpus=8, net=10.0, efa=False, region="r1", market="on-demand", bucket=0,
-      family="g5", max_count=None) -> Candidate:
-    return Candidate(instance_type=itype, family=family, region=region, market=market, zone=None,
-                     price_per_hour=price, gpus_per_node=1, gpu_model="X", vcpus=vcpus, network_gbps=net, efa=efa,
-                     interruption_bucket=bucket, max_count=max_count)
+def c(
+    itype="a.x",
+    price=1.0,
+    vcpus=8,
+    net=10.0,
+    efa=False,
+    region="r1",
+    market="on-demand",
+    bucket=0,
+    family="g5",
+    max_count=None,
+) -> Candidate:
+    return Candidate(
+        instance_type=itype,
+        family=family,
+        region=region,
+        market=market,
+        zone=None,
+        price_per_hour=price,
+        gpus_per_node=1,
+        gpu_model="X",
+        vcpus=vcpus,
+        network_gbps=net,
+        efa=efa,
+        interruption_bucket=bucket,
+        max_count=max_count,
+    )
 
 
 CURVES = {"fast": [10.0, 19.0, 27.0], "slow": [8.0, 15.0, 21.0], "mixed": [12.0, 15.0, 18.0]}

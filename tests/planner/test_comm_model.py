@@ -34,7 +34,9 @@ def synthetic_observations(n_configs=12, seed=0, factor=lambda q: 1.3, noise=0.0
         for size in (2**k for k in range(12, 29, 2)):
             q = CommQuery(size, nodes * gpn, nodes, gpn, gbps, gbps, 20.0, efa=gbps >= 400)
             base = factor(q) * prior_ms(q)
-            obs.append(CommObservation(q, tuple(base * math.exp(noise * rng.gauss(0, 1)) for _ in range(reps))))
+            obs.append(
+                CommObservation(q, tuple(base * math.exp(noise * rng.gauss(0, 1)) for _ in range(reps)))
+            )
     return obs
 
 
@@ -59,10 +61,25 @@ def test_the_slowest_link_is_the_network_across_nodes_and_nvlink_inside_one():
 
 
 def test_a_cluster_builds_from_catalog_style_dicts():
-    c = Cluster.from_dict({"nodes": 2, "gpus_per_node": 4, "BaselineBandwidthGbps": "50.0",
-                           "PeakBandwidthGbps": "100", "EfaSupported": "True", "InstanceType": "g5.12xlarge",
-                           "placement_group": True, "gpu": {"gpu": "A10G", "memory_bandwidth_gbps": "600"}})
-    assert (c.world_size, c.network_gbps, c.peak_gbps, c.efa, c.placement_group) == (8, 50.0, 100.0, True, True)
+    c = Cluster.from_dict(
+        {
+            "nodes": 2,
+            "gpus_per_node": 4,
+            "BaselineBandwidthGbps": "50.0",
+            "PeakBandwidthGbps": "100",
+            "EfaSupported": "True",
+            "InstanceType": "g5.12xlarge",
+            "placement_group": True,
+            "gpu": {"gpu": "A10G", "memory_bandwidth_gbps": "600"},
+        }
+    )
+    assert (c.world_size, c.network_gbps, c.peak_gbps, c.efa, c.placement_group) == (
+        8,
+        50.0,
+        100.0,
+        True,
+        True,
+    )
     assert c.gpu.memory_bandwidth_gb_s == 600
     q = CommQuery.from_cluster(1 << 20, c)
     assert (q.link_gbps, q.link_peak_gbps, q.link_kind) == (50.0, 100.0, "efa")
@@ -77,7 +94,10 @@ def test_the_learned_model_recovers_a_known_formula_and_p90_exceeds_p50():
     truth = lambda q: 1.3 if q.nodes == 1 else 1.8  # noqa: E731
     model = CommModel.fit(synthetic_observations(factor=truth), n_estimators=150)
     assert model.method == "xgboost"
-    held_out = [CommQuery(3 << 20, 16, 2, 8, 100.0, 100.0, 20.0), CommQuery(3 << 22, 8, 1, 8, 2400.0, 2400.0, 20.0)]
+    held_out = [
+        CommQuery(3 << 20, 16, 2, 8, 100.0, 100.0, 20.0),
+        CommQuery(3 << 22, 8, 1, 8, 2400.0, 2400.0, 20.0),
+    ]
     for q in held_out:
         pred = model.predict(q)
         assert pred.p50_ms == pytest.approx(truth(q) * prior_ms(q), rel=0.1)
@@ -132,8 +152,13 @@ def test_it_refuses_a_model_file_of_another_version(tmp_path):
 def test_it_fits_link_bandwidth_and_latency_from_a_profile():
     # t = 2(n-1)/n·S/B + 2(n-1)α, n=2, B=8 Gbit/s (1e6 B/ms), α=50 µs
     sizes = [2**k for k in range(10, 26, 3)]
-    doc = {"schema_version": 1, "kind": "comm", "backend": "gloo", "world_size": 2,
-           "samples": [{"size_bytes": s, "median_ms": s / 1e6 + 0.1} for s in sizes]}
+    doc = {
+        "schema_version": 1,
+        "kind": "comm",
+        "backend": "gloo",
+        "world_size": 2,
+        "samples": [{"size_bytes": s, "median_ms": s / 1e6 + 0.1} for s in sizes],
+    }
     profile = load_comm_profile(doc)
     gbps, alpha = fit_link_from_profile(profile)
     assert gbps == pytest.approx(8.0, rel=1e-6)
@@ -142,15 +167,23 @@ def test_it_fits_link_bandwidth_and_latency_from_a_profile():
     obs = observations_from_profile(profile, cluster)
     assert [o.query.size_bytes for o in obs] == sizes
     model = CommModel.fit(obs)
-    assert model.predict(CommQuery.from_cluster(3 << 20, cluster)).p50_ms == pytest.approx((3 << 20) / 1e6 + 0.1, rel=1e-3)
+    assert model.predict(CommQuery.from_cluster(3 << 20, cluster)).p50_ms == pytest.approx(
+        (3 << 20) / 1e6 + 0.1, rel=1e-3
+    )
 
 
 def test_time_ratios_are_the_nearest_measured_sizes_times_over_their_median():
-    doc = {"schema_version": 1, "kind": "comm", "backend": "gloo", "world_size": 2, "samples": [
-        {"size_bytes": 1 << 20, "times_ms": [0.5, 0.4, 4.0, 0.5, 3.5], "median_ms": 0.5},
-        {"size_bytes": 16 << 20, "times_ms": [8.0, 10.0, 12.0], "median_ms": 10.0},
-        {"size_bytes": 64 << 20, "median_ms": 40.0},   # summary only: no per-call times
-    ]}
+    doc = {
+        "schema_version": 1,
+        "kind": "comm",
+        "backend": "gloo",
+        "world_size": 2,
+        "samples": [
+            {"size_bytes": 1 << 20, "times_ms": [0.5, 0.4, 4.0, 0.5, 3.5], "median_ms": 0.5},
+            {"size_bytes": 16 << 20, "times_ms": [8.0, 10.0, 12.0], "median_ms": 10.0},
+            {"size_bytes": 64 << 20, "median_ms": 40.0},  # summary only: no per-call times
+        ],
+    }
     profile = load_comm_profile(doc)
     # 3 MiB is nearer 1 MiB than 16 MiB in log size; 8 MiB nearer 16 MiB
     assert time_ratios(profile, 3 << 20) == pytest.approx((1.0, 0.8, 8.0, 1.0, 7.0))

@@ -28,15 +28,26 @@ def profile_doc(points, *, max_batch=None, noise=0.0, seed=0):
         return [t * (1 + noise * rng.gauss(0, 1)) for _ in range(10)]
 
     return {
-        "schema_version": 1, "kind": "compute",
-        "model": {"spec": "m"}, "device": {"type": "cuda", "name": "gpu"},
+        "schema_version": 1,
+        "kind": "compute",
+        "model": {"spec": "m"},
+        "device": {"type": "cuda", "name": "gpu"},
         "max_batch_size": max_batch,
-        "samples": [{"batch_size": b,
-                     "phases": {"forward": {"times_ms": times(f)}, "backward": {"times_ms": times(w)},
-                                "optimizer": {"times_ms": times(o)}},
-                     "buckets": [{"index": 0, "size_bytes": 100, "ready_ms": 0.1 * w},
-                                 {"index": 1, "size_bytes": 200, "ready_ms": (0.5 + b / 1000) * w}]}
-                    for b, (f, w, o) in points.items()],
+        "samples": [
+            {
+                "batch_size": b,
+                "phases": {
+                    "forward": {"times_ms": times(f)},
+                    "backward": {"times_ms": times(w)},
+                    "optimizer": {"times_ms": times(o)},
+                },
+                "buckets": [
+                    {"index": 0, "size_bytes": 100, "ready_ms": 0.1 * w},
+                    {"index": 1, "size_bytes": 200, "ready_ms": (0.5 + b / 1000) * w},
+                ],
+            }
+            for b, (f, w, o) in points.items()
+        ],
     }
 
 
@@ -136,11 +147,15 @@ def test_it_measures_the_run_to_run_spread_from_repeated_profiles():
             pts[16] = (t16 / 2, t16 / 2, 0.0)
         return load_compute_profile(profile_doc(pts))
 
-    profiles = [prof(10.0, 20.0), prof(10.0 * math.exp(0.1), 20.0),
-                load_compute_profile(profile_doc({16: (10 * math.exp(0.3), 10 * math.exp(0.3), 0.0),
-                                                  32: (30.0, 30.0, 0.0)}))]
+    profiles = [
+        prof(10.0, 20.0),
+        prof(10.0 * math.exp(0.1), 20.0),
+        load_compute_profile(
+            profile_doc({16: (10 * math.exp(0.3), 10 * math.exp(0.3), 0.0), 32: (30.0, 30.0, 0.0)})
+        ),
+    ]
     # pooled: batch 8 → deviations ±0.05 (1 dof); batch 16 → logs 0, 0, 0.3: ss 0.06 (2 dof)
-    expected = math.sqrt((2 * 0.05 ** 2 + 0.06) / 3)
+    expected = math.sqrt((2 * 0.05**2 + 0.06) / 3)
     assert run_spread(profiles) == pytest.approx(expected, rel=1e-9)
 
 
@@ -155,8 +170,11 @@ def test_it_gives_no_run_spread_without_a_repeated_batch_size():
 def sample_of(fwd, bwd, opt):
     """A one-batch profile sample with the given per-iteration phase times."""
     doc = profile_doc({8: (1.0, 1.0, 1.0)})
-    doc["samples"][0]["phases"] = {"forward": {"times_ms": fwd}, "backward": {"times_ms": bwd},
-                                   "optimizer": {"times_ms": opt}}
+    doc["samples"][0]["phases"] = {
+        "forward": {"times_ms": fwd},
+        "backward": {"times_ms": bwd},
+        "optimizer": {"times_ms": opt},
+    }
     return load_compute_profile(doc).sample_for(8)
 
 
@@ -174,11 +192,14 @@ def test_phases_that_move_against_each_other_count_as_independent():
 def test_the_correlation_reproduces_the_variance_of_the_iteration_totals():
     # forward 10, 12, 10, 12; backward 20, 20, 24, 24 (uncorrelated); optimizer 5, 6, 6, 5 (ρ_fo = 0,
     # ρ_bo = 0): Var(T) = Σ Var: ρ = 0
-    assert phase_correlation(sample_of([10, 12, 10, 12], [20, 20, 24, 24], [5, 6, 6, 5])) == pytest.approx(0.0)
+    assert phase_correlation(sample_of([10, 12, 10, 12], [20, 20, 24, 24], [5, 6, 6, 5])) == pytest.approx(
+        0.0
+    )
     # forward 10, 12, 10, 12 and backward 20, 24, 22, 22: cov = 1, σf = 1, σb = √2, optimizer constant
     # → ρ = 2·cov / (2·σf·σb) = 1/√2
-    assert phase_correlation(sample_of([10, 12, 10, 12], [20, 24, 22, 22], [5, 5, 5, 5])) == \
-        pytest.approx(1 / math.sqrt(2))
+    assert phase_correlation(sample_of([10, 12, 10, 12], [20, 24, 22, 22], [5, 5, 5, 5])) == pytest.approx(
+        1 / math.sqrt(2)
+    )
 
 
 def test_too_few_iterations_give_no_correlation():
@@ -192,8 +213,12 @@ def test_the_model_keeps_the_phase_correlation_per_batch_and_interpolates_it():
         common = [rng.gauss(0, 1) for _ in range(40)]
         own = {p: [rng.gauss(0, 1) for _ in range(40)] for p in ("forward", "backward", "optimizer")}
         for p, base in zip(("forward", "backward", "optimizer"), (10.0, 20.0, 5.0), strict=True):
-            sample["phases"][p] = {"times_ms": [base * (1 + 0.05 * (math.sqrt(rho) * c + math.sqrt(1 - rho) * e))
-                                                for c, e in zip(common, own[p], strict=True)]}
+            sample["phases"][p] = {
+                "times_ms": [
+                    base * (1 + 0.05 * (math.sqrt(rho) * c + math.sqrt(1 - rho) * e))
+                    for c, e in zip(common, own[p], strict=True)
+                ]
+            }
     model = fit_compute_model(load_compute_profile(doc))
     assert model.correlations[0] < 0.25
     assert model.correlations[1] == pytest.approx(1.0)

@@ -13,8 +13,12 @@ def every():
 
 def test_the_split_file_is_what_its_rule_gives(every):
     split = corpus.load_split()
-    again = corpus.make_split(every, [m.family for m in corpus.load_models().values()], seed=split.seed,
-                              held_out_chip=split.held_out_chip)
+    again = corpus.make_split(
+        every,
+        [m.family for m in corpus.load_models().values()],
+        seed=split.seed,
+        held_out_chip=split.held_out_chip,
+    )
     assert again.validation_ids == split.validation_ids and again.train_ids == split.train_ids
     assert split.corpus_sha256 == corpus.corpus_digest()
     assert split.train_ids.isdisjoint(split.validation_ids)
@@ -36,12 +40,26 @@ def test_train_rows_refuses_a_validation_row(every):
 
 
 def test_a_row_becomes_one_gpus_step_time():
-    row = corpus.CorpusRow(0, "s", "m", "seq_len=128", "amp", "A100-SXM4-80GB", 8, 1, 32, "tokens_per_s", 8 * 4096.0, "")
+    row = corpus.CorpusRow(
+        0, "s", "m", "seq_len=128", "amp", "A100-SXM4-80GB", 8, 1, 32, "tokens_per_s", 8 * 4096.0, ""
+    )
     model = corpus.CorpusModel("m", "seq_len=128", "f", "x", (128,), 128, "")
     assert corpus.iteration_ms(row, model) == pytest.approx(32 / (4096 / 128) * 1e3)
     assert row.chip == "A100-80GB" and row.with_optimizer
-    no_opt = corpus.CorpusRow(1, "s", "m", "", "fp32", "V100-SXM2-16GB", 1, 1, 16, "iteration_ms", 83.5,
-                              "train = one forward+backward pass (no optimizer step)")
+    no_opt = corpus.CorpusRow(
+        1,
+        "s",
+        "m",
+        "",
+        "fp32",
+        "V100-SXM2-16GB",
+        1,
+        1,
+        16,
+        "iteration_ms",
+        83.5,
+        "train = one forward+backward pass (no optimizer step)",
+    )
     assert corpus.iteration_ms(no_opt, None) == 83.5 and not no_opt.with_optimizer
 
 

@@ -25,26 +25,30 @@ def _convs():
         torch.nn.Conv2d(16, 32, 3, padding=1),  # dense
         torch.nn.Conv2d(32, 32, 3, padding=1, groups=4),  # grouped
         torch.nn.Conv2d(32, 32, 3, padding=1, groups=32),  # depthwise
-        torch.nn.Flatten(), torch.nn.Linear(32 * 8 * 8, 10),
-    )  # fmt: skip
+        torch.nn.Flatten(),
+        torch.nn.Linear(32 * 8 * 8, 10),
+    )
 
 
-@pytest.mark.parametrize(("name", "phase", "cls"), [
-    ("aten.convolution:dense", "forward", "conv_dense"),
-    ("aten.convolution_backward:depthwise", "backward", "conv_depthwise"),
-    ("aten.convolution:grouped", "forward", "conv_grouped"),
-    ("aten.addmm", "forward", "matmul"),
-    ("aten.mm", "backward", "matmul"),
-    ("aten.bmm", "forward", "attention"),
-    ("aten._scaled_dot_product_efficient_attention", "forward", "attention"),
-    ("aten.native_layer_norm", "forward", "norm"),
-    ("aten.native_batch_norm_backward", "backward", "norm"),
-    ("aten._softmax", "forward", "reduction"),
-    ("aten.max_pool2d_with_indices", "forward", "reduction"),
-    ("aten.embedding_dense_backward", "backward", "embedding"),
-    ("aten.gelu", "forward", "elementwise"),
-    ("aten.add_", "optimizer", "optimizer"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "phase", "cls"),
+    [
+        ("aten.convolution:dense", "forward", "conv_dense"),
+        ("aten.convolution_backward:depthwise", "backward", "conv_depthwise"),
+        ("aten.convolution:grouped", "forward", "conv_grouped"),
+        ("aten.addmm", "forward", "matmul"),
+        ("aten.mm", "backward", "matmul"),
+        ("aten.bmm", "forward", "attention"),
+        ("aten._scaled_dot_product_efficient_attention", "forward", "attention"),
+        ("aten.native_layer_norm", "forward", "norm"),
+        ("aten.native_batch_norm_backward", "backward", "norm"),
+        ("aten._softmax", "forward", "reduction"),
+        ("aten.max_pool2d_with_indices", "forward", "reduction"),
+        ("aten.embedding_dense_backward", "backward", "embedding"),
+        ("aten.gelu", "forward", "elementwise"),
+        ("aten.add_", "optimizer", "optimizer"),
+    ],
+)
 def test_it_puts_each_operator_in_its_class(name, phase, cls):
     assert op_class(name, phase) == cls
 
@@ -73,8 +77,15 @@ def test_small_batches_stay_below_peak_because_of_kernel_floors():
 
 
 def test_the_model_round_trips_through_json():
-    model = OpClassModel(RooflineParams(), {"A100": A100}, theta=dict(PRIOR), beta=0.7,
-                         gpu_factors={"GA100/tensor": 0.8}, nccl_slowdown=0.06, input_ns_per_element=0.7)
+    model = OpClassModel(
+        RooflineParams(),
+        {"A100": A100},
+        theta=dict(PRIOR),
+        beta=0.7,
+        gpu_factors={"GA100/tensor": 0.8},
+        nccl_slowdown=0.06,
+        input_ns_per_element=0.7,
+    )
     again = OpClassModel.from_dict(json.loads(json.dumps(model.to_dict())), {"A100": A100})
     cost = count_workload(_convs, (16, 8, 8))
     assert again.step_ms(cost, 8, A100, "amp") == pytest.approx(model.step_ms(cost, 8, A100, "amp"))
@@ -104,9 +115,11 @@ def test_exported_trees_predict_what_xgboost_predicts():
 
 
 def test_the_shipped_model_plans_without_importing_xgboost():
-    code = ("import sys; from planner.hardware import load_gpu_specs; from planner.calibration import "
-            "load_compute_model; m = load_compute_model(load_gpu_specs('catalog/fixtures/gpu_specs.csv')); "
-            "assert m.residual.trees, 'no residual'; assert 'xgboost' not in sys.modules; print('ok')")
+    code = (
+        "import sys; from planner.hardware import load_gpu_specs; from planner.calibration import "
+        "load_compute_model; m = load_compute_model(load_gpu_specs('catalog/fixtures/gpu_specs.csv')); "
+        "assert m.residual.trees, 'no residual'; assert 'xgboost' not in sys.modules; print('ok')"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "ok", out.stderr
 

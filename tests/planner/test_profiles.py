@@ -31,22 +31,40 @@ def compute_doc():
         "device": {"type": "cpu", "name": "EPYC", "precision": "fp32"},
         "max_batch_size": 64,
         "samples": [
-            {"batch_size": 16,
-             "phases": {"forward": phase([2.0, 2.2, 1.8]), "backward": phase([4.0, 4.0, 4.0]),
-                        "optimizer": phase([1.0, 1.0, 1.0])},
-             "buckets": [{"index": 0, "size_bytes": 1024, "num_params": 1, "ready_ms": 1.0},
-                         {"index": 1, "size_bytes": 2048, "num_params": 2, "ready_ms": 4.0, "ready_fraction": 1.0}]},
-            {"batch_size": 8,
-             "phases": {"forward": {"median_ms": 1.0}, "backward": {"median_ms": 2.0},
-                        "optimizer": {"median_ms": 1.0}}},
+            {
+                "batch_size": 16,
+                "phases": {
+                    "forward": phase([2.0, 2.2, 1.8]),
+                    "backward": phase([4.0, 4.0, 4.0]),
+                    "optimizer": phase([1.0, 1.0, 1.0]),
+                },
+                "buckets": [
+                    {"index": 0, "size_bytes": 1024, "num_params": 1, "ready_ms": 1.0},
+                    {"index": 1, "size_bytes": 2048, "num_params": 2, "ready_ms": 4.0, "ready_fraction": 1.0},
+                ],
+            },
+            {
+                "batch_size": 8,
+                "phases": {
+                    "forward": {"median_ms": 1.0},
+                    "backward": {"median_ms": 2.0},
+                    "optimizer": {"median_ms": 1.0},
+                },
+            },
         ],
     }
 
 
 def comm_doc():
-    return {"schema_version": 1, "kind": "comm", "backend": "gloo", "world_size": 2, "nodes": 1,
-            "ranks_per_node": 2,
-            "samples": [{"size_bytes": 4096, "times_ms": [0.5, 0.6]}, {"size_bytes": 1024, "median_ms": 0.2}]}
+    return {
+        "schema_version": 1,
+        "kind": "comm",
+        "backend": "gloo",
+        "world_size": 2,
+        "nodes": 1,
+        "ranks_per_node": 2,
+        "samples": [{"size_bytes": 4096, "times_ms": [0.5, 0.6]}, {"size_bytes": 1024, "median_ms": 0.2}],
+    }
 
 
 def test_it_parses_a_compute_profile_sorted_by_batch():
@@ -195,12 +213,19 @@ def test_aligned_merging_keeps_the_iteration_spread_and_leaves_the_drift_out():
     assert plain.relative_spread > 5 * aligned.relative_spread
 
 
-@pytest.mark.parametrize("device, ran, requested", [
-    ({"type": "cpu", "name": "EPYC", "precision": "amp"}, "bf16", "amp"),  # an older agent: CPU amp ran bf16
-    ({"type": "cuda", "name": "NVIDIA A10G", "precision": "amp"}, "amp", "amp"),
-    ({"type": "cpu", "name": "EPYC", "precision": "bf16", "precision_requested": "amp"}, "bf16", "amp"),
-    ({"type": "cpu", "name": "EPYC"}, "fp32", "fp32"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "device, ran, requested",
+    [
+        (
+            {"type": "cpu", "name": "EPYC", "precision": "amp"},
+            "bf16",
+            "amp",
+        ),  # an older agent: CPU amp ran bf16
+        ({"type": "cuda", "name": "NVIDIA A10G", "precision": "amp"}, "amp", "amp"),
+        ({"type": "cpu", "name": "EPYC", "precision": "bf16", "precision_requested": "amp"}, "bf16", "amp"),
+        ({"type": "cpu", "name": "EPYC"}, "fp32", "fp32"),
+    ],
+)
 def test_it_reads_the_precision_a_profile_ran_also_from_older_profiles(device, ran, requested):
     doc = compute_doc()
     doc["device"] = device

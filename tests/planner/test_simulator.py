@@ -100,7 +100,10 @@ def test_on_one_host_every_all_reduce_is_cpu_bound_whatever_share_was_measured()
 
     prof = CommProfile("gloo", 2, 1, 2, (sample(1 << 20, 0.2), sample(4 << 20, 0.8)))
     # loopback: what the all-reduce waited for beside an idle peer is the peer's CPU work
-    assert Contention.from_comm_profile(prof, [1 << 20, 4 << 20], same_host=True) == [Contention.from_cpu_share(1.0)] * 2
+    assert (
+        Contention.from_comm_profile(prof, [1 << 20, 4 << 20], same_host=True)
+        == [Contention.from_cpu_share(1.0)] * 2
+    )
     # GPUs (no shares measured) overlap freely on one host too
     gpu = CommProfile("nccl", 2, 1, 2, (CommSample(1 << 20, TimingStats((1.0,), 1.0, 1.0, 1.0, 1.0, 0.0)),))
     assert all(c.free for c in Contention.from_comm_profile(gpu, [1 << 20], same_host=True))
@@ -115,7 +118,9 @@ def test_a_two_mode_all_reduce_is_drawn_from_its_measured_times():
     assert result.iteration_ms_p90 == pytest.approx(240.0)
     assert result.iteration_ms_mean == pytest.approx(140 + 100 / 4, abs=3.0)
     # the measured times, not the p90, set the spread: times all at their median give none
-    steady = simulate_iteration([worker(), worker()], comm[:2] + [CommTime(50, 150, ratios=(1.0,) * 4)], samples=500)
+    steady = simulate_iteration(
+        [worker(), worker()], comm[:2] + [CommTime(50, 150, ratios=(1.0,) * 4)], samples=500
+    )
     assert steady.iteration_ms_p50 == steady.iteration_ms_p90 == pytest.approx(140.0)
 
 
@@ -160,8 +165,9 @@ def test_run_drift_scales_whole_iterations_and_widens_only_the_p90(contention):
     assert drift.deterministic_ms == pytest.approx(det)
     assert drift.iteration_ms_p50 == pytest.approx(det, rel=0.01)
     assert drift.iteration_ms_p90 == pytest.approx(det * math.exp(1.2816 * 0.05), rel=0.01)
-    assert simulate_iteration(loads, comm, samples=200, seed=3, contention=contention, run_spread=0.0) == \
-        simulate_iteration(loads, comm, samples=200, seed=3, contention=contention)
+    assert simulate_iteration(
+        loads, comm, samples=200, seed=3, contention=contention, run_spread=0.0
+    ) == simulate_iteration(loads, comm, samples=200, seed=3, contention=contention)
 
 
 def test_it_rejects_a_negative_or_absurd_run_drift():
@@ -186,8 +192,9 @@ def test_correlated_phases_widen_the_iteration_as_one_phase_would():
     independent = simulate_iteration(load(0.0), comm, samples=8000, seed=5)
     assert full.iteration_ms_p90 == pytest.approx(35.0 * math.exp(1.2816 * 0.1), rel=0.01)
     assert independent.iteration_ms_p90 < half.iteration_ms_p90 < full.iteration_ms_p90
-    assert independent == simulate_iteration([WorkerLoad(worker(spread=0.1).phases, BUCKETS, 16)], comm,
-                                             samples=8000, seed=5)
+    assert independent == simulate_iteration(
+        [WorkerLoad(worker(spread=0.1).phases, BUCKETS, 16)], comm, samples=8000, seed=5
+    )
 
 
 def test_the_loops_own_noise_scales_whole_iterations_and_adds_to_the_drift():
@@ -200,8 +207,9 @@ def test_the_loops_own_noise_scales_whole_iterations_and_adds_to_the_drift():
     assert noisy.iteration_ms_p50 == pytest.approx(det, rel=0.01)
     assert noisy.iteration_ms_p90 == pytest.approx(det * math.exp(1.2816 * 0.08), rel=0.01)
     assert both.iteration_ms_p90 == pytest.approx(det * math.exp(1.2816 * 0.1), rel=0.01)
-    assert simulate_iteration(loads, comm, samples=200, seed=3, run_spread=0.05, iteration_spread=0.0) == \
-        simulate_iteration(loads, comm, samples=200, seed=3, run_spread=0.05)
+    assert simulate_iteration(
+        loads, comm, samples=200, seed=3, run_spread=0.05, iteration_spread=0.0
+    ) == simulate_iteration(loads, comm, samples=200, seed=3, run_spread=0.05)
 
 
 def test_the_result_names_the_bottleneck_link_and_breaks_the_time_down():
@@ -209,7 +217,9 @@ def test_the_result_names_the_bottleneck_link_and_breaks_the_time_down():
     assert result.bottleneck == "communication"
     assert result.bottleneck_link == "efa"
     bd = result.breakdown
-    assert bd.forward + bd.backward + bd.optimizer + bd.exposed_communication == pytest.approx(result.deterministic_ms)
+    assert bd.forward + bd.backward + bd.optimizer + bd.exposed_communication == pytest.approx(
+        result.deterministic_ms
+    )
     assert result.per_worker_batch == (16, 16)
     quiet = simulate_iteration([worker(), worker()], [CommTime(0.1)] * 3, samples=10)
     assert quiet.bottleneck == "compute" and quiet.bottleneck_link == ""
@@ -241,12 +251,27 @@ def test_balance_split_treats_range_errors_as_infeasible():
 
 
 def test_simulate_ddp_builds_workers_from_compute_models():
-    doc = {"schema_version": 1, "kind": "compute", "model": {"spec": "m"}, "device": {"type": "cuda", "name": "g"},
-           "samples": [{"batch_size": b,
-                        "phases": {"forward": {"median_ms": 0.1 * b}, "backward": {"median_ms": 0.2 * b},
-                                   "optimizer": {"median_ms": 1.0}},
-                        "buckets": [{"index": 0, "size_bytes": 1000, "ready_ms": 0.1 * b},
-                                    {"index": 1, "size_bytes": 3000, "ready_ms": 0.2 * b}]} for b in (16, 32)]}
+    doc = {
+        "schema_version": 1,
+        "kind": "compute",
+        "model": {"spec": "m"},
+        "device": {"type": "cuda", "name": "g"},
+        "samples": [
+            {
+                "batch_size": b,
+                "phases": {
+                    "forward": {"median_ms": 0.1 * b},
+                    "backward": {"median_ms": 0.2 * b},
+                    "optimizer": {"median_ms": 1.0},
+                },
+                "buckets": [
+                    {"index": 0, "size_bytes": 1000, "ready_ms": 0.1 * b},
+                    {"index": 1, "size_bytes": 3000, "ready_ms": 0.2 * b},
+                ],
+            }
+            for b in (16, 32)
+        ],
+    }
     model = fit_compute_model(load_compute_profile(doc))
     result = simulate_ddp(model, [16, 32], lambda size: CommTime(size / 1000.0), samples=0)
     # worker 1 (batch 32): backward starts at 1 + 3.2 = 4.2; bucket 0 ready at 4.2 + 3.2 = 7.4 → ends 8.4;
@@ -267,8 +292,15 @@ def test_cluster_comm_fn_uses_the_slowest_link_of_the_cluster():
 def test_cluster_comm_fn_carries_the_measured_times_of_a_profile_and_its_label():
     from planner.profiles import load_comm_profile
 
-    profile = load_comm_profile({"schema_version": 1, "kind": "comm", "backend": "gloo", "world_size": 8,
-                                 "samples": [{"size_bytes": 16 << 20, "times_ms": [8.0, 10.0, 12.0]}]})
+    profile = load_comm_profile(
+        {
+            "schema_version": 1,
+            "kind": "comm",
+            "backend": "gloo",
+            "world_size": 8,
+            "samples": [{"size_bytes": 16 << 20, "times_ms": [8.0, 10.0, 12.0]}],
+        }
+    )
     cluster = Cluster(nodes=2, gpus_per_node=4, network_gbps=50.0)
     comm = cluster_comm_fn(CommModel(), cluster, profile=profile, label="shaped")(25 << 20)
     assert comm.ratios == pytest.approx((0.8, 1.0, 1.2))

@@ -52,21 +52,43 @@ HW = {
     "p4d.24xlarge": (8, 520.0, 96, 400.0, True),
 }
 PRICE = {
-    "g4dn.xlarge": 0.526, "g4dn.12xlarge": 3.912, "g5.xlarge": 1.006, "g5.48xlarge": 16.288,
-    "p3.2xlarge": 3.06, "p3.16xlarge": 24.48, "p4d.24xlarge": 32.77,
+    "g4dn.xlarge": 0.526,
+    "g4dn.12xlarge": 3.912,
+    "g5.xlarge": 1.006,
+    "g5.48xlarge": 16.288,
+    "p3.2xlarge": 3.06,
+    "p3.16xlarge": 24.48,
+    "p4d.24xlarge": 32.77,
 }
 
 
-def cand(itype: str, region: str = "us-east-1", market: str = "on-demand", price: float | None = None,
-         bucket: int = 0, max_count: int | None = None) -> Candidate:
+def cand(
+    itype: str,
+    region: str = "us-east-1",
+    market: str = "on-demand",
+    price: float | None = None,
+    bucket: int = 0,
+    max_count: int | None = None,
+) -> Candidate:
     gpus, _speed, vcpus, net, efa = HW[itype]
     p = PRICE[itype] if price is None else price
     if market == "spot" and price is None:
         p = round(p * 0.35, 4)
-    return Candidate(instance_type=itype, family=itype.split(".")[0], region=region, market=market,
-                     zone=f"{region}-az1" if market == "spot" else None, price_per_hour=p, gpus_per_node=gpus,
-                     gpu_model=itype, vcpus=vcpus, network_gbps=net, efa=efa,
-                     interruption_bucket=bucket if market == "spot" else 0, max_count=max_count)
+    return Candidate(
+        instance_type=itype,
+        family=itype.split(".")[0],
+        region=region,
+        market=market,
+        zone=f"{region}-az1" if market == "spot" else None,
+        price_per_hour=p,
+        gpus_per_node=gpus,
+        gpu_model=itype,
+        vcpus=vcpus,
+        network_gbps=net,
+        efa=efa,
+        interruption_bucket=bucket if market == "spot" else 0,
+        max_count=max_count,
+    )
 
 
 def toy_perf(config, global_batch):
@@ -82,20 +104,29 @@ def toy_perf(config, global_batch):
     speed = [HW[c.instance_type][1] * c.gpus_per_node for c, _ in groups]
     total = sum(s * n for s, (_, n) in zip(speed, groups, strict=True))
     share = [global_batch * s / total for s in speed]  # per node
-    compute = max((b / c.gpus_per_node + 8.0) / HW[c.instance_type][1] for b, (c, _) in zip(share, groups, strict=True))
+    compute = max(
+        (b / c.gpus_per_node + 8.0) / HW[c.instance_type][1] for b, (c, _) in zip(share, groups, strict=True)
+    )
     comm = 0.0
     if nodes > 1:
         bw = min(c.network_gbps for c, _ in groups)
         comm = 2 * (nodes - 1) / nodes * 0.8 / bw + 0.004 * nodes
     it = compute + max(0.0, comm - 0.5 * compute) + 0.002
-    return Estimate(iter_time_s=it, iter_time_p90_s=it * 1.05, throughput_sps=global_batch / it,
-                    bottleneck="network" if comm > compute else "compute",
-                    per_node_batch=tuple(int(round(share[[g[0].instance_type for g in groups].index(c.instance_type)]))
-                                         for c, _ in config))
+    return Estimate(
+        iter_time_s=it,
+        iter_time_p90_s=it * 1.05,
+        throughput_sps=global_batch / it,
+        bottleneck="network" if comm > compute else "compute",
+        per_node_batch=tuple(
+            int(round(share[[g[0].instance_type for g in groups].index(c.instance_type)])) for c, _ in config
+        ),
+    )
 
 
 def objective_value(plan, objective):
-    return {"cost": plan.total_usd, "time": plan.time_h, "throughput": -plan.effective_throughput_sps}[objective]
+    return {"cost": plan.total_usd, "time": plan.time_h, "throughput": -plan.effective_throughput_sps}[
+        objective
+    ]
 
 
 def tiny_instance(seed: int, objective: str) -> tuple[PlanRequest, list[Candidate]]:
@@ -107,16 +138,31 @@ def tiny_instance(seed: int, objective: str) -> tuple[PlanRequest, list[Candidat
         for t in types:
             for market in ("on-demand", "spot"):
                 if rng.random() < 0.6:
-                    cands.append(cand(t, r, market, price=round(PRICE[t] * rng.uniform(0.3, 1.2), 4),
-                                      bucket=rng.randint(0, 4),
-                                      max_count=rng.choice([None, None, None, 2])))
+                    cands.append(
+                        cand(
+                            t,
+                            r,
+                            market,
+                            price=round(PRICE[t] * rng.uniform(0.3, 1.2), 4),
+                            bucket=rng.randint(0, 4),
+                            max_count=rng.choice([None, None, None, 2]),
+                        )
+                    )
     if len(cands) < 2:
         cands.append(cand(types[0], regions[0]))
     cands = cands[:6]
-    base = PlanRequest(objective="cost", total_samples=rng.choice([3e6, 3e7]), deadline_hours=1e6,
-                       max_nodes=rng.randint(2, 5), max_types=rng.choice([1, 2, 3]),
-                       global_batch_min=rng.choice([16, 64]), global_batch_max=rng.choice([64, 256]),
-                       startup_overhead_h=rng.choice([0.0, 0.1]), checkpoint_interval_h=0.5, restart_overhead_h=0.1)
+    base = PlanRequest(
+        objective="cost",
+        total_samples=rng.choice([3e6, 3e7]),
+        deadline_hours=1e6,
+        max_nodes=rng.randint(2, 5),
+        max_types=rng.choice([1, 2, 3]),
+        global_batch_min=rng.choice([16, 64]),
+        global_batch_max=rng.choice([64, 256]),
+        startup_overhead_h=rng.choice([0.0, 0.1]),
+        checkpoint_interval_h=0.5,
+        restart_overhead_h=0.1,
+    )
     ref = [m for c in cands for n in (1, base.max_nodes) if (m := evaluate_config(((c, n),), base, toy_perf))]
     scale = lambda xs: sorted(xs)[rng.randrange(len(xs))] * rng.uniform(0.8, 1.3)  # noqa: E731
     kw: dict = {"objective": objective, "deadline_hours": None}
@@ -165,10 +211,27 @@ def test_solver_matches_brute_force_on_catalog_based_random_problems(bench):
 def test_quota_limits_are_respected_and_force_a_mix():
     # one p4d (96 vCPU) fits the P quota; the deadline needs more than one node's throughput
     cands = [cand("p4d.24xlarge"), cand("g5.48xlarge")]
-    one = evaluate_config(((cands[0], 1),), PlanRequest(objective="cost", total_samples=2e7, deadline_hours=1e6,
-                                                        global_batch_min=512, global_batch_max=512), toy_perf)
-    req = PlanRequest(objective="cost", total_samples=2e7, deadline_hours=one.time_h * 0.85, max_nodes=4, max_types=2,
-                      quotas_on_demand={"P": 96, "G": 768}, global_batch_min=512, global_batch_max=512)
+    one = evaluate_config(
+        ((cands[0], 1),),
+        PlanRequest(
+            objective="cost",
+            total_samples=2e7,
+            deadline_hours=1e6,
+            global_batch_min=512,
+            global_batch_max=512,
+        ),
+        toy_perf,
+    )
+    req = PlanRequest(
+        objective="cost",
+        total_samples=2e7,
+        deadline_hours=one.time_h * 0.85,
+        max_nodes=4,
+        max_types=2,
+        quotas_on_demand={"P": 96, "G": 768},
+        global_batch_min=512,
+        global_batch_max=512,
+    )
     res = solve(req, cands, toy_perf)
     for plan in res.plans:
         p_vcpu = sum(HW[g.instance_type][2] * g.count for g in plan.groups if g.instance_type.startswith("p"))
@@ -181,39 +244,76 @@ def test_quota_limits_are_respected_and_force_a_mix():
 
 def test_spot_and_on_demand_quotas_are_separate():
     cands = [cand("p3.16xlarge"), cand("p3.16xlarge", market="spot", bucket=0)]
-    req = PlanRequest(objective="throughput", total_samples=1e7, max_hourly_usd=1e4, max_nodes=8, max_types=2,
-                      quotas_on_demand={"P": 64}, quotas_spot={"P": 128}, global_batch_min=1024, global_batch_max=1024)
+    req = PlanRequest(
+        objective="throughput",
+        total_samples=1e7,
+        max_hourly_usd=1e4,
+        max_nodes=8,
+        max_types=2,
+        quotas_on_demand={"P": 64},
+        quotas_spot={"P": 128},
+        global_batch_min=1024,
+        global_batch_max=1024,
+    )
     best = solve(req, cands, toy_perf).best
     counts = {g.market: g.count for g in best.groups}
     assert counts.get("on-demand", 0) <= 1 and counts.get("spot", 0) <= 2
 
 
 def test_every_plan_lives_in_a_single_region():
-    cands = [cand("g5.xlarge", "us-east-1", price=0.5), cand("p3.2xlarge", "eu-west-1", price=0.9),
-             cand("g4dn.xlarge", "eu-west-1", price=0.2), cand("p3.2xlarge", "us-east-1", price=3.0)]
-    req = PlanRequest(objective="throughput", total_samples=1e7, max_hourly_usd=4.0, max_nodes=6, max_types=3,
-                      global_batch_min=128, global_batch_max=128)
+    cands = [
+        cand("g5.xlarge", "us-east-1", price=0.5),
+        cand("p3.2xlarge", "eu-west-1", price=0.9),
+        cand("g4dn.xlarge", "eu-west-1", price=0.2),
+        cand("p3.2xlarge", "us-east-1", price=3.0),
+    ]
+    req = PlanRequest(
+        objective="throughput",
+        total_samples=1e7,
+        max_hourly_usd=4.0,
+        max_nodes=6,
+        max_types=3,
+        global_batch_min=128,
+        global_batch_max=128,
+    )
     res = solve(req, cands, toy_perf)
     for plan in res.plans:
         assert len({plan.region}) == 1
-        assert all(any(c.instance_type == g.instance_type and c.region == plan.region for c in cands)
-                   for g in plan.groups)
-    assert res.best.effective_throughput_sps == pytest.approx(-exhaustive_search(req, cands, toy_perf)[0], rel=1e-9)
+        assert all(
+            any(c.instance_type == g.instance_type and c.region == plan.region for c in cands)
+            for g in plan.groups
+        )
+    assert res.best.effective_throughput_sps == pytest.approx(
+        -exhaustive_search(req, cands, toy_perf)[0], rel=1e-9
+    )
 
 
 @pytest.mark.parametrize("max_types", [1, 2, 3])
 def test_max_types_is_respected(max_types):
     cands = [cand(t) for t in ("g4dn.xlarge", "g5.xlarge", "p3.2xlarge", "g4dn.12xlarge")]
-    req = PlanRequest(objective="throughput", total_samples=1e7, max_hourly_usd=9.0, max_nodes=6, max_types=max_types,
-                      global_batch_min=256, global_batch_max=256)
+    req = PlanRequest(
+        objective="throughput",
+        total_samples=1e7,
+        max_hourly_usd=9.0,
+        max_nodes=6,
+        max_types=max_types,
+        global_batch_min=256,
+        global_batch_max=256,
+    )
     res = solve(req, cands, toy_perf)
     assert all(len(p.groups) <= max_types for p in res.plans)
     assert all(pt.n_types <= max_types for pt in res.points)
 
 
 def test_infeasible_deadline_names_the_fastest_time():
-    req = PlanRequest(objective="cost", total_samples=1e9, deadline_hours=1.0, max_nodes=2,
-                      global_batch_min=64, global_batch_max=64)
+    req = PlanRequest(
+        objective="cost",
+        total_samples=1e9,
+        deadline_hours=1.0,
+        max_nodes=2,
+        global_batch_min=64,
+        global_batch_max=64,
+    )
     with pytest.raises(Infeasible) as exc:
         solve(req, [cand("g4dn.xlarge")], toy_perf)
     assert exc.value.constraint == "deadline_hours"
@@ -222,8 +322,14 @@ def test_infeasible_deadline_names_the_fastest_time():
 
 
 def test_infeasible_budget_names_the_cheapest_plan():
-    req = PlanRequest(objective="time", total_samples=1e8, budget_usd=1.0, max_nodes=4,
-                      global_batch_min=64, global_batch_max=64)
+    req = PlanRequest(
+        objective="time",
+        total_samples=1e8,
+        budget_usd=1.0,
+        max_nodes=4,
+        global_batch_min=64,
+        global_batch_max=64,
+    )
     with pytest.raises(Infeasible) as exc:
         solve(req, [cand("g4dn.xlarge"), cand("p3.2xlarge")], toy_perf)
     assert exc.value.constraint == "budget_usd"
@@ -232,10 +338,26 @@ def test_infeasible_budget_names_the_cheapest_plan():
 
 def test_infeasible_quota_names_how_many_nodes_it_allows():
     c = cand("p4d.24xlarge")
-    fast = evaluate_config(((c, 4),), PlanRequest(objective="cost", total_samples=1e9, deadline_hours=1e6,
-                                                  global_batch_min=2048, global_batch_max=2048), toy_perf)
-    req = PlanRequest(objective="cost", total_samples=1e9, deadline_hours=fast.time_h * 1.01, max_nodes=4,
-                      quotas_on_demand={"P": 96}, global_batch_min=2048, global_batch_max=2048)
+    fast = evaluate_config(
+        ((c, 4),),
+        PlanRequest(
+            objective="cost",
+            total_samples=1e9,
+            deadline_hours=1e6,
+            global_batch_min=2048,
+            global_batch_max=2048,
+        ),
+        toy_perf,
+    )
+    req = PlanRequest(
+        objective="cost",
+        total_samples=1e9,
+        deadline_hours=fast.time_h * 1.01,
+        max_nodes=4,
+        quotas_on_demand={"P": 96},
+        global_batch_min=2048,
+        global_batch_max=2048,
+    )
     with pytest.raises(Infeasible) as exc:
         solve(req, [c], toy_perf)
     assert exc.value.constraint == "quotas"
@@ -243,8 +365,13 @@ def test_infeasible_quota_names_how_many_nodes_it_allows():
 
 
 def test_infeasible_hourly_cap_names_the_cheapest_rate():
-    req = PlanRequest(objective="throughput", total_samples=1e7, max_hourly_usd=0.1, global_batch_min=64,
-                      global_batch_max=64)
+    req = PlanRequest(
+        objective="throughput",
+        total_samples=1e7,
+        max_hourly_usd=0.1,
+        global_batch_min=64,
+        global_batch_max=64,
+    )
     with pytest.raises(Infeasible) as exc:
         solve(req, [cand("g4dn.xlarge"), cand("g5.xlarge")], toy_perf)
     assert exc.value.constraint == "max_hourly_usd"
@@ -252,8 +379,14 @@ def test_infeasible_hourly_cap_names_the_cheapest_rate():
 
 
 def test_zero_quota_everywhere_is_reported_as_quota_problem():
-    req = PlanRequest(objective="cost", total_samples=1e7, deadline_hours=10, quotas_on_demand={"G": 0},
-                      global_batch_min=64, global_batch_max=64)
+    req = PlanRequest(
+        objective="cost",
+        total_samples=1e7,
+        deadline_hours=10,
+        quotas_on_demand={"G": 0},
+        global_batch_min=64,
+        global_batch_max=64,
+    )
     with pytest.raises(Infeasible) as exc:
         solve(req, [cand("g5.xlarge")], toy_perf)
     assert exc.value.constraint == "quotas"
@@ -264,8 +397,10 @@ def test_zero_quota_everywhere_is_reported_as_quota_problem():
     [
         ({"objective": "cost", "deadline_hours": 0}, "deadline_hours"),
         ({"objective": "cost", "deadline_hours": -3}, "deadline_hours"),
-        ({"objective": "cost", "deadline_hours": 5, "global_batch_min": 512, "global_batch_max": 256},
-         "global_batch_min"),
+        (
+            {"objective": "cost", "deadline_hours": 5, "global_batch_min": 512, "global_batch_max": 256},
+            "global_batch_min",
+        ),
         ({"objective": "cost"}, "deadline_hours"),
         ({"objective": "time"}, "budget_usd"),
         ({"objective": "throughput"}, "max_hourly_usd"),
@@ -287,15 +422,27 @@ def test_contradictory_requests_raise_value_error_naming_the_field(kwargs, field
 
 
 def test_result_has_ranked_plans_points_pareto_and_stats():
-    cands = [cand(t) for t in ("g4dn.xlarge", "g5.xlarge", "p3.2xlarge")] + [cand("g5.xlarge", market="spot", bucket=1)]
-    req = PlanRequest(objective="cost", total_samples=5e7, deadline_hours=30, max_nodes=6, max_types=2,
-                      global_batch_min=64, global_batch_max=256, top_k=3)
+    cands = [cand(t) for t in ("g4dn.xlarge", "g5.xlarge", "p3.2xlarge")] + [
+        cand("g5.xlarge", market="spot", bucket=1)
+    ]
+    req = PlanRequest(
+        objective="cost",
+        total_samples=5e7,
+        deadline_hours=30,
+        max_nodes=6,
+        max_types=2,
+        global_batch_min=64,
+        global_batch_max=256,
+        top_k=3,
+    )
     res = solve(req, cands, toy_perf)
     assert 1 <= len(res.plans) <= 3
     assert [p.rank for p in res.plans] == list(range(1, len(res.plans) + 1))
     costs = [p.total_usd for p in res.plans]
     assert costs == sorted(costs)
-    assert len({tuple(sorted((g.instance_type, g.market) for g in p.groups)) for p in res.plans}) == len(res.plans)
+    assert len({tuple(sorted((g.instance_type, g.market) for g in p.groups)) for p in res.plans}) == len(
+        res.plans
+    )
     assert res.best.why.startswith("cheapest plan meeting the 30 h deadline")
     assert res.best.time_h <= 30 and res.best.time_p90_h >= res.best.base_time_h
     for plan in res.plans:
@@ -310,8 +457,18 @@ def test_result_has_ranked_plans_points_pareto_and_stats():
 
 
 def test_pareto_frontier_drops_dominated_points():
-    res = solve(PlanRequest(objective="cost", total_samples=1e7, deadline_hours=100, max_nodes=4,
-                            global_batch_min=64, global_batch_max=64), [cand("g5.xlarge"), cand("p3.2xlarge")], toy_perf)
+    res = solve(
+        PlanRequest(
+            objective="cost",
+            total_samples=1e7,
+            deadline_hours=100,
+            max_nodes=4,
+            global_batch_min=64,
+            global_batch_max=64,
+        ),
+        [cand("g5.xlarge"), cand("p3.2xlarge")],
+        toy_perf,
+    )
     front = pareto_frontier(res.points)
     assert [p.total_usd for p in front] == sorted(p.total_usd for p in front)
     assert [p.time_h for p in front] == sorted((p.time_h for p in front), reverse=True)
@@ -320,13 +477,23 @@ def test_pareto_frontier_drops_dominated_points():
 def test_dominated_pruning_keeps_the_optimum():
     # g5.xlarge (given a 5 Gbps link here) spot, cheaper than g4dn.xlarge spot, is faster at every count
     fast_link = {"network_gbps": 5.0}
-    cands = [replace(cand("g5.xlarge", market="spot", price=0.3, bucket=1), **fast_link),
-             cand("g4dn.xlarge", market="spot", price=0.35, bucket=1),
-             cand("p3.2xlarge"), replace(cand("g5.xlarge"), **fast_link)]
+    cands = [
+        replace(cand("g5.xlarge", market="spot", price=0.3, bucket=1), **fast_link),
+        cand("g4dn.xlarge", market="spot", price=0.35, bucket=1),
+        cand("p3.2xlarge"),
+        replace(cand("g5.xlarge"), **fast_link),
+    ]
     for objective in OBJECTIVES:
         req, _ = tiny_instance(3, objective)
-        req = replace(req, max_types=2, max_nodes=4, global_batch_min=64, global_batch_max=64, quotas_spot={},
-                      quotas_on_demand={})
+        req = replace(
+            req,
+            max_types=2,
+            max_nodes=4,
+            global_batch_min=64,
+            global_batch_max=64,
+            quotas_spot={},
+            quotas_on_demand={},
+        )
         ref = exhaustive_search(req, cands, toy_perf)
         if ref is None:
             continue
@@ -343,18 +510,35 @@ def test_a_super_additive_oracle_is_detected_and_the_answer_stays_exact():
         return replace(est, throughput_sps=est.throughput_sps * 3, iter_time_s=est.iter_time_s / 3)
 
     cands = [cand("g4dn.xlarge"), cand("g5.xlarge"), cand("p3.2xlarge")]
-    req = PlanRequest(objective="throughput", total_samples=1e7, max_hourly_usd=5.0, max_nodes=4, max_types=2,
-                      global_batch_min=64, global_batch_max=64)
+    req = PlanRequest(
+        objective="throughput",
+        total_samples=1e7,
+        max_hourly_usd=5.0,
+        max_nodes=4,
+        max_types=2,
+        global_batch_min=64,
+        global_batch_max=64,
+    )
     res = solve(req, cands, weird)
     assert res.stats.bound_violations > 0
-    assert res.best.effective_throughput_sps == pytest.approx(-exhaustive_search(req, cands, weird)[0], rel=1e-9)
+    assert res.best.effective_throughput_sps == pytest.approx(
+        -exhaustive_search(req, cands, weird)[0], rel=1e-9
+    )
 
 
 def test_deadline_miss_risk_constraint_excludes_risky_spot_plans():
     spot = cand("g5.xlarge", market="spot", price=0.2, bucket=4)
     od = cand("g5.xlarge")
-    base = PlanRequest(objective="cost", total_samples=3e7, deadline_hours=1e6, global_batch_min=64, global_batch_max=64,
-                       checkpoint_interval_h=4.0, restart_overhead_h=1.0, max_nodes=3)
+    base = PlanRequest(
+        objective="cost",
+        total_samples=3e7,
+        deadline_hours=1e6,
+        global_batch_min=64,
+        global_batch_max=64,
+        checkpoint_interval_h=4.0,
+        restart_overhead_h=1.0,
+        max_nodes=3,
+    )
     t = evaluate_config(((od, 3),), base, toy_perf).time_h
     loose = replace(base, deadline_hours=t * 1.02)
     assert any(g.market == "spot" for g in solve(loose, [spot, od], toy_perf).best.groups)
@@ -367,8 +551,14 @@ def test_deadline_miss_risk_constraint_excludes_risky_spot_plans():
 
 def test_tie_tolerance_prefers_the_cheaper_of_nearly_equal_plans():
     od, sp = cand("p3.2xlarge"), cand("p3.2xlarge", market="spot", bucket=0)
-    req = PlanRequest(objective="time", total_samples=1e7, budget_usd=1e4, max_nodes=2, global_batch_min=64,
-                      global_batch_max=64)
+    req = PlanRequest(
+        objective="time",
+        total_samples=1e7,
+        budget_usd=1e4,
+        max_nodes=2,
+        global_batch_min=64,
+        global_batch_max=64,
+    )
     strict = solve(req, [od, sp], toy_perf).best
     assert strict.groups[0].market == "on-demand"  # spot is slower by the (tiny) interruption overhead
     tied = solve(replace(req, tie_tolerance=0.01), [od, sp], toy_perf).best
@@ -378,8 +568,9 @@ def test_tie_tolerance_prefers_the_cheaper_of_nearly_equal_plans():
 
 def test_evaluate_config_and_plan_for_config_report_violations():
     c = cand("g5.xlarge")
-    req = PlanRequest(objective="cost", total_samples=1e8, deadline_hours=1.0, global_batch_min=64,
-                      global_batch_max=64)
+    req = PlanRequest(
+        objective="cost", total_samples=1e8, deadline_hours=1.0, global_batch_min=64, global_batch_max=64
+    )
     m = evaluate_config(((c, 2),), req, toy_perf)
     assert not m.feasible and "deadline_hours" in m.violated
     assert m.total_usd == pytest.approx(m.hourly_usd * m.time_h)
@@ -393,7 +584,9 @@ def test_unsupported_candidates_are_dropped_and_reported():
     def only_g5(config, g):
         return None if any(c.instance_type != "g5.xlarge" for c, _ in config) else toy_perf(config, g)
 
-    req = PlanRequest(objective="cost", total_samples=1e6, deadline_hours=100, global_batch_min=64, global_batch_max=64)
+    req = PlanRequest(
+        objective="cost", total_samples=1e6, deadline_hours=100, global_batch_min=64, global_batch_max=64
+    )
     res = solve(req, [cand("g5.xlarge"), cand("p3.2xlarge")], only_g5)
     assert res.stats.candidates_supported == 1 and res.best.groups[0].instance_type == "g5.xlarge"
     with pytest.raises(Infeasible) as exc:
@@ -403,8 +596,14 @@ def test_unsupported_candidates_are_dropped_and_reported():
 
 def test_cost_equals_rate_times_time_and_startup_overhead_counts():
     c = cand("p3.2xlarge")
-    req = PlanRequest(objective="cost", total_samples=1e7, deadline_hours=100, global_batch_min=64,
-                      global_batch_max=64, startup_overhead_h=0.25)
+    req = PlanRequest(
+        objective="cost",
+        total_samples=1e7,
+        deadline_hours=100,
+        global_batch_min=64,
+        global_batch_max=64,
+        startup_overhead_h=0.25,
+    )
     best = solve(req, [c], toy_perf).best
     assert best.time_h == pytest.approx(0.25 + best.base_time_h)
     assert best.total_usd == pytest.approx(best.hourly_usd * best.time_h)
@@ -414,8 +613,9 @@ def test_cost_equals_rate_times_time_and_startup_overhead_counts():
 
 def test_per_node_batches_follow_node_speed_and_sum_to_the_global_batch():
     fast, slow = cand("p3.2xlarge"), cand("g4dn.xlarge")
-    req = PlanRequest(objective="cost", total_samples=1e6, deadline_hours=100, global_batch_min=256,
-                      global_batch_max=256)
+    req = PlanRequest(
+        objective="cost", total_samples=1e6, deadline_hours=100, global_batch_min=256, global_batch_max=256
+    )
     plan = plan_for_config(((fast, 1), (slow, 2)), req, toy_perf)  # not in sorted type order
     by_type = {g.instance_type: g.batch_per_node for g in plan.groups}
     assert len(by_type["g4dn.xlarge"]) == 2 and len(by_type["p3.2xlarge"]) == 1

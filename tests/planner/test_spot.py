@@ -14,17 +14,30 @@ PARAMS = spot.SpotParams(checkpoint_interval_h=0.5, restart_overhead_h=0.1)
 
 
 def node(market: str, bucket: int = 0) -> Candidate:
-    return Candidate(instance_type="p3.2xlarge", family="p3", region="us-east-1", market=market,
-                     zone="use1-az1" if market == "spot" else None, price_per_hour=1.0, gpus_per_node=1,
-                     gpu_model="V100", vcpus=8, network_gbps=10.0, efa=False,
-                     interruption_bucket=bucket if market == "spot" else 0)
+    return Candidate(
+        instance_type="p3.2xlarge",
+        family="p3",
+        region="us-east-1",
+        market=market,
+        zone="use1-az1" if market == "spot" else None,
+        price_per_hour=1.0,
+        gpus_per_node=1,
+        gpu_model="V100",
+        vcpus=8,
+        network_gbps=10.0,
+        efa=False,
+        interruption_bucket=bucket if market == "spot" else 0,
+    )
 
 
 def constant_perf(config, global_batch):
     """1,000 samples/s per node whatever the market: same hardware, same throughput."""
     nodes = sum(n for _, n in config)
-    return Estimate(iter_time_s=global_batch / (1000.0 * nodes), iter_time_p90_s=global_batch / (1000.0 * nodes),
-                    throughput_sps=1000.0 * nodes)
+    return Estimate(
+        iter_time_s=global_batch / (1000.0 * nodes),
+        iter_time_p90_s=global_batch / (1000.0 * nodes),
+        throughput_sps=1000.0 * nodes,
+    )
 
 
 def test_bucket_midpoints_map_to_a_monthly_survival_probability():
@@ -88,8 +101,14 @@ def test_p90_is_at_least_the_mean_and_quantiles_are_ordered():
 
 
 def test_spot_expected_time_exceeds_on_demand_time_at_equal_throughput():
-    req = PlanRequest(objective="cost", total_samples=3.6e7, deadline_hours=100, global_batch_min=256,
-                      global_batch_max=256, startup_overhead_h=0.0)
+    req = PlanRequest(
+        objective="cost",
+        total_samples=3.6e7,
+        deadline_hours=100,
+        global_batch_min=256,
+        global_batch_max=256,
+        startup_overhead_h=0.0,
+    )
     od = evaluate_config(((node("on-demand"), 2),), req, constant_perf)
     sp = evaluate_config(((node("spot", bucket=3), 2),), req, constant_perf)
     assert od.estimate.throughput_sps == sp.estimate.throughput_sps
@@ -100,8 +119,17 @@ def test_spot_expected_time_exceeds_on_demand_time_at_equal_throughput():
 
 
 def test_solver_reports_interruptions_risk_and_p90_for_spot_plans():
-    req = PlanRequest(objective="cost", total_samples=3.6e7, deadline_hours=5.2, max_nodes=2, global_batch_min=256,
-                      global_batch_max=256, startup_overhead_h=0.0, checkpoint_interval_h=1.0, restart_overhead_h=0.2)
+    req = PlanRequest(
+        objective="cost",
+        total_samples=3.6e7,
+        deadline_hours=5.2,
+        max_nodes=2,
+        global_batch_min=256,
+        global_batch_max=256,
+        startup_overhead_h=0.0,
+        checkpoint_interval_h=1.0,
+        restart_overhead_h=0.2,
+    )
     sp = node("spot", bucket=4)
     best = solve(req, [sp], constant_perf).best
     assert best.uses_spot and best.expected_interruptions > 0

@@ -20,10 +20,18 @@ from planner.models.transfer import (
 )
 
 SPECS = {
-    "SLOW": GpuSpec("SLOW", "Arch1", fp32_tflops=10, tf32_tflops=80, fp16_tflops=160, memory_bandwidth_gb_s=600),
-    "MID": GpuSpec("MID", "Arch1", fp32_tflops=20, tf32_tflops=150, fp16_tflops=300, memory_bandwidth_gb_s=1500),
-    "FAST": GpuSpec("FAST", "Arch2", fp32_tflops=60, tf32_tflops=500, fp16_tflops=1000, memory_bandwidth_gb_s=3300),
-    "HUGE": GpuSpec("HUGE", "Arch2", fp32_tflops=60, tf32_tflops=500, fp16_tflops=1000, memory_bandwidth_gb_s=4800),
+    "SLOW": GpuSpec(
+        "SLOW", "Arch1", fp32_tflops=10, tf32_tflops=80, fp16_tflops=160, memory_bandwidth_gb_s=600
+    ),
+    "MID": GpuSpec(
+        "MID", "Arch1", fp32_tflops=20, tf32_tflops=150, fp16_tflops=300, memory_bandwidth_gb_s=1500
+    ),
+    "FAST": GpuSpec(
+        "FAST", "Arch2", fp32_tflops=60, tf32_tflops=500, fp16_tflops=1000, memory_bandwidth_gb_s=3300
+    ),
+    "HUGE": GpuSpec(
+        "HUGE", "Arch2", fp32_tflops=60, tf32_tflops=500, fp16_tflops=1000, memory_bandwidth_gb_s=4800
+    ),
 }
 
 
@@ -34,9 +42,11 @@ def tiny_cnn():
 
 
 def synthetic_cost(precision="tf32", scale=1.0):
-    ops = {"forward": (OpCost("conv", 0, 8e9 * scale, 1e6, 3e8 * scale),),
-           "backward": (OpCost("conv_bwd", 0, 16e9 * scale, 2e6, 6e8 * scale),),
-           "optimizer": (OpCost("sgd", 0, 0, 5e8, 0),)}
+    ops = {
+        "forward": (OpCost("conv", 0, 8e9 * scale, 1e6, 3e8 * scale),),
+        "backward": (OpCost("conv_bwd", 0, 16e9 * scale, 2e6, 6e8 * scale),),
+        "optimizer": (OpCost("sgd", 0, 0, 5e8, 0),),
+    }
     return WorkloadCost("synthetic", precision, ops)
 
 
@@ -83,22 +93,31 @@ def test_the_sum_roofline_adds_compute_and_memory_time():
 
 
 def test_calibration_recovers_known_efficiencies():
-    truth = TransferModel(RooflineParams(eta_tensor=0.4, eta_cuda=0.6, eta_memory={"full": 0.5, "half": 0.4},
-                                         beta=0.7), dict(SPECS))
+    truth = TransferModel(
+        RooflineParams(eta_tensor=0.4, eta_cuda=0.6, eta_memory={"full": 0.5, "half": 0.4}, beta=0.7),
+        dict(SPECS),
+    )
     costs = {"full": synthetic_cost("tf32"), "half": synthetic_cost("amp", 0.5)}
-    rows = [CalibrationRow(g, p, 64, truth.images_per_s(costs["half" if p == "amp" else "full"], 64, g, p))
-            for g in SPECS for p in ("fp32", "tf32", "amp")]
+    rows = [
+        CalibrationRow(g, p, 64, truth.images_per_s(costs["half" if p == "amp" else "full"], 64, g, p))
+        for g in SPECS
+        for p in ("fp32", "tf32", "amp")
+    ]
     fitted = calibrate(rows, costs, SPECS, batch=64)
     assert fitted.params.beta == pytest.approx(0.7)
     for row in rows:
         cost = costs["half" if row.precision == "amp" else "full"]
-        assert fitted.images_per_s(cost, 64, row.gpu, row.precision) == pytest.approx(row.images_per_s, rel=0.03)
+        assert fitted.images_per_s(cost, 64, row.gpu, row.precision) == pytest.approx(
+            row.images_per_s, rel=0.03
+        )
     for k in fitted.gpu_factors.values():
         assert k == pytest.approx(1.0, abs=0.05)
 
 
 def test_an_uncalibrated_gpu_uses_its_architecture_factor():
-    model = TransferModel(RooflineParams(), dict(SPECS), gpu_factors={"MID": 1.2}, arch_factors={"Arch1": 1.1})
+    model = TransferModel(
+        RooflineParams(), dict(SPECS), gpu_factors={"MID": 1.2}, arch_factors={"Arch1": 1.1}
+    )
     assert model.factor("MID") == (1.2, "gpu")
     assert model.factor("SLOW") == (1.1, "architecture")
     assert model.factor("FAST") == (1.0, "global")
@@ -138,7 +157,8 @@ def test_calibration_board_names_map_onto_catalog_spec_rows():
 
 
 def test_a_transfer_model_roundtrips_through_a_dict():
-    model = TransferModel(RooflineParams(0.3, 0.6, {"full": 0.5, "half": 0.4}, 0.8), dict(SPECS),
-                          {"MID": 1.1}, {"Arch1": 1.05})
+    model = TransferModel(
+        RooflineParams(0.3, 0.6, {"full": 0.5, "half": 0.4}, 0.8), dict(SPECS), {"MID": 1.1}, {"Arch1": 1.05}
+    )
     again = TransferModel.from_dict(model.to_dict(), SPECS)
     assert again.images_per_s(synthetic_cost(), 64, "MID") == model.images_per_s(synthetic_cost(), 64, "MID")

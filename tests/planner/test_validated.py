@@ -9,11 +9,25 @@ from planner.validated import SourceError, error_of, load_validated_errors
 
 def test_it_reads_each_validated_source(tmp_path):
     path = tmp_path / "v.json"
-    path.write_text(json.dumps({
-        "measured": {"median_pct": 1.7, "p90_pct": 4.0, "n": 40, "bench": "bench/accuracy_local.py",
-                     "measured_at": "2026-12-04"},
-        "transferred": {"median_pct": 7, "p90_pct": 19.5, "n": 120, "bench": "bench/accuracy_public.py"},
-    }))  # fmt: skip
+    path.write_text(
+        json.dumps(
+            {
+                "measured": {
+                    "median_pct": 1.7,
+                    "p90_pct": 4.0,
+                    "n": 40,
+                    "bench": "bench/accuracy_local.py",
+                    "measured_at": "2026-12-04",
+                },
+                "transferred": {
+                    "median_pct": 7,
+                    "p90_pct": 19.5,
+                    "n": 120,
+                    "bench": "bench/accuracy_public.py",
+                },
+            }
+        )
+    )
     errors = load_validated_errors(path)
     assert errors["measured"] == SourceError(
         "measured", 1.7, 4.0, 40, "bench/accuracy_local.py", "2026-12-04"
@@ -33,12 +47,16 @@ def test_a_missing_or_broken_file_validates_nothing(tmp_path):
 
 def test_a_malformed_entry_is_not_validated_rather_than_guessed(tmp_path):
     path = tmp_path / "v.json"
-    path.write_text(json.dumps({
-        "measured": {"median_pct": 1.7, "n": 40},  # no p90
-        "transferred": {"median_pct": 5, "p90_pct": -1, "n": 3},  # negative error
-        "analytical": {"median_pct": 14, "p90_pct": 38, "n": True},  # n is not a count
-        "bogus": {"median_pct": 1, "p90_pct": 2, "n": 3},
-    }))  # fmt: skip
+    path.write_text(
+        json.dumps(
+            {
+                "measured": {"median_pct": 1.7, "n": 40},  # no p90
+                "transferred": {"median_pct": 5, "p90_pct": -1, "n": 3},  # negative error
+                "analytical": {"median_pct": 14, "p90_pct": 38, "n": True},  # n is not a count
+                "bogus": {"median_pct": 1, "p90_pct": 2, "n": 3},
+            }
+        )
+    )
     assert load_validated_errors(path) == {}
 
 

@@ -21,12 +21,15 @@ def test_it_writes_a_model_the_planner_loads(tmp_path, settings, capsys):
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize(("args", "message"), [
-    (["--jobs", "0"], "--jobs must be at least 1"),
-    (["--families", "no-such-family"], "unknown no-such-family"),
-    (["--families", "vgg"], "no train rows"),
-    (["--output", "/no/such/dir/model.json"], "does not exist"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--jobs", "0"], "--jobs must be at least 1"),
+        (["--families", "no-such-family"], "unknown no-such-family"),
+        (["--families", "vgg"], "no train rows"),
+        (["--output", "/no/such/dir/model.json"], "does not exist"),
+    ],
+)
 def test_it_refuses_bad_arguments(args, message):
     with pytest.raises(CommandError, match=message):
         call_command("calibrate_compute", *args)

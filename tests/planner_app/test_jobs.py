@@ -16,17 +16,36 @@ pytestmark = pytest.mark.django_db
 
 
 def option(rank=1):
-    return {"rank": rank, "region": "us-east-1", "global_batch": 256, "hourly_usd": 4.0, "time_h": 3.0,
-            "throughput_sps": 50.0, "iter_time_s": 0.8, "iter_time_p90_s": 1.0,
-            "groups": [{"instance_type": "p4d.24xlarge", "market": "on-demand", "zone": None, "count": 2,
-                        "gpus_per_node": 8, "gpu_model": "A100", "price_per_hour": 2.0,
-                        "batch_per_node": [128, 128], "interruption_bucket": 0}]}  # fmt: skip
+    return {
+        "rank": rank,
+        "region": "us-east-1",
+        "global_batch": 256,
+        "hourly_usd": 4.0,
+        "time_h": 3.0,
+        "throughput_sps": 50.0,
+        "iter_time_s": 0.8,
+        "iter_time_p90_s": 1.0,
+        "groups": [
+            {
+                "instance_type": "p4d.24xlarge",
+                "market": "on-demand",
+                "zone": None,
+                "count": 2,
+                "gpus_per_node": 8,
+                "gpu_model": "A100",
+                "price_per_hour": 2.0,
+                "batch_per_node": [128, 128],
+                "interruption_bucket": 0,
+            }
+        ],
+    }
 
 
 @pytest.fixture
 def plan(user):
-    return PlanRecord.objects.create(owner=user, request={"total_samples": 256_000}, status="solved",
-                                     result={"plans": [option()]})
+    return PlanRecord.objects.create(
+        owner=user, request={"total_samples": 256_000}, status="solved", result={"plans": [option()]}
+    )
 
 
 @pytest.fixture
@@ -57,7 +76,9 @@ def test_the_permission_can_come_from_a_group(user, plan, settings):
     assert jobs.can_launch(type(user).objects.get(pk=user.pk))
 
 
-def test_a_created_job_keeps_the_option_caps_and_queues_its_launch_and_watch(owner, plan, django_capture_on_commit_callbacks):
+def test_a_created_job_keeps_the_option_caps_and_queues_its_launch_and_watch(
+    owner, plan, django_capture_on_commit_callbacks
+):
     from django_tasks import default_task_backend
 
     with django_capture_on_commit_callbacks(execute=True):
@@ -67,11 +88,15 @@ def test_a_created_job_keeps_the_option_caps_and_queues_its_launch_and_watch(own
     assert job.total_iterations == 1000 and job.predicted_iter_s == 0.8 and job.region == "us-east-1"
     assert job.cap_at == job.created_at + timedelta(hours=10)
     assert job.launch_token and len(job.launch_token) <= 40
-    assert JobEvent.objects.get(job=job, kind="created").message.startswith("launch confirmed: 2x p4d.24xlarge")
+    assert JobEvent.objects.get(job=job, kind="created").message.startswith(
+        "launch confirmed: 2x p4d.24xlarge"
+    )
     assert job.events.count() == 1 and job.option == option()
     launch_task, watch = default_task_backend.results  # queued after commit
     assert launch_task.task.name == "launch_job_task" and launch_task.args == [job.pk]
-    assert watch.task.name == "watch_job_task" and watch.task.run_after is not None  # a half-done launch is seen too
+    assert (
+        watch.task.name == "watch_job_task" and watch.task.run_after is not None
+    )  # a half-done launch is seen too
 
 
 def test_the_token_is_derived_hashed_at_rest_and_dies_with_the_job(owner, plan):

@@ -20,18 +20,39 @@ REGION = "us-east-1"
 
 
 def group(instance_type="g5.xlarge", market="spot", count=2, batch=32, price=0.5):
-    return {"instance_type": instance_type, "market": market, "zone": "use1-az1", "count": count,
-            "gpus_per_node": 1, "gpu_model": "A10G", "price_per_hour": price, "batch_per_node": [batch] * count,
-            "interruption_bucket": 1}  # fmt: skip
+    return {
+        "instance_type": instance_type,
+        "market": market,
+        "zone": "use1-az1",
+        "count": count,
+        "gpus_per_node": 1,
+        "gpu_model": "A10G",
+        "price_per_hour": price,
+        "batch_per_node": [batch] * count,
+        "interruption_bucket": 1,
+    }
 
 
 def option(rank=1, groups=None):
     groups = groups or [group()]
     hourly = sum(g["count"] * g["price_per_hour"] for g in groups)
-    return {"rank": rank, "region": REGION, "groups": groups, "global_batch": sum(sum(g["batch_per_node"]) for g in groups),
-            "nodes": sum(g["count"] for g in groups), "gpus": sum(g["count"] for g in groups), "hourly_usd": hourly,
-            "total_usd": hourly * 2, "time_h": 2.0, "time_p90_h": 2.4, "throughput_sps": 100.0, "iter_time_s": 0.5,
-            "iter_time_p90_s": 0.6, "bottleneck": "compute", "why": "cheapest"}  # fmt: skip
+    return {
+        "rank": rank,
+        "region": REGION,
+        "groups": groups,
+        "global_batch": sum(sum(g["batch_per_node"]) for g in groups),
+        "nodes": sum(g["count"] for g in groups),
+        "gpus": sum(g["count"] for g in groups),
+        "hourly_usd": hourly,
+        "total_usd": hourly * 2,
+        "time_h": 2.0,
+        "time_p90_h": 2.4,
+        "throughput_sps": 100.0,
+        "iter_time_s": 0.5,
+        "iter_time_p90_s": 0.6,
+        "bottleneck": "compute",
+        "why": "cheapest",
+    }
 
 
 def grant(user, codename="add_job"):
@@ -40,8 +61,12 @@ def grant(user, codename="add_job"):
 
 @pytest.fixture
 def plan(user):
-    return PlanRecord.objects.create(owner=user, request={"total_samples": 64_000}, status="solved",
-                                     result={"plans": [option(1), option(2, [group(count=1, market="on-demand")])]})
+    return PlanRecord.objects.create(
+        owner=user,
+        request={"total_samples": 64_000},
+        status="solved",
+        result={"plans": [option(1), option(2, [group(count=1, market="on-demand")])]},
+    )
 
 
 @pytest.fixture
@@ -66,13 +91,21 @@ def running(user, plan):
     owner = type(user).objects.get(pk=user.pk)
     job = jobs.create_job(owner, plan, 1, "train.py", Decimal("50"), 10, confirm=True)
     token = jobs.issue_token(job)
-    jobs.mark_launched(job, instance_ids=["i-0aaa", "i-0bbb"], node_ips={"i-0aaa": "10.0.0.5", "i-0bbb": "10.0.0.6"})
+    jobs.mark_launched(
+        job, instance_ids=["i-0aaa", "i-0bbb"], node_ips={"i-0aaa": "10.0.0.5", "i-0bbb": "10.0.0.6"}
+    )
     return jobs.mark_running(job, "launched"), token
 
 
 def body(plan, **kw):
-    return {"plan": plan.pk, "rank": 1, "train_command": "train.py --epochs 3", "max_spend_usd": "40",
-            "max_hours": 100, **kw}
+    return {
+        "plan": plan.pk,
+        "rank": 1,
+        "train_command": "train.py --epochs 3",
+        "max_spend_usd": "40",
+        "max_hours": 100,
+        **kw,
+    }
 
 
 def agent(token: str) -> APIClient:
@@ -84,36 +117,60 @@ def agent(token: str) -> APIClient:
 # --- launching ----------------------------------------------------------------------------
 
 
-def test_preview_then_create_launches_exactly_the_previewed_instances(cloud, launcher_api, plan,
-                                                                      django_capture_on_commit_callbacks):
+def test_preview_then_create_launches_exactly_the_previewed_instances(
+    cloud, launcher_api, plan, django_capture_on_commit_callbacks
+):
     shown = launcher_api.post("/api/v1/jobs/preview/", body(plan), format="json")
     assert shown.status_code == 200, shown.content
     preview = shown.json()
-    assert preview["instances"] == [{"instance_type": "g5.xlarge", "count": 2, "market": "spot", "zone": "use1-az1",
-                                     "gpus_per_node": 1, "gpu_model": "A10G", "batch_per_node": 32,
-                                     "price_per_hour": 0.5, "hourly_usd": 1.0}]  # fmt: skip
-    assert preview["hourly_usd"] == "1" and preview["max_spend_usd"] == "40.00" and preview["cap_hours"] == 40.0
+    assert preview["instances"] == [
+        {
+            "instance_type": "g5.xlarge",
+            "count": 2,
+            "market": "spot",
+            "zone": "use1-az1",
+            "gpus_per_node": 1,
+            "gpu_model": "A10G",
+            "batch_per_node": 32,
+            "price_per_hour": 0.5,
+            "hourly_usd": 1.0,
+        }
+    ]
+    assert (
+        preview["hourly_usd"] == "1" and preview["max_spend_usd"] == "40.00" and preview["cap_hours"] == 40.0
+    )
     assert preview["confirmation"] and not Job.objects.exists()  # a preview launches nothing
 
     with django_capture_on_commit_callbacks(execute=True):
-        made = launcher_api.post("/api/v1/jobs/", body(plan, confirmation=preview["confirmation"]), format="json")
+        made = launcher_api.post(
+            "/api/v1/jobs/", body(plan, confirmation=preview["confirmation"]), format="json"
+        )
     assert made.status_code == 201, made.content
     job = Job.objects.get(pk=made.json()["id"])
     assert job.status == JobStatus.RUNNING and job.max_spend_usd == Decimal("40.00")
-    found = [i for r in cloud.describe_instances(Filters=[{"Name": "tag:srifty:job-id", "Values": [str(job.pk)]}])[
-        "Reservations"] for i in r["Instances"]]
+    found = [
+        i
+        for r in cloud.describe_instances(Filters=[{"Name": "tag:srifty:job-id", "Values": [str(job.pk)]}])[
+            "Reservations"
+        ]
+        for i in r["Instances"]
+    ]
     assert len(found) == 2 and {i["InstanceType"] for i in found} == {"g5.xlarge"}
     assert {i.get("InstanceLifecycle") for i in found} == {"spot"}
     assert {i["Placement"]["AvailabilityZone"] for i in found} == {"us-east-1b"}  # use1-az1 in moto
-    script = base64.b64decode(cloud.describe_instance_attribute(InstanceId=found[0]["InstanceId"],
-                                                                Attribute="userData")["UserData"]["Value"]).decode()
+    script = base64.b64decode(
+        cloud.describe_instance_attribute(InstanceId=found[0]["InstanceId"], Attribute="userData")[
+            "UserData"
+        ]["Value"]
+    ).decode()
     assert script.splitlines()[1].startswith("shutdown -h +2400")  # the 40 h cap, on the VM itself
     assert "torch.distributed.run" in script and "SRIFTY_PER_NODE_BATCH=32" in script
 
 
 def test_nothing_launches_without_a_matching_confirmation(cloud, launcher_api, plan):
     assert launcher_api.post("/api/v1/jobs/", body(plan), format="json").json() == {
-        "confirmation": ["This field is required."]}
+        "confirmation": ["This field is required."]
+    }
     forged = launcher_api.post("/api/v1/jobs/", body(plan, confirmation="forged"), format="json")
     assert forged.status_code == 400 and forged.json() == {"confirmation": ["not a valid confirmation id"]}
     token = launcher_api.post("/api/v1/jobs/preview/", body(plan), format="json").json()["confirmation"]
@@ -157,12 +214,15 @@ def test_superusers_may_launch(staff, plan):
 
 
 def test_bad_fields_get_400s_that_name_them(launcher_api, plan):
-    resp = launcher_api.post("/api/v1/jobs/preview/", body(plan, train_command="", max_hours=-1, max_spend_usd="x"),
-                             format="json")  # fmt: skip
+    resp = launcher_api.post(
+        "/api/v1/jobs/preview/", body(plan, train_command="", max_hours=-1, max_spend_usd="x"), format="json"
+    )
     assert resp.status_code == 400 and set(resp.json()) == {"train_command", "max_hours", "max_spend_usd"}
     resp = launcher_api.post("/api/v1/jobs/preview/", body(plan, rank=9), format="json")
     assert resp.json() == {"rank": ["the plan has no option 9"]}
-    resp = launcher_api.post("/api/v1/jobs/preview/", body(plan, train_command="train.py 'unclosed"), format="json")
+    resp = launcher_api.post(
+        "/api/v1/jobs/preview/", body(plan, train_command="train.py 'unclosed"), format="json"
+    )
     assert resp.status_code == 400 and "train_command" in resp.json()
     resp = launcher_api.post("/api/v1/jobs/preview/", body(plan, train_command="x" * 4001), format="json")
     assert resp.status_code == 400 and "train_command" in resp.json()
@@ -214,8 +274,14 @@ def test_the_owner_stops_a_job(running, user_api, settings):
 
 def test_reports_are_stored_once_per_rank_and_seq(running):
     job, token = running
-    batch = {"seq": 10, "rank": 1, "reports": [{"iteration": 1, "iter_time_s": 0.51, "samples": 32},
-                                               {"iteration": 2, "iter_time_s": 0.49}]}
+    batch = {
+        "seq": 10,
+        "rank": 1,
+        "reports": [
+            {"iteration": 1, "iter_time_s": 0.51, "samples": 32},
+            {"iteration": 2, "iter_time_s": 0.49},
+        ],
+    }
     first = agent(token).post(f"/api/v1/jobs/{job.pk}/reports/", batch, format="json")
     assert first.status_code == 201 and first.json()["stored"] == 2
     again = agent(token).post(f"/api/v1/jobs/{job.pk}/reports/", batch, format="json")
@@ -223,21 +289,30 @@ def test_reports_are_stored_once_per_rank_and_seq(running):
     other_rank = agent(token).post(f"/api/v1/jobs/{job.pk}/reports/", {**batch, "rank": 0}, format="json")
     assert other_rank.json()["stored"] == 2
     assert list(JobReport.objects.filter(job=job, rank=1).values_list("seq", "iteration", "samples")) == [
-        (10, 1, 32), (11, 2, None)]
+        (10, 1, 32),
+        (11, 2, None),
+    ]
 
 
 def test_report_posts_are_checked(running):
     job, token = running
-    resp = agent(token).post(f"/api/v1/jobs/{job.pk}/reports/",
-                             {"seq": 0, "rank": -1, "reports": [{"iteration": 1, "iter_time_s": -2}]}, format="json")
+    resp = agent(token).post(
+        f"/api/v1/jobs/{job.pk}/reports/",
+        {"seq": 0, "rank": -1, "reports": [{"iteration": 1, "iter_time_s": -2}]},
+        format="json",
+    )
     assert resp.status_code == 400 and {"seq", "rank", "reports"} <= set(resp.json())
-    resp = agent(token).post(f"/api/v1/jobs/{job.pk}/reports/", {"seq": 1, "rank": 0, "reports": []}, format="json")
+    resp = agent(token).post(
+        f"/api/v1/jobs/{job.pk}/reports/", {"seq": 1, "rank": 0, "reports": []}, format="json"
+    )
     assert resp.status_code == 400 and "reports" in resp.json()
 
 
 def test_a_job_token_works_for_its_own_job_only(running, plan, user):
     job, token = running
-    other = jobs.create_job(type(user).objects.get(pk=user.pk), plan, 1, "train.py", Decimal("5"), 1, confirm=True)
+    other = jobs.create_job(
+        type(user).objects.get(pk=user.pk), plan, 1, "train.py", Decimal("5"), 1, confirm=True
+    )
     assert agent(token).post(f"/api/v1/jobs/{other.pk}/reports/", {}, format="json").status_code == 403
     assert agent("wrong").post(f"/api/v1/jobs/{job.pk}/reports/", {}, format="json").status_code == 401
     user_client = APIClient()
@@ -248,8 +323,11 @@ def test_a_job_token_works_for_its_own_job_only(running, plan, user):
 def test_rendezvous_names_the_master_and_each_nodes_rank(running):
     job, token = running
     url = f"/api/v1/jobs/{job.pk}/rendezvous/"
-    assert agent(token).get(url, {"instance_id": "i-0bbb"}).json() == {"master_addr": "10.0.0.5", "node_rank": 1,
-                                                                       "nnodes": 2}  # fmt: skip
+    assert agent(token).get(url, {"instance_id": "i-0bbb"}).json() == {
+        "master_addr": "10.0.0.5",
+        "node_rank": 1,
+        "nnodes": 2,
+    }
     assert agent(token).get(url, {"instance_id": "i-0aaa"}).json()["node_rank"] == 0
     assert agent(token).get(url, {"instance_id": "i-0zzz"}).status_code == 403  # not a node of this job
     assert agent(token).get(url).status_code == 400
@@ -257,12 +335,16 @@ def test_rendezvous_names_the_master_and_each_nodes_rank(running):
 
 def test_rendezvous_says_wait_while_the_cluster_launches(user, plan):
     grant(user)
-    job = jobs.create_job(type(user).objects.get(pk=user.pk), plan, 1, "train.py", Decimal("50"), 10, confirm=True)
+    job = jobs.create_job(
+        type(user).objects.get(pk=user.pk), plan, 1, "train.py", Decimal("50"), 10, confirm=True
+    )
     token = jobs.issue_token(job)
     jobs.mark_launched(job, instance_ids=["i-0aaa"], node_ips={"i-0aaa": "10.0.0.5"})
     resp = agent(token).get(f"/api/v1/jobs/{job.pk}/rendezvous/", {"instance_id": "i-0aaa"})
     assert resp.status_code == 202  # the second group is not launched yet
-    assert agent(token).get(f"/api/v1/jobs/{job.pk}/rendezvous/", {"instance_id": "i-0new"}).status_code == 202
+    assert (
+        agent(token).get(f"/api/v1/jobs/{job.pk}/rendezvous/", {"instance_id": "i-0new"}).status_code == 202
+    )
 
 
 def test_nodes_download_the_reporter_package_with_their_token(running):

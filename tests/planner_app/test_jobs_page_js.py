@@ -20,11 +20,29 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Chromium"),
 ]
-OPTION = {"rank": 1, "region": "us-east-1", "global_batch": 64, "hourly_usd": 1.0, "iter_time_s": 0.5,
-          "iter_time_p90_s": 0.6, "time_h": 1.0, "throughput_sps": 10.0,
-          "groups": [{"instance_type": "g5.xlarge", "market": "spot", "zone": None, "count": 2, "gpus_per_node": 1,
-                      "gpu_model": "A10G", "price_per_hour": 0.5, "batch_per_node": [32, 32],
-                      "interruption_bucket": 1}]}  # fmt: skip
+OPTION = {
+    "rank": 1,
+    "region": "us-east-1",
+    "global_batch": 64,
+    "hourly_usd": 1.0,
+    "iter_time_s": 0.5,
+    "iter_time_p90_s": 0.6,
+    "time_h": 1.0,
+    "throughput_sps": 10.0,
+    "groups": [
+        {
+            "instance_type": "g5.xlarge",
+            "market": "spot",
+            "zone": None,
+            "count": 2,
+            "gpus_per_node": 1,
+            "gpu_model": "A10G",
+            "price_per_hour": 0.5,
+            "batch_per_node": [32, 32],
+            "interruption_bucket": 1,
+        }
+    ],
+}
 FAKE_SOCKET = """
 window.WebSocket = function (url) {
   const ws = this; window.__wsUrl = url;
@@ -40,19 +58,27 @@ window.WebSocket = function (url) {
 """
 
 
-def test_the_chart_shows_each_rank_against_the_prediction_and_follows_live_messages(live_server, user, settings):
+def test_the_chart_shows_each_rank_against_the_prediction_and_follows_live_messages(
+    live_server, user, settings
+):
     from playwright.sync_api import sync_playwright
 
     settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
     user.user_permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="plans"))
     owner = type(user).objects.get(pk=user.pk)
-    plan = PlanRecord.objects.create(owner=owner, request={"total_samples": 6400}, status="solved",
-                                     result={"plans": [OPTION]})
+    plan = PlanRecord.objects.create(
+        owner=owner, request={"total_samples": 6400}, status="solved", result={"plans": [OPTION]}
+    )
     job = jobs.create_job(owner, plan, 1, "train.py", Decimal("10"), 5, confirm=True)
     jobs.mark_launched(job, instance_ids=["i-0a", "i-0b"], node_ips={"i-0a": "10.0.0.1"})
     jobs.mark_running(job, "launched")
-    JobReport.objects.bulk_create([JobReport(job=job, rank=r, seq=i, iteration=i, iter_time_s=0.5 + 0.01 * i)
-                                   for r in (0, 1) for i in range(1, 20)])  # fmt: skip
+    JobReport.objects.bulk_create(
+        [
+            JobReport(job=job, rank=r, seq=i, iteration=i, iter_time_s=0.5 + 0.01 * i)
+            for r in (0, 1)
+            for i in range(1, 20)
+        ]
+    )
     browser_login = Client()
     browser_login.force_login(owner)
     errors: list[str] = []
@@ -61,15 +87,31 @@ def test_the_chart_shows_each_rank_against_the_prediction_and_follows_live_messa
         try:
             context = browser.new_context()
             host = live_server.url.split("//")[1].split(":")[0]
-            context.add_cookies([{"name": "sessionid", "value": browser_login.cookies["sessionid"].value,
-                                  "domain": host, "path": "/"}])  # fmt: skip
+            context.add_cookies(
+                [
+                    {
+                        "name": "sessionid",
+                        "value": browser_login.cookies["sessionid"].value,
+                        "domain": host,
+                        "path": "/",
+                    }
+                ]
+            )
             context.add_init_script(FAKE_SOCKET)
             page = context.new_page()
             page.on("pageerror", lambda exc: errors.append(str(exc)))
             page.goto(f"{live_server.url}/jobs/{job.pk}/")
             page.wait_for_function("document.getElementById('iter-chart').data?.length === 5", timeout=20_000)
-            traces = page.evaluate("document.getElementById('iter-chart').data.map(t => [t.name, t.x.length])")
-            assert traces == [["predicted p50", 2], ["predicted p90", 2], ["rank 0", 19], ["rank 1", 19], ["rank 2", 1]]
+            traces = page.evaluate(
+                "document.getElementById('iter-chart').data.map(t => [t.name, t.x.length])"
+            )
+            assert traces == [
+                ["predicted p50", 2],
+                ["predicted p90", 2],
+                ["rank 0", 19],
+                ["rank 1", 19],
+                ["rank 2", 1],
+            ]
             predicted = page.evaluate("document.getElementById('iter-chart').data.slice(0, 2).map(t => t.y)")
             assert predicted == [[0.5, 0.5], [0.6, 0.6]]
             assert page.evaluate("window.__wsUrl").endswith(f"/ws/jobs/{job.pk}/")

@@ -17,11 +17,29 @@ from srifty_web.asgi import application
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-OPTION = {"rank": 1, "region": "us-east-1", "global_batch": 64, "hourly_usd": 1.0, "iter_time_s": 0.5,
-          "iter_time_p90_s": 0.6, "time_h": 1.0, "throughput_sps": 10.0,
-          "groups": [{"instance_type": "g5.xlarge", "market": "spot", "zone": None, "count": 2, "gpus_per_node": 1,
-                      "gpu_model": "A10G", "price_per_hour": 0.5, "batch_per_node": [32, 32],
-                      "interruption_bucket": 1}]}  # fmt: skip
+OPTION = {
+    "rank": 1,
+    "region": "us-east-1",
+    "global_batch": 64,
+    "hourly_usd": 1.0,
+    "iter_time_s": 0.5,
+    "iter_time_p90_s": 0.6,
+    "time_h": 1.0,
+    "throughput_sps": 10.0,
+    "groups": [
+        {
+            "instance_type": "g5.xlarge",
+            "market": "spot",
+            "zone": None,
+            "count": 2,
+            "gpus_per_node": 1,
+            "gpu_model": "A10G",
+            "price_per_hour": 0.5,
+            "batch_per_node": [32, 32],
+            "interruption_bucket": 1,
+        }
+    ],
+}
 
 
 @pytest.fixture
@@ -29,8 +47,9 @@ def job_and_token(user, settings):
     settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
     user.user_permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="plans"))
     owner = type(user).objects.get(pk=user.pk)
-    plan = PlanRecord.objects.create(owner=owner, request={"total_samples": 6400}, status="solved",
-                                     result={"plans": [OPTION]})
+    plan = PlanRecord.objects.create(
+        owner=owner, request={"total_samples": 6400}, status="solved", result={"plans": [OPTION]}
+    )
     job = jobs.create_job(owner, plan, 1, "train.py", Decimal("10"), 5, confirm=True)
     token = jobs.issue_token(job)
     jobs.mark_launched(job, instance_ids=["i-0a", "i-0b"], node_ips={"i-0a": "10.0.0.1"})
@@ -60,27 +79,61 @@ def _post(token: str, job_id: int, body: dict) -> int:
 
 async def test_a_viewer_gets_the_snapshot_then_each_report_and_the_end(live_next, job_and_token, user):
     job, token = job_and_token
-    assert await sync_to_async(_post)(token, job.pk, {"seq": 1, "rank": 0, "reports": [
-        {"iteration": 1, "iter_time_s": 0.55}]}) == 201
+    assert (
+        await sync_to_async(_post)(
+            token, job.pk, {"seq": 1, "rank": 0, "reports": [{"iteration": 1, "iter_time_s": 0.55}]}
+        )
+        == 201
+    )
     comm, connected, _ = await _connect(job.pk, await sync_to_async(_cookie)(user))
     assert connected
     snap = await live_next(comm, timeout=5)
     assert snap["type"] == "snapshot" and snap["status"] == "running" and snap["predicted_iter_s"] == 0.5
-    assert snap["reports"] == [{"iteration": 1, "iter_time_s": 0.55, "rank": 0}]  # a late viewer sees the past
+    assert snap["reports"] == [
+        {"iteration": 1, "iter_time_s": 0.55, "rank": 0}
+    ]  # a late viewer sees the past
     assert [e["kind"] for e in snap["events"]] == ["created", "launched"]
 
-    assert await sync_to_async(_post)(token, job.pk, {"seq": 2, "rank": 1, "reports": [
-        {"iteration": 2, "iter_time_s": 0.61}, {"iteration": 3, "iter_time_s": 0.6}]}) == 201
-    assert await live_next(comm, timeout=5) == {"type": "report", "iteration": 2, "iter_time_s": 0.61, "rank": 1}
-    assert await live_next(comm, timeout=5) == {"type": "report", "iteration": 3, "iter_time_s": 0.6, "rank": 1}
-    assert await sync_to_async(_post)(token, job.pk, {"seq": 2, "rank": 1, "reports": [
-        {"iteration": 2, "iter_time_s": 0.61}]}) == 200
+    assert (
+        await sync_to_async(_post)(
+            token,
+            job.pk,
+            {
+                "seq": 2,
+                "rank": 1,
+                "reports": [{"iteration": 2, "iter_time_s": 0.61}, {"iteration": 3, "iter_time_s": 0.6}],
+            },
+        )
+        == 201
+    )
+    assert await live_next(comm, timeout=5) == {
+        "type": "report",
+        "iteration": 2,
+        "iter_time_s": 0.61,
+        "rank": 1,
+    }
+    assert await live_next(comm, timeout=5) == {
+        "type": "report",
+        "iteration": 3,
+        "iter_time_s": 0.6,
+        "rank": 1,
+    }
+    assert (
+        await sync_to_async(_post)(
+            token, job.pk, {"seq": 2, "rank": 1, "reports": [{"iteration": 2, "iter_time_s": 0.61}]}
+        )
+        == 200
+    )
     assert await comm.receive_nothing(timeout=0.3)  # a retried post is not broadcast again
 
     await sync_to_async(jobs.stop_job)(job, "stopped by alice")
     first, second = await live_next(comm, timeout=5), await live_next(comm, timeout=5)
     assert first == {"type": "event", "kind": "stopped", "message": "stopped by alice", "at": first["at"]}
-    assert second["type"] == "status" and second["status"] == "stopped" and second["reason"] == "stopped by alice"
+    assert (
+        second["type"] == "status"
+        and second["status"] == "stopped"
+        and second["reason"] == "stopped by alice"
+    )
     await comm.disconnect()
 
 
@@ -90,7 +143,9 @@ async def test_anonymous_viewers_are_refused(job_and_token):
     assert not connected and code == 4401
 
 
-async def test_viewers_from_another_team_are_refused_and_teammates_are_not(job_and_token, user, django_user_model):
+async def test_viewers_from_another_team_are_refused_and_teammates_are_not(
+    job_and_token, user, django_user_model
+):
     job, _ = job_and_token
     eve = await sync_to_async(django_user_model.objects.create_user)("eve", password="e-pass-12345")
     comm, connected, code = await _connect(job.pk, await sync_to_async(_cookie)(eve))
@@ -109,5 +164,7 @@ async def test_viewers_from_another_team_are_refused_and_teammates_are_not(job_a
 
 async def test_a_foreign_origin_is_refused(job_and_token, user):
     job, _ = job_and_token
-    _, connected, _ = await _connect(job.pk, await sync_to_async(_cookie)(user), origin=b"http://evil.example")
+    _, connected, _ = await _connect(
+        job.pk, await sync_to_async(_cookie)(user), origin=b"http://evil.example"
+    )
     assert not connected

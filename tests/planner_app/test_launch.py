@@ -22,22 +22,53 @@ pytestmark = pytest.mark.django_db
 REGION = "us-east-1"
 
 
-def group(instance_type="g5.xlarge", market="spot", count=2, batch=32, price=0.5, gpus=1, zone="us-east-1a",
-          batches=None):
-    return {"instance_type": instance_type, "market": market, "zone": zone, "count": count, "gpus_per_node": gpus,
-            "gpu_model": "A10G", "price_per_hour": price, "batch_per_node": batches or [batch] * count,
-            "interruption_bucket": 1}  # fmt: skip
+def group(
+    instance_type="g5.xlarge",
+    market="spot",
+    count=2,
+    batch=32,
+    price=0.5,
+    gpus=1,
+    zone="us-east-1a",
+    batches=None,
+):
+    return {
+        "instance_type": instance_type,
+        "market": market,
+        "zone": zone,
+        "count": count,
+        "gpus_per_node": gpus,
+        "gpu_model": "A10G",
+        "price_per_hour": price,
+        "batch_per_node": batches or [batch] * count,
+        "interruption_bucket": 1,
+    }
 
 
 def option(rank=1, groups=None):
     groups = groups or [group()]
     hourly = sum(g["count"] * g["price_per_hour"] for g in groups)
-    return {"rank": rank, "region": REGION, "groups": groups,
-            "global_batch": sum(sum(g["batch_per_node"]) for g in groups), "nodes": sum(g["count"] for g in groups),
-            "gpus": sum(g["count"] * g["gpus_per_node"] for g in groups), "hourly_usd": hourly,
-            "total_usd": hourly * 2, "time_h": 2.0, "time_p90_h": 2.4, "base_time_h": 2.0, "throughput_sps": 100.0,
-            "effective_throughput_sps": 100.0, "iter_time_s": 0.5, "iter_time_p90_s": 0.6, "bottleneck": "compute",
-            "deadline_miss_risk": None, "expected_interruptions": 0.1, "why": "cheapest"}  # fmt: skip
+    return {
+        "rank": rank,
+        "region": REGION,
+        "groups": groups,
+        "global_batch": sum(sum(g["batch_per_node"]) for g in groups),
+        "nodes": sum(g["count"] for g in groups),
+        "gpus": sum(g["count"] * g["gpus_per_node"] for g in groups),
+        "hourly_usd": hourly,
+        "total_usd": hourly * 2,
+        "time_h": 2.0,
+        "time_p90_h": 2.4,
+        "base_time_h": 2.0,
+        "throughput_sps": 100.0,
+        "effective_throughput_sps": 100.0,
+        "iter_time_s": 0.5,
+        "iter_time_p90_s": 0.6,
+        "bottleneck": "compute",
+        "deadline_miss_risk": None,
+        "expected_interruptions": 0.1,
+        "why": "cheapest",
+    }
 
 
 @pytest.fixture
@@ -49,8 +80,12 @@ def launcher(user):
 @pytest.fixture
 def placement_groups(monkeypatch):
     calls: list[tuple[str, str, str]] = []
-    monkeypatch.setattr(ec2, "create_placement_group", lambda region, name: calls.append(("create", region, name)))
-    monkeypatch.setattr(ec2, "delete_placement_group", lambda region, name: calls.append(("delete", region, name)))
+    monkeypatch.setattr(
+        ec2, "create_placement_group", lambda region, name: calls.append(("create", region, name))
+    )
+    monkeypatch.setattr(
+        ec2, "delete_placement_group", lambda region, name: calls.append(("delete", region, name))
+    )
     return calls
 
 
@@ -63,14 +98,19 @@ def cloud(aws, settings, placement_groups):
 
 def make_job(owner, opt=None, command="train.py --epochs 3", spend="100", hours=10.0) -> Job:
     opt = opt or option()
-    plan = PlanRecord.objects.create(owner=owner, request={"total_samples": 64_000}, status="solved",
-                                     result={"plans": [opt]})  # fmt: skip
+    plan = PlanRecord.objects.create(
+        owner=owner, request={"total_samples": 64_000}, status="solved", result={"plans": [opt]}
+    )
     return jobs.create_job(owner, plan, opt["rank"], command, Decimal(spend), hours, confirm=True)
 
 
 def instances(cli, job_id) -> list[dict]:
-    resp = cli.describe_instances(Filters=[{"Name": "tag:srifty:job-id", "Values": [str(job_id)]},
-                                           {"Name": "instance-state-name", "Values": ["pending", "running"]}])
+    resp = cli.describe_instances(
+        Filters=[
+            {"Name": "tag:srifty:job-id", "Values": [str(job_id)]},
+            {"Name": "instance-state-name", "Values": ["pending", "running"]},
+        ]
+    )
     return sorted((i for r in resp["Reservations"] for i in r["Instances"]), key=lambda i: i["InstanceId"])
 
 
@@ -80,8 +120,11 @@ def user_data(cli, instance_id) -> str:
 
 
 def test_a_mixed_plan_launches_one_template_per_group_with_its_own_batch_and_market(
-        cloud, launcher, placement_groups, django_capture_on_commit_callbacks):
-    opt = option(groups=[group(count=2, batch=48), group("g5.2xlarge", "on-demand", count=1, batch=64, price=1.2)])
+    cloud, launcher, placement_groups, django_capture_on_commit_callbacks
+):
+    opt = option(
+        groups=[group(count=2, batch=48), group("g5.2xlarge", "on-demand", count=1, batch=64, price=1.2)]
+    )
     with django_capture_on_commit_callbacks(execute=True):
         job = make_job(launcher, opt)
     job.refresh_from_db()
@@ -107,9 +150,13 @@ def test_a_mixed_plan_launches_one_template_per_group_with_its_own_batch_and_mar
     assert f"export SRIFTY_JOB_ID={job.pk}" in script and "/rendezvous/?instance_id=" in script
     assert "export SRIFTY_PER_NODE_BATCH=64" in user_data(cloud, by_type["g5.2xlarge"][0]["InstanceId"])
     templates = cloud.describe_launch_templates()["LaunchTemplates"]
-    assert sorted(t["LaunchTemplateName"] for t in templates) == [f"srifty-job-{job.pk}-g0", f"srifty-job-{job.pk}-g1"]
+    assert sorted(t["LaunchTemplateName"] for t in templates) == [
+        f"srifty-job-{job.pk}-g0",
+        f"srifty-job-{job.pk}-g1",
+    ]
     data = cloud.describe_launch_template_versions(LaunchTemplateId=job.launch_template_ids[0])[
-        "LaunchTemplateVersions"][-1]["LaunchTemplateData"]
+        "LaunchTemplateVersions"
+    ][-1]["LaunchTemplateData"]
     assert data["Placement"]["GroupName"] == f"srifty-job-{job.pk}"
     assert job.events.filter(kind="launched").exists()
 
@@ -120,8 +167,10 @@ def test_a_group_with_uneven_batches_is_split_so_each_node_gets_its_batch(cloud,
     assert [(n.count, n.batch_per_node) for n in launches] == [(2, 40), (1, 48)]
     job = make_job(launcher, opt)
     assert launch.launch_job(job) == "launched 3 instances"
-    batches = sorted(user_data(cloud, i["InstanceId"]).split("SRIFTY_PER_NODE_BATCH=")[1].split("\n")[0]
-                     for i in instances(cloud, job.pk))  # fmt: skip
+    batches = sorted(
+        user_data(cloud, i["InstanceId"]).split("SRIFTY_PER_NODE_BATCH=")[1].split("\n")[0]
+        for i in instances(cloud, job.pk)
+    )
     assert batches == ["40", "40", "48"]
 
 
@@ -150,8 +199,9 @@ def test_a_retried_launch_writes_the_same_token_into_the_user_data(cloud, launch
     assert f"SRIFTY_TOKEN={token}" in user_data(cloud, job.instance_ids[0])
 
 
-def test_a_launch_error_fails_the_job_and_terminates_what_started(cloud, launcher, monkeypatch,
-                                                                 django_capture_on_commit_callbacks):
+def test_a_launch_error_fails_the_job_and_terminates_what_started(
+    cloud, launcher, monkeypatch, django_capture_on_commit_callbacks
+):
     opt = option(groups=[group(count=1), group("g5.2xlarge", "on-demand", count=1, price=1.2)])
     job = make_job(launcher, opt)
     real = ec2.launch_from_template
@@ -187,14 +237,18 @@ def test_a_job_stopped_while_it_launches_launches_no_further_group(cloud, launch
     assert Job.objects.get(pk=job.pk).status == JobStatus.STOPPED
 
 
-def test_stopping_terminates_every_tagged_instance_and_deletes_templates(cloud, launcher, placement_groups,
-                                                                        django_capture_on_commit_callbacks):
+def test_stopping_terminates_every_tagged_instance_and_deletes_templates(
+    cloud, launcher, placement_groups, django_capture_on_commit_callbacks
+):
     job = make_job(launcher)
     launch.launch_job(job)
     job.refresh_from_db()
     # An instance the job row never heard of (a partial launch) still carries the job tag.
-    stray = ec2.launch(ec2.LaunchSpec(region=REGION, instance_type="g5.xlarge", max_minutes=5,
-                                      tags={"srifty:job-id": str(job.pk)}))  # fmt: skip
+    stray = ec2.launch(
+        ec2.LaunchSpec(
+            region=REGION, instance_type="g5.xlarge", max_minutes=5, tags={"srifty:job-id": str(job.pk)}
+        )
+    )
     with django_capture_on_commit_callbacks(execute=True):
         jobs.stop_job(job, "stopped by alice")
     assert instances(cloud, job.pk) == []
@@ -211,6 +265,8 @@ def test_preview_shows_the_exact_instances_price_and_cap(launcher):
     shown = launch.preview(opt, Decimal("100"), 10.0)
     assert shown["hourly_usd"] == "2.2" and shown["max_spend_usd"] == "22.00" and shown["cap_hours"] == 10.0
     assert [(i["instance_type"], i["count"], i["market"], i["zone"]) for i in shown["instances"]] == [
-        ("g5.xlarge", 2, "spot", "us-east-1a"), ("g5.2xlarge", 1, "on-demand", "us-east-1a")]
+        ("g5.xlarge", 2, "spot", "us-east-1a"),
+        ("g5.2xlarge", 1, "on-demand", "us-east-1a"),
+    ]
     capped = launch.preview(opt, Decimal("11"), 10.0)
     assert capped["max_spend_usd"] == "11.00" and capped["cap_hours"] == pytest.approx(5.0)

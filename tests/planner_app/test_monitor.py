@@ -23,13 +23,35 @@ REGION = "us-east-1"
 
 
 def option(rank=1, count=2, market="spot", price=0.5, iter_s=0.5):
-    return {"rank": rank, "region": REGION, "global_batch": 64 * count, "nodes": count, "gpus": count,
-            "groups": [{"instance_type": "g5.xlarge", "market": market, "zone": "us-east-1a", "count": count,
-                        "gpus_per_node": 1, "gpu_model": "A10G", "price_per_hour": price,
-                        "batch_per_node": [64] * count, "interruption_bucket": 1}],
-            "hourly_usd": price * count, "total_usd": price * count * 2, "time_h": 2.0, "time_p90_h": 2.5,
-            "throughput_sps": 100.0, "iter_time_s": iter_s, "iter_time_p90_s": iter_s * 1.2,
-            "bottleneck": "compute", "why": "cheapest"}  # fmt: skip
+    return {
+        "rank": rank,
+        "region": REGION,
+        "global_batch": 64 * count,
+        "nodes": count,
+        "gpus": count,
+        "groups": [
+            {
+                "instance_type": "g5.xlarge",
+                "market": market,
+                "zone": "us-east-1a",
+                "count": count,
+                "gpus_per_node": 1,
+                "gpu_model": "A10G",
+                "price_per_hour": price,
+                "batch_per_node": [64] * count,
+                "interruption_bucket": 1,
+            }
+        ],
+        "hourly_usd": price * count,
+        "total_usd": price * count * 2,
+        "time_h": 2.0,
+        "time_p90_h": 2.5,
+        "throughput_sps": 100.0,
+        "iter_time_s": iter_s,
+        "iter_time_p90_s": iter_s * 1.2,
+        "bottleneck": "compute",
+        "why": "cheapest",
+    }
 
 
 @pytest.fixture
@@ -40,9 +62,12 @@ def owner(user):
 
 @pytest.fixture
 def plan(owner):
-    return PlanRecord.objects.create(owner=owner, request={"total_samples": 128_000, "objective": "cost",
-                                                           "deadline_hours": 10, "budget_usd": 100},
-                                     status="solved", result={"plans": [option()]})  # fmt: skip
+    return PlanRecord.objects.create(
+        owner=owner,
+        request={"total_samples": 128_000, "objective": "cost", "deadline_hours": 10, "budget_usd": 100},
+        status="solved",
+        result={"plans": [option()]},
+    )
 
 
 @pytest.fixture
@@ -61,8 +86,12 @@ def replanner(monkeypatch, owner):
 
     def create_plan(who, request):
         asked.append(request)
-        return PlanRecord.objects.create(owner=who, request=request, status="solved",
-                                         result={"plans": [option(1, count=1, market="on-demand", price=1.0)]})
+        return PlanRecord.objects.create(
+            owner=who,
+            request=request,
+            status="solved",
+            result={"plans": [option(1, count=1, market="on-demand", price=1.0)]},
+        )
 
     monkeypatch.setitem(sys.modules, "planner.app.service", types.SimpleNamespace(create_plan=create_plan))
     return asked
@@ -83,15 +112,25 @@ def running_without_ec2(owner, plan, iter_s=0.5) -> Job:
 
 def report(job, times, at, rank=0, first_iteration=10, seq=None):
     seq = seq or (JobReport.objects.filter(job=job, rank=rank).count() + 1)
-    JobReport.objects.bulk_create([
-        JobReport(job=job, rank=rank, seq=seq + i, iteration=first_iteration + i, iter_time_s=t,
-                  reported_at=at - timedelta(seconds=len(times) - i))
-        for i, t in enumerate(times)
-    ])  # fmt: skip
+    JobReport.objects.bulk_create(
+        [
+            JobReport(
+                job=job,
+                rank=rank,
+                seq=seq + i,
+                iteration=first_iteration + i,
+                iter_time_s=t,
+                reported_at=at - timedelta(seconds=len(times) - i),
+            )
+            for i, t in enumerate(times)
+        ]
+    )
 
 
 def state(aws_client, instance_id) -> str:
-    return aws_client.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]["State"]["Name"]
+    return aws_client.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0][
+        "State"
+    ]["Name"]
 
 
 # --- drift --------------------------------------------------------------------------------
@@ -141,9 +180,12 @@ def test_a_straggler_rank_is_named_in_the_drift_event(owner, plan):
 
 
 def test_a_spot_interruption_adds_one_event_and_a_replan_offer_for_the_remaining_work(
-        cloud, owner, plan, replanner, monkeypatch):
+    cloud, owner, plan, replanner, monkeypatch
+):
     job = launched(owner, plan)
-    Job.objects.filter(pk=job.pk).update(started_at=timezone.now() - timedelta(hours=1))  # an hour in, $1 spent
+    Job.objects.filter(pk=job.pk).update(
+        started_at=timezone.now() - timedelta(hours=1)
+    )  # an hour in, $1 spent
     report(job, [0.5] * 100, timezone.now())  # iterations 10..109 of 128 samples each
     taken = job.instance_ids[1]
     monkeypatch.setattr(ec2, "spot_interruption_notices", lambda region, ids: [taken])
@@ -160,8 +202,9 @@ def test_a_spot_interruption_adds_one_event_and_a_replan_offer_for_the_remaining
     assert "1x g5.xlarge (on-demand" in offer.message
 
 
-def test_losing_every_node_fails_the_job_and_keeps_the_offer(cloud, owner, plan, replanner,
-                                                             django_capture_on_commit_callbacks):
+def test_losing_every_node_fails_the_job_and_keeps_the_offer(
+    cloud, owner, plan, replanner, django_capture_on_commit_callbacks
+):
     job = launched(owner, plan)
     cloud.terminate_instances(InstanceIds=job.instance_ids)  # e.g. someone else terminated them
     with django_capture_on_commit_callbacks(execute=True):
@@ -172,8 +215,9 @@ def test_losing_every_node_fails_the_job_and_keeps_the_offer(cloud, owner, plan,
     assert monitor.latest_offer(job) is not None and "re-plan is offered" in job.status_reason
 
 
-def test_passing_the_spend_cap_stops_the_job_and_terminates_its_instances(cloud, owner, plan,
-                                                                          django_capture_on_commit_callbacks):
+def test_passing_the_spend_cap_stops_the_job_and_terminates_its_instances(
+    cloud, owner, plan, django_capture_on_commit_callbacks
+):
     job = launched(owner, plan, spend="2", hours=10)  # $1/h: the $2 cap comes after 2 h
     assert job.cap_at - job.started_at == timedelta(hours=2)
     Job.objects.filter(pk=job.pk).update(started_at=timezone.now() - timedelta(hours=2, minutes=1))
@@ -193,12 +237,22 @@ def test_passing_the_time_cap_says_so(owner, plan, settings):
     assert "time cap (10 h)" in Job.objects.get(pk=job.pk).status_reason
 
 
-def test_nodes_that_shut_themselves_down_after_the_work_end_the_job_as_succeeded(owner, plan, monkeypatch, settings):
+def test_nodes_that_shut_themselves_down_after_the_work_end_the_job_as_succeeded(
+    owner, plan, monkeypatch, settings
+):
     settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
     job = running_without_ec2(owner, plan)
-    gone = ec2.InstanceState(id="i-0aaa", state="terminated", instance_type="g5.xlarge", market="spot",
-                             launch_time=None, tags={}, private_ip=None, public_dns=None,
-                             state_reason="Client.InstanceInitiatedShutdown")  # fmt: skip
+    gone = ec2.InstanceState(
+        id="i-0aaa",
+        state="terminated",
+        instance_type="g5.xlarge",
+        market="spot",
+        launch_time=None,
+        tags={},
+        private_ip=None,
+        public_dns=None,
+        state_reason="Client.InstanceInitiatedShutdown",
+    )
     monkeypatch.setattr(ec2, "describe", lambda region, ids: [gone])
     monkeypatch.setattr(ec2, "spot_interruption_notices", lambda region, ids: [])
     report(job, [0.5] * 5, timezone.now(), first_iteration=job.total_iterations - 4)
@@ -209,9 +263,17 @@ def test_nodes_that_shut_themselves_down_after_the_work_end_the_job_as_succeeded
 def test_nodes_that_shut_down_early_fail_the_job(owner, plan, monkeypatch, settings):
     settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
     job = running_without_ec2(owner, plan)
-    gone = ec2.InstanceState(id="i-0aaa", state="terminated", instance_type="g5.xlarge", market="spot",
-                             launch_time=None, tags={}, private_ip=None, public_dns=None,
-                             state_reason="Client.InstanceInitiatedShutdown")  # fmt: skip
+    gone = ec2.InstanceState(
+        id="i-0aaa",
+        state="terminated",
+        instance_type="g5.xlarge",
+        market="spot",
+        launch_time=None,
+        tags={},
+        private_ip=None,
+        public_dns=None,
+        state_reason="Client.InstanceInitiatedShutdown",
+    )
     monkeypatch.setattr(ec2, "describe", lambda region, ids: [gone])
     monkeypatch.setattr(ec2, "spot_interruption_notices", lambda region, ids: [])
     report(job, [0.5] * 5, timezone.now())
@@ -229,14 +291,17 @@ def test_the_watch_task_requeues_itself_while_the_job_runs(owner, plan, settings
     monkeypatch.setattr(monitor, "watch_job", lambda j: "watching")
     assert job_tasks.watch_job_task.call(job.pk) == "watching"
     (queued,) = default_task_backend.results
-    assert queued.task.name == "watch_job_task" and queued.args == [job.pk] and queued.task.run_after is not None
+    assert (
+        queued.task.name == "watch_job_task" and queued.args == [job.pk] and queued.task.run_after is not None
+    )
 
 
 # --- re-plan: one click, then apply --------------------------------------------------------
 
 
-def test_apply_replan_stops_the_old_cluster_and_launches_the_new_option(cloud, owner, plan, replanner, monkeypatch,
-                                                                        user_api, django_capture_on_commit_callbacks):
+def test_apply_replan_stops_the_old_cluster_and_launches_the_new_option(
+    cloud, owner, plan, replanner, monkeypatch, user_api, django_capture_on_commit_callbacks
+):
     job = launched(owner, plan, spend="50", hours=10)
     old_ids = list(job.instance_ids)
     monkeypatch.setattr(ec2, "spot_interruption_notices", lambda region, ids: [old_ids[0]])
@@ -246,12 +311,24 @@ def test_apply_replan_stops_the_old_cluster_and_launches_the_new_option(cloud, o
     preview = offered.json()
     assert preview["replaces"] == job.pk and preview["instances"][0]["market"] == "on-demand"
     assert Decimal(preview["requested"]["max_spend_usd"]) <= Decimal("50")  # what is left of the cap
-    apply_body = {"plan": preview["plan"], "rank": preview["rank"], "confirmation": preview["confirmation"],
-                  **preview["requested"]}  # fmt: skip
+    apply_body = {
+        "plan": preview["plan"],
+        "rank": preview["rank"],
+        "confirmation": preview["confirmation"],
+        **preview["requested"],
+    }
     # A confirmation for a fresh launch does not apply a re-plan (it is bound to the job it replaces).
-    fresh = launch.confirmation_for(owner, preview["plan"], preview["rank"], "train.py",
-                                    Decimal(preview["requested"]["max_spend_usd"]), preview["requested"]["max_hours"])
-    resp = user_api.post(f"/api/v1/jobs/{job.pk}/replan/apply/", {**apply_body, "confirmation": fresh}, format="json")
+    fresh = launch.confirmation_for(
+        owner,
+        preview["plan"],
+        preview["rank"],
+        "train.py",
+        Decimal(preview["requested"]["max_spend_usd"]),
+        preview["requested"]["max_hours"],
+    )
+    resp = user_api.post(
+        f"/api/v1/jobs/{job.pk}/replan/apply/", {**apply_body, "confirmation": fresh}, format="json"
+    )
     assert resp.status_code == 400 and "confirmation" in resp.json()
     with django_capture_on_commit_callbacks(execute=True):
         resp = user_api.post(f"/api/v1/jobs/{job.pk}/replan/apply/", apply_body, format="json")
@@ -273,12 +350,22 @@ def test_replan_without_the_solver_service_says_so(owner, plan, monkeypatch, use
 
 
 @pytest.mark.slow
-def test_a_real_plan_launches_and_its_interruption_is_replanned_by_the_real_solver(cloud, owner, user_api, catalog,
-                                                                                   monkeypatch):
-    request = {"model": {"spec": "torchvision:squeezenet1_1", "input_shape": "3,32,32", "precision": "amp"},
-               "samples_per_epoch": 1_281_167, "epochs": 2, "objective": "cost", "deadline_hours": 24, "spot": True,
-               "max_nodes": 4, "max_types": 1, "regions": ["us-east-1"], "global_batch_min": 256,
-               "global_batch_max": 256}  # fmt: skip
+def test_a_real_plan_launches_and_its_interruption_is_replanned_by_the_real_solver(
+    cloud, owner, user_api, catalog, monkeypatch
+):
+    request = {
+        "model": {"spec": "torchvision:squeezenet1_1", "input_shape": "3,32,32", "precision": "amp"},
+        "samples_per_epoch": 1_281_167,
+        "epochs": 2,
+        "objective": "cost",
+        "deadline_hours": 24,
+        "spot": True,
+        "max_nodes": 4,
+        "max_types": 1,
+        "regions": ["us-east-1"],
+        "global_batch_min": 256,
+        "global_batch_max": 256,
+    }
     made = user_api.post("/api/v1/plans/", request, format="json")
     assert made.status_code == 201, made.content
     plan = PlanRecord.objects.get(pk=made.json()["id"])
@@ -296,5 +383,8 @@ def test_a_real_plan_launches_and_its_interruption_is_replanned_by_the_real_solv
     offer = monitor.latest_offer(job)
     assert offer is not None, list(job.events.values_list("kind", "message"))
     replan = PlanRecord.objects.get(pk=offer.data["plan"])
-    assert replan.status == "solved" and replan.request["total_samples"] == 2 * 1_281_167 - 29 * best["global_batch"]
+    assert (
+        replan.status == "solved"
+        and replan.request["total_samples"] == 2 * 1_281_167 - 29 * best["global_batch"]
+    )
     assert "epochs" not in replan.request and replan.request["deadline_hours"] == pytest.approx(23, abs=0.01)

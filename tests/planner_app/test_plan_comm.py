@@ -18,8 +18,19 @@ def _oracle_and_candidate(instance_type: str):
     t = InstanceType.objects.get(name=instance_type)
     wl = service.workload(TINY["spec"], (3, 32, 32), "amp")
     oracle = Oracle(wl, service.transfer_model(), service.gpu_specs(), service.comm_model())
-    cand = Candidate(t.name, family_of(t.name), "us-east-1", "on-demand", None, 1.0, int(t.gpu_count),
-                     t.accelerator.name, t.vcpus, t.sustained_gbps or 0.0, t.efa_supported)
+    cand = Candidate(
+        t.name,
+        family_of(t.name),
+        "us-east-1",
+        "on-demand",
+        None,
+        1.0,
+        int(t.gpu_count),
+        t.accelerator.name,
+        t.vcpus,
+        t.sustained_gbps or 0.0,
+        t.efa_supported,
+    )
     return oracle, cand
 
 
@@ -56,9 +67,20 @@ def test_near_points_count_the_train_sweeps_of_the_same_interconnect_nodes_and_g
 
 
 def test_plan_rows_on_several_nodes_name_the_learned_comm_model(user_api, catalog):
-    body = {"model": TINY, "samples_per_epoch": 1_281_167, "epochs": 10, "objective": "time", "budget_usd": 10_000,
-            "spot": False, "max_nodes": 2, "max_types": 1, "regions": ["us-east-1"], "gpu_models": ["A100"],
-            "global_batch_min": 1024, "global_batch_max": 1024}
+    body = {
+        "model": TINY,
+        "samples_per_epoch": 1_281_167,
+        "epochs": 10,
+        "objective": "time",
+        "budget_usd": 10_000,
+        "spot": False,
+        "max_nodes": 2,
+        "max_types": 1,
+        "regions": ["us-east-1"],
+        "gpu_models": ["A100"],
+        "global_batch_min": 1024,
+        "global_batch_max": 1024,
+    }
     resp = user_api.post("/api/v1/plans/", body, format="json")
     assert resp.status_code == 201, resp.json()
     rows = resp.json()["result"]["plans"]

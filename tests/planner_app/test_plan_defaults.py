@@ -14,12 +14,20 @@ from planner.solver import PlanRequest
 pytestmark = pytest.mark.django_db
 
 SPEC = {"spec": "torchvision:squeezenet1_1", "input_shape": "3,32,32", "precision": "amp"}
-QUESTION = {"samples_per_epoch": 200_000, "epochs": 5, "objective": "cost", "deadline_hours": 12,
-            "regions": ["us-east-1"]}
+QUESTION = {
+    "samples_per_epoch": 200_000,
+    "epochs": 5,
+    "objective": "cost",
+    "deadline_hours": 12,
+    "regions": ["us-east-1"],
+}
 
 
 def _ranked(result: dict) -> list[tuple]:
-    return [(p["label"], round(p["total_usd"], 6), round(p["time_h"], 6), p["global_batch"]) for p in result["plans"]]
+    return [
+        (p["label"], round(p["total_usd"], 6), round(p["time_h"], 6), p["global_batch"])
+        for p in result["plans"]
+    ]
 
 
 def test_every_entry_point_starts_from_the_same_defaults():
@@ -31,21 +39,44 @@ def test_every_entry_point_starts_from_the_same_defaults():
             assert FORM_DEFAULTS[key] == str(value)
 
 
-def test_the_same_question_by_form_api_and_command_gets_the_same_ranked_plans(client, user_api, user, staff,
-                                                                             catalog, capsys):
+def test_the_same_question_by_form_api_and_command_gets_the_same_ranked_plans(
+    client, user_api, user, staff, catalog, capsys
+):
     api = user_api.post("/api/v1/plans/", {"model": SPEC, **QUESTION}, format="json")
     assert api.status_code == 201, api.json()
 
     client.force_login(user)
-    form = {**FORM_DEFAULTS, "spec": SPEC["spec"], "input_shape": SPEC["input_shape"], "precision": SPEC["precision"],
-            **{k: str(v) for k, v in QUESTION.items() if k != "regions"}, "regions": QUESTION["regions"]}
+    form = {
+        **FORM_DEFAULTS,
+        "spec": SPEC["spec"],
+        "input_shape": SPEC["input_shape"],
+        "precision": SPEC["precision"],
+        **{k: str(v) for k, v in QUESTION.items() if k != "regions"},
+        "regions": QUESTION["regions"],
+    }
     assert client.post("/plans/", form).status_code == 302
     web = PlanRecord.objects.filter(owner=user).order_by("-pk").first()
 
-    call_command("plan", "--model", SPEC["spec"], "--input-shape", SPEC["input_shape"], "--precision", "amp",
-                 "--samples", str(QUESTION["samples_per_epoch"]), "--epochs", str(QUESTION["epochs"]),
-                 "--objective", "cost", "--deadline-hours", str(QUESTION["deadline_hours"]), "--regions", "us-east-1",
-                 "--json")
+    call_command(
+        "plan",
+        "--model",
+        SPEC["spec"],
+        "--input-shape",
+        SPEC["input_shape"],
+        "--precision",
+        "amp",
+        "--samples",
+        str(QUESTION["samples_per_epoch"]),
+        "--epochs",
+        str(QUESTION["epochs"]),
+        "--objective",
+        "cost",
+        "--deadline-hours",
+        str(QUESTION["deadline_hours"]),
+        "--regions",
+        "us-east-1",
+        "--json",
+    )
     cli = json.loads(capsys.readouterr().out)
 
     ranked = _ranked(api.json()["result"])

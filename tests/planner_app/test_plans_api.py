@@ -13,9 +13,20 @@ TINY = {"spec": "torchvision:squeezenet1_1", "input_shape": "3,32,32", "precisio
 
 
 def _request(**over):
-    body = {"model": TINY, "samples_per_epoch": 1_281_167, "epochs": 10, "objective": "cost",
-            "deadline_hours": 24, "spot": True, "max_nodes": 8, "max_types": 1, "regions": ["us-east-1", "us-west-2"],
-            "global_batch_min": 256, "global_batch_max": 1024, "baseline_gpu": "A100"}
+    body = {
+        "model": TINY,
+        "samples_per_epoch": 1_281_167,
+        "epochs": 10,
+        "objective": "cost",
+        "deadline_hours": 24,
+        "spot": True,
+        "max_nodes": 8,
+        "max_types": 1,
+        "regions": ["us-east-1", "us-west-2"],
+        "global_batch_min": 256,
+        "global_batch_max": 1024,
+        "baseline_gpu": "A100",
+    }
     body.update(over)
     return body
 
@@ -31,7 +42,11 @@ def test_a_plan_is_solved_stored_and_reopened(user_api, catalog):
     assert plan["result"]["pareto"] and plan["result"]["points"]
     alts = plan["result"]["alternatives"]
     assert alts["spot"]["plan"]["uses_spot"] and not alts["on-demand"]["plan"]["uses_spot"]
-    assert alts["spot"]["plan"]["expected_interruptions"] > 0 == alts["on-demand"]["plan"]["expected_interruptions"]
+    assert (
+        alts["spot"]["plan"]["expected_interruptions"]
+        > 0
+        == alts["on-demand"]["plan"]["expected_interruptions"]
+    )
     names = {b["name"] for b in plan["result"]["baselines"]}
     assert {"cheapest-gpu-hour", "fastest-type", "skypilot"} <= names
     # ranked: cheapest first for a cost objective
@@ -42,31 +57,40 @@ def test_a_plan_is_solved_stored_and_reopened(user_api, catalog):
 
 
 def test_time_under_a_budget_and_throughput_under_an_hourly_cap(user_api, catalog):
-    fast = user_api.post("/api/v1/plans/", _request(objective="time", deadline_hours=None, budget_usd=50),
-                         format="json").json()
+    fast = user_api.post(
+        "/api/v1/plans/", _request(objective="time", deadline_hours=None, budget_usd=50), format="json"
+    ).json()
     assert all(p["total_usd"] <= 50 for p in fast["result"]["plans"])
-    cap = user_api.post("/api/v1/plans/", _request(objective="throughput", deadline_hours=None, max_hourly_usd=3),
-                        format="json").json()
+    cap = user_api.post(
+        "/api/v1/plans/",
+        _request(objective="throughput", deadline_hours=None, max_hourly_usd=3),
+        format="json",
+    ).json()
     assert all(p["hourly_usd"] <= 3 for p in cap["result"]["plans"])
 
 
 def test_an_infeasible_plan_is_a_400_naming_the_binding_constraint(user_api, catalog):
-    resp = user_api.post("/api/v1/plans/", _request(deadline_hours=0.2, max_nodes=1, spot=False, epochs=10000), format="json")
+    resp = user_api.post(
+        "/api/v1/plans/", _request(deadline_hours=0.2, max_nodes=1, spot=False, epochs=10000), format="json"
+    )
     assert resp.status_code == 400
     body = resp.json()
     assert body["constraint"] == "deadline_hours" and "deadline" in body["detail"]
     assert PlanRecord.objects.get(pk=body["plan"]).status == PlanStatus.INFEASIBLE
 
 
-@pytest.mark.parametrize("over, field", [
-    ({"objective": "cost", "deadline_hours": None}, "deadline_hours"),
-    ({"global_batch_min": 2048, "global_batch_max": 256}, "global_batch_min"),
-    ({"regions": ["atlantis-1"]}, "regions"),
-    ({"model": {"spec": "import os", "input_shape": "3,32,32"}}, "model"),
-    ({"samples_per_epoch": None, "epochs": None}, "samples_per_epoch"),
-    ({"spot": False, "on_demand": False}, "spot"),
-    ({"quotas_on_demand": {"P": -1}}, "quotas_on_demand"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "over, field",
+    [
+        ({"objective": "cost", "deadline_hours": None}, "deadline_hours"),
+        ({"global_batch_min": 2048, "global_batch_max": 256}, "global_batch_min"),
+        ({"regions": ["atlantis-1"]}, "regions"),
+        ({"model": {"spec": "import os", "input_shape": "3,32,32"}}, "model"),
+        ({"samples_per_epoch": None, "epochs": None}, "samples_per_epoch"),
+        ({"spot": False, "on_demand": False}, "spot"),
+        ({"quotas_on_demand": {"P": -1}}, "quotas_on_demand"),
+    ],
+)
 def test_contradictory_requests_are_a_400_naming_the_field(user_api, catalog, over, field):
     body = {k: v for k, v in _request(**over).items() if v is not None}
     resp = user_api.post("/api/v1/plans/", body, format="json")
@@ -75,8 +99,9 @@ def test_contradictory_requests_are_a_400_naming_the_field(user_api, catalog, ov
 
 
 def test_quotas_bound_the_plan(user_api, catalog):
-    plan = user_api.post("/api/v1/plans/", _request(spot=False, quotas_on_demand={"P": 0, "G": 8}),
-                         format="json").json()
+    plan = user_api.post(
+        "/api/v1/plans/", _request(spot=False, quotas_on_demand={"P": 0, "G": 8}), format="json"
+    ).json()
     for p in plan["result"]["plans"]:
         assert all(not g["instance_type"].startswith("p") for g in p["groups"])
 
@@ -111,8 +136,9 @@ def test_a_plan_from_a_stored_cpu_profile(user_api, catalog, make_run, compute_p
     assert model["profile_run"] == run.pk and model["source"] == "analytical"  # a CPU profile cannot transfer
 
 
-def test_a_profile_of_model_code_without_a_workload_trace_is_refused_not_imported(user_api, catalog, make_run,
-                                                                                 compute_profile, monkeypatch):
+def test_a_profile_of_model_code_without_a_workload_trace_is_refused_not_imported(
+    user_api, catalog, make_run, compute_profile, monkeypatch
+):
     from profiler import actions
     from profiler.agent import specs
 
@@ -126,33 +152,111 @@ def test_a_profile_of_model_code_without_a_workload_trace_is_refused_not_importe
 
 
 def test_the_plan_command_still_plans_the_operators_own_factory(db, catalog, staff, capsys):
-    call_command("plan", "--model", "examples.tiny_model:build", "--input-shape", "3,32,32", "--samples", "100000",
-                 "--epochs", "5", "--objective", "cost", "--deadline-hours", "12", "--regions", "us-east-1",
-                 "--json")
+    call_command(
+        "plan",
+        "--model",
+        "examples.tiny_model:build",
+        "--input-shape",
+        "3,32,32",
+        "--samples",
+        "100000",
+        "--epochs",
+        "5",
+        "--objective",
+        "cost",
+        "--deadline-hours",
+        "12",
+        "--regions",
+        "us-east-1",
+        "--json",
+    )
     assert json.loads(capsys.readouterr().out)["model"]["spec"] == "examples.tiny_model:build"
 
 
 def test_the_plan_command_prints_the_table_and_json(db, catalog, staff, capsys):
-    call_command("plan", "--model", TINY["spec"], "--input-shape", "3,32,32", "--samples", "100000",
-                 "--epochs", "5", "--objective", "cost", "--deadline-hours", "12", "--regions", "us-east-1",
-                 "--spot", "--max-nodes", "4")
+    call_command(
+        "plan",
+        "--model",
+        TINY["spec"],
+        "--input-shape",
+        "3,32,32",
+        "--samples",
+        "100000",
+        "--epochs",
+        "5",
+        "--objective",
+        "cost",
+        "--deadline-hours",
+        "12",
+        "--regions",
+        "us-east-1",
+        "--spot",
+        "--max-nodes",
+        "4",
+    )
     out = capsys.readouterr().out
     assert "configuration" in out and "baseline cheapest-gpu-hour" in out
-    call_command("plan", "--model", TINY["spec"], "--input-shape", "3,32,32", "--samples", "100000",
-                 "--epochs", "5", "--objective", "time", "--budget", "100", "--regions", "us-east-1", "--json")
+    call_command(
+        "plan",
+        "--model",
+        TINY["spec"],
+        "--input-shape",
+        "3,32,32",
+        "--samples",
+        "100000",
+        "--epochs",
+        "5",
+        "--objective",
+        "time",
+        "--budget",
+        "100",
+        "--regions",
+        "us-east-1",
+        "--json",
+    )
     doc = json.loads(capsys.readouterr().out)
     assert doc["plans"][0]["total_usd"] <= 100
 
 
 def test_the_plan_command_explains_infeasible_and_bad_input(db, catalog, staff):
     with pytest.raises(CommandError, match="infeasible \\(budget_usd\\)"):
-        call_command("plan", "--model", TINY["spec"], "--input-shape", "3,32,32", "--samples", "10000000",
-                     "--epochs", "100", "--objective", "time", "--budget", "0.5", "--regions", "us-east-1")
+        call_command(
+            "plan",
+            "--model",
+            TINY["spec"],
+            "--input-shape",
+            "3,32,32",
+            "--samples",
+            "10000000",
+            "--epochs",
+            "100",
+            "--objective",
+            "time",
+            "--budget",
+            "0.5",
+            "--regions",
+            "us-east-1",
+        )
     with pytest.raises(CommandError, match="deadline_hours"):
-        call_command("plan", "--model", TINY["spec"], "--samples", "1000", "--epochs", "1", "--objective", "cost")
+        call_command(
+            "plan", "--model", TINY["spec"], "--samples", "1000", "--epochs", "1", "--objective", "cost"
+        )
     with pytest.raises(CommandError, match="--quota"):
-        call_command("plan", "--model", TINY["spec"], "--samples", "1000", "--epochs", "1", "--objective",
-                     "time", "--budget", "10", "--quota", "lots")
+        call_command(
+            "plan",
+            "--model",
+            TINY["spec"],
+            "--samples",
+            "1000",
+            "--epochs",
+            "1",
+            "--objective",
+            "time",
+            "--budget",
+            "10",
+            "--quota",
+            "lots",
+        )
 
 
 def _profile_run(make_run, compute_profile, **device):
@@ -165,7 +269,9 @@ def _profile_run(make_run, compute_profile, **device):
 
 def test_it_warns_when_the_profile_ran_another_precision(user_api, catalog, make_run, compute_profile):
     run = _profile_run(make_run, compute_profile, precision="fp32", precision_requested="fp32")
-    resp = user_api.post("/api/v1/plans/", _request(model={"profile_run": run.pk, "precision": "amp"}), format="json")
+    resp = user_api.post(
+        "/api/v1/plans/", _request(model={"profile_run": run.pk, "precision": "amp"}), format="json"
+    )
     assert resp.status_code == 201, resp.json()
     plan = resp.json()
     [warning] = plan["warnings"]
@@ -177,16 +283,21 @@ def test_it_warns_when_the_profile_ran_another_precision(user_api, catalog, make
     assert user_api.get(f"/api/v1/plans/{plan['id']}/").json()["warnings"] == plan["warnings"]
 
 
-def test_it_warns_that_an_older_cpu_profile_asked_for_amp_ran_bf16(user_api, catalog, make_run, compute_profile):
+def test_it_warns_that_an_older_cpu_profile_asked_for_amp_ran_bf16(
+    user_api, catalog, make_run, compute_profile
+):
     run = _profile_run(make_run, compute_profile, precision="amp")  # an older agent: no precision_requested
-    plan = user_api.post("/api/v1/plans/", _request(model={"profile_run": run.pk, "precision": "amp"}),
-                         format="json").json()
+    plan = user_api.post(
+        "/api/v1/plans/", _request(model={"profile_run": run.pk, "precision": "amp"}), format="json"
+    ).json()
     [warning] = plan["warnings"]
     assert "ran bf16 (CPU autocast is bf16 only)" in warning["message"]
 
 
 @pytest.mark.parametrize("model_precision", ["fp32", None])
-def test_it_does_not_warn_when_the_precisions_match(user_api, catalog, make_run, compute_profile, model_precision):
+def test_it_does_not_warn_when_the_precisions_match(
+    user_api, catalog, make_run, compute_profile, model_precision
+):
     run = _profile_run(make_run, compute_profile, precision="fp32")
     model = {"profile_run": run.pk, **({"precision": model_precision} if model_precision else {})}
     plan = user_api.post("/api/v1/plans/", _request(model=model), format="json").json()
@@ -195,19 +306,33 @@ def test_it_does_not_warn_when_the_precisions_match(user_api, catalog, make_run,
 
 
 def test_a_spec_plan_has_no_warnings_and_still_defaults_to_amp(user_api, catalog):
-    plan = user_api.post("/api/v1/plans/", _request(model={"spec": TINY["spec"], "input_shape": "3,32,32"}),
-                         format="json").json()
+    plan = user_api.post(
+        "/api/v1/plans/", _request(model={"spec": TINY["spec"], "input_shape": "3,32,32"}), format="json"
+    ).json()
     assert plan["warnings"] == [] and plan["request"]["model"]["precision"] == "amp"
 
 
-VALIDATED = {"measured": {"median_pct": 1.7, "p90_pct": 4.0, "n": 40, "bench": "bench/accuracy_local.py",
-                          "measured_at": "2026-12-04"},
-             "analytical": {"median_pct": 14.0, "p90_pct": 38.5, "n": 210, "bench": "bench/accuracy_public.py",
-                            "measured_at": "2026-12-05"}}
+VALIDATED = {
+    "measured": {
+        "median_pct": 1.7,
+        "p90_pct": 4.0,
+        "n": 40,
+        "bench": "bench/accuracy_local.py",
+        "measured_at": "2026-12-04",
+    },
+    "analytical": {
+        "median_pct": 14.0,
+        "p90_pct": 38.5,
+        "n": 210,
+        "bench": "bench/accuracy_public.py",
+        "measured_at": "2026-12-05",
+    },
+}
 
 
-def test_each_plan_row_names_its_prediction_source_with_the_validated_p90_error(user_api, catalog, settings,
-                                                                               tmp_path):
+def test_each_plan_row_names_its_prediction_source_with_the_validated_p90_error(
+    user_api, catalog, settings, tmp_path
+):
     path = tmp_path / "validated_errors.json"
     path.write_text(json.dumps(VALIDATED))
     settings.VALIDATED_ERRORS_PATH = path
@@ -216,10 +341,16 @@ def test_each_plan_row_names_its_prediction_source_with_the_validated_p90_error(
     rows += [b["plan"] for b in plan["result"]["baselines"] if b["plan"]]
     for row in rows:
         assert row["prediction_source"] == "analytical"  # a spec plan: no profile at all
-        assert row["prediction_error"] == {"validated": True, **VALIDATED["analytical"], "source": "analytical"}
+        assert row["prediction_error"] == {
+            "validated": True,
+            **VALIDATED["analytical"],
+            "source": "analytical",
+        }
 
 
-def test_a_source_the_benches_have_not_validated_is_shown_as_not_validated(user_api, catalog, settings, tmp_path):
+def test_a_source_the_benches_have_not_validated_is_shown_as_not_validated(
+    user_api, catalog, settings, tmp_path
+):
     settings.VALIDATED_ERRORS_PATH = tmp_path / "missing.json"
     plan = user_api.post("/api/v1/plans/", _request(), format="json").json()
     row = plan["result"]["plans"][0]
@@ -227,14 +358,27 @@ def test_a_source_the_benches_have_not_validated_is_shown_as_not_validated(user_
     assert row["prediction_error"] == {"source": "analytical", "validated": False}
 
 
-def test_rows_on_the_profiled_gpu_are_measured_and_others_transferred(user_api, catalog, make_run, compute_profile):
+def test_rows_on_the_profiled_gpu_are_measured_and_others_transferred(
+    user_api, catalog, make_run, compute_profile
+):
     run = _profile_run(make_run, compute_profile, type="cuda", name="NVIDIA A10G", precision="fp32")
-    body = _request(model={"profile_run": run.pk}, global_batch_min=4, global_batch_max=4, max_nodes=1,
-                    objective="throughput", deadline_hours=None, max_hourly_usd=100, top_k=50,
-                    gpu_models=["A10G", "T4"])
+    body = _request(
+        model={"profile_run": run.pk},
+        global_batch_min=4,
+        global_batch_max=4,
+        max_nodes=1,
+        objective="throughput",
+        deadline_hours=None,
+        max_hourly_usd=100,
+        top_k=50,
+        gpu_models=["A10G", "T4"],
+    )
     plan = user_api.post("/api/v1/plans/", body, format="json").json()
-    sources = {(g["gpu_model"], g["gpus_per_node"]): p["prediction_source"]
-               for p in plan["result"]["plans"] for g in p["groups"]}
+    sources = {
+        (g["gpu_model"], g["gpus_per_node"]): p["prediction_source"]
+        for p in plan["result"]["plans"]
+        for g in p["groups"]
+    }
     assert sources, plan
     assert {s for (gpu, n), s in sources.items() if gpu == "A10G" and n == 1} <= {"measured"}
     assert {s for (gpu, _), s in sources.items() if gpu != "A10G"} <= {"transferred", "analytical"}

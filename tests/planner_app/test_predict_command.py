@@ -8,8 +8,16 @@ FIXTURES = Path(__file__).resolve().parent.parent / "profiler" / "fixtures"
 
 
 def test_it_predicts_local_workers_from_a_profile_and_a_comm_profile(capsys):
-    call_command("predict", "--profile", str(FIXTURES / "tiny_compute.json"), "--comm",
-                 str(FIXTURES / "tiny_comm.json"), "--workers", "2", "--json")
+    call_command(
+        "predict",
+        "--profile",
+        str(FIXTURES / "tiny_compute.json"),
+        "--comm",
+        str(FIXTURES / "tiny_comm.json"),
+        "--workers",
+        "2",
+        "--json",
+    )
     out = json.loads(capsys.readouterr().out)
     assert out["iteration_ms_p90"] >= out["iteration_ms_p50"] > 0
     assert out["per_worker_batch"] == [4, 4] and out["global_batch"] == 8
@@ -26,8 +34,19 @@ def predict_with_share(tmp_path, capsys, share, *extra):
         sample["cpu_share"] = share
     path = tmp_path / f"comm_{share}.json"
     path.write_text(json.dumps(doc))
-    call_command("predict", "--profile", str(FIXTURES / "tiny_compute.json"), "--comm", str(path),
-                 "--workers", "2", "--samples", "0", "--json", *extra)
+    call_command(
+        "predict",
+        "--profile",
+        str(FIXTURES / "tiny_compute.json"),
+        "--comm",
+        str(path),
+        "--workers",
+        "2",
+        "--samples",
+        "0",
+        "--json",
+        *extra,
+    )
     return json.loads(capsys.readouterr().out)["iteration_ms_p50"]
 
 
@@ -62,13 +81,23 @@ def test_profiles_repeated_at_different_times_are_pooled_and_their_drift_widens_
     args = ["--workers", "2", "--per-worker-batch", "4", "--json", "--comm", comm]
     call_command("predict", "--profile", str(FIXTURES / "tiny_compute.json"), *args)
     one = json.loads(capsys.readouterr().out)
-    call_command("predict", "--profile", str(FIXTURES / "tiny_compute.json"), "--profile",
-                 scaled_profile(tmp_path, 1.2), "--comm", comm, *args)
+    call_command(
+        "predict",
+        "--profile",
+        str(FIXTURES / "tiny_compute.json"),
+        "--profile",
+        scaled_profile(tmp_path, 1.2),
+        "--comm",
+        comm,
+        *args,
+    )
     two = json.loads(capsys.readouterr().out)
     assert one["run_spread"] == 0.0
     assert two["run_spread"] > 0.1  # ln(1.2)/√2 = 0.129
     assert two["iteration_ms_p50"] > one["iteration_ms_p50"]
-    assert two["iteration_ms_p90"] / two["iteration_ms_p50"] > one["iteration_ms_p90"] / one["iteration_ms_p50"]
+    assert (
+        two["iteration_ms_p90"] / two["iteration_ms_p50"] > one["iteration_ms_p90"] / one["iteration_ms_p50"]
+    )
 
 
 def test_it_refuses_to_pool_profiles_of_different_models(tmp_path):
@@ -77,13 +106,29 @@ def test_it_refuses_to_pool_profiles_of_different_models(tmp_path):
     other = tmp_path / "other.json"
     other.write_text(json.dumps(doc))
     with pytest.raises(CommandError, match="model spec and device must match"):
-        call_command("predict", "--profile", str(FIXTURES / "tiny_compute.json"), "--profile", str(other),
-                     "--workers", "1", "--json")
+        call_command(
+            "predict",
+            "--profile",
+            str(FIXTURES / "tiny_compute.json"),
+            "--profile",
+            str(other),
+            "--workers",
+            "1",
+            "--json",
+        )
 
 
 def test_one_local_worker_needs_no_comm_profile(capsys):
-    call_command("predict", "--profile", str(FIXTURES / "tiny_compute.json"), "--workers", "1",
-                 "--per-worker-batch", "2", "--json")
+    call_command(
+        "predict",
+        "--profile",
+        str(FIXTURES / "tiny_compute.json"),
+        "--workers",
+        "1",
+        "--per-worker-batch",
+        "2",
+        "--json",
+    )
     out = json.loads(capsys.readouterr().out)
     assert out["breakdown"]["exposed_communication"] == 0
 
@@ -92,22 +137,60 @@ def test_bad_arguments_are_explained():
     with pytest.raises(CommandError, match="--comm is needed"):
         call_command("predict", "--profile", str(FIXTURES / "tiny_compute.json"), "--workers", "2")
     with pytest.raises(CommandError, match="outside the profiled range|exceeds"):
-        call_command("predict", "--profile", str(FIXTURES / "tiny_compute.json"), "--workers", "1",
-                     "--per-worker-batch", "4096")
+        call_command(
+            "predict",
+            "--profile",
+            str(FIXTURES / "tiny_compute.json"),
+            "--workers",
+            "1",
+            "--per-worker-batch",
+            "4096",
+        )
     with pytest.raises(CommandError, match="give --profile"):
         call_command("predict")
     with pytest.raises(CommandError, match="--link"):
-        call_command("predict", "--profile", str(FIXTURES / "tiny_compute.json"), "--comm",
-                     str(FIXTURES / "tiny_comm.json"), "--link", "carrier-pigeon")
+        call_command(
+            "predict",
+            "--profile",
+            str(FIXTURES / "tiny_compute.json"),
+            "--comm",
+            str(FIXTURES / "tiny_comm.json"),
+            "--link",
+            "carrier-pigeon",
+        )
 
 
 @pytest.mark.django_db
 def test_it_predicts_a_catalog_cluster(catalog, capsys):
-    call_command("predict", "--model", "examples.tiny_model:build", "--input-shape", "3,32,32", "--instance",
-                 "p4d.24xlarge", "--nodes", "2", "--per-worker-batch", "64", "--json")
+    call_command(
+        "predict",
+        "--model",
+        "examples.tiny_model:build",
+        "--input-shape",
+        "3,32,32",
+        "--instance",
+        "p4d.24xlarge",
+        "--nodes",
+        "2",
+        "--per-worker-batch",
+        "64",
+        "--json",
+    )
     two = json.loads(capsys.readouterr().out)
-    call_command("predict", "--model", "examples.tiny_model:build", "--input-shape", "3,32,32", "--instance",
-                 "p4d.24xlarge", "--nodes", "1", "--per-worker-batch", "64", "--json")
+    call_command(
+        "predict",
+        "--model",
+        "examples.tiny_model:build",
+        "--input-shape",
+        "3,32,32",
+        "--instance",
+        "p4d.24xlarge",
+        "--nodes",
+        "1",
+        "--per-worker-batch",
+        "64",
+        "--json",
+    )
     one = json.loads(capsys.readouterr().out)
     assert two["source"] == "analytical" and two["per_worker_batch"] == 64
     assert two["iteration_ms_p50"] >= one["iteration_ms_p50"]  # crossing the network costs time

@@ -33,15 +33,26 @@ def cloud(aws, settings):
 
 def job(owner, **fields) -> Job:
     plan = PlanRecord.objects.create(owner=owner, request={}, status="solved", result={"plans": []})
-    defaults = {"plan_rank": 1, "option": {"groups": []}, "region": REGION, "train_command": "train.py",
-                "status": JobStatus.RUNNING, "hourly_usd": Decimal("1"), "max_spend_usd": Decimal("10"),
-                "max_hours": 10, "predicted_iter_s": 0.5, "predicted_iter_p90_s": 0.6,
-                "started_at": timezone.now()}  # fmt: skip
+    defaults = {
+        "plan_rank": 1,
+        "option": {"groups": []},
+        "region": REGION,
+        "train_command": "train.py",
+        "status": JobStatus.RUNNING,
+        "hourly_usd": Decimal("1"),
+        "max_spend_usd": Decimal("10"),
+        "max_hours": 10,
+        "predicted_iter_s": 0.5,
+        "predicted_iter_p90_s": 0.6,
+        "started_at": timezone.now(),
+    }
     return Job.objects.create(owner=owner, plan=plan, **{**defaults, **fields})
 
 
 def vm(tags: dict, region=REGION) -> str:
-    (instance_id,) = ec2.launch(ec2.LaunchSpec(region=region, instance_type="g5.xlarge", max_minutes=60, tags=tags))
+    (instance_id,) = ec2.launch(
+        ec2.LaunchSpec(region=region, instance_type="g5.xlarge", max_minutes=60, tags=tags)
+    )
     return instance_id
 
 
@@ -57,10 +68,13 @@ def test_orphans_are_terminated_and_live_work_is_left_alone(cloud, user, make_ru
     done_run = make_run(provider="ec2", region=REGION, status="failed")
     late_run = make_run(provider="ec2", region=REGION, deadline_at=timezone.now() - timedelta(hours=1))
     keep = {
-        vm({"srifty:job-id": str(live_job.pk)}), vm({"srifty:run-id": str(live_run.pk)}),
+        vm({"srifty:job-id": str(live_job.pk)}),
+        vm({"srifty:run-id": str(live_run.pk)}),
         vm({"Name": "managed, but nobody's"}),
-    }  # fmt: skip
-    cli_foreign = cloud.run_instances(ImageId=ec2.default_image(REGION), MinCount=1, MaxCount=1)["Instances"][0]
+    }
+    cli_foreign = cloud.run_instances(ImageId=ec2.default_image(REGION), MinCount=1, MaxCount=1)["Instances"][
+        0
+    ]
     keep.add(cli_foreign["InstanceId"])  # not Srifty's at all
     doomed = {
         vm({"srifty:job-id": "999999"}): "job 999999 does not exist",
@@ -69,7 +83,7 @@ def test_orphans_are_terminated_and_live_work_is_left_alone(cloud, user, make_ru
         vm({"srifty:run-id": str(done_run.pk)}): f"run {done_run.pk} is failed",
         vm({"srifty:run-id": str(late_run.pk)}): f"run {late_run.pk} is past its deadline",
         vm({"srifty:job-id": "not-a-number"}): "job not-a-number does not exist",
-    }  # fmt: skip
+    }
 
     report = reconcile.reconcile()
     assert report.regions == [REGION] and not report.errors
@@ -177,10 +191,20 @@ def test_each_reconciler_terminates_only_its_own_installs_orphans(cloud, setting
 def test_an_instance_without_an_install_id_is_kept_and_reported(cloud, settings):
     settings.INSTALL_ID = "install-a"
     legacy = cloud.run_instances(
-        ImageId=ec2.default_image(REGION), MinCount=1, MaxCount=1, InstanceType="g5.xlarge",
-        TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": ec2.MANAGED_TAG, "Value": "true"},
-                                                                 {"Key": "srifty:job-id", "Value": "424242"}]}],
-    )["Instances"][0]["InstanceId"]  # fmt: skip
+        ImageId=ec2.default_image(REGION),
+        MinCount=1,
+        MaxCount=1,
+        InstanceType="g5.xlarge",
+        TagSpecifications=[
+            {
+                "ResourceType": "instance",
+                "Tags": [
+                    {"Key": ec2.MANAGED_TAG, "Value": "true"},
+                    {"Key": "srifty:job-id", "Value": "424242"},
+                ],
+            }
+        ],
+    )["Instances"][0]["InstanceId"]
     report = reconcile.reconcile([REGION])
     (kept,) = report.kept
     assert kept.instance_id == legacy and ec2.INSTALL_TAG in kept.reason

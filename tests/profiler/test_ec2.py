@@ -79,8 +79,13 @@ def network(ec2):
 
 
 def spec(**kw) -> LaunchSpec:
-    fields = {"region": REGION, "instance_type": "g5.xlarge", "max_minutes": 45,
-              "user_data": "#!/bin/bash\necho hello\n", "tags": {"srifty:run-id": "12"}}  # fmt: skip
+    fields = {
+        "region": REGION,
+        "instance_type": "g5.xlarge",
+        "max_minutes": 45,
+        "user_data": "#!/bin/bash\necho hello\n",
+        "tags": {"srifty:run-id": "12"},
+    }
     return LaunchSpec(**{**fields, **kw})
 
 
@@ -142,10 +147,14 @@ def test_launch_puts_the_time_limit_guard_into_the_user_data(ec2):
 
 
 def test_the_managed_and_install_tags_cannot_be_overridden_by_the_caller(ec2):
-    (instance_id,) = ec2_api.launch(spec(tags={"srifty:managed": "false", "srifty:install-id": "someone-else",
-                                               "srifty:job-id": "3"}))
-    assert tags_of(instance(ec2, instance_id)) == {"srifty:managed": "true", "srifty:install-id": settings.INSTALL_ID,
-                                                   "srifty:job-id": "3"}
+    (instance_id,) = ec2_api.launch(
+        spec(tags={"srifty:managed": "false", "srifty:install-id": "someone-else", "srifty:job-id": "3"})
+    )
+    assert tags_of(instance(ec2, instance_id)) == {
+        "srifty:managed": "true",
+        "srifty:install-id": settings.INSTALL_ID,
+        "srifty:job-id": "3",
+    }
 
 
 def test_launch_spot_sends_one_time_terminate_market_options(ec2, sent):
@@ -182,8 +191,14 @@ def test_launch_requests_the_placement_group_which_moto_ignores(ec2, sent):
 def test_launch_in_a_subnet_with_security_group_key_and_instance_profile(aws, ec2, network):
     iam = ec2_api.client("iam", REGION)
     iam.create_instance_profile(InstanceProfileName="srifty-node")
-    ids = ec2_api.launch(spec(subnet_id=network["subnets"][1], security_group_ids=[network["group"]],
-                              key_name="ops", iam_instance_profile="srifty-node"))  # fmt: skip
+    ids = ec2_api.launch(
+        spec(
+            subnet_id=network["subnets"][1],
+            security_group_ids=[network["group"]],
+            key_name="ops",
+            iam_instance_profile="srifty-node",
+        )
+    )
     item = instance(ec2, ids[0])
     assert item["SubnetId"] == network["subnets"][1]
     assert [g["GroupId"] for g in item["SecurityGroups"]] == [network["group"]]
@@ -204,17 +219,29 @@ def test_a_retry_with_the_same_client_token_returns_the_same_instances(ec2, sent
 
 def test_launch_uses_the_newest_deep_learning_ami(stubbed):
     images = [
-        {"ImageId": "ami-old", "Name": "Deep Learning OSS Nvidia Driver AMI GPU PyTorch 2.4 (Ubuntu 22.04) 20240801",
-         "CreationDate": "2024-08-01T00:00:00.000Z"},
-        {"ImageId": "ami-new", "Name": "Deep Learning OSS Nvidia Driver AMI GPU PyTorch 2.5 (Ubuntu 22.04) 20250110",
-         "CreationDate": "2025-01-10T00:00:00.000Z"},
-    ]  # fmt: skip
+        {
+            "ImageId": "ami-old",
+            "Name": "Deep Learning OSS Nvidia Driver AMI GPU PyTorch 2.4 (Ubuntu 22.04) 20240801",
+            "CreationDate": "2024-08-01T00:00:00.000Z",
+        },
+        {
+            "ImageId": "ami-new",
+            "Name": "Deep Learning OSS Nvidia Driver AMI GPU PyTorch 2.5 (Ubuntu 22.04) 20250110",
+            "CreationDate": "2025-01-10T00:00:00.000Z",
+        },
+    ]
     stubbed.add_response(
-        "describe_images", {"Images": images},
-        {"Owners": ["amazon"], "Filters": [
-            {"Name": "name", "Values": ["Deep Learning OSS Nvidia Driver AMI GPU PyTorch*"]},
-            {"Name": "architecture", "Values": ["x86_64"]}, {"Name": "state", "Values": ["available"]}]},
-    )  # fmt: skip
+        "describe_images",
+        {"Images": images},
+        {
+            "Owners": ["amazon"],
+            "Filters": [
+                {"Name": "name", "Values": ["Deep Learning OSS Nvidia Driver AMI GPU PyTorch*"]},
+                {"Name": "architecture", "Values": ["x86_64"]},
+                {"Name": "state", "Values": ["available"]},
+            ],
+        },
+    )
     assert ec2_api.default_image(REGION) == "ami-new"
 
 
@@ -247,9 +274,14 @@ def test_a_bad_ami_is_a_clear_error(ec2, monkeypatch):
 
 @pytest.mark.parametrize(
     "kw",
-    [{"market": "reserved"}, {"count": 0}, {"max_minutes": 0}, {"client_token": "x" * 65},
-     {"spot_max_price": "1.0"}],
-)  # fmt: skip
+    [
+        {"market": "reserved"},
+        {"count": 0},
+        {"max_minutes": 0},
+        {"client_token": "x" * 65},
+        {"spot_max_price": "1.0"},
+    ],
+)
 def test_invalid_specs_are_refused_before_calling_aws(kw):
     with pytest.raises(ValueError):
         spec(**kw)
@@ -324,9 +356,13 @@ def test_find_managed_lists_only_live_srifty_instances_and_filters_by_tag(ec2):
     ec2_api.terminate(REGION, gone)
     image = ec2_api.default_image(REGION)
     ec2.run_instances(ImageId=image, InstanceType="t3.micro", MinCount=1, MaxCount=1)  # someone else's
-    ec2.run_instances(ImageId=image, InstanceType="t3.micro", MinCount=1, MaxCount=1,
-                      TagSpecifications=[{"ResourceType": "instance",
-                                          "Tags": [{"Key": "srifty:run-id", "Value": "12"}]}])  # fmt: skip
+    ec2.run_instances(
+        ImageId=image,
+        InstanceType="t3.micro",
+        MinCount=1,
+        MaxCount=1,
+        TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": "srifty:run-id", "Value": "12"}]}],
+    )
     assert [s.id for s in ec2_api.find_managed(REGION)] == sorted(run_12 + job_3)
     assert [s.id for s in ec2_api.find_managed(REGION, {"srifty:run-id": "12"})] == sorted(run_12)
     assert [s.id for s in ec2_api.find_managed(REGION, {"srifty:job-id": "3"})] == job_3
@@ -344,8 +380,9 @@ def test_terminate_stops_managed_instances_and_skips_unknown_ids(ec2):
 
 def test_terminate_refuses_instances_srifty_did_not_launch(ec2):
     (ours,) = ec2_api.launch(spec())
-    theirs = ec2.run_instances(ImageId=ec2_api.default_image(REGION), InstanceType="t3.micro", MinCount=1,
-                               MaxCount=1)["Instances"][0]["InstanceId"]  # fmt: skip
+    theirs = ec2.run_instances(
+        ImageId=ec2_api.default_image(REGION), InstanceType="t3.micro", MinCount=1, MaxCount=1
+    )["Instances"][0]["InstanceId"]
     with pytest.raises(AwsError, match=f"not Srifty-managed: {theirs}"):
         ec2_api.terminate(REGION, [ours, theirs])
     assert {s.state for s in ec2_api.describe(REGION, [ours, theirs])} <= set(LIVE)
@@ -379,16 +416,20 @@ def test_launch_from_template_tags_and_terminates_on_shutdown(ec2, network, sent
     template_id = ec2_api.create_launch_template(
         REGION, "srifty-job-3", spec(security_group_ids=[network["group"]])
     )
-    ids = ec2_api.launch_from_template(REGION, template_id, 3, "spot", {"srifty:job-id": "3"},
-                                       subnets=[network["subnets"][0]])  # fmt: skip
+    ids = ec2_api.launch_from_template(
+        REGION, template_id, 3, "spot", {"srifty:job-id": "3"}, subnets=[network["subnets"][0]]
+    )
     assert len(ids) == 3
     for instance_id in ids:
         item = instance(ec2, instance_id)
         assert item["SubnetId"] == network["subnets"][0]
         assert item["InstanceLifecycle"] == "spot"
         assert {"srifty:managed": "true", "srifty:job-id": "3"}.items() <= tags_of(item).items()
-        assert volume_tags(ec2, instance_id) == {"srifty:managed": "true", "srifty:install-id": settings.INSTALL_ID,
-                                                 "srifty:job-id": "3"}
+        assert volume_tags(ec2, instance_id) == {
+            "srifty:managed": "true",
+            "srifty:install-id": settings.INSTALL_ID,
+            "srifty:job-id": "3",
+        }
         assert attribute(ec2, instance_id, "instanceInitiatedShutdownBehavior") == "terminate"
         assert (
             base64.b64decode(attribute(ec2, instance_id, "userData"))
@@ -415,8 +456,9 @@ def test_launch_from_template_moves_to_the_next_subnet_when_one_has_no_capacity(
         return None
 
     hooks.append(("before-send.ec2.RunInstances", no_capacity_in_first))
-    ids = ec2_api.launch_from_template(REGION, template_id, 2, "on-demand", {}, subnets=network["subnets"],
-                                       client_token="job-3-try")  # fmt: skip
+    ids = ec2_api.launch_from_template(
+        REGION, template_id, 2, "on-demand", {}, subnets=network["subnets"], client_token="job-3-try"
+    )
     assert {instance(ec2, i)["SubnetId"] for i in ids} == {network["subnets"][1]}
     assert [p.get("SubnetId") for p in sent["RunInstances"]] == network["subnets"]
     assert [p["ClientToken"] for p in sent["RunInstances"]] == ["job-3-try-0", "job-3-try-1"]
@@ -427,8 +469,12 @@ def test_launch_from_template_moves_to_the_next_subnet_when_one_has_no_capacity(
 
 def test_launch_from_template_gives_up_when_no_subnet_has_capacity(ec2, network, hooks):
     template_id = ec2_api.create_launch_template(REGION, "srifty-job-3", spec())
-    hooks.append(("before-send.ec2.RunInstances",
-                  lambda request, **kw: error_response("InsufficientInstanceCapacity", "None left.")))  # fmt: skip
+    hooks.append(
+        (
+            "before-send.ec2.RunInstances",
+            lambda request, **kw: error_response("InsufficientInstanceCapacity", "None left."),
+        )
+    )
     with pytest.raises(AwsError, match="ec2.run_instances failed: InsufficientInstanceCapacity: None left."):
         ec2_api.launch_from_template(REGION, template_id, 2, "on-demand", {}, subnets=network["subnets"])
 
@@ -443,9 +489,19 @@ def test_deleting_a_launch_template_twice_is_fine(ec2):
 
 
 def test_create_placement_group_asks_for_a_cluster_group_and_tolerates_an_existing_one(stubbed):
-    expected = {"GroupName": "srifty-job-3", "Strategy": "cluster", "TagSpecifications": [
-        {"ResourceType": "placement-group", "Tags": [{"Key": "srifty:managed", "Value": "true"},
-                                                     {"Key": "srifty:install-id", "Value": settings.INSTALL_ID}]}]}  # fmt: skip
+    expected = {
+        "GroupName": "srifty-job-3",
+        "Strategy": "cluster",
+        "TagSpecifications": [
+            {
+                "ResourceType": "placement-group",
+                "Tags": [
+                    {"Key": "srifty:managed", "Value": "true"},
+                    {"Key": "srifty:install-id", "Value": settings.INSTALL_ID},
+                ],
+            }
+        ],
+    }
     stubbed.add_response("create_placement_group", {}, expected)
     stubbed.add_client_error("create_placement_group", "InvalidPlacementGroup.Duplicate", "exists")
     ec2_api.create_placement_group(REGION, "srifty-job-3")
@@ -474,8 +530,14 @@ def test_fresh_or_user_terminated_spot_instances_have_no_interruption_notice(ec2
 
 
 def stub_instance(instance_id, state, reason=None, request=None) -> dict:
-    item = {"InstanceId": instance_id, "InstanceType": "g5.xlarge", "State": {"Name": state, "Code": 16},
-            "InstanceLifecycle": "spot", "LaunchTime": datetime(2026, 1, 1, tzinfo=UTC), "AmiLaunchIndex": 0}  # fmt: skip
+    item = {
+        "InstanceId": instance_id,
+        "InstanceType": "g5.xlarge",
+        "State": {"Name": state, "Code": 16},
+        "InstanceLifecycle": "spot",
+        "LaunchTime": datetime(2026, 1, 1, tzinfo=UTC),
+        "AmiLaunchIndex": 0,
+    }
     if reason:
         item["StateReason"] = {"Code": reason, "Message": reason}
     if request:
@@ -493,13 +555,22 @@ def test_spot_interruptions_are_read_from_state_reason_and_spot_request_status(s
     stubbed.add_response("describe_instances", {"Reservations": [{"Instances": instances}]})
     stubbed.add_response(
         "describe_spot_instance_requests",
-        {"SpotInstanceRequests": [
-            {"SpotInstanceRequestId": "sir-b", "InstanceId": "i-0000000000000000b",
-             "Status": {"Code": "marked-for-termination"}},
-            {"SpotInstanceRequestId": "sir-c", "InstanceId": "i-0000000000000000c", "Status": {"Code": "fulfilled"}},
-        ]},
+        {
+            "SpotInstanceRequests": [
+                {
+                    "SpotInstanceRequestId": "sir-b",
+                    "InstanceId": "i-0000000000000000b",
+                    "Status": {"Code": "marked-for-termination"},
+                },
+                {
+                    "SpotInstanceRequestId": "sir-c",
+                    "InstanceId": "i-0000000000000000c",
+                    "Status": {"Code": "fulfilled"},
+                },
+            ]
+        },
         {"Filters": [{"Name": "spot-instance-request-id", "Values": ["sir-b", "sir-c"]}]},
-    )  # fmt: skip
+    )
     ids = [i["InstanceId"] for i in instances]
     assert ec2_api.spot_interruption_notices(REGION, ids) == ["i-0000000000000000a", "i-0000000000000000b"]
 

@@ -17,7 +17,9 @@ pytestmark = pytest.mark.django_db
 def ec2_run(make_run, aws, settings):
     settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.immediate.ImmediateBackend"}}
     settings.SITE_URL = "https://srifty.example.com"
-    return make_run(provider="ec2", instance_type="g5.xlarge", region="us-east-1", market="spot", device="cuda")
+    return make_run(
+        provider="ec2", instance_type="g5.xlarge", region="us-east-1", market="spot", device="cuda"
+    )
 
 
 def _ec2(aws):
@@ -41,8 +43,9 @@ def test_a_run_launches_one_tagged_self_terminating_spot_instance(ec2_run, aws):
     assert "shutdown -h +" in script.splitlines()[1]  # hard limit enforced by the VM itself
     assert f"https://srifty.example.com/api/v1/profiling-runs/{run.pk}/events/" in script
     assert "--device cuda" in script.replace("'", "")
-    behaviour = _ec2(aws).describe_instance_attribute(InstanceId=inst["InstanceId"],
-                                                      Attribute="instanceInitiatedShutdownBehavior")
+    behaviour = _ec2(aws).describe_instance_attribute(
+        InstanceId=inst["InstanceId"], Attribute="instanceInitiatedShutdownBehavior"
+    )
     assert behaviour["InstanceInitiatedShutdownBehavior"]["Value"] == "terminate"
 
 
@@ -50,8 +53,9 @@ def _state(aws, instance_id) -> str:
     return _instance(aws, instance_id)["State"]["Name"]
 
 
-def test_the_instance_is_terminated_when_the_run_completes(ec2_run, aws, compute_profile,
-                                                          django_capture_on_commit_callbacks):
+def test_the_instance_is_terminated_when_the_run_completes(
+    ec2_run, aws, compute_profile, django_capture_on_commit_callbacks
+):
     tasks.start_run(ec2_run)
     run = ProfilingRun.objects.get(pk=ec2_run.pk)
     compute_profile["device"]["type"] = "cuda"
@@ -93,4 +97,6 @@ def test_a_launch_error_fails_the_run_cleanly(make_run, aws, settings):
     run = make_run(provider="ec2", instance_type="g5.xlarge", region="us-east-1")
     assert tasks.start_run(run) == "failed to start"
     run.refresh_from_db()
-    assert run.status == RunStatus.FAILED and "could not start the agent" in run.error and not run.instance_ids
+    assert (
+        run.status == RunStatus.FAILED and "could not start the agent" in run.error and not run.instance_ids
+    )

@@ -18,7 +18,9 @@ REDIS_URL = os.environ.get("SRIFTY_TEST_REDIS_URL")
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.redis,
-    pytest.mark.skipif(not REDIS_URL, reason="needs redis-server (./test starts one and sets SRIFTY_TEST_REDIS_URL)"),
+    pytest.mark.skipif(
+        not REDIS_URL, reason="needs redis-server (./test starts one and sets SRIFTY_TEST_REDIS_URL)"
+    ),
 ]
 
 
@@ -31,28 +33,45 @@ def _local_code(settings):
 
 @pytest.fixture
 def redis_layer(settings):
-    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-                                           "CONFIG": {"hosts": [REDIS_URL]}}}
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL]},
+        }
+    }
 
 
-async def test_a_local_run_streams_progress_to_the_viewer_and_stores_samples(live_next, live_server, settings, redis_layer, user):
+async def test_a_local_run_streams_progress_to_the_viewer_and_stores_samples(
+    live_next, live_server, settings, redis_layer, user
+):
     settings.SITE_URL = live_server.url
     settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
 
     def start_over_api() -> tuple[int, bytes]:
         api = APIClient()
         api.force_authenticate(user)
-        resp = api.post("/api/v1/profiling-runs/", {"kind": "compute", "model_spec": "examples.tiny_model:build",
-                                                    "input_shape": "3,16,16", "batch_sizes": "2,4", "iters": 3},
-                        format="json")
+        resp = api.post(
+            "/api/v1/profiling-runs/",
+            {
+                "kind": "compute",
+                "model_spec": "examples.tiny_model:build",
+                "input_shape": "3,16,16",
+                "batch_sizes": "2,4",
+                "iters": 3,
+            },
+            format="json",
+        )
         assert resp.status_code == 201, resp.content
         browser = Client()
         browser.force_login(user)
         return resp.json()["id"], f"sessionid={browser.cookies['sessionid'].value}".encode()
 
     run_id, cookie = await sync_to_async(start_over_api)()
-    comm = WebsocketCommunicator(application, f"/ws/profiling-runs/{run_id}/",
-                                 headers=[(b"origin", b"http://127.0.0.1:8000"), (b"cookie", cookie)])
+    comm = WebsocketCommunicator(
+        application,
+        f"/ws/profiling-runs/{run_id}/",
+        headers=[(b"origin", b"http://127.0.0.1:8000"), (b"cookie", cookie)],
+    )
     connected, _ = await comm.connect()
     assert connected
     assert (await live_next(comm, timeout=5))["status"] == "pending"

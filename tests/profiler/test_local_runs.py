@@ -58,7 +58,7 @@ def test_a_killed_agent_fails_the_run_and_keeps_partial_events(make_run, setting
     run.refresh_from_db()
     assert tasks.watch_run(run) == "watching"
     os.killpg(pid, signal.SIGKILL)
-    assert _wait(lambda: (provider.poll(run).alive is False), 20)
+    assert _wait(lambda: provider.poll(run).alive is False, 20)
     assert tasks.watch_run(run) == "failed"
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED and "agent process exited before reporting a result" in run.error
@@ -106,8 +106,18 @@ def test_a_bad_model_spec_fails_with_the_agents_message(make_run, settings):
 
 
 def test_profile_model_stores_a_run_from_the_shell(db, staff, capsys):
-    call_command("profile_model", "--local", "--model", "examples.tiny_model:build", "--input-shape", "3,16,16",
-                 "--batch-sizes", "2,4", "--iters", "2")
+    call_command(
+        "profile_model",
+        "--local",
+        "--model",
+        "examples.tiny_model:build",
+        "--input-shape",
+        "3,16,16",
+        "--batch-sizes",
+        "2,4",
+        "--iters",
+        "2",
+    )
     out = capsys.readouterr().out
     assert "succeeded" in out and "batch     4" in out
     run = ProfilingRun.objects.get()

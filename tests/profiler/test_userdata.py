@@ -28,16 +28,30 @@ EVIL = "tok'; rm -rf / #"
 
 
 def profiling(**kw) -> str:
-    args = {"server_url": SERVER, "run_id": 42, "token": "tok-1", "agent_args": ["--kind", "compute"],
-            "max_minutes": 30}  # fmt: skip
+    args = {
+        "server_url": SERVER,
+        "run_id": 42,
+        "token": "tok-1",
+        "agent_args": ["--kind", "compute"],
+        "max_minutes": 30,
+    }
     return profiling_user_data(**{**args, **kw})
 
 
 def training(**kw) -> str:
-    args = {"server_url": SERVER, "job_id": 7, "token": "tok-7", "node_rank": 1, "nnodes": 4,
-            "nproc_per_node": 8, "master_addr_discovery": "server",
-            "train_command": "train.py --epochs 3", "per_node_batch": 64, "max_minutes": 120,
-            "env": {"NCCL_DEBUG": "INFO"}}  # fmt: skip
+    args = {
+        "server_url": SERVER,
+        "job_id": 7,
+        "token": "tok-7",
+        "node_rank": 1,
+        "nnodes": 4,
+        "nproc_per_node": 8,
+        "master_addr_discovery": "server",
+        "train_command": "train.py --epochs 3",
+        "per_node_batch": 64,
+        "max_minutes": 120,
+        "env": {"NCCL_DEBUG": "INFO"},
+    }
     return training_user_data(**{**args, **kw})
 
 
@@ -141,10 +155,19 @@ def test_training_polls_the_server_rendezvous_with_imdsv2():
 
 @pytest.mark.parametrize(
     "kw",
-    [{"node_rank": 4}, {"node_rank": -1}, {"nnodes": 0}, {"nproc_per_node": "8; reboot"}, {"per_node_batch": 0},
-     {"master_addr_discovery": "$(curl evil)"}, {"train_command": ""}, {"max_minutes": 0}, {"max_minutes": 2.5},
-     {"server_url": "ftp://x"}],
-)  # fmt: skip
+    [
+        {"node_rank": 4},
+        {"node_rank": -1},
+        {"nnodes": 0},
+        {"nproc_per_node": "8; reboot"},
+        {"per_node_batch": 0},
+        {"master_addr_discovery": "$(curl evil)"},
+        {"train_command": ""},
+        {"max_minutes": 0},
+        {"max_minutes": 2.5},
+        {"server_url": "ftp://x"},
+    ],
+)
 def test_invalid_training_arguments_are_refused(kw):
     with pytest.raises(ValueError):
         training(**kw)
@@ -160,8 +183,11 @@ def test_with_time_limit_inserts_the_guard_into_a_shell_script_once():
 
 @pytest.mark.parametrize(
     ("user_data", "part_type"),
-    [("#cloud-config\npackages: [htop]\n", "text/cloud-config"), ("#!/usr/bin/env python3\nprint(1)\n", "text/x-shellscript")],
-)  # fmt: skip
+    [
+        ("#cloud-config\npackages: [htop]\n", "text/cloud-config"),
+        ("#!/usr/bin/env python3\nprint(1)\n", "text/x-shellscript"),
+    ],
+)
 def test_with_time_limit_wraps_other_user_data_in_multipart(user_data, part_type):
     message = message_from_string(with_time_limit(user_data, 5))
     guard, original = message.get_payload()
@@ -242,8 +268,10 @@ class Sandbox:
             (self.bin / name).write_text(body)
             (self.bin / name).chmod(0o755)
         self.agent_tgz, self.repo_tgz = tmp / "agent.tgz", tmp / "repo.tgz"
-        for path, name, text in [(self.agent_tgz, "profiler/agent/__main__.py", FAKE_AGENT),
-                                 (self.repo_tgz, "model.py", "MODEL = 1\n")]:  # fmt: skip
+        for path, name, text in [
+            (self.agent_tgz, "profiler/agent/__main__.py", FAKE_AGENT),
+            (self.repo_tgz, "model.py", "MODEL = 1\n"),
+        ]:
             with tarfile.open(path, "w:gz") as tar:
                 info = tarfile.TarInfo(name)
                 info.size = len(text.encode())
@@ -255,8 +283,13 @@ class Sandbox:
         )
         path = self.tmp / "user-data.sh"
         path.write_text(script)
-        base = {"PATH": f"{self.bin}:/usr/bin:/bin", "HOME": str(self.tmp), "FAKE_LOG": str(self.log),
-                "FAKE_AGENT_TGZ": str(self.agent_tgz), "FAKE_REPO_TGZ": str(self.repo_tgz)}  # fmt: skip
+        base = {
+            "PATH": f"{self.bin}:/usr/bin:/bin",
+            "HOME": str(self.tmp),
+            "FAKE_LOG": str(self.log),
+            "FAKE_AGENT_TGZ": str(self.agent_tgz),
+            "FAKE_REPO_TGZ": str(self.repo_tgz),
+        }
         return subprocess.run(
             ["bash", str(path)], env={**base, **env}, capture_output=True, text=True, timeout=60
         )
@@ -287,8 +320,14 @@ def test_profiling_script_runs_the_agent_with_its_arguments_then_powers_off(sand
     result = sandbox.run(profiling(token=token, agent_args=["--kind", "compute", "a b"]))
     assert result.returncode == 0, result.stdout + result.stderr
     agent = sandbox.json("agent.json")
-    assert agent["argv"] == ["--kind", "compute", "a b", "--report-to",
-                             f"{SERVER}/api/v1/profiling-runs/42/events/", f"--token={token}"]  # fmt: skip
+    assert agent["argv"] == [
+        "--kind",
+        "compute",
+        "a b",
+        "--report-to",
+        f"{SERVER}/api/v1/profiling-runs/42/events/",
+        f"--token={token}",
+    ]
     assert agent["cwd"] == f"{sandbox.root}/opt/srifty/work"
     assert not canary.exists()  # the token stayed a string
     assert sandbox.shutdowns() == ["-h +30", "-h now"]
@@ -321,12 +360,32 @@ def test_training_script_waits_for_the_rendezvous_then_runs_torchrun(sandbox):
     result = sandbox.run(script, FAKE_RDZV=json.dumps(answers))
     assert result.returncode == 0, result.stdout + result.stderr
     run = sandbox.json("torchrun.json")
-    assert run["argv"] == ["--nnodes", "4", "--nproc-per-node", "8", "--node-rank", "2", "--rdzv-backend", "c10d",
-                           "--rdzv-endpoint", "10.0.1.23:29500", "--rdzv-id", "7",
-                           "train.py", "--name", "a b; reboot"]  # fmt: skip
-    assert run["env"] == {"NCCL_DEBUG": "INFO", "SRIFTY_SERVER": SERVER, "SRIFTY_JOB_ID": "7",
-                          "SRIFTY_TOKEN": "tok-7", "SRIFTY_PER_NODE_BATCH": "64", "SRIFTY_NNODES": "4",
-                          "SRIFTY_NODE_RANK": "2"}  # fmt: skip
+    assert run["argv"] == [
+        "--nnodes",
+        "4",
+        "--nproc-per-node",
+        "8",
+        "--node-rank",
+        "2",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        "10.0.1.23:29500",
+        "--rdzv-id",
+        "7",
+        "train.py",
+        "--name",
+        "a b; reboot",
+    ]
+    assert run["env"] == {
+        "NCCL_DEBUG": "INFO",
+        "SRIFTY_SERVER": SERVER,
+        "SRIFTY_JOB_ID": "7",
+        "SRIFTY_TOKEN": "tok-7",
+        "SRIFTY_PER_NODE_BATCH": "64",
+        "SRIFTY_NNODES": "4",
+        "SRIFTY_NODE_RANK": "2",
+    }
     rdzv = [c for c in sandbox.curls() if any("/rendezvous/" in a for a in c)]
     assert len(rdzv) == 3
     assert f"{SERVER}/api/v1/jobs/7/rendezvous/?instance_id=i-0abc" in rdzv[0]
@@ -383,8 +442,15 @@ def test_the_torchrun_command_line_works_with_real_torch(sandbox):
     port = free_port()
     train = sandbox.tmp / "ddp.py"
     train.write_text(DDP_SCRIPT)
-    script = training(nnodes=1, node_rank=0, nproc_per_node=2, master_addr_discovery="127.0.0.1", master_port=port,
-                      train_command=[str(train), "--tag", "a b"], env={"OMP_NUM_THREADS": "1"})  # fmt: skip
+    script = training(
+        nnodes=1,
+        node_rank=0,
+        nproc_per_node=2,
+        master_addr_discovery="127.0.0.1",
+        master_port=port,
+        train_command=[str(train), "--tag", "a b"],
+        env={"OMP_NUM_THREADS": "1"},
+    )
     result = sandbox.run(script, FAKE_REAL_TORCHRUN="1")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     ranks = [sandbox.json(f"rank{r}.json") for r in (0, 1)]

@@ -333,8 +333,9 @@ def test_a_cpu_profile_records_the_precision_it_ran_next_to_the_one_requested(tm
 def test_amp_runs_as_bf16_autocast_without_a_scaler_on_cpu():
     from profiler.agent.compute import precision_run
 
-    options = ComputeOptions(model="examples.tiny_model:build", input_shape=(3, 16, 16), num_classes=10,
-                             precision="amp").resolved()
+    options = ComputeOptions(
+        model="examples.tiny_model:build", input_shape=(3, 16, 16), num_classes=10, precision="amp"
+    ).resolved()
     trainer = Trainer(load_model(options.model, 10, options.input_shape, allow_code=True), options)
     try:
         assert trainer.precision == "bf16" and trainer.scaler is None

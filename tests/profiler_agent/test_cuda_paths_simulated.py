@@ -96,7 +96,12 @@ def test_out_of_memory_probes_fail_cleanly_and_the_search_goes_on(monkeypatch):
     results = []
     found = compute.search_max_batch(lambda b: results.append(probe(b)) or results[-1].fits, 1, 64)
     assert found == 12
-    assert [(r.batch_size, r.fits) for r in results][-4:] == [(16, False), (12, True), (14, False), (13, False)]
+    assert [(r.batch_size, r.fits) for r in results][-4:] == [
+        (16, False),
+        (12, True),
+        (14, False),
+        (13, False),
+    ]
     assert all(r.reason == "out of memory" for r in results if not r.fits)
     assert trainer.scaler is not scalers[0]  # replaced after the first OOM
     assert all(p.grad is None for p in trainer.params)

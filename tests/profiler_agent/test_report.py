@@ -20,7 +20,9 @@ def _server(event_server) -> str:
 
 
 def test_steps_are_posted_in_batches_with_the_token_rank_and_consecutive_seqs(event_server):
-    reporter = Reporter(_server(event_server), 7, "job-token", rank=3, batch_size=4, flush_interval_s=30, retry=FAST)
+    reporter = Reporter(
+        _server(event_server), 7, "job-token", rank=3, batch_size=4, flush_interval_s=30, retry=FAST
+    )
     for i in range(1, 11):
         reporter.step(i, 0.25 + i / 1000, samples=32)
     reporter.close(timeout_s=10)
@@ -42,7 +44,9 @@ def test_a_partial_batch_goes_out_after_the_flush_interval(event_server):
     deadline = time.monotonic() + 5
     while not event_server.received and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert event_server.received and event_server.received[0].body["reports"] == [{"iteration": 1, "iter_time_s": 0.5}]
+    assert event_server.received and event_server.received[0].body["reports"] == [
+        {"iteration": 1, "iter_time_s": 0.5}
+    ]
     reporter.close(timeout_s=5)
 
 

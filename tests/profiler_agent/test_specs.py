@@ -16,7 +16,9 @@ def test_torchvision_spec_builds_an_untrained_model_with_the_requested_classes()
 def test_user_factory_spec_gets_num_classes_and_input_shape():
     import torch
 
-    model = load_model("examples.tiny_model:build_transformer", num_classes=5, input_shape=(16, 24), allow_code=True)
+    model = load_model(
+        "examples.tiny_model:build_transformer", num_classes=5, input_shape=(16, 24), allow_code=True
+    )
     out = model(torch.randn(2, 16, 24))
     assert out.shape == (2, 5)
     cnn = load_model("examples.tiny_model:build", num_classes=3, input_shape=(1, 28, 28), allow_code=True)
@@ -81,8 +83,11 @@ def test_timm_and_transformers_models_are_built_from_their_registries():
 
     vit = load_model("timm:test_vit", num_classes=4, input_shape=(3, 160, 160))
     assert vit(torch.randn(2, 3, 160, 160)).shape == (2, 4)
-    bert = load_model("transformers:bert(num_hidden_layers=1,hidden_size=32,num_attention_heads=2,"
-                      "intermediate_size=64)", num_classes=3, input_shape=(16,))
+    bert = load_model(
+        "transformers:bert(num_hidden_layers=1,hidden_size=32,num_attention_heads=2,intermediate_size=64)",
+        num_classes=3,
+        input_shape=(16,),
+    )
     assert bert(torch.randn(2, 16)).shape == (2, 3)  # float input mapped to token ids, classification head
     gpt = load_model("transformers:gpt2(n_layer=1,n_embd=32,n_head=2)", num_classes=3, input_shape=(16,))
     assert gpt(torch.randn(2, 16)).shape == (2, 16, gpt.inner.config.vocab_size)  # causal-LM head
@@ -92,8 +97,12 @@ def test_transformers_overrides_must_name_numeric_fields_of_the_config():
     from profiler.agent.specs import check_library_spec
 
     assert check_library_spec("transformers:bert(num_hidden_layers=2)").kind == "transformers"
-    for bad in ("transformers:bert(name_or_path=1)", "transformers:bert(hidden_act=1)",
-                "transformers:bert(_private=1)", "transformers:bert(num_hidden_layers=x)"):
+    for bad in (
+        "transformers:bert(name_or_path=1)",
+        "transformers:bert(hidden_act=1)",
+        "transformers:bert(_private=1)",
+        "transformers:bert(num_hidden_layers=x)",
+    ):
         with pytest.raises(SpecError):
             check_library_spec(bad)
     with pytest.raises(SpecError, match="encoder-decoder"):

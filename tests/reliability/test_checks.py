@@ -80,12 +80,31 @@ def test_debug_on_loopback_is_fine_even_with_dev_settings():
     assert _ours(DEBUG=True, SECRET_KEY="dev", SITE_URL="http://example.com") == {}
 
 
-@pytest.mark.parametrize("host, local", [
-    ("localhost", True), ("LOCALHOST", True), ("127.0.0.1", True), ("127.8.9.10", True), ("[::1]", True),
-    ("::1", True), ("testserver", True), ("127.0.0.1:8000", True), ("[::1]:8000", True), ("app.localhost", True),
-    (".localhost", True), ("localhost.", True),
-    ("*", False), ("", False), ("srifty.example.com", False), (".example.com", False), ("10.1.2.3", False),
-    ("0.0.0.0", False), ("[2001:db8::1]", False), ("localhost.example.com", False), ("127.0.0.1.nip.io", False),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "host, local",
+    [
+        ("localhost", True),
+        ("LOCALHOST", True),
+        ("127.0.0.1", True),
+        ("127.8.9.10", True),
+        ("[::1]", True),
+        ("::1", True),
+        ("testserver", True),
+        ("127.0.0.1:8000", True),
+        ("[::1]:8000", True),
+        ("app.localhost", True),
+        (".localhost", True),
+        ("localhost.", True),
+        ("*", False),
+        ("", False),
+        ("srifty.example.com", False),
+        (".example.com", False),
+        ("10.1.2.3", False),
+        ("0.0.0.0", False),
+        ("[2001:db8::1]", False),
+        ("localhost.example.com", False),
+        ("127.0.0.1.nip.io", False),
+    ],
+)
 def test_loopback_hosts(host, local):
     assert is_loopback_host(host) is local

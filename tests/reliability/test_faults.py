@@ -61,8 +61,11 @@ def stand_in(tmp_path):
     def start(cmdline_tail: list[str]) -> subprocess.Popen:
         proc = subprocess.Popen(
             [sys.executable, "-c", "import time; time.sleep(120)", *cmdline_tail],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-        )  # fmt: skip
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         procs.append(proc)
         return proc
 
@@ -257,11 +260,16 @@ def _always(code: str, message: str, status: int, attempts: list[int]):
     [
         ("DescribeImages", "RequestLimitExceeded", "Request limit exceeded.", 503),
         ("RunInstances", "RequestLimitExceeded", "Request limit exceeded.", 503),
-        ("RunInstances", "InsufficientInstanceCapacity", "We currently do not have sufficient g5.xlarge capacity.", 500),
+        (
+            "RunInstances",
+            "InsufficientInstanceCapacity",
+            "We currently do not have sufficient g5.xlarge capacity.",
+            500,
+        ),
         ("RunInstances", "UnauthorizedOperation", "You are not authorized to perform this operation.", 403),
         ("DescribeInstances", "InternalError", "An internal error has occurred.", 500),
     ],
-)  # fmt: skip
+)
 def test_an_ec2_start_that_aws_refuses_fails_the_run_with_the_reason_and_leaves_no_instance(
     ec2_run, hooks, operation, code, message, status
 ):
@@ -415,9 +423,11 @@ def agent(make_run):
 def test_posts_arriving_out_of_order_are_each_stored_once_and_progress_never_goes_back(agent):
     run, client = agent
     events = {
-        1: {"phase": "batch-search", "fraction": 0.1}, 2: {"phase": "compute", "fraction": 0.4},
-        3: {"phase": "compute", "fraction": 0.7}, 4: {"phase": "buckets", "fraction": 0.9},
-    }  # fmt: skip
+        1: {"phase": "batch-search", "fraction": 0.1},
+        2: {"phase": "compute", "fraction": 0.4},
+        3: {"phase": "compute", "fraction": 0.7},
+        4: {"phase": "buckets", "fraction": 0.9},
+    }
     for seq in (3, 1, 4, 2, 3, 1):
         resp = _post(client, run.pk, {"seq": seq, "type": "progress", **events[seq]})
         assert resp.status_code in (200, 201), resp.content

@@ -112,8 +112,20 @@ NUMERIC_PATHS = {
 }
 
 SPECIAL_NUMBERS = [
-    float("nan"), float("inf"), float("-inf"), -1, -1e-9, 0, 0.5, 2**31, 2**63, 2**64, 10**30, 1e308, 1e-320,
-]  # fmt: skip
+    float("nan"),
+    float("inf"),
+    float("-inf"),
+    -1,
+    -1e-9,
+    0,
+    0.5,
+    2**31,
+    2**63,
+    2**64,
+    10**30,
+    1e308,
+    1e-320,
+]
 WEIRD = st.one_of(
     st.sampled_from(SPECIAL_NUMBERS),
     st.integers(),
@@ -336,15 +348,20 @@ JSONISH = st.recursive(
     max_leaves=8,
 )
 ENVELOPE_VALUES = {
-    "seq": st.one_of(st.integers(min_value=-2, max_value=12), st.sampled_from([MAX_AGENT_SEQ, MAX_AGENT_SEQ + 1, 2**63, "3", "x", 1.5, 2.0, None, []])),
-    "type": st.one_of(st.sampled_from(["progress", "sample", "error", "result", "PROGRESS", "", "log"]), st.text(max_size=5)),
+    "seq": st.one_of(
+        st.integers(min_value=-2, max_value=12),
+        st.sampled_from([MAX_AGENT_SEQ, MAX_AGENT_SEQ + 1, 2**63, "3", "x", 1.5, 2.0, None, []]),
+    ),
+    "type": st.one_of(
+        st.sampled_from(["progress", "sample", "error", "result", "PROGRESS", "", "log"]), st.text(max_size=5)
+    ),
     "phase": st.one_of(st.text(max_size=40), st.integers(), st.none()),
     "fraction": st.one_of(st.floats(allow_nan=False), st.sampled_from([-1, 0, 1, 2, "0.5", None])),
     "time_ms": st.one_of(st.floats(allow_nan=False), st.sampled_from([-1, 0, 3.6e6, 3.6e6 + 1, "1"])),
     "message": st.one_of(st.text(max_size=30), st.integers(), st.none()),
     "batch_size": JSONISH,
     "extra": JSONISH,
-}  # fmt: skip
+}
 _OPTIONAL = {k: v for k, v in ENVELOPE_VALUES.items() if k not in ("seq", "type")}
 EVENTS = st.one_of(
     # mostly well-formed envelopes, so that the payload and the state changes get exercised
@@ -394,20 +411,55 @@ def test_agent_events_get_a_clean_answer_and_are_stored_once(events, make_run):
 
 LINE_ERROR = re.compile(r"^line \d+: ")
 VALID_ROW = {
-    "InstanceType": "p4d.24xlarge", "AcceleratorName": "A100", "AcceleratorCount": "8", "vCPUs": "96",
-    "MemoryGiB": "1152", "GpuInfo": "{'Gpus': [{'Manufacturer': 'NVIDIA', 'MemoryInfo': {'SizeInMiB': 40960}}], "
-    "'TotalGpuMemoryInMiB': 327680}", "Price": "32.77", "SpotPrice": "9.8", "Region": "us-east-1",
-    "AvailabilityZone": "use1-az2", "Arch": "x86_64",
-}  # fmt: skip
+    "InstanceType": "p4d.24xlarge",
+    "AcceleratorName": "A100",
+    "AcceleratorCount": "8",
+    "vCPUs": "96",
+    "MemoryGiB": "1152",
+    "GpuInfo": "{'Gpus': [{'Manufacturer': 'NVIDIA', 'MemoryInfo': {'SizeInMiB': 40960}}], "
+    "'TotalGpuMemoryInMiB': 327680}",
+    "Price": "32.77",
+    "SpotPrice": "9.8",
+    "Region": "us-east-1",
+    "AvailabilityZone": "use1-az2",
+    "Arch": "x86_64",
+}
 CELL = st.one_of(
     st.text(max_size=12),
-    st.sampled_from([
-        "", " ", "nan", "inf", "-1", "0", "1e400", "1e30", "2.5", "10001", "1" * 5000, "0x10", "1_000",
-        "us-east-1", "mars-1", "x.large", "{}", "{'Gpus': 5}", "{'Gpus': [5]}", "{[1]: 2}", "[1, 2]",
-        "{'TotalGpuMemoryInMiB': 'a lot'}", "{'TotalGpuMemoryInMiB': -5}", "(" * 300, "'unterminated",
-        '"quoted, with comma"', "x" * 100, "\x00", "é",
-    ]),
-)  # fmt: skip
+    st.sampled_from(
+        [
+            "",
+            " ",
+            "nan",
+            "inf",
+            "-1",
+            "0",
+            "1e400",
+            "1e30",
+            "2.5",
+            "10001",
+            "1" * 5000,
+            "0x10",
+            "1_000",
+            "us-east-1",
+            "mars-1",
+            "x.large",
+            "{}",
+            "{'Gpus': 5}",
+            "{'Gpus': [5]}",
+            "{[1]: 2}",
+            "[1, 2]",
+            "{'TotalGpuMemoryInMiB': 'a lot'}",
+            "{'TotalGpuMemoryInMiB': -5}",
+            "(" * 300,
+            "'unterminated",
+            '"quoted, with comma"',
+            "x" * 100,
+            "\x00",
+            "é",
+        ]
+    ),
+)
 
 
 @st.composite

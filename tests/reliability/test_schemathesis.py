@@ -127,10 +127,13 @@ def seeded(db, user):
     )
     actions.fail_run(failed, "could not start the agent: boom")
     return {
-        "compute": compute, "comm": comm, "live": live, "failed": failed,
+        "compute": compute,
+        "comm": comm,
+        "live": live,
+        "failed": failed,
         "accelerator": Accelerator.objects.order_by("name").first(),
         "instance_type": InstanceType.objects.get(name="p4d.24xlarge"),
-    }  # fmt: skip
+    }
 
 
 def _headers(user) -> dict:

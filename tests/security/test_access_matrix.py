@@ -41,11 +41,32 @@ ACTORS = ("anon", "other", "run_token", "job_token", "readonly")
 MARK = "alpha_owner"  # team A's owner: the username is on every list, page and object of team A
 MISSING = 7999  # an id no object has
 IDS = {"run": 7101, "done": 7102, "run_b": 7103, "plan": 7201, "plan_b": 7202, "job": 7301, "job_b": 7302}
-OPTION = {"rank": 1, "region": "us-east-1", "global_batch": 64, "hourly_usd": 1.0, "iter_time_s": 0.5,
-          "iter_time_p90_s": 0.6, "time_h": 1.0, "time_p90_h": 1.2, "throughput_sps": 10.0, "label": "2x g5.xlarge",
-          "total_usd": 1.0, "groups": [{"instance_type": "g5.xlarge", "market": "spot", "zone": None, "count": 2,
-                                        "gpus_per_node": 1, "gpu_model": "A10G", "price_per_hour": 0.5,
-                                        "batch_per_node": [32, 32], "interruption_bucket": 1}]}  # fmt: skip
+OPTION = {
+    "rank": 1,
+    "region": "us-east-1",
+    "global_batch": 64,
+    "hourly_usd": 1.0,
+    "iter_time_s": 0.5,
+    "iter_time_p90_s": 0.6,
+    "time_h": 1.0,
+    "time_p90_h": 1.2,
+    "throughput_sps": 10.0,
+    "label": "2x g5.xlarge",
+    "total_usd": 1.0,
+    "groups": [
+        {
+            "instance_type": "g5.xlarge",
+            "market": "spot",
+            "zone": None,
+            "count": 2,
+            "gpus_per_node": 1,
+            "gpu_model": "A10G",
+            "price_per_hour": 0.5,
+            "batch_per_node": [32, 32],
+            "interruption_bucket": 1,
+        }
+    ],
+}
 
 # --- what each outcome means --------------------------------------------------------------
 
@@ -56,7 +77,13 @@ OPTION = {"rank": 1, "region": "us-east-1", "global_batch": 64, "hourly_usd": 1.
 # public: open to everyone · bad_login: 400 (wrong password)
 UNCHANGED = {"refused", "forbidden", "missing", "no_such_ref", "login", "admin_login"}
 
-API_READ = {"anon": "refused", "other": "missing", "run_token": "refused", "job_token": "refused", "readonly": "ok"}
+API_READ = {
+    "anon": "refused",
+    "other": "missing",
+    "run_token": "refused",
+    "job_token": "refused",
+    "readonly": "ok",
+}
 API_ACT = {**API_READ, "readonly": "forbidden"}
 API_LIST = {**API_READ, "other": "hidden", "readonly": "listed"}
 API_SHARED = {**API_READ, "other": "ok"}  # the catalog: the same for every logged-in user
@@ -65,7 +92,13 @@ API_REF = {**API_READ, "other": "no_such_ref", "readonly": "forbidden"}  # an id
 API_PLAN_REF = {**API_READ, "other": "no_such_ref", "readonly": "ref_ok"}  # planning needs no permission
 NODE = dict.fromkeys(ACTORS, "refused")  # agent/node endpoints: only the object's own token
 AGENT_ANY = {**NODE, "run_token": "ok"}  # the agent package: any live run token, no run data
-PAGE_READ = {"anon": "login", "other": "missing", "run_token": "login", "job_token": "login", "readonly": "ok"}
+PAGE_READ = {
+    "anon": "login",
+    "other": "missing",
+    "run_token": "login",
+    "job_token": "login",
+    "readonly": "ok",
+}
 PAGE_ACT = {**PAGE_READ, "readonly": "forbidden"}
 PAGE_LIST = {**PAGE_READ, "other": "hidden", "readonly": "listed"}
 PAGE_SHARED = {**PAGE_READ, "other": "ok"}
@@ -73,13 +106,31 @@ PAGE_PLAN_REF = {**PAGE_READ, "other": "no_such_ref", "readonly": "ref_ok"}
 PUBLIC = dict.fromkeys(ACTORS, "public")
 ADMIN = dict.fromkeys(ACTORS, "admin_login")  # nobody here is staff
 
-RUN_BODY = {"kind": "compute", "model_spec": "torchvision:resnet18", "input_shape": "3,32,32", "batch_sizes": "4,8",
-            "iters": 3}
+RUN_BODY = {
+    "kind": "compute",
+    "model_spec": "torchvision:resnet18",
+    "input_shape": "3,32,32",
+    "batch_sizes": "4,8",
+    "iters": 3,
+}
 LAUNCH = {"plan": "{plan}", "rank": 1, "train_command": "train.py", "max_spend_usd": "10", "max_hours": 5}
-PLAN_BODY = {"model": {"profile_run": "{done}"}, "samples_per_epoch": 1000, "epochs": 1, "objective": "cost",
-             "deadline_hours": 24}
-PLAN_FORM = {"model_source": "profile", "profile_run": "{done}", "samples_per_epoch": "1000", "epochs": "1",
-             "objective": "cost", "deadline_hours": "24", "spot": "on", "on_demand": "on"}
+PLAN_BODY = {
+    "model": {"profile_run": "{done}"},
+    "samples_per_epoch": 1000,
+    "epochs": 1,
+    "objective": "cost",
+    "deadline_hours": 24,
+}
+PLAN_FORM = {
+    "model_source": "profile",
+    "profile_run": "{done}",
+    "samples_per_epoch": "1000",
+    "epochs": "1",
+    "objective": "cost",
+    "deadline_hours": "24",
+    "spot": "on",
+    "on_demand": "on",
+}
 
 
 @dataclass(frozen=True)
@@ -97,8 +148,13 @@ R = "api/v1/^"
 MATRIX = [
     Cell("accounts/login/", "GET", "/accounts/login/", PUBLIC),
     Cell("accounts/logout/", "POST", "/accounts/logout/", PUBLIC),
-    Cell("api/v1/auth/token/", "POST", "/api/v1/auth/token/", dict.fromkeys(ACTORS, "bad_login"),
-         {"username": MARK, "password": "not-the-password"}),
+    Cell(
+        "api/v1/auth/token/",
+        "POST",
+        "/api/v1/auth/token/",
+        dict.fromkeys(ACTORS, "bad_login"),
+        {"username": MARK, "password": "not-the-password"},
+    ),
     Cell("api/schema/", "GET", "/api/schema/", PUBLIC),  # the API's description, no team data
     Cell("api/docs/", "GET", "/api/docs/", PUBLIC),
     Cell("api/v1/", "GET", "/api/v1/", API_SHARED),
@@ -110,25 +166,55 @@ MATRIX = [
     Cell(R + "accelerators/$", "GET", "/api/v1/accelerators/", API_SHARED),
     Cell(R + "accelerators/(?P<name>[^/]+)/$", "GET", "/api/v1/accelerators/A10G/", API_SHARED),
     # profiling
-    Cell("api/v1/profiling-runs/<int:pk>/events/", "POST", "/api/v1/profiling-runs/{run}/events/", NODE,
-         {"seq": 1, "type": "progress", "phase": "compute", "fraction": 0.5}),
-    Cell("api/v1/profiling-runs/<int:pk>/rendezvous/", "GET",
-         "/api/v1/profiling-runs/{run}/rendezvous/?instance_id=i-07101a", NODE),
+    Cell(
+        "api/v1/profiling-runs/<int:pk>/events/",
+        "POST",
+        "/api/v1/profiling-runs/{run}/events/",
+        NODE,
+        {"seq": 1, "type": "progress", "phase": "compute", "fraction": 0.5},
+    ),
+    Cell(
+        "api/v1/profiling-runs/<int:pk>/rendezvous/",
+        "GET",
+        "/api/v1/profiling-runs/{run}/rendezvous/?instance_id=i-07101a",
+        NODE,
+    ),
     Cell("api/v1/agent.tar.gz", "GET", "/api/v1/agent.tar.gz", AGENT_ANY),
     Cell(R + "profiling-runs/$", "GET", "/api/v1/profiling-runs/", API_LIST),
     Cell(R + "profiling-runs/$", "POST", "/api/v1/profiling-runs/", API_OWN, RUN_BODY),
     Cell(R + "profiling-runs/(?P<pk>[^/.]+)/$", "GET", "/api/v1/profiling-runs/{run}/", API_READ),
-    Cell(R + "profiling-runs/(?P<pk>[^/.]+)/cancel/$", "POST", "/api/v1/profiling-runs/{run}/cancel/", API_ACT),
-    Cell(R + "profiling-runs/(?P<pk>[^/.]+)/profile/$", "GET", "/api/v1/profiling-runs/{run}/profile/", API_READ),
+    Cell(
+        R + "profiling-runs/(?P<pk>[^/.]+)/cancel/$", "POST", "/api/v1/profiling-runs/{run}/cancel/", API_ACT
+    ),
+    Cell(
+        R + "profiling-runs/(?P<pk>[^/.]+)/profile/$",
+        "GET",
+        "/api/v1/profiling-runs/{run}/profile/",
+        API_READ,
+    ),
     # plans
     Cell(R + "plans/$", "GET", "/api/v1/plans/", API_LIST),
-    Cell(R + "plans/$", "POST", "/api/v1/plans/", API_PLAN_REF, PLAN_BODY, ref="done",
-         extra={"field": "profile_run"}),
+    Cell(
+        R + "plans/$",
+        "POST",
+        "/api/v1/plans/",
+        API_PLAN_REF,
+        PLAN_BODY,
+        ref="done",
+        extra={"field": "profile_run"},
+    ),
     Cell(R + "plans/(?P<pk>[^/.]+)/$", "GET", "/api/v1/plans/{plan}/", API_READ),
     # jobs: the nodes
-    Cell("api/v1/jobs/<int:pk>/reports/", "POST", "/api/v1/jobs/{job}/reports/", NODE,
-         {"seq": 1, "rank": 0, "reports": [{"iteration": 1, "iter_time_s": 0.5}]}),
-    Cell("api/v1/jobs/<int:pk>/rendezvous/", "GET", "/api/v1/jobs/{job}/rendezvous/?instance_id=i-07301a", NODE),
+    Cell(
+        "api/v1/jobs/<int:pk>/reports/",
+        "POST",
+        "/api/v1/jobs/{job}/reports/",
+        NODE,
+        {"seq": 1, "rank": 0, "reports": [{"iteration": 1, "iter_time_s": 0.5}]},
+    ),
+    Cell(
+        "api/v1/jobs/<int:pk>/rendezvous/", "GET", "/api/v1/jobs/{job}/rendezvous/?instance_id=i-07301a", NODE
+    ),
     Cell("api/v1/jobs/<int:pk>/agent.tar.gz", "GET", "/api/v1/jobs/{job}/agent.tar.gz", NODE),
     # jobs: the users
     Cell(R + "jobs/$", "GET", "/api/v1/jobs/", API_LIST),
@@ -137,8 +223,13 @@ MATRIX = [
     Cell(R + "jobs/(?P<pk>[^/.]+)/$", "GET", "/api/v1/jobs/{job}/", API_READ),
     Cell(R + "jobs/(?P<pk>[^/.]+)/stop/$", "POST", "/api/v1/jobs/{job}/stop/", API_ACT),
     Cell(R + "jobs/(?P<pk>[^/.]+)/replan/$", "POST", "/api/v1/jobs/{job}/replan/", API_ACT, {}),
-    Cell(R + "jobs/(?P<pk>[^/.]+)/replan/apply/$", "POST", "/api/v1/jobs/{job}/replan/apply/", API_ACT,
-         {"plan": "{plan}", "rank": 1, "max_spend_usd": "10", "max_hours": 5, "confirmation": "x"}),
+    Cell(
+        R + "jobs/(?P<pk>[^/.]+)/replan/apply/$",
+        "POST",
+        "/api/v1/jobs/{job}/replan/apply/",
+        API_ACT,
+        {"plan": "{plan}", "rank": 1, "max_spend_usd": "10", "max_hours": 5, "confirmation": "x"},
+    ),
     # pages
     Cell("", "GET", "/", PAGE_LIST),
     Cell("catalog/", "GET", "/catalog/", PAGE_SHARED),
@@ -150,13 +241,23 @@ MATRIX = [
     Cell("plans/<int:plan_id>/", "GET", "/plans/{plan}/", PAGE_READ),
     Cell("jobs/", "GET", "/jobs/", PAGE_LIST),
     Cell("jobs/new/", "GET", "/jobs/new/?plan={plan}&rank=1", PAGE_ACT),
-    Cell("jobs/new/", "POST", "/jobs/new/", PAGE_ACT,
-         {"plan": "{plan}", "rank": "1", "train_command": "train.py", "max_spend_usd": "10", "max_hours": "5"}),
+    Cell(
+        "jobs/new/",
+        "POST",
+        "/jobs/new/",
+        PAGE_ACT,
+        {"plan": "{plan}", "rank": "1", "train_command": "train.py", "max_spend_usd": "10", "max_hours": "5"},
+    ),
     Cell("jobs/<int:job_id>/", "GET", "/jobs/{job}/", PAGE_READ),
     Cell("jobs/<int:job_id>/stop/", "POST", "/jobs/{job}/stop/", PAGE_ACT),
     Cell("jobs/<int:job_id>/replan/", "POST", "/jobs/{job}/replan/", PAGE_ACT),
-    Cell("jobs/<int:job_id>/replan/apply/", "POST", "/jobs/{job}/replan/apply/", PAGE_ACT,
-         {"plan": "{plan}", "rank": "1", "max_spend_usd": "10", "max_hours": "5", "confirmation": "x"}),
+    Cell(
+        "jobs/<int:job_id>/replan/apply/",
+        "POST",
+        "/jobs/{job}/replan/apply/",
+        PAGE_ACT,
+        {"plan": "{plan}", "rank": "1", "max_spend_usd": "10", "max_hours": "5", "confirmation": "x"},
+    ),
 ]
 
 FORMAT = r"\.(?P<format>[a-z0-9]+)/?$"
@@ -221,9 +322,17 @@ def _run(owner, pk, status, profile=None):
     from profiler.models import ProfilingRun
 
     return ProfilingRun.objects.create(
-        pk=pk, owner=owner, kind="compute", model_spec="examples.tiny_model:build", input_shape="3,32,32",
-        batch_sizes="4,8", iters=3, status=status, profile=profile,
-        deadline_at=timezone.now() + timedelta(minutes=30))  # fmt: skip
+        pk=pk,
+        owner=owner,
+        kind="compute",
+        model_spec="examples.tiny_model:build",
+        input_shape="3,32,32",
+        batch_sizes="4,8",
+        iters=3,
+        status=status,
+        profile=profile,
+        deadline_at=timezone.now() + timedelta(minutes=30),
+    )
 
 
 def _job(owner, plan, pk):
@@ -231,9 +340,21 @@ def _job(owner, plan, pk):
     from planner.app.models import Job
 
     job = Job.objects.create(
-        pk=pk, owner=owner, plan=plan, plan_rank=1, option=OPTION, region="us-east-1", train_command="train.py",
-        hourly_usd=Decimal("1"), max_spend_usd=Decimal("10"), max_hours=5, predicted_iter_s=0.5,
-        predicted_iter_p90_s=0.6, total_iterations=100, launch_token=f"job{pk}")  # fmt: skip
+        pk=pk,
+        owner=owner,
+        plan=plan,
+        plan_rank=1,
+        option=OPTION,
+        region="us-east-1",
+        train_command="train.py",
+        hourly_usd=Decimal("1"),
+        max_spend_usd=Decimal("10"),
+        max_hours=5,
+        predicted_iter_s=0.5,
+        predicted_iter_p90_s=0.6,
+        total_iterations=100,
+        launch_token=f"job{pk}",
+    )
     token = jobs.issue_token(job)
     jobs.mark_launched(job, instance_ids=[f"i-0{pk}a", f"i-0{pk}b"], node_ips={f"i-0{pk}a": "10.0.0.1"})
     return jobs.mark_running(job, "launched"), token
@@ -259,23 +380,43 @@ def build_world(django_user_model, compute_profile):
     perms(alice, "plans.add_job", "plans.change_job")
     perms(bob, "plans.add_job", "plans.change_job", "profiler.change_profilingrun")
     acc = Accelerator.objects.create(name="A10G", kind="nvidia-gpu")
-    InstanceType.objects.create(name="g5.xlarge", family="g5", accelerator=acc, gpu_count=1, vcpus=4, memory_gib=16)
-    result = {"plans": [OPTION], "points": [], "pareto": [], "baselines": [], "alternatives": {},
-              "model": {"spec": "examples.tiny_model:build", "precision": "fp32", "source": "measured",
-                        "profile_run": IDS["done"]}}  # fmt: skip
+    InstanceType.objects.create(
+        name="g5.xlarge", family="g5", accelerator=acc, gpu_count=1, vcpus=4, memory_gib=16
+    )
+    result = {
+        "plans": [OPTION],
+        "points": [],
+        "pareto": [],
+        "baselines": [],
+        "alternatives": {},
+        "model": {
+            "spec": "examples.tiny_model:build",
+            "precision": "fp32",
+            "source": "measured",
+            "profile_run": IDS["done"],
+        },
+    }
     plan_req = {"total_samples": 6400, "objective": "cost", "deadline_hours": 24}
-    plan = PlanRecord.objects.create(pk=IDS["plan"], owner=alice, name="alpha plan", request=plan_req,
-                                     status="solved", result=result)
-    plan_b = PlanRecord.objects.create(pk=IDS["plan_b"], owner=bob, request=plan_req, status="solved", result=result)
+    plan = PlanRecord.objects.create(
+        pk=IDS["plan"], owner=alice, name="alpha plan", request=plan_req, status="solved", result=result
+    )
+    plan_b = PlanRecord.objects.create(
+        pk=IDS["plan_b"], owner=bob, request=plan_req, status="solved", result=result
+    )
     run_b = _run(bob, IDS["run_b"], "running")
     job, _ = _job(alice, plan, IDS["job"])
     _, job_b_token = _job(bob, plan_b, IDS["job_b"])
     return SimpleNamespace(
-        alice=alice, carol=carol, bob=bob, plan=plan, job=job,
+        alice=alice,
+        carol=carol,
+        bob=bob,
+        plan=plan,
+        job=job,
         run=_run(alice, IDS["run"], "running", compute_profile),
         done=_run(alice, IDS["done"], "succeeded", compute_profile),
-        run_b_token=issue_token(run_b), job_b_token=job_b_token,
-    )  # fmt: skip
+        run_b_token=issue_token(run_b),
+        job_b_token=job_b_token,
+    )
 
 
 @pytest.fixture
@@ -315,8 +456,11 @@ def _coerce(body, api: bool):
         return body
     out = {}
     for k, v in body.items():
-        out[k] = int(v) if isinstance(v, str) and v.isdigit() and k in ("plan", "profile_run") else (
-            _coerce(v, api) if isinstance(v, dict) else v)
+        out[k] = (
+            int(v)
+            if isinstance(v, str) and v.isdigit() and k in ("plan", "profile_run")
+            else (_coerce(v, api) if isinstance(v, dict) else v)
+        )
     return out
 
 
@@ -337,9 +481,13 @@ def _state():
     from planner.app.models import Job, JobReport, PlanRecord
     from profiler.models import ProfilingRun, RunEvent
 
-    return (list(Job.objects.order_by("pk").values_list("pk", "status")),
-            list(ProfilingRun.objects.order_by("pk").values_list("pk", "status")),
-            PlanRecord.objects.count(), JobReport.objects.count(), RunEvent.objects.count())  # fmt: skip
+    return (
+        list(Job.objects.order_by("pk").values_list("pk", "status")),
+        list(ProfilingRun.objects.order_by("pk").values_list("pk", "status")),
+        PlanRecord.objects.count(),
+        JobReport.objects.count(),
+        RunEvent.objects.count(),
+    )
 
 
 def _errors(resp, api: bool):
@@ -356,11 +504,15 @@ def _cell_id(cell: Cell, actor: str) -> str:
     return f"{cell.method} {cell.url} as {actor}"
 
 
-@pytest.mark.parametrize(("cell", "actor"), [pytest.param(c, a, id=_cell_id(c, a)) for c in ALL_CELLS for a in ACTORS])
+@pytest.mark.parametrize(
+    ("cell", "actor"), [pytest.param(c, a, id=_cell_id(c, a)) for c in ALL_CELLS for a in ACTORS]
+)
 def test_access(cell: Cell, actor: str, world):
     expected = cell.outcomes[actor]
     path = cell.url.partition("?")[0].format(**IDS)
-    assert resolve(path).route == re.sub(r"(^|/)\^", r"\1", cell.route), "the matrix URL does not reach its pattern"
+    assert resolve(path).route == re.sub(r"(^|/)\^", r"\1", cell.route), (
+        "the matrix URL does not reach its pattern"
+    )
     before = _state()
     resp = request(cell, actor, world)
     code, body = resp.status_code, resp.content.decode(errors="replace")
@@ -412,7 +564,10 @@ def test_access(cell: Cell, actor: str, world):
 
 # --- websockets ---------------------------------------------------------------------------
 
-WS = {"ws/profiling-runs/<int:run_id>/": "/ws/profiling-runs/{run}/", "ws/jobs/<int:job_id>/": "/ws/jobs/{job}/"}
+WS = {
+    "ws/profiling-runs/<int:run_id>/": "/ws/profiling-runs/{run}/",
+    "ws/jobs/<int:job_id>/": "/ws/jobs/{job}/",
+}
 WS_OUTCOMES = {"anon": 4401, "other": 4403, "run_token": 4401, "job_token": 4401, "readonly": "snapshot"}
 
 

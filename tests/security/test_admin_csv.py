@@ -29,8 +29,10 @@ URL = "/admin/catalog/instancetype/import-csv/"
 
 
 def counts():
-    return tuple(m.objects.count() for m in (Accelerator, InstanceType, AvailabilityZone, InstanceOffering,
-                                             OnDemandPrice, SpotPrice))
+    return tuple(
+        m.objects.count()
+        for m in (Accelerator, InstanceType, AvailabilityZone, InstanceOffering, OnDemandPrice, SpotPrice)
+    )
 
 
 def csv_of(*rows: str) -> str:
@@ -77,8 +79,16 @@ def test_too_many_rows_are_refused(db, monkeypatch):
 # --- junk ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("junk", [b"\xff\xfe\x00garbage\x81", b"\x89PNG\r\n\x1a\n\x00\x00", b"PK\x03\x04\x14\x00\x00",
-                                  (HEADER + "\n").encode() + b"g5.xlarge,\x00\x00,1\n", b""])
+@pytest.mark.parametrize(
+    "junk",
+    [
+        b"\xff\xfe\x00garbage\x81",
+        b"\x89PNG\r\n\x1a\n\x00\x00",
+        b"PK\x03\x04\x14\x00\x00",
+        (HEADER + "\n").encode() + b"g5.xlarge,\x00\x00,1\n",
+        b"",
+    ],
+)
 def test_binary_junk_is_a_clean_error_everywhere(admin_client, tmp_path, junk):
     before = counts()
     with pytest.raises(CatalogImportError):
@@ -112,7 +122,9 @@ def test_a_bad_row_in_the_middle_leaves_nothing_half_written(catalog):
     assert counts() == before and not InstanceType.objects.filter(name__startswith="zz").exists()
 
 
-@pytest.mark.parametrize("price", ["-1", "nan", "NaN", "inf", "-inf", "1e309", "0", "0.0", "10001", "1,5", "$3"])
+@pytest.mark.parametrize(
+    "price", ["-1", "nan", "NaN", "inf", "-inf", "1e309", "0", "0.0", "10001", "1,5", "$3"]
+)
 def test_negative_nan_zero_or_absurd_prices_are_refused(db, price):
     for column in ("Price", "SpotPrice"):
         row = dict(zip(INSTANCE_COLUMNS, GOOD.split(","), strict=True))
@@ -129,14 +141,27 @@ def test_negative_nan_zero_or_absurd_prices_are_refused(db, price):
     assert OnDemandPrice.objects.count() == 0
 
 
-@pytest.mark.parametrize("column, value", [
-    ("InstanceType", "=HYPERLINK(\"http://evil\").x"), ("InstanceType", "+cmd|' /C calc'!A0.x"),
-    ("InstanceType", "@SUM(1+1).x"), ("InstanceType", "-2+3.x"), ("InstanceType", "g5.xlarge; DROP TABLE"),
-    ("InstanceType", "G5.XLARGE<script>"), ("InstanceType", "a" * 40 + ".xlarge"),
-    ("AcceleratorName", "=cmd|' /C calc'!A0"), ("AcceleratorName", "+A10G"), ("AcceleratorName", "@A10G"),
-    ("AcceleratorName", "<img src=x onerror=alert(1)>"), ("AvailabilityZone", "=1+1"),
-    ("AvailabilityZone", "use1-az1\r\n=1"), ("Arch", "=x86"), ("Arch", "x86 64"), ("Region", "=us-east-1"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "column, value",
+    [
+        ("InstanceType", '=HYPERLINK("http://evil").x'),
+        ("InstanceType", "+cmd|' /C calc'!A0.x"),
+        ("InstanceType", "@SUM(1+1).x"),
+        ("InstanceType", "-2+3.x"),
+        ("InstanceType", "g5.xlarge; DROP TABLE"),
+        ("InstanceType", "G5.XLARGE<script>"),
+        ("InstanceType", "a" * 40 + ".xlarge"),
+        ("AcceleratorName", "=cmd|' /C calc'!A0"),
+        ("AcceleratorName", "+A10G"),
+        ("AcceleratorName", "@A10G"),
+        ("AcceleratorName", "<img src=x onerror=alert(1)>"),
+        ("AvailabilityZone", "=1+1"),
+        ("AvailabilityZone", "use1-az1\r\n=1"),
+        ("Arch", "=x86"),
+        ("Arch", "x86 64"),
+        ("Region", "=us-east-1"),
+    ],
+)
 def test_formula_like_or_markup_strings_are_refused(db, column, value):
     import csv
 
@@ -162,13 +187,21 @@ def test_the_same_type_with_contradicting_specs_is_refused(db):
 def test_a_short_or_bad_network_row_is_a_line_error_not_a_500(admin_client):
     before = counts()
     net_header = ",".join(NETWORK_COLUMNS)
-    for net in (f"{net_header}\ng5.xlarge,25 Gigabit\n", f"{net_header}\n=evil.x,,,,,,,,\n",
-                f"{net_header}\ng5.xlarge,=1+1,1,1,1,false,0,cluster,on-demand\n"):
+    for net in (
+        f"{net_header}\ng5.xlarge,25 Gigabit\n",
+        f"{net_header}\n=evil.x,,,,,,,,\n",
+        f"{net_header}\ng5.xlarge,=1+1,1,1,1,false,0,cluster,on-demand\n",
+    ):
         with pytest.raises(CatalogImportError) as exc:
             import_catalog(StringIO(csv_of(GOOD)), network=StringIO(net))
         assert exc.value.errors[0].startswith("line 2: ")
-        resp = admin_client.post(URL, {"instances": SimpleUploadedFile("i.csv", csv_of(GOOD).encode()),
-                                       "network": SimpleUploadedFile("n.csv", net.encode())})
+        resp = admin_client.post(
+            URL,
+            {
+                "instances": SimpleUploadedFile("i.csv", csv_of(GOOD).encode()),
+                "network": SimpleUploadedFile("n.csv", net.encode()),
+            },
+        )
         assert resp.status_code == 200 and "line 2:" in resp.content.decode()
     assert counts() == before
 

@@ -48,22 +48,47 @@ def progress(seq: int, **kw) -> dict:
 
 
 def _group(count=2, gpus=1):
-    return {"instance_type": "g5.xlarge", "market": "spot", "zone": "use1-az1", "count": count,
-            "gpus_per_node": gpus, "gpu_model": "A10G", "price_per_hour": 0.5, "batch_per_node": [32] * count,
-            "interruption_bucket": 1}  # fmt: skip
+    return {
+        "instance_type": "g5.xlarge",
+        "market": "spot",
+        "zone": "use1-az1",
+        "count": count,
+        "gpus_per_node": gpus,
+        "gpu_model": "A10G",
+        "price_per_hour": 0.5,
+        "batch_per_node": [32] * count,
+        "interruption_bucket": 1,
+    }
 
 
 def _option(rank=1, count=2, gpus=1):
-    return {"rank": rank, "region": "us-east-1", "groups": [_group(count, gpus)], "global_batch": 32 * count,
-            "nodes": count, "gpus": count * gpus, "hourly_usd": 0.5 * count, "total_usd": count, "time_h": 2.0,
-            "time_p90_h": 2.4, "throughput_sps": 100.0, "iter_time_s": 0.5, "iter_time_p90_s": 0.6,
-            "bottleneck": "compute", "why": "cheapest"}  # fmt: skip
+    return {
+        "rank": rank,
+        "region": "us-east-1",
+        "groups": [_group(count, gpus)],
+        "global_batch": 32 * count,
+        "nodes": count,
+        "gpus": count * gpus,
+        "hourly_usd": 0.5 * count,
+        "total_usd": count,
+        "time_h": 2.0,
+        "time_p90_h": 2.4,
+        "throughput_sps": 100.0,
+        "iter_time_s": 0.5,
+        "iter_time_p90_s": 0.6,
+        "bottleneck": "compute",
+        "why": "cheapest",
+    }
 
 
 @pytest.fixture
 def plan(user):
-    return PlanRecord.objects.create(owner=user, request={"total_samples": 64_000}, status="solved",
-                                     result={"plans": [_option(1), _option(2, count=1, gpus=4)]})
+    return PlanRecord.objects.create(
+        owner=user,
+        request={"total_samples": 64_000},
+        status="solved",
+        result={"plans": [_option(1), _option(2, count=1, gpus=4)]},
+    )
 
 
 @pytest.fixture
@@ -79,8 +104,11 @@ def make_job(launcher, plan):
     def make(rank=1):
         job = jobs.create_job(launcher, plan, rank, "train.py", Decimal("50"), 10, confirm=True)
         token = jobs.issue_token(job)
-        jobs.mark_launched(job, instance_ids=[f"i-{job.pk:04d}a", f"i-{job.pk:04d}b"],
-                           node_ips={f"i-{job.pk:04d}a": "10.0.0.5"})
+        jobs.mark_launched(
+            job,
+            instance_ids=[f"i-{job.pk:04d}a", f"i-{job.pk:04d}b"],
+            node_ips={f"i-{job.pk:04d}a": "10.0.0.5"},
+        )
         return jobs.mark_running(job, "launched"), token
 
     return make
@@ -112,8 +140,12 @@ def test_a_job_token_cannot_report_into_or_rendezvous_with_another_job(make_job)
     job, token = make_job()
     other, _ = make_job()
     assert bearer(token).post(reports_url(other), report_batch(), format="json").status_code == 403
-    assert bearer(token).get(f"/api/v1/jobs/{other.pk}/rendezvous/",
-                             {"instance_id": other.instance_ids[0]}).status_code == 403
+    assert (
+        bearer(token)
+        .get(f"/api/v1/jobs/{other.pk}/rendezvous/", {"instance_id": other.instance_ids[0]})
+        .status_code
+        == 403
+    )
     assert bearer(token).get(f"/api/v1/jobs/{other.pk}/agent.tar.gz").status_code == 403
     assert not JobReport.objects.filter(job=other).exists()
 
@@ -123,7 +155,10 @@ def test_a_profiling_token_is_refused_on_every_job_endpoint(agent_run, make_job)
     job, _ = make_job()
     client = bearer(run_token)
     assert client.post(reports_url(job), report_batch(), format="json").status_code == 401
-    assert client.get(f"/api/v1/jobs/{job.pk}/rendezvous/", {"instance_id": job.instance_ids[0]}).status_code == 401
+    assert (
+        client.get(f"/api/v1/jobs/{job.pk}/rendezvous/", {"instance_id": job.instance_ids[0]}).status_code
+        == 401
+    )
     assert client.get(f"/api/v1/jobs/{job.pk}/agent.tar.gz").status_code == 401
 
 
@@ -137,10 +172,16 @@ def test_a_job_token_is_refused_on_the_profiling_endpoints(agent_run, make_job):
 
 
 USER_ENDPOINTS = [
-    ("get", "/api/v1/plans/"), ("get", "/api/v1/profiling-runs/"), ("get", "/api/v1/jobs/"),
-    ("get", "/api/v1/instance-types/"), ("get", "/api/v1/prices/"), ("post", "/api/v1/plans/"),
-    ("post", "/api/v1/profiling-runs/"), ("post", "/api/v1/jobs/preview/"), ("post", "/api/v1/jobs/"),
-]  # fmt: skip
+    ("get", "/api/v1/plans/"),
+    ("get", "/api/v1/profiling-runs/"),
+    ("get", "/api/v1/jobs/"),
+    ("get", "/api/v1/instance-types/"),
+    ("get", "/api/v1/prices/"),
+    ("post", "/api/v1/plans/"),
+    ("post", "/api/v1/profiling-runs/"),
+    ("post", "/api/v1/jobs/preview/"),
+    ("post", "/api/v1/jobs/"),
+]
 
 
 @pytest.mark.parametrize("keyword", ["Bearer", "Token"])
@@ -149,8 +190,11 @@ def test_agent_and_job_tokens_cannot_use_user_endpoints(agent_run, make_job, key
     run, run_token = agent_run
     job, job_token = make_job()
     for token in (run_token, job_token):
-        resp = getattr(bearer(token, keyword), method)(url, {}, format="json") if method == "post" else \
-            bearer(token, keyword).get(url)
+        resp = (
+            getattr(bearer(token, keyword), method)(url, {}, format="json")
+            if method == "post"
+            else bearer(token, keyword).get(url)
+        )
         assert resp.status_code == 401, (token is run_token, resp.status_code)
     # the run's and the job's own user endpoints too
     for token in (run_token, job_token):
@@ -168,11 +212,18 @@ async def test_agent_and_job_tokens_cannot_open_the_live_websockets(agent_run, m
 
     run, run_token = agent_run
     job, job_token = await sync_to_async(make_job)()
-    for path, token in ((f"/ws/profiling-runs/{run.pk}/", run_token), (f"/ws/jobs/{job.pk}/", job_token),
-                        (f"/ws/profiling-runs/{run.pk}/", job_token), (f"/ws/jobs/{job.pk}/", run_token)):
+    for path, token in (
+        (f"/ws/profiling-runs/{run.pk}/", run_token),
+        (f"/ws/jobs/{job.pk}/", job_token),
+        (f"/ws/profiling-runs/{run.pk}/", job_token),
+        (f"/ws/jobs/{job.pk}/", run_token),
+    ):
         for keyword in ("Bearer", "Token"):
-            headers = [(b"origin", b"http://127.0.0.1:8000"), (b"host", b"127.0.0.1:8000"),
-                       (b"authorization", f"{keyword} {token}".encode())]
+            headers = [
+                (b"origin", b"http://127.0.0.1:8000"),
+                (b"host", b"127.0.0.1:8000"),
+                (b"authorization", f"{keyword} {token}".encode()),
+            ]
             comm = WebsocketCommunicator(application, path, headers=headers)
             connected, code = await comm.connect()
             assert not connected and code == 4401, (path, keyword, code)
@@ -187,11 +238,19 @@ def test_a_run_token_dies_when_its_run_ends(agent_run, compute_profile, end):
     run, token = agent_run
     client = bearer(token)
     if end == "result":
-        assert client.post(events_url(run), {"seq": 1, "type": "result", "profile": compute_profile},
-                           format="json").status_code == 201
+        assert (
+            client.post(
+                events_url(run), {"seq": 1, "type": "result", "profile": compute_profile}, format="json"
+            ).status_code
+            == 201
+        )
     elif end == "error":
-        assert client.post(events_url(run), {"seq": 1, "type": "error", "message": "boom"},
-                           format="json").status_code == 201
+        assert (
+            client.post(
+                events_url(run), {"seq": 1, "type": "error", "message": "boom"}, format="json"
+            ).status_code
+            == 201
+        )
     elif end == "cancel":
         actions.cancel_run(run)
     else:
@@ -249,7 +308,10 @@ def test_a_job_token_dies_when_its_job_ends(make_job, end):
     {"stop": jobs.stop_job, "fail": jobs.fail_job, "succeed": jobs.succeed_job}[end](job, "done")
     client = bearer(token)
     assert client.post(reports_url(job), report_batch(), format="json").status_code == 401
-    assert client.get(f"/api/v1/jobs/{job.pk}/rendezvous/", {"instance_id": job.instance_ids[0]}).status_code == 401
+    assert (
+        client.get(f"/api/v1/jobs/{job.pk}/rendezvous/", {"instance_id": job.instance_ids[0]}).status_code
+        == 401
+    )
     assert client.get(f"/api/v1/jobs/{job.pk}/agent.tar.gz").status_code == 401
 
 
@@ -258,7 +320,9 @@ def test_a_finished_jobs_token_is_refused_even_if_its_expiry_was_pushed_back(mak
     that was stopped *during* its launch are recorded: the job's status must decide."""
     job, token = make_job()
     jobs.stop_job(job, "stopped while launching")
-    Job.objects.filter(pk=job.pk).update(token_expires_at=timezone.now() + timedelta(hours=5), started_at=None)
+    Job.objects.filter(pk=job.pk).update(
+        token_expires_at=timezone.now() + timedelta(hours=5), started_at=None
+    )
     jobs.mark_launched(Job.objects.get(pk=job.pk), instance_ids=["i-late"], node_ips={})
     assert Job.objects.get(pk=job.pk).token_expires_at > timezone.now()  # the re-armed expiry
     client = bearer(token)
@@ -291,18 +355,37 @@ def test_a_job_token_lives_until_the_cap_plus_the_grace_and_no_longer(make_job):
 # --- malformed headers ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("header", [
-    "Bearer", "Bearer ", "Bearer a b", "Bearer \t", "bearer abc", "BEARER abc", "Basic dXNlcjpwdw==",
-    "Bearer " + "x" * 20_000, "Bearer \u00ff\u00fe", "Bearer ' OR 1=1 --", "Token", "Token a b",
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "header",
+    [
+        "Bearer",
+        "Bearer ",
+        "Bearer a b",
+        "Bearer \t",
+        "bearer abc",
+        "BEARER abc",
+        "Basic dXNlcjpwdw==",
+        "Bearer " + "x" * 20_000,
+        "Bearer \u00ff\u00fe",
+        "Bearer ' OR 1=1 --",
+        "Token",
+        "Token a b",
+    ],
+)
 def test_malformed_or_foreign_authorization_headers_get_401_never_500(agent_run, make_job, header):
     run, _ = agent_run
     job, _ = make_job()
-    for method, url in (("post", events_url(run)), ("post", reports_url(job)), ("get", "/api/v1/agent.tar.gz"),
-                        ("get", f"/api/v1/jobs/{job.pk}/agent.tar.gz")):
+    for method, url in (
+        ("post", events_url(run)),
+        ("post", reports_url(job)),
+        ("get", "/api/v1/agent.tar.gz"),
+        ("get", f"/api/v1/jobs/{job.pk}/agent.tar.gz"),
+    ):
         c = APIClient()
         c.credentials(HTTP_AUTHORIZATION=header)
-        resp = getattr(c, method)(url, {"seq": 1, "type": "progress"} if method == "post" else None, format="json")
+        resp = getattr(c, method)(
+            url, {"seq": 1, "type": "progress"} if method == "post" else None, format="json"
+        )
         assert resp.status_code == 401, (header[:20], url, resp.status_code)
     assert not RunEvent.objects.exists() and not JobReport.objects.exists()
 
@@ -310,8 +393,12 @@ def test_malformed_or_foreign_authorization_headers_get_401_never_500(agent_run,
 def test_a_raw_non_utf8_header_is_a_401(agent_run):
     run, _ = agent_run
     c = APIClient()
-    resp = c.post(events_url(run), {"seq": 1, "type": "progress"}, format="json",
-                  HTTP_AUTHORIZATION=b"Bearer \xff\xfe\xfd".decode("latin-1"))
+    resp = c.post(
+        events_url(run),
+        {"seq": 1, "type": "progress"},
+        format="json",
+        HTTP_AUTHORIZATION=b"Bearer \xff\xfe\xfd".decode("latin-1"),
+    )
     assert resp.status_code == 401
 
 
@@ -326,9 +413,13 @@ def test_a_bogus_content_length_is_refused_not_a_500(agent_run, make_job, length
     from profiler.api import AgentEventView
 
     rf = RequestFactory()
-    for view, url, token, pk in ((AgentEventView, events_url(run), run_token, run.pk),
-                                 (JobReportsView, reports_url(job), job_token, job.pk)):
-        request = rf.post(url, data=b"{}", content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
+    for view, url, token, pk in (
+        (AgentEventView, events_url(run), run_token, run.pk),
+        (JobReportsView, reports_url(job), job_token, job.pk),
+    ):
+        request = rf.post(
+            url, data=b"{}", content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}"
+        )
         request.META["CONTENT_LENGTH"] = length
         resp = view.as_view()(request, pk=pk)
         assert resp.status_code in (400, 411, 413), (view.__name__, length, resp.status_code)
@@ -340,7 +431,9 @@ def test_a_bogus_content_length_is_refused_not_a_500(agent_run, make_job, length
 def test_a_replayed_seq_changes_nothing_even_with_other_content(agent_run):
     run, token = agent_run
     c = bearer(token)
-    assert c.post(events_url(run), progress(1, phase="compute", fraction=0.2), format="json").status_code == 201
+    assert (
+        c.post(events_url(run), progress(1, phase="compute", fraction=0.2), format="json").status_code == 201
+    )
     again = c.post(events_url(run), progress(1, phase="evil", fraction=0.9), format="json")
     assert again.status_code == 200 and again.json()["duplicate"] is True
     run.refresh_from_db()
@@ -352,7 +445,9 @@ def test_a_late_seq_is_stored_but_moves_neither_phase_nor_progress_back(agent_ru
     run, token = agent_run
     c = bearer(token)
     c.post(events_url(run), progress(5, phase="comm", fraction=0.5), format="json")
-    assert c.post(events_url(run), progress(3, phase="warmup", fraction=0.1), format="json").status_code == 201
+    assert (
+        c.post(events_url(run), progress(3, phase="warmup", fraction=0.1), format="json").status_code == 201
+    )
     run.refresh_from_db()
     assert (run.phase, run.progress, run.last_seq) == ("comm", 0.5, 5)
 
@@ -396,7 +491,9 @@ def test_a_multi_gpu_jobs_ranks_span_every_gpu(make_job):
 
     job, token = make_job(rank=2)  # 1 node x 4 GPUs
     c = bearer(token)
-    assert c.post(reports_url(job), report_batch(rank=4 * RANKS_PER_GPU - 1), format="json").status_code == 201
+    assert (
+        c.post(reports_url(job), report_batch(rank=4 * RANKS_PER_GPU - 1), format="json").status_code == 201
+    )
     assert c.post(reports_url(job), report_batch(rank=4 * RANKS_PER_GPU), format="json").status_code == 400
 
 
@@ -406,22 +503,35 @@ def test_a_multi_gpu_jobs_ranks_span_every_gpu(make_job):
 def test_a_progress_event_cannot_carry_megabytes_of_extra_fields(agent_run):
     """Progress payloads are stored, replayed to every viewer (500 a snapshot) and broadcast."""
     run, token = agent_run
-    resp = bearer(token).post(events_url(run), progress(1, message="x" * 9_000, phase="compute"), format="json")
+    resp = bearer(token).post(
+        events_url(run), progress(1, message="x" * 9_000, phase="compute"), format="json"
+    )
     assert resp.status_code == 413
     resp = bearer(token).post(events_url(run), progress(2, pad="x" * 200_000), format="json")
     assert resp.status_code in (201, 413)
     assert all(len(json.dumps(e.payload)) < 8_192 for e in RunEvent.objects.filter(run=run))
 
 
-def test_unknown_event_fields_are_kept_only_as_a_few_short_scalars_and_never_spoof_the_run(agent_run, make_run,
-                                                                                          monkeypatch):
+def test_unknown_event_fields_are_kept_only_as_a_few_short_scalars_and_never_spoof_the_run(
+    agent_run, make_run, monkeypatch
+):
     run, token = agent_run
     other = make_run()
     sent = []
     monkeypatch.setattr(actions, "broadcast", lambda r, message: sent.append(message))
-    body = progress(1, phase="compute", batch_size=8, run=other.pk, status="succeeded", junk=[1] * 1000,
-                    nested={"a": 1}, long="x" * 500, median_ms=2.0, **{"Bad-Key": 1, "<script>": 2},
-                    **{f"k{i}": i for i in range(40)})  # fmt: skip
+    body = progress(
+        1,
+        phase="compute",
+        batch_size=8,
+        run=other.pk,
+        status="succeeded",
+        junk=[1] * 1000,
+        nested={"a": 1},
+        long="x" * 500,
+        median_ms=2.0,
+        **{"Bad-Key": 1, "<script>": 2},
+        **{f"k{i}": i for i in range(40)},
+    )
     resp = bearer(token).post(events_url(run), body, format="json")
     assert resp.status_code == 201
     payload = RunEvent.objects.get(run=run, seq=1).payload
@@ -442,10 +552,23 @@ def test_the_fields_the_agent_sends_are_kept(agent_run):
     body = progress(3, phase="comm", size_bytes=1024, iteration=0, time_ms=0.5, fraction=0.5)
     assert c.post(events_url(run), body, format="json").status_code == 201
     sample = {"batch_size": 8, "phases": {"forward": {"times_ms": [1.0] * 1000}}}
-    body = {"seq": 4, "type": "sample", "phase": "compute", "batch_size": 8, "sample": sample, "fraction": 0.6}
+    body = {
+        "seq": 4,
+        "type": "sample",
+        "phase": "compute",
+        "batch_size": 8,
+        "sample": sample,
+        "fraction": 0.6,
+    }
     assert c.post(events_url(run), body, format="json").status_code == 201
     stored = {e.seq: e.payload for e in RunEvent.objects.filter(run=run)}
-    assert stored[1] == {"phase": "compute", "batch_size": 8, "iteration": 2, "time_ms": 12.5, "fraction": 0.25}
+    assert stored[1] == {
+        "phase": "compute",
+        "batch_size": 8,
+        "iteration": 2,
+        "time_ms": 12.5,
+        "fraction": 0.25,
+    }
     assert stored[2]["fits"] is False and stored[3]["size_bytes"] == 1024
     assert stored[4]["sample"] == sample
 
@@ -459,12 +582,18 @@ def test_sample_events_are_bounded_in_size_and_number(agent_run, monkeypatch):
     assert c.post(events_url(run), huge, format="json").status_code == 413
     monkeypatch.setattr(api, "MAX_SAMPLE_EVENTS", 3)
     for seq in range(2, 5):
-        assert c.post(events_url(run), {"seq": seq, "type": "sample", "sample": {"x": 1}},
-                      format="json").status_code == 201
+        assert (
+            c.post(
+                events_url(run), {"seq": seq, "type": "sample", "sample": {"x": 1}}, format="json"
+            ).status_code
+            == 201
+        )
     resp = c.post(events_url(run), {"seq": 9, "type": "sample", "sample": {"x": 1}}, format="json")
     assert resp.status_code == 409
-    assert c.post(events_url(run), {"seq": 4, "type": "sample", "sample": {"x": 1}},
-                  format="json").status_code == 200  # a retried post is still a duplicate
+    assert (
+        c.post(events_url(run), {"seq": 4, "type": "sample", "sample": {"x": 1}}, format="json").status_code
+        == 200
+    )  # a retried post is still a duplicate
     assert RunEvent.objects.filter(run=run, type="sample").count() == 3
 
 
@@ -477,20 +606,32 @@ def test_a_result_over_the_event_cap_is_a_413_and_nothing_is_stored(agent_run):
     assert run.profile is None and not run.finished
 
 
-@pytest.mark.parametrize("profile", [
-    {}, {"kind": "compute"}, {"schema_version": 1, "kind": "comm"}, [1, 2], "profile", None,
-    {"schema_version": 1, "kind": "compute", "samples": [{"batch_size": -1}]},
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "profile",
+    [
+        {},
+        {"kind": "compute"},
+        {"schema_version": 1, "kind": "comm"},
+        [1, 2],
+        "profile",
+        None,
+        {"schema_version": 1, "kind": "compute", "samples": [{"batch_size": -1}]},
+    ],
+)
 def test_a_malformed_result_is_a_400_and_the_run_goes_on(agent_run, profile):
     run, token = agent_run
-    resp = bearer(token).post(events_url(run), {"seq": 1, "type": "result", "profile": profile}, format="json")
+    resp = bearer(token).post(
+        events_url(run), {"seq": 1, "type": "result", "profile": profile}, format="json"
+    )
     assert resp.status_code == 400
     run.refresh_from_db()
     assert run.profile is None and not run.finished
     assert bearer(token).post(events_url(run), progress(2), format="json").status_code == 201
 
 
-def test_a_result_that_claims_another_run_lands_on_the_tokens_own_run_only(agent_run, make_run, compute_profile):
+def test_a_result_that_claims_another_run_lands_on_the_tokens_own_run_only(
+    agent_run, make_run, compute_profile
+):
     run, token = agent_run
     other = make_run(status=RunStatus.RUNNING)
     doc = {**compute_profile, "run": other.pk, "run_id": other.pk}
@@ -514,8 +655,9 @@ def _every_stored_text() -> str:
     return "\n".join(out)
 
 
-def test_tokens_are_stored_shown_and_logged_nowhere_in_plain_text(agent_run, make_job, user, caplog,
-                                                                  compute_profile):
+def test_tokens_are_stored_shown_and_logged_nowhere_in_plain_text(
+    agent_run, make_job, user, caplog, compute_profile
+):
     caplog.set_level(logging.DEBUG)
     run, run_token = agent_run
     job, job_token = make_job()
@@ -524,10 +666,18 @@ def test_tokens_are_stored_shown_and_logged_nowhere_in_plain_text(agent_run, mak
     bearer(job_token).get(f"/api/v1/jobs/{job.pk}/rendezvous/", {"instance_id": job.instance_ids[0]})
     owner = APIClient()
     owner.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
-    shown = [owner.get(u).content.decode() for u in (
-        "/api/v1/profiling-runs/", f"/api/v1/profiling-runs/{run.pk}/", "/api/v1/jobs/", f"/api/v1/jobs/{job.pk}/",
-    )]  # fmt: skip
-    bearer(run_token).post(events_url(run), {"seq": 2, "type": "result", "profile": compute_profile}, format="json")
+    shown = [
+        owner.get(u).content.decode()
+        for u in (
+            "/api/v1/profiling-runs/",
+            f"/api/v1/profiling-runs/{run.pk}/",
+            "/api/v1/jobs/",
+            f"/api/v1/jobs/{job.pk}/",
+        )
+    ]
+    bearer(run_token).post(
+        events_url(run), {"seq": 2, "type": "result", "profile": compute_profile}, format="json"
+    )
     shown.append(owner.get(f"/api/v1/profiling-runs/{run.pk}/profile/").content.decode())
     stored = _every_stored_text()
     logged = caplog.text

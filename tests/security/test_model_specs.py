@@ -15,8 +15,18 @@ from profiler.agent import specs
 
 pytestmark = pytest.mark.django_db
 
-HOSTILE = ["os:getpid", "os:abort", "signal:pause", "planner.app.reconcile:reconcile", "builtins:exec",
-           "os:system", "subprocess:Popen", "srifty_probe_target:boom", "/etc/passwd.py:x", "examples/tiny_model.py:build"]
+HOSTILE = [
+    "os:getpid",
+    "os:abort",
+    "signal:pause",
+    "planner.app.reconcile:reconcile",
+    "builtins:exec",
+    "os:system",
+    "subprocess:Popen",
+    "srifty_probe_target:boom",
+    "/etc/passwd.py:x",
+    "examples/tiny_model.py:build",
+]
 
 
 @pytest.fixture
@@ -38,13 +48,25 @@ def no_code_runs(monkeypatch):
 
 
 def plan_body(model: dict) -> dict:
-    return {"model": model, "samples_per_epoch": 100_000, "epochs": 1, "objective": "cost", "deadline_hours": 24,
-            "spot": True, "max_nodes": 2, "max_types": 1, "regions": ["us-east-1"],
-            "global_batch_min": 64, "global_batch_max": 128}
+    return {
+        "model": model,
+        "samples_per_epoch": 100_000,
+        "epochs": 1,
+        "objective": "cost",
+        "deadline_hours": 24,
+        "spot": True,
+        "max_nodes": 2,
+        "max_types": 1,
+        "regions": ["us-east-1"],
+        "global_batch_min": 64,
+        "global_batch_max": 128,
+    }
 
 
 @pytest.mark.parametrize("spec", HOSTILE)
-def test_a_plan_request_naming_code_is_a_400_on_spec_and_nothing_is_imported(user_api, catalog, no_code_runs, spec):
+def test_a_plan_request_naming_code_is_a_400_on_spec_and_nothing_is_imported(
+    user_api, catalog, no_code_runs, spec
+):
     resp = user_api.post("/api/v1/plans/", plan_body({"spec": spec, "input_shape": "3,32,32"}), format="json")
     assert resp.status_code == 400, resp.json()
     assert "spec" in resp.json()["model"]
@@ -54,11 +76,25 @@ def test_a_plan_request_naming_code_is_a_400_on_spec_and_nothing_is_imported(use
 @pytest.mark.parametrize("spec", ["os:getpid", "planner.app.reconcile:reconcile", "builtins:exec"])
 def test_the_plan_form_refuses_code_inline(client, user, catalog, no_code_runs, spec):
     client.force_login(user)
-    form = {"model_source": "spec", "spec": spec, "input_shape": "3,32,32", "precision": "amp",
-            "samples_per_epoch": "100000", "epochs": "1", "objective": "cost", "deadline_hours": "12",
-            "regions": ["us-east-1"], "spot": "on", "on_demand": "on", "max_nodes": "2", "max_types": "1",
-            "global_batch_min": "64", "global_batch_max": "128", "checkpoint_interval_h": "0.5",
-            "restart_overhead_h": "0.1"}  # fmt: skip
+    form = {
+        "model_source": "spec",
+        "spec": spec,
+        "input_shape": "3,32,32",
+        "precision": "amp",
+        "samples_per_epoch": "100000",
+        "epochs": "1",
+        "objective": "cost",
+        "deadline_hours": "12",
+        "regions": ["us-east-1"],
+        "spot": "on",
+        "on_demand": "on",
+        "max_nodes": "2",
+        "max_types": "1",
+        "global_batch_min": "64",
+        "global_batch_max": "128",
+        "checkpoint_interval_h": "0.5",
+        "restart_overhead_h": "0.1",
+    }
     resp = client.post("/plans/", form)
     assert resp.status_code == 400 and "library model" in resp.content.decode()
     assert no_code_runs == [] and not PlanRecord.objects.exists()
@@ -69,29 +105,41 @@ def test_the_reconciler_named_as_a_spec_is_never_run(user_api, catalog, monkeypa
 
     ran = []
     monkeypatch.setattr(reconcile, "reconcile", lambda *a, **k: ran.append(a))
-    resp = user_api.post("/api/v1/plans/", plan_body({"spec": "planner.app.reconcile:reconcile",
-                                                      "input_shape": "3,32,32"}), format="json")
+    resp = user_api.post(
+        "/api/v1/plans/",
+        plan_body({"spec": "planner.app.reconcile:reconcile", "input_shape": "3,32,32"}),
+        format="json",
+    )
     assert resp.status_code == 400 and ran == []
 
 
-@pytest.mark.parametrize(("spec", "shape"), [
-    ("torchvision:resnet50", "3,224,224"),
-    ("timm:resnet18", "3,64,64"),
-    ("transformers:bert(num_hidden_layers=2,hidden_size=128,num_attention_heads=2,intermediate_size=512)", "64"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("spec", "shape"),
+    [
+        ("torchvision:resnet50", "3,224,224"),
+        ("timm:resnet18", "3,64,64"),
+        (
+            "transformers:bert(num_hidden_layers=2,hidden_size=128,num_attention_heads=2,intermediate_size=512)",
+            "64",
+        ),
+    ],
+)
 def test_library_models_still_plan(user_api, catalog, no_code_runs, spec, shape):
     resp = user_api.post("/api/v1/plans/", plan_body({"spec": spec, "input_shape": shape}), format="json")
     assert resp.status_code == 201, resp.json()
     assert resp.json()["result"]["model"]["spec"] == spec and resp.json()["result"]["plans"]
 
 
-@pytest.mark.parametrize(("spec", "message"), [
-    ("timm:not_a_model_xyz", "unknown timm model"),
-    ("transformers:bertt", "did you mean bert"),
-    ("transformers:bert(name_or_path=1)", "not a numeric or boolean field"),
-    ("transformers:bert(__class__=1)", "bad config override"),
-    ("torchvision:resnet19", "did you mean"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("timm:not_a_model_xyz", "unknown timm model"),
+        ("transformers:bertt", "did you mean bert"),
+        ("transformers:bert(name_or_path=1)", "not a numeric or boolean field"),
+        ("transformers:bert(__class__=1)", "bad config override"),
+        ("torchvision:resnet19", "did you mean"),
+    ],
+)
 def test_unknown_library_names_are_a_clear_400(user_api, catalog, spec, message):
     resp = user_api.post("/api/v1/plans/", plan_body({"spec": spec, "input_shape": "3,32,32"}), format="json")
     assert resp.status_code == 400 and message in resp.json()["model"]["spec"][0]
@@ -118,16 +166,26 @@ def test_a_stored_local_code_run_is_refused_at_start_once_the_setting_is_off(mak
     assert run.status == RunStatus.FAILED and "SRIFTY_LOCAL_CODE" in run.error
 
 
-def test_library_runs_and_ec2_runs_of_code_are_accepted_while_local_code_is_off(user, user_api, settings, catalog):
+def test_library_runs_and_ec2_runs_of_code_are_accepted_while_local_code_is_off(
+    user, user_api, settings, catalog
+):
     from django.contrib.auth.models import Permission
 
     user.user_permissions.add(Permission.objects.get(codename="add_profilingrun"))  # EC2 costs money
     settings.LOCAL_CODE_EXECUTION = False
     lib = {"kind": "compute", "model_spec": "timm:resnet18", "input_shape": "3,32,32"}
     assert user_api.post("/api/v1/profiling-runs/", lib, format="json").status_code == 201
-    ec2 = {"kind": "compute", "model_spec": "mypkg.models:build", "input_shape": "3,32,32", "provider": "ec2",
-           "instance_type": "g5.xlarge", "region": "us-east-1"}
-    assert user_api.post("/api/v1/profiling-runs/", ec2, format="json").status_code == 201  # runs on its own VM
+    ec2 = {
+        "kind": "compute",
+        "model_spec": "mypkg.models:build",
+        "input_shape": "3,32,32",
+        "provider": "ec2",
+        "instance_type": "g5.xlarge",
+        "region": "us-east-1",
+    }
+    assert (
+        user_api.post("/api/v1/profiling-runs/", ec2, format="json").status_code == 201
+    )  # runs on its own VM
 
 
 def test_an_agent_profile_naming_another_model_is_refused(agent_run, compute_profile):
@@ -135,21 +193,48 @@ def test_an_agent_profile_naming_another_model_is_refused(agent_run, compute_pro
 
     run, _ = agent_run
     with pytest.raises(actions.BadProfile, match="model.spec"):
-        actions.check_profile(run, {**compute_profile, "model": {**compute_profile["model"], "spec": "os:abort"}})
+        actions.check_profile(
+            run, {**compute_profile, "model": {**compute_profile["model"], "spec": "os:abort"}}
+        )
 
 
-@pytest.mark.parametrize("trace", [
-    {"version": 1},
-    {"version": 1, "model_spec": "m", "input_shape": [3], "precision": "fp32", "bucket_sizes": [1],
-     "static_bytes": 1, "activation_bytes_per_sample": 1.0,
-     "cost": {"version": 1, "model_spec": "m", "precision": "fp32", "ops": {"forward": [["conv", "NaN", 0, 0, 0]],
-                                                                             "backward": [], "optimizer": []}}},
-    {"version": 1, "model_spec": "m", "input_shape": [3], "precision": "fp32", "bucket_sizes": [-5],
-     "static_bytes": 1, "activation_bytes_per_sample": 1.0,
-     "cost": {"version": 1, "model_spec": "m", "precision": "fp32", "ops": {"forward": [], "backward": [],
-                                                                             "optimizer": []}}},
-    "not a dict",
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "trace",
+    [
+        {"version": 1},
+        {
+            "version": 1,
+            "model_spec": "m",
+            "input_shape": [3],
+            "precision": "fp32",
+            "bucket_sizes": [1],
+            "static_bytes": 1,
+            "activation_bytes_per_sample": 1.0,
+            "cost": {
+                "version": 1,
+                "model_spec": "m",
+                "precision": "fp32",
+                "ops": {"forward": [["conv", "NaN", 0, 0, 0]], "backward": [], "optimizer": []},
+            },
+        },
+        {
+            "version": 1,
+            "model_spec": "m",
+            "input_shape": [3],
+            "precision": "fp32",
+            "bucket_sizes": [-5],
+            "static_bytes": 1,
+            "activation_bytes_per_sample": 1.0,
+            "cost": {
+                "version": 1,
+                "model_spec": "m",
+                "precision": "fp32",
+                "ops": {"forward": [], "backward": [], "optimizer": []},
+            },
+        },
+        "not a dict",
+    ],
+)
 def test_a_malformed_workload_trace_is_refused_when_posted(agent_run, compute_profile, trace):
     from profiler import actions
 
@@ -158,14 +243,18 @@ def test_a_malformed_workload_trace_is_refused_when_posted(agent_run, compute_pr
         actions.check_profile(run, {**compute_profile, "workload": trace})
 
 
-def test_a_plan_uses_the_agents_trace_and_imports_nothing(user_api, catalog, make_run, compute_profile, no_code_runs):
+def test_a_plan_uses_the_agents_trace_and_imports_nothing(
+    user_api, catalog, make_run, compute_profile, no_code_runs
+):
     from profiler import actions
     from profiler.agent.workload import trace_workload
 
     def build():
         import torch.nn as nn
 
-        return nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10))
+        return nn.Sequential(
+            nn.Conv2d(3, 8, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 10)
+        )
 
     run = make_run()
     trace = trace_workload(build, (3, 32, 32), model_spec=run.model_spec, num_classes=10)

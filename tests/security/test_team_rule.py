@@ -23,11 +23,32 @@ from profiler.models import ProfilingRun, RunStatus
 
 pytestmark = pytest.mark.django_db
 MISSING = 987654
-OPTION = {"rank": 1, "region": "us-east-1", "global_batch": 64, "hourly_usd": 1.0, "iter_time_s": 0.5,
-          "iter_time_p90_s": 0.6, "time_h": 1.0, "time_p90_h": 1.2, "throughput_sps": 10.0, "label": "2x g5.xlarge",
-          "total_usd": 1.0, "groups": [{"instance_type": "g5.xlarge", "market": "spot", "zone": None, "count": 2,
-                                        "gpus_per_node": 1, "gpu_model": "A10G", "price_per_hour": 0.5,
-                                        "batch_per_node": [32, 32], "interruption_bucket": 1}]}  # fmt: skip
+OPTION = {
+    "rank": 1,
+    "region": "us-east-1",
+    "global_batch": 64,
+    "hourly_usd": 1.0,
+    "iter_time_s": 0.5,
+    "iter_time_p90_s": 0.6,
+    "time_h": 1.0,
+    "time_p90_h": 1.2,
+    "throughput_sps": 10.0,
+    "label": "2x g5.xlarge",
+    "total_usd": 1.0,
+    "groups": [
+        {
+            "instance_type": "g5.xlarge",
+            "market": "spot",
+            "zone": None,
+            "count": 2,
+            "gpus_per_node": 1,
+            "gpu_model": "A10G",
+            "price_per_hour": 0.5,
+            "batch_per_node": [32, 32],
+            "interruption_bucket": 1,
+        }
+    ],
+}
 REQUEST = {"total_samples": 6400, "objective": "cost", "deadline_hours": 24}
 
 
@@ -51,12 +72,21 @@ def team(django_user_model, settings, compute_profile):
     grant(bob, "plans.add_job", "plans.change_job", "profiler.change_profilingrun")
 
     def run(owner, status=RunStatus.SUCCEEDED):
-        return ProfilingRun.objects.create(owner=owner, kind="compute", model_spec="examples.tiny_model:build",
-                                           input_shape="3,32,32", batch_sizes="4,8", status=status,
-                                           profile=compute_profile, deadline_at=timezone.now() + timedelta(hours=1))
+        return ProfilingRun.objects.create(
+            owner=owner,
+            kind="compute",
+            model_spec="examples.tiny_model:build",
+            input_shape="3,32,32",
+            batch_sizes="4,8",
+            status=status,
+            profile=compute_profile,
+            deadline_at=timezone.now() + timedelta(hours=1),
+        )
 
     def plan(owner, request=REQUEST):
-        return PlanRecord.objects.create(owner=owner, request=request, status="solved", result={"plans": [OPTION]})
+        return PlanRecord.objects.create(
+            owner=owner, request=request, status="solved", result={"plans": [OPTION]}
+        )
 
     def job(owner, of_plan):
         owner = type(owner).objects.get(pk=owner.pk)  # fresh permission cache
@@ -87,8 +117,13 @@ def same_as_missing(resp, ident, missing) -> bool:
 
 
 def plan_body(run_id):
-    return {"model": {"profile_run": run_id}, "samples_per_epoch": 1000, "epochs": 1, "objective": "cost",
-            "deadline_hours": 24}
+    return {
+        "model": {"profile_run": run_id},
+        "samples_per_epoch": 1000,
+        "epochs": 1,
+        "objective": "cost",
+        "deadline_hours": 24,
+    }
 
 
 def test_a_plan_from_another_teams_profiling_run_is_refused_as_missing(team):
@@ -103,8 +138,15 @@ def test_a_plan_from_another_teams_profiling_run_is_refused_as_missing(team):
 
 def test_the_plan_form_refuses_another_teams_profiling_run_as_missing(team):
     theirs = team.run(team.alice)
-    form = {"model_source": "profile", "samples_per_epoch": "1000", "epochs": "1", "objective": "cost",
-            "deadline_hours": "24", "spot": "on", "on_demand": "on"}
+    form = {
+        "model_source": "profile",
+        "samples_per_epoch": "1000",
+        "epochs": "1",
+        "objective": "cost",
+        "deadline_hours": "24",
+        "spot": "on",
+        "on_demand": "on",
+    }
     bob = logged_in(team.bob)
     resp = bob.post("/plans/", {**form, "profile_run": str(theirs.pk)})
     missing = bob.post("/plans/", {**form, "profile_run": str(MISSING)})
@@ -116,7 +158,18 @@ def test_the_plan_form_refuses_another_teams_profiling_run_as_missing(team):
 
 def test_the_plan_command_for_a_named_user_refuses_another_teams_run_as_missing(team):
     theirs = team.run(team.alice)
-    args = ["--samples", "1000", "--epochs", "1", "--objective", "cost", "--deadline-hours", "24", "--user", "bob"]
+    args = [
+        "--samples",
+        "1000",
+        "--epochs",
+        "1",
+        "--objective",
+        "cost",
+        "--deadline-hours",
+        "24",
+        "--user",
+        "bob",
+    ]
     with pytest.raises(CommandError) as refused:
         call_command("plan", "--profile-run", str(theirs.pk), *args)
     with pytest.raises(CommandError) as missing:
@@ -139,7 +192,14 @@ def test_a_replan_does_not_plan_from_a_profiling_run_the_owner_cannot_see(team):
 
 
 def launch_body(plan_id, **kw):
-    return {"plan": plan_id, "rank": 1, "train_command": "train.py", "max_spend_usd": "10", "max_hours": 5, **kw}
+    return {
+        "plan": plan_id,
+        "rank": 1,
+        "train_command": "train.py",
+        "max_spend_usd": "10",
+        "max_hours": 5,
+        **kw,
+    }
 
 
 @pytest.mark.parametrize("path", ["/api/v1/jobs/preview/", "/api/v1/jobs/"])
@@ -157,7 +217,13 @@ def test_the_launch_page_of_another_teams_plan_is_missing(team):
     theirs = team.plan(team.alice)
     bob = logged_in(team.bob)
     assert bob.get(f"/jobs/new/?plan={theirs.pk}&rank=1").status_code == 404
-    form = {"plan": str(theirs.pk), "rank": "1", "train_command": "train.py", "max_spend_usd": "10", "max_hours": "5"}
+    form = {
+        "plan": str(theirs.pk),
+        "rank": "1",
+        "train_command": "train.py",
+        "max_spend_usd": "10",
+        "max_hours": "5",
+    }
     assert bob.post("/jobs/new/", form).status_code == 404 and not Job.objects.exists()
 
 
@@ -192,8 +258,12 @@ def test_a_teammate_without_the_change_permission_cannot_cancel_a_run_over_the_a
     resp = logged_in(team.carol).post(f"/api/v1/profiling-runs/{run.pk}/cancel/")
     assert resp.status_code == 403
     assert ProfilingRun.objects.get(pk=run.pk).status == RunStatus.RUNNING
-    assert logged_in(team.carol).get(f"/api/v1/profiling-runs/{run.pk}/").status_code == 200  # reading is fine
-    assert logged_in(team.alice).post(f"/api/v1/profiling-runs/{run.pk}/cancel/").status_code == 200  # the owner may
+    assert (
+        logged_in(team.carol).get(f"/api/v1/profiling-runs/{run.pk}/").status_code == 200
+    )  # reading is fine
+    assert (
+        logged_in(team.alice).post(f"/api/v1/profiling-runs/{run.pk}/cancel/").status_code == 200
+    )  # the owner may
 
 
 def test_a_teammate_without_the_change_permission_cannot_cancel_a_run_on_its_page(team):
@@ -207,7 +277,13 @@ def test_a_teammate_without_the_change_permission_cannot_cancel_a_run_on_its_pag
 @pytest.mark.parametrize("action", ["stop", "replan", "replan/apply"])
 def test_a_read_only_teammate_is_refused_a_job_change_on_its_page_with_403(team, action):
     job = team.job(team.alice, team.plan(team.alice))
-    form = {"plan": str(job.plan_id), "rank": "1", "max_spend_usd": "5", "max_hours": "2", "confirmation": "x"}
+    form = {
+        "plan": str(job.plan_id),
+        "rank": "1",
+        "max_spend_usd": "5",
+        "max_hours": "2",
+        "confirmation": "x",
+    }
     resp = logged_in(team.carol).post(f"/jobs/{job.pk}/{action}/", form)
     assert resp.status_code == 403
     assert Job.objects.get(pk=job.pk).status == JobStatus.RUNNING and Job.objects.count() == 1
@@ -228,8 +304,10 @@ def test_the_plan_form_is_not_prefilled_from_another_teams_plan(team):
     assert page.status_code == 200 and page.context["values"]["samples_per_epoch"] != "4242"
 
 
-@pytest.mark.parametrize("path", ["/api/v1/jobs/{job}/stop.json", "/api/v1/jobs/preview.json",
-                                  "/api/v1/profiling-runs/{run}/cancel.json"])
+@pytest.mark.parametrize(
+    "path",
+    ["/api/v1/jobs/{job}/stop.json", "/api/v1/jobs/preview.json", "/api/v1/profiling-runs/{run}/cancel.json"],
+)
 def test_a_format_suffix_on_an_action_is_answered_not_a_server_error(team, path):
     job = team.job(team.alice, team.plan(team.alice))
     run = team.run(team.alice, status=RunStatus.RUNNING)

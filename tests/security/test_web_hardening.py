@@ -44,24 +44,68 @@ def _json_scripts(page: str) -> list[str]:
 
 
 def _option(label: str) -> dict:
-    return {"rank": 1, "region": "us-east-1", "global_batch": 128, "hourly_usd": 2.2, "iter_time_s": 0.5,
-            "iter_time_p90_s": 0.6, "time_h": 2.0, "time_p90_h": 2.5, "throughput_sps": 100.0, "total_usd": 4.4,
-            "label": label, "why": XSS, "bottleneck": XSS,
-            "groups": [{"instance_type": XSS, "market": "spot", "zone": XSS_SHORT, "count": 2, "gpus_per_node": 1,
-                        "gpu_model": XSS, "price_per_hour": 0.5, "batch_per_node": [32, 32],
-                        "interruption_bucket": 1}]}  # fmt: skip
+    return {
+        "rank": 1,
+        "region": "us-east-1",
+        "global_batch": 128,
+        "hourly_usd": 2.2,
+        "iter_time_s": 0.5,
+        "iter_time_p90_s": 0.6,
+        "time_h": 2.0,
+        "time_p90_h": 2.5,
+        "throughput_sps": 100.0,
+        "total_usd": 4.4,
+        "label": label,
+        "why": XSS,
+        "bottleneck": XSS,
+        "groups": [
+            {
+                "instance_type": XSS,
+                "market": "spot",
+                "zone": XSS_SHORT,
+                "count": 2,
+                "gpus_per_node": 1,
+                "gpu_model": XSS,
+                "price_per_hour": 0.5,
+                "batch_per_node": [32, 32],
+                "interruption_bucket": 1,
+            }
+        ],
+    }
 
 
 def _hostile_plan(owner, label: str = XSS) -> PlanRecord:
-    point = {"label": label, "total_usd": 4.4, "time_h": 2.0, "hourly_usd": 2.2, "throughput_sps": 100.0,
-             "feasible": True}
-    result = {"plans": [_option(label)], "points": [point], "pareto": [point],
-              "baselines": [{"name": label, "description": XSS, "cost_gain_pct": 10, "throughput_gain_pct": 5,
-                             "plan": {"label": label, "total_usd": 5.0, "time_h": 3.0}}],
-              "model": {"spec": XSS, "precision": XSS, "source": XSS}, "stats": {"milp_status": XSS}}
-    return PlanRecord.objects.create(owner=owner, name=XSS, status="solved", result=result,
-                                     request={"total_samples": 128_000, "objective": XSS,
-                                              "model": {"spec": XSS}, "budget_usd": XSS})
+    point = {
+        "label": label,
+        "total_usd": 4.4,
+        "time_h": 2.0,
+        "hourly_usd": 2.2,
+        "throughput_sps": 100.0,
+        "feasible": True,
+    }
+    result = {
+        "plans": [_option(label)],
+        "points": [point],
+        "pareto": [point],
+        "baselines": [
+            {
+                "name": label,
+                "description": XSS,
+                "cost_gain_pct": 10,
+                "throughput_gain_pct": 5,
+                "plan": {"label": label, "total_usd": 5.0, "time_h": 3.0},
+            }
+        ],
+        "model": {"spec": XSS, "precision": XSS, "source": XSS},
+        "stats": {"milp_status": XSS},
+    }
+    return PlanRecord.objects.create(
+        owner=owner,
+        name=XSS,
+        status="solved",
+        result=result,
+        request={"total_samples": 128_000, "objective": XSS, "model": {"spec": XSS}, "budget_usd": XSS},
+    )
 
 
 @pytest.fixture
@@ -77,14 +121,26 @@ def _hostile_job(owner, plan) -> Job:
     job = jobs.mark_running(job, "launched")
     Job.objects.filter(pk=job.pk).update(train_command=XSS, status_reason=XSS, placement_group=XSS)
     JobEvent.objects.create(job=job, kind="note", message=XSS)
-    JobReport.objects.bulk_create([JobReport(job=job, rank=0, seq=i, iteration=i, iter_time_s=0.5) for i in (1, 2)])
+    JobReport.objects.bulk_create(
+        [JobReport(job=job, rank=0, seq=i, iteration=i, iter_time_s=0.5) for i in (1, 2)]
+    )
     return Job.objects.get(pk=job.pk)
 
 
 def _hostile_run(make_run, **fields) -> ProfilingRun:
     run = make_run(model_spec=XSS, input_shape=XSS, error=XSS, phase=XSS_SHORT, status="running", **fields)
-    ComputeSample.objects.create(run=run, batch_size=4, phase="forward", median_ms=1.0, p10_ms=0.9, p90_ms=1.1,
-                                 mean_ms=1.0, std_ms=0.1, cv=0.1, times_ms=[1.0, 1.1, 0.9])
+    ComputeSample.objects.create(
+        run=run,
+        batch_size=4,
+        phase="forward",
+        median_ms=1.0,
+        p10_ms=0.9,
+        p90_ms=1.1,
+        mean_ms=1.0,
+        std_ms=0.1,
+        cv=0.1,
+        times_ms=[1.0, 1.1, 0.9],
+    )
     return run
 
 
@@ -142,10 +198,18 @@ def test_profiling_run_fields_are_escaped_on_the_profiling_pages(client, user, m
 def test_catalog_csv_names_are_escaped_on_the_catalog_page_and_in_the_admin(client, staff, catalog):
     _hostile_catalog()
     client.force_login(staff)
-    pages = [f"/catalog/?region={XSS_SHORT}&all=1", f"/catalog/?region={XSS_SHORT}&type={XSS[:64]}",
-             "/admin/catalog/instancetype/", "/admin/catalog/accelerator/", "/admin/catalog/region/",
-             "/admin/catalog/availabilityzone/", "/admin/catalog/spotprice/", "/admin/catalog/ondemandprice/",
-             "/profiling/", "/plans/"]  # fmt: skip
+    pages = [
+        f"/catalog/?region={XSS_SHORT}&all=1",
+        f"/catalog/?region={XSS_SHORT}&type={XSS[:64]}",
+        "/admin/catalog/instancetype/",
+        "/admin/catalog/accelerator/",
+        "/admin/catalog/region/",
+        "/admin/catalog/availabilityzone/",
+        "/admin/catalog/spotprice/",
+        "/admin/catalog/ondemandprice/",
+        "/profiling/",
+        "/plans/",
+    ]
     for url in pages:
         resp = client.get(url)
         assert resp.status_code == 200, url
@@ -183,11 +247,17 @@ def test_templates_and_scripts_have_no_unescaped_output_or_html_sinks():
     for path in templates:
         text = path.read_text()
         assert not re.search(r"\|\s*safe\b|autoescape\s+off|safeseq", text), path
-    for path in [*ROOT.glob("frontend/**/*.py"), *ROOT.glob("catalog/**/*.py"), *ROOT.glob("srifty_web/**/*.py")]:
+    for path in [
+        *ROOT.glob("frontend/**/*.py"),
+        *ROOT.glob("catalog/**/*.py"),
+        *ROOT.glob("srifty_web/**/*.py"),
+    ]:
         assert not re.search(r"\bmark_safe\(|SafeString\(|format_html\(", path.read_text()), path
     for path in ROOT.glob("frontend/static/frontend/*.js"):
         text = path.read_text()
-        assert not re.search(r"innerHTML|outerHTML|insertAdjacentHTML|document\.write|\beval\(|new Function", text), path
+        assert not re.search(
+            r"innerHTML|outerHTML|insertAdjacentHTML|document\.write|\beval\(|new Function", text
+        ), path
 
 
 def test_plotly_gets_stored_strings_escaped_in_names_and_hover_text():
@@ -209,12 +279,25 @@ def test_plotly_gets_stored_strings_escaped_in_names_and_hover_text():
 # --- 2. CSV formula injection ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("cell, expected", [
-    ("=HYPERLINK(\"https://evil\")", "'=HYPERLINK(\"https://evil\")"), ("+1+cmd|' /C calc'!A0", "'+1+cmd|' /C calc'!A0"),
-    ("-2+3", "'-2+3"), ("@SUM(A1)", "'@SUM(A1)"), ("\tx", "'\tx"), ("\rx", "'\rx"),
-    ("p4d.24xlarge", "p4d.24xlarge"), ("", ""), ("a=b", "a=b"),
-    (-1.5, -1.5), (3, 3), (Decimal("-0.25"), Decimal("-0.25")), (None, None), (True, True),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "cell, expected",
+    [
+        ('=HYPERLINK("https://evil")', '\'=HYPERLINK("https://evil")'),
+        ("+1+cmd|' /C calc'!A0", "'+1+cmd|' /C calc'!A0"),
+        ("-2+3", "'-2+3"),
+        ("@SUM(A1)", "'@SUM(A1)"),
+        ("\tx", "'\tx"),
+        ("\rx", "'\rx"),
+        ("p4d.24xlarge", "p4d.24xlarge"),
+        ("", ""),
+        ("a=b", "a=b"),
+        (-1.5, -1.5),
+        (3, 3),
+        (Decimal("-0.25"), Decimal("-0.25")),
+        (None, None),
+        (True, True),
+    ],
+)
 def test_csv_cells_that_start_a_formula_are_quoted_and_numbers_stay_numbers(cell, expected):
     assert csv_safe_cell(cell) == expected
 
@@ -222,8 +305,12 @@ def test_csv_cells_that_start_a_formula_are_quoted_and_numbers_stay_numbers(cell
 def test_every_csv_export_writes_its_cells_through_the_formula_guard():
     """Today nothing exports CSV; one added later must use ``csv_safe_cell``."""
     exporters = []
-    sources = [p for top in ROOT.iterdir() if top.is_dir() and top.name not in {".venv", ".git", "tests", "var"}
-               for p in top.glob("**/*.py")]
+    sources = [
+        p
+        for top in ROOT.iterdir()
+        if top.is_dir() and top.name not in {".venv", ".git", "tests", "var"}
+        for p in top.glob("**/*.py")
+    ]
     for path in sources:
         rel = path.relative_to(ROOT).as_posix()
         if rel == "srifty_web/security.py":
@@ -243,12 +330,21 @@ def test_every_state_changing_page_refuses_a_post_without_the_csrf_token(launche
     plan = _hostile_plan(launcher)
     job = _hostile_job(launcher, plan)
     run = make_run()
-    posts = [("/plans/", launcher), ("/profiling/", launcher), (f"/profiling/{run.pk}/cancel/", launcher),
-             ("/jobs/new/", launcher), (f"/jobs/{job.pk}/stop/", launcher), (f"/jobs/{job.pk}/replan/", launcher),
-             (f"/jobs/{job.pk}/replan/apply/", launcher), ("/accounts/logout/", launcher),
-             ("/api/v1/plans/", launcher), (f"/api/v1/jobs/{job.pk}/stop/", launcher),
-             (f"/api/v1/profiling-runs/{run.pk}/cancel/", launcher),
-             ("/admin/catalog/instancetype/import-csv/", staff), ("/admin/logout/", staff)]  # fmt: skip
+    posts = [
+        ("/plans/", launcher),
+        ("/profiling/", launcher),
+        (f"/profiling/{run.pk}/cancel/", launcher),
+        ("/jobs/new/", launcher),
+        (f"/jobs/{job.pk}/stop/", launcher),
+        (f"/jobs/{job.pk}/replan/", launcher),
+        (f"/jobs/{job.pk}/replan/apply/", launcher),
+        ("/accounts/logout/", launcher),
+        ("/api/v1/plans/", launcher),
+        (f"/api/v1/jobs/{job.pk}/stop/", launcher),
+        (f"/api/v1/profiling-runs/{run.pk}/cancel/", launcher),
+        ("/admin/catalog/instancetype/import-csv/", staff),
+        ("/admin/logout/", staff),
+    ]
     for url, who in posts:
         client = Client(enforce_csrf_checks=True)
         client.force_login(who)
@@ -306,8 +402,14 @@ def test_only_drf_views_are_csrf_exempt_and_drf_checks_csrf_for_session_logins()
 def test_session_and_csrf_cookies_are_httponly_where_possible_and_same_site_lax(client, user):
     page = client.get("/accounts/login/")
     assert page.cookies["csrftoken"]["samesite"] == "Lax"
-    resp = client.post("/accounts/login/", {"username": "alice", "password": "alice-pass-123",
-                                            "csrfmiddlewaretoken": page.cookies["csrftoken"].value})
+    resp = client.post(
+        "/accounts/login/",
+        {
+            "username": "alice",
+            "password": "alice-pass-123",
+            "csrfmiddlewaretoken": page.cookies["csrftoken"].value,
+        },
+    )
     assert resp.status_code == 302
     session = resp.cookies["sessionid"]
     assert session["httponly"] and session["samesite"] == "Lax"
@@ -317,7 +419,9 @@ def test_session_and_csrf_cookies_are_httponly_where_possible_and_same_site_lax(
 @pytest.mark.django_db
 def test_the_login_form_never_redirects_to_another_site(client, user):
     for target in ("https://evil.example/", "//evil.example/", "/\\evil.example/", "javascript:alert(1)"):
-        resp = client.post("/accounts/login/", {"username": "alice", "password": "alice-pass-123", "next": target})
+        resp = client.post(
+            "/accounts/login/", {"username": "alice", "password": "alice-pass-123", "next": target}
+        )
         assert resp.status_code == 302 and resp["Location"] == "/", (target, resp["Location"])
         client.logout()
 
@@ -346,8 +450,10 @@ def test_debug_is_off_unless_asked_for_and_the_csp_middleware_is_installed(monke
     assert s.DEBUG is False and not s.SESSION_COOKIE_SECURE
     assert s.SESSION_COOKIE_HTTPONLY and s.SESSION_COOKIE_SAMESITE == s.CSRF_COOKIE_SAMESITE == "Lax"
     mw = s.MIDDLEWARE
-    assert mw.index("srifty_web.security.ContentSecurityPolicyMiddleware") == mw.index(
-        "django.middleware.security.SecurityMiddleware") + 1
+    assert (
+        mw.index("srifty_web.security.ContentSecurityPolicyMiddleware")
+        == mw.index("django.middleware.security.SecurityMiddleware") + 1
+    )
     assert "django.middleware.csrf.CsrfViewMiddleware" in mw
     assert "django.middleware.clickjacking.XFrameOptionsMiddleware" in mw
 
@@ -362,12 +468,29 @@ def test_every_response_carries_the_security_headers_and_a_strict_script_policy(
     job = _hostile_job(launcher, plan)
     run = make_run()
     anonymous = Client()
-    urls = ["/", "/catalog/", "/profiling/", f"/profiling/{run.pk}/", "/plans/", f"/plans/{plan.pk}/", "/jobs/",
-            f"/jobs/{job.pk}/", f"/jobs/new/?plan={plan.pk}&rank=1", "/api/v1/plans/", "/api/v1/instance-types/",
-            "/no/such/page/", "/plans/999999/", "/api/schema/"]  # fmt: skip
+    urls = [
+        "/",
+        "/catalog/",
+        "/profiling/",
+        f"/profiling/{run.pk}/",
+        "/plans/",
+        f"/plans/{plan.pk}/",
+        "/jobs/",
+        f"/jobs/{job.pk}/",
+        f"/jobs/new/?plan={plan.pk}&rank=1",
+        "/api/v1/plans/",
+        "/api/v1/instance-types/",
+        "/no/such/page/",
+        "/plans/999999/",
+        "/api/schema/",
+    ]
     client.force_login(launcher)
-    responses = [client.get(u) for u in urls] + [anonymous.get("/accounts/login/"), anonymous.get("/plans/"),
-                                                 anonymous.get("/api/v1/plans/"), Client(enforce_csrf_checks=True).post("/accounts/login/")]
+    responses = [client.get(u) for u in urls] + [
+        anonymous.get("/accounts/login/"),
+        anonymous.get("/plans/"),
+        anonymous.get("/api/v1/plans/"),
+        Client(enforce_csrf_checks=True).post("/accounts/login/"),
+    ]
     for resp in responses:
         where = (resp.request["PATH_INFO"], resp.status_code)
         assert resp["X-Frame-Options"] == "DENY", where
@@ -412,19 +535,39 @@ class _ScriptFinder(HTMLParser):
 
 
 @pytest.mark.django_db
-def test_no_page_has_an_inline_script_or_event_handler_the_policy_would_block(client, launcher, staff, make_run):
+def test_no_page_has_an_inline_script_or_event_handler_the_policy_would_block(
+    client, launcher, staff, make_run
+):
     plan = _hostile_plan(launcher)
     job = _hostile_job(launcher, plan)
     run = _hostile_run(make_run)
     client.force_login(launcher)
-    pages = [client.get(u) for u in ("/", "/catalog/", "/profiling/", f"/profiling/{run.pk}/", "/plans/",
-                                     f"/plans/{plan.pk}/", "/jobs/", f"/jobs/{job.pk}/",
-                                     f"/jobs/new/?plan={plan.pk}&rank=1")]
+    pages = [
+        client.get(u)
+        for u in (
+            "/",
+            "/catalog/",
+            "/profiling/",
+            f"/profiling/{run.pk}/",
+            "/plans/",
+            f"/plans/{plan.pk}/",
+            "/jobs/",
+            f"/jobs/{job.pk}/",
+            f"/jobs/new/?plan={plan.pk}&rank=1",
+        )
+    ]
     pages.append(Client().get("/accounts/login/"))
     admin = Client()
     admin.force_login(staff)
-    pages += [admin.get(u) for u in ("/admin/", "/admin/catalog/instancetype/", "/admin/catalog/instancetype/import-csv/",
-                                     "/api/v1/plans/?format=api")]
+    pages += [
+        admin.get(u)
+        for u in (
+            "/admin/",
+            "/admin/catalog/instancetype/",
+            "/admin/catalog/instancetype/import-csv/",
+            "/api/v1/plans/?format=api",
+        )
+    ]
     for resp in pages:
         page = resp.content.decode()
         where = resp.request["PATH_INFO"]
@@ -456,8 +599,18 @@ def test_error_pages_show_no_traceback_settings_sql_or_paths(client, user, monke
         for resp in resps:
             body = resp.content.decode()
             assert resp.status_code == status, (resp.request["PATH_INFO"], resp.status_code)
-            for leak in ("Traceback", "boom in", "SELECT", str(ROOT), "site-packages", "SECRET_KEY", "DATABASES",
-                         "urlpatterns", "srifty_web.urls", django_settings.SECRET_KEY[:12]):
+            for leak in (
+                "Traceback",
+                "boom in",
+                "SELECT",
+                str(ROOT),
+                "site-packages",
+                "SECRET_KEY",
+                "DATABASES",
+                "urlpatterns",
+                "srifty_web.urls",
+                django_settings.SECRET_KEY[:12],
+            ):
                 assert leak not in body, (resp.request["PATH_INFO"], leak)
 
 
@@ -509,17 +662,30 @@ def _visit(page, path: str, chart: str | None = None) -> list[str]:
 @pytest.mark.browser
 @browser
 @pytest.mark.django_db(transaction=True)
-def test_every_page_works_under_the_content_security_policy(chromium_page, staff, make_run, settings, catalog):
+def test_every_page_works_under_the_content_security_policy(
+    chromium_page, staff, make_run, settings, catalog
+):
     settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
     plan = _hostile_plan(staff, label="p4d.24xlarge x2")
     job = _hostile_job(staff, plan)
     run = _hostile_run(make_run, owner=staff)
     page = chromium_page("root", "root-pass-123")
-    visits = {"/": None, "/catalog/?region=us-east-1": "history-chart", "/profiling/": None,
-              f"/profiling/{run.pk}/": "phase-chart", "/plans/": None, f"/plans/{plan.pk}/": "tradeoff-chart",
-              "/jobs/": None, f"/jobs/{job.pk}/": "iter-chart", f"/jobs/new/?plan={plan.pk}&rank=1": None,
-              "/admin/": None, "/admin/catalog/instancetype/": None, "/admin/catalog/instancetype/import-csv/": None,
-              "/admin/catalog/spotprice/add/": None, "/api/v1/plans/": None}  # fmt: skip
+    visits = {
+        "/": None,
+        "/catalog/?region=us-east-1": "history-chart",
+        "/profiling/": None,
+        f"/profiling/{run.pk}/": "phase-chart",
+        "/plans/": None,
+        f"/plans/{plan.pk}/": "tradeoff-chart",
+        "/jobs/": None,
+        f"/jobs/{job.pk}/": "iter-chart",
+        f"/jobs/new/?plan={plan.pk}&rank=1": None,
+        "/admin/": None,
+        "/admin/catalog/instancetype/": None,
+        "/admin/catalog/instancetype/import-csv/": None,
+        "/admin/catalog/spotprice/add/": None,
+        "/api/v1/plans/": None,
+    }
     for path, chart in visits.items():
         assert _visit(page, path, chart) == [], path
     page.goto("/api/docs/")

@@ -19,6 +19,8 @@ def test_a_script_gets_its_token_with_username_and_password(api, user):
 
 
 def test_a_wrong_password_is_a_400_and_guessing_is_rate_limited(api, user):
-    codes = [api.post("/api/v1/auth/token/", {"username": "alice", "password": f"guess-{i}"}).status_code
-             for i in range(12)]
+    codes = [
+        api.post("/api/v1/auth/token/", {"username": "alice", "password": f"guess-{i}"}).status_code
+        for i in range(12)
+    ]
     assert codes[0] == 400 and codes[-1] == 429 and codes.count(400) == 10

@@ -58,7 +58,9 @@ def test_each_serializer_binds_its_own_fields_and_the_prototype_stays_unbound():
 def test_copies_validate_independently_and_keep_the_models_rules():
     Group.objects.create(name="vision")
     User.objects.create_user("taken", password="x-pass-1234")
-    bad = UserSerializer(data={"username": "taken", "email": "nope", "groups": ["ghost"], "tags": ["toolongtag"]})
+    bad = UserSerializer(
+        data={"username": "taken", "email": "nope", "groups": ["ghost"], "tags": ["toolongtag"]}
+    )
     good = UserSerializer(data={"username": "fresh", "email": "a@b.co", "groups": ["vision"], "tags": ["ok"]})
     assert not bad.is_valid()
     assert set(bad.errors) == {"username", "email", "groups", "tags"}  # unique, email, slug, child max_length

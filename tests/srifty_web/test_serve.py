@@ -34,7 +34,9 @@ def test_it_defaults_to_one_worker_without_redis(monkeypatch):
 
 def test_it_defaults_to_the_cpu_count_with_redis(monkeypatch):
     monkeypatch.delenv("WEB_CONCURRENCY", raising=False)
-    assert serve.default_workers("redis://127.0.0.1:6379/0") == min(os.cpu_count() or 1, serve.MAX_AUTO_WORKERS)
+    assert serve.default_workers("redis://127.0.0.1:6379/0") == min(
+        os.cpu_count() or 1, serve.MAX_AUTO_WORKERS
+    )
 
 
 def test_web_concurrency_sets_the_worker_count(monkeypatch):
@@ -50,8 +52,14 @@ def test_a_non_integer_web_concurrency_is_a_clear_error(monkeypatch):
 
 def test_the_command_line_error_names_the_problem_and_exits_2(monkeypatch):
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "WEB_CONCURRENCY")}
-    out = subprocess.run([sys.executable, "-m", "srifty_web.serve", "--workers", "2", "--port", "0"],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=30)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "srifty_web.serve", "--workers", "2", "--port", "0"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert out.returncode == 2
     assert "needs REDIS_URL" in out.stderr
 
@@ -98,12 +106,24 @@ def wait_for(predicate, timeout: float, what: str):
 @pytest.fixture
 def supervisor(tmp_path):
     port = free_port()
-    env = {**os.environ, "REDIS_URL": "redis://127.0.0.1:1/0", "SRIFTY_DATA_DIR": str(tmp_path),
-           "DJANGO_SETTINGS_MODULE": "srifty_web.settings", "DEBUG": "0", "PYTHONPATH": str(REPO)}  # fmt: skip
+    env = {
+        **os.environ,
+        "REDIS_URL": "redis://127.0.0.1:1/0",
+        "SRIFTY_DATA_DIR": str(tmp_path),
+        "DJANGO_SETTINGS_MODULE": "srifty_web.settings",
+        "DEBUG": "0",
+        "PYTHONPATH": str(REPO),
+    }
     env.pop("DATABASE_URL", None)
-    proc = subprocess.Popen([sys.executable, "-m", "srifty_web.serve", "--port", str(port), "--workers", "2",
-                             "--grace", "5"], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "srifty_web.serve", "--port", str(port), "--workers", "2", "--grace", "5"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         wait_for(lambda: get(port) == 200, 60, "the first answer")
         yield proc, port
@@ -122,8 +142,11 @@ def test_two_workers_share_the_socket_and_a_dead_one_is_replaced(supervisor):
     os.kill(workers[0], signal.SIGKILL)
     # the survivor keeps answering while the supervisor starts a replacement
     assert get(port) == 200
-    replaced = wait_for(lambda: (kids := children(proc.pid)) and len(kids) == 2 and workers[0] not in kids
-                        and kids, 30, "a replacement worker")  # fmt: skip
+    replaced = wait_for(
+        lambda: (kids := children(proc.pid)) and len(kids) == 2 and workers[0] not in kids and kids,
+        30,
+        "a replacement worker",
+    )
     assert workers[1] in replaced
     assert all(get(port) == 200 for _ in range(10))
 

@@ -10,11 +10,15 @@ from catalog.regions import AWS_REGIONS
 
 
 class Command(BaseCommand):
-    help = "Add instance specs, spot price history and on-demand prices from AWS (credentials: boto3's chain)."
+    help = (
+        "Add instance specs, spot price history and on-demand prices from AWS (credentials: boto3's chain)."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--region", action="append", required=True, help="Repeat for several regions")
-        parser.add_argument("--type", action="append", dest="types", help="Instance types (default: catalog's)")
+        parser.add_argument(
+            "--type", action="append", dest="types", help="Instance types (default: catalog's)"
+        )
         parser.add_argument("--since-hours", type=float, default=24.0, help="Spot history window")
         parser.add_argument("--no-on-demand", action="store_true", help="Skip the Price List API")
 

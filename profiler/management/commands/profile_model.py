@@ -39,21 +39,35 @@ class Command(BaseCommand):
 
     def handle(self, *args, **o):
         if not o["local"]:
-            raise CommandError("only --local is supported from the shell; start EC2 runs from the dashboard or API")
+            raise CommandError(
+                "only --local is supported from the shell; start EC2 runs from the dashboard or API"
+            )
         owner = self._owner(o["user"])
         fields = {
-            "kind": o["kind"], "model_spec": o["model"], "input_shape": o["input_shape"],
-            "batch_sizes": o["batch_sizes"], "device": o["device"], "precision": o["precision"],
-            "iters": o["iters"], "max_memory": o["max_memory"], "world_size": o["world_size"],
-            "backend": o["backend"], "sizes": o["sizes"], "provider": Provider.LOCAL, "max_minutes": o["max_minutes"],
-        }  # fmt: skip
+            "kind": o["kind"],
+            "model_spec": o["model"],
+            "input_shape": o["input_shape"],
+            "batch_sizes": o["batch_sizes"],
+            "device": o["device"],
+            "precision": o["precision"],
+            "iters": o["iters"],
+            "max_memory": o["max_memory"],
+            "world_size": o["world_size"],
+            "backend": o["backend"],
+            "sizes": o["sizes"],
+            "provider": Provider.LOCAL,
+            "max_minutes": o["max_minutes"],
+        }
         if o["kind"] == RunKind.COMM:
             fields.update(model_spec="", input_shape="")
         # The operator runs this command: a local agent may run the operator's own model code.
         checked = ProfilingRunSerializer(data=fields, context={"allow_local_code": True})
         if not checked.is_valid():
-            raise CommandError("; ".join(f"--{k.replace('_', '-')}: {' '.join(map(str, v))}"
-                                         for k, v in checked.errors.items()))
+            raise CommandError(
+                "; ".join(
+                    f"--{k.replace('_', '-')}: {' '.join(map(str, v))}" for k, v in checked.errors.items()
+                )
+            )
         run = actions.create_run(owner, start=False, **checked.validated_data)
         provider = LocalProvider()
         self.stderr.write(f"run {run.pk}: profiling on this machine ...")
@@ -68,7 +82,9 @@ class Command(BaseCommand):
         profile = provider.result_file(run)
         if code != 0 or profile is None:
             actions.fail_run(run, f"agent exited with {code}\n{provider.log_tail(run)}")
-            raise CommandError(f"run {run.pk} failed (agent exit code {code}):\n{provider.log_tail(run, 1500)}")
+            raise CommandError(
+                f"run {run.pk} failed (agent exit code {code}):\n{provider.log_tail(run, 1500)}"
+            )
         try:
             run = actions.complete_run(run, profile)
         except actions.BadProfile as exc:
@@ -81,23 +97,32 @@ class Command(BaseCommand):
 
     def _owner(self, username: str | None):
         User = get_user_model()
-        user = (User.objects.filter(username=username).first() if username
-                else User.objects.filter(is_superuser=True).order_by("pk").first())
+        user = (
+            User.objects.filter(username=username).first()
+            if username
+            else User.objects.filter(is_superuser=True).order_by("pk").first()
+        )
         if user is None:
             raise CommandError(f"no user {username!r}" if username else "no superuser; pass --user")
         return user
 
     def _summary(self, run) -> str:
         if run.kind == RunKind.COMPUTE:
-            lines = [f"run {run.pk} succeeded: {run.model_spec}, max batch {run.profile.get('max_batch_size')}"]
+            lines = [
+                f"run {run.pk} succeeded: {run.model_spec}, max batch {run.profile.get('max_batch_size')}"
+            ]
             for s in run.profile["samples"]:
                 ph = s["phases"]
-                lines.append(f"  batch {s['batch_size']:>5}: fwd {ph['forward']['median_ms']:.2f} ms, "
-                             f"bwd {ph['backward']['median_ms']:.2f} ms, opt {ph['optimizer']['median_ms']:.2f} ms, "
-                             f"{len(s.get('buckets', []))} buckets")
+                lines.append(
+                    f"  batch {s['batch_size']:>5}: fwd {ph['forward']['median_ms']:.2f} ms, "
+                    f"bwd {ph['backward']['median_ms']:.2f} ms, opt {ph['optimizer']['median_ms']:.2f} ms, "
+                    f"{len(s.get('buckets', []))} buckets"
+                )
         else:
             lines = [f"run {run.pk} succeeded: all_reduce, {run.world_size} ranks, {run.backend}"]
             for s in run.profile["samples"]:
-                lines.append(f"  {s['size_bytes']:>10} B: {s['median_ms']:.3f} ms (cv {s['cv']:.2f}), "
-                             f"busbw {s['busbw_gbps']:.2f} Gb/s")
+                lines.append(
+                    f"  {s['size_bytes']:>10} B: {s['median_ms']:.3f} ms (cv {s['cv']:.2f}), "
+                    f"busbw {s['busbw_gbps']:.2f} Gb/s"
+                )
         return "\n".join(lines)

@@ -16,7 +16,9 @@ class Command(BaseCommand):
     help = "Fit the NCCL all-reduce correction on the train sweeps; write planner/data/nccl-model.json."
 
     def add_arguments(self, parser):
-        parser.add_argument("--output", default=str(nccl_corpus.NCCL_MODEL_FILE), help="where to write the model")
+        parser.add_argument(
+            "--output", default=str(nccl_corpus.NCCL_MODEL_FILE), help="where to write the model"
+        )
 
     def handle(self, *args, **opts):
         out = Path(opts["output"])
@@ -27,6 +29,9 @@ class Command(BaseCommand):
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         out.write_text(json.dumps(model.to_dict(), indent=1, sort_keys=True) + "\n")
-        self.stdout.write(self.style.SUCCESS(
-            f"wrote {out}: {model.meta.get('trees', 0)} trees on {model.meta.get('points', 0)} train points "
-            f"of {len(model.meta.get('sweeps', []))} sweeps"))
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"wrote {out}: {model.meta.get('trees', 0)} trees on {model.meta.get('points', 0)} train points "
+                f"of {len(model.meta.get('sweeps', []))} sweeps"
+            )
+        )

@@ -21,6 +21,9 @@ class Command(BaseCommand):
         path = calibration.SHIPPED_DIR / f"transfer-model-{calibration._digest(csv, specs)}.json"
         path.write_text(json.dumps(model.to_dict(), indent=1))
         p = model.params
-        self.stdout.write(self.style.SUCCESS(
-            f"wrote {path.relative_to(settings.BASE_DIR)}: eta_tensor {p.eta_tensor:.3f}, eta_cuda {p.eta_cuda:.3f}, "
-            f"beta {p.beta:.2f}, {len(model.gpu_factors)} GPU factors"))
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"wrote {path.relative_to(settings.BASE_DIR)}: eta_tensor {p.eta_tensor:.3f}, eta_cuda {p.eta_cuda:.3f}, "
+                f"beta {p.beta:.2f}, {len(model.gpu_factors)} GPU factors"
+            )
+        )

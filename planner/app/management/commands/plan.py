@@ -19,7 +19,10 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         src = parser.add_mutually_exclusive_group(required=True)
-        src.add_argument("--model", help="torchvision:NAME, timm:NAME, transformers:MODEL_TYPE or package.module:factory (predicted analytically)")
+        src.add_argument(
+            "--model",
+            help="torchvision:NAME, timm:NAME, transformers:MODEL_TYPE or package.module:factory (predicted analytically)",
+        )
         src.add_argument("--profile-run", type=int, help="a finished compute profiling run")
         parser.add_argument("--input-shape", default="3,224,224")
         parser.add_argument("--precision", default="amp")
@@ -31,15 +34,24 @@ class Command(BaseCommand):
         parser.add_argument("--budget", type=float, help="USD")
         parser.add_argument("--max-hourly", type=float, help="USD per hour")
         parser.add_argument("--regions", nargs="*")
-        parser.add_argument("--spot", action=argparse.BooleanOptionalAction, default=MARKET_DEFAULTS["spot"],
-                            help="allow spot instances (default: yes; --no-spot for on-demand only)")
+        parser.add_argument(
+            "--spot",
+            action=argparse.BooleanOptionalAction,
+            default=MARKET_DEFAULTS["spot"],
+            help="allow spot instances (default: yes; --no-spot for on-demand only)",
+        )
         parser.add_argument("--no-on-demand", action="store_true", default=not MARKET_DEFAULTS["on_demand"])
         parser.add_argument("--max-nodes", type=int, default=PLAN_DEFAULTS["max_nodes"])
         parser.add_argument("--max-types", type=int, default=PLAN_DEFAULTS["max_types"])
         parser.add_argument("--batch-min", type=int, default=PLAN_DEFAULTS["global_batch_min"])
         parser.add_argument("--batch-max", type=int, default=PLAN_DEFAULTS["global_batch_max"])
-        parser.add_argument("--quota", action="append", default=[], metavar="CLASS=VCPUS",
-                            help="on-demand vCPU quota, e.g. P=96 (repeat)")
+        parser.add_argument(
+            "--quota",
+            action="append",
+            default=[],
+            metavar="CLASS=VCPUS",
+            help="on-demand vCPU quota, e.g. P=96 (repeat)",
+        )
         parser.add_argument("--spot-quota", action="append", default=[], metavar="CLASS=VCPUS")
         parser.add_argument("--baseline-gpu", default="", help="the GPU a SkyPilot-style user would request")
         parser.add_argument("--user", default=None)
@@ -47,23 +59,42 @@ class Command(BaseCommand):
 
     def handle(self, *args, **o):
         data = {
-            "model": ({"profile_run": o["profile_run"]} if o["profile_run"] else
-                      {"spec": o["model"], "input_shape": o["input_shape"], "precision": o["precision"]}),
-            "objective": o["objective"], "deadline_hours": o["deadline_hours"], "budget_usd": o["budget"],
-            "max_hourly_usd": o["max_hourly"], "spot": o["spot"], "on_demand": not o["no_on_demand"],
-            "max_nodes": o["max_nodes"], "max_types": o["max_types"], "global_batch_min": o["batch_min"],
-            "global_batch_max": o["batch_max"], "quotas_on_demand": _quotas(o["quota"], "--quota"),
-            "quotas_spot": _quotas(o["spot_quota"], "--spot-quota"), "baseline_gpu": o["baseline_gpu"],
-        }  # fmt: skip
-        for key, value in (("samples_per_epoch", o["samples"]), ("epochs", o["epochs"]),
-                           ("iterations", o["iterations"]), ("regions", o["regions"])):
+            "model": (
+                {"profile_run": o["profile_run"]}
+                if o["profile_run"]
+                else {"spec": o["model"], "input_shape": o["input_shape"], "precision": o["precision"]}
+            ),
+            "objective": o["objective"],
+            "deadline_hours": o["deadline_hours"],
+            "budget_usd": o["budget"],
+            "max_hourly_usd": o["max_hourly"],
+            "spot": o["spot"],
+            "on_demand": not o["no_on_demand"],
+            "max_nodes": o["max_nodes"],
+            "max_types": o["max_types"],
+            "global_batch_min": o["batch_min"],
+            "global_batch_max": o["batch_max"],
+            "quotas_on_demand": _quotas(o["quota"], "--quota"),
+            "quotas_spot": _quotas(o["spot_quota"], "--spot-quota"),
+            "baseline_gpu": o["baseline_gpu"],
+        }
+        for key, value in (
+            ("samples_per_epoch", o["samples"]),
+            ("epochs", o["epochs"]),
+            ("iterations", o["iterations"]),
+            ("regions", o["regions"]),
+        ):
             if value is not None:
                 data[key] = value
         # The operator runs this command, so it may plan the operator's own factory directly.
         checked = PlanRequestSerializer(data=data, context={"allow_code": True})
         if not checked.is_valid():
-            raise CommandError("; ".join(f"{k}: {' '.join(map(str, v if isinstance(v, list) else [v]))}"
-                                         for k, v in checked.errors.items()))
+            raise CommandError(
+                "; ".join(
+                    f"{k}: {' '.join(map(str, v if isinstance(v, list) else [v]))}"
+                    for k, v in checked.errors.items()
+                )
+            )
         try:
             record = service.create_plan(_owner(o["user"]), dict(checked.validated_data), allow_code=True)
         except service.PlanInputError as exc:
@@ -91,8 +122,11 @@ def _quotas(items: list[str], flag: str) -> dict[str, float]:
 
 def _owner(username):
     User = get_user_model()
-    user = (User.objects.filter(username=username).first() if username
-            else User.objects.filter(is_superuser=True).order_by("pk").first())
+    user = (
+        User.objects.filter(username=username).first()
+        if username
+        else User.objects.filter(is_superuser=True).order_by("pk").first()
+    )
     if user is None:
         raise CommandError(f"no user {username!r}" if username else "no superuser; pass --user")
     return user
@@ -100,19 +134,27 @@ def _owner(username):
 
 def render(record) -> str:
     r = record.result
-    lines = [f"plan {record.pk}: {r['model']['spec']} ({r['model']['source']}), solved in {r['solve_time_s']:.2f} s "
-             f"over {r['stats']['candidates_in']} candidates ({r['stats']['candidates_kept']} after pruning)"]
-    lines.append(f"{'#':>2} {'configuration':<48} {'$/h':>9} {'total $':>10} {'hours':>7} {'p90 h':>7} "
-                 f"{'samples/s':>10}  bottleneck / why")
+    lines = [
+        f"plan {record.pk}: {r['model']['spec']} ({r['model']['source']}), solved in {r['solve_time_s']:.2f} s "
+        f"over {r['stats']['candidates_in']} candidates ({r['stats']['candidates_kept']} after pruning)"
+    ]
+    lines.append(
+        f"{'#':>2} {'configuration':<48} {'$/h':>9} {'total $':>10} {'hours':>7} {'p90 h':>7} "
+        f"{'samples/s':>10}  bottleneck / why"
+    )
     for p in r["plans"]:
-        lines.append(f"{p['rank']:>2} {p['label'][:48]:<48} {p['hourly_usd']:>9.2f} {p['total_usd']:>10.2f} "
-                     f"{p['time_h']:>7.2f} {p['time_p90_h']:>7.2f} {p['throughput_sps']:>10.0f}  "
-                     f"{p['bottleneck']}; {p['why']}")
+        lines.append(
+            f"{p['rank']:>2} {p['label'][:48]:<48} {p['hourly_usd']:>9.2f} {p['total_usd']:>10.2f} "
+            f"{p['time_h']:>7.2f} {p['time_p90_h']:>7.2f} {p['throughput_sps']:>10.0f}  "
+            f"{p['bottleneck']}; {p['why']}"
+        )
     for b in r["baselines"]:
         if b["plan"]:
-            lines.append(f"baseline {b['name']}: {b['plan']['label']} ${b['plan']['total_usd']:.2f} "
-                         f"{b['plan']['time_h']:.2f} h — Srifty {b['cost_gain_pct']:+.1f}% cost, "
-                         f"{b['throughput_gain_pct']:+.1f}% throughput")
+            lines.append(
+                f"baseline {b['name']}: {b['plan']['label']} ${b['plan']['total_usd']:.2f} "
+                f"{b['plan']['time_h']:.2f} h — Srifty {b['cost_gain_pct']:+.1f}% cost, "
+                f"{b['throughput_gain_pct']:+.1f}% throughput"
+            )
         else:
             lines.append(f"baseline {b['name']}: {b['infeasible_reason']}")
     return "\n".join(lines)

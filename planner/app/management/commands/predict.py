@@ -20,16 +20,24 @@ class Command(BaseCommand):
     help = "Predict DDP iteration time (p50/p90), throughput and the breakdown."
 
     def add_arguments(self, parser):
-        parser.add_argument("--profile", action="append",
-                            help="compute profile JSON (local prediction); repeat to pool repeated profiles")
-        parser.add_argument("--comm", action="append",
-                            help="comm profile JSON measured on the same machine; repeat to pool")
+        parser.add_argument(
+            "--profile",
+            action="append",
+            help="compute profile JSON (local prediction); repeat to pool repeated profiles",
+        )
+        parser.add_argument(
+            "--comm", action="append", help="comm profile JSON measured on the same machine; repeat to pool"
+        )
         parser.add_argument("--workers", type=int, default=2, help="local worker processes")
-        parser.add_argument("--link", choices=("loopback", "network"), default="loopback",
-                            help="how the local workers' all-reduces travel, as in the comm profile: loopback "
-                                 "(this host's memory: every all-reduce is CPU work, whatever share the profile "
-                                 "measured) or network (a real or shaped link: only the measured CPU share "
-                                 "competes with the backward)")
+        parser.add_argument(
+            "--link",
+            choices=("loopback", "network"),
+            default="loopback",
+            help="how the local workers' all-reduces travel, as in the comm profile: loopback "
+            "(this host's memory: every all-reduce is CPU work, whatever share the profile "
+            "measured) or network (a real or shaped link: only the measured CPU share "
+            "competes with the backward)",
+        )
         parser.add_argument("--model", help="model spec (catalog cluster prediction)")
         parser.add_argument("--input-shape", default="3,224,224")
         parser.add_argument("--precision", default="amp")
@@ -41,7 +49,9 @@ class Command(BaseCommand):
 
     def handle(self, *args, **o):
         if o["profile"] and o["model"]:
-            raise CommandError("give --profile (local workers) or --model with --instance (catalog), not both")
+            raise CommandError(
+                "give --profile (local workers) or --model with --instance (catalog), not both"
+            )
         if o["profile"]:
             out = self._local(o)
         elif o["model"] and o["instance"]:
@@ -53,7 +63,8 @@ class Command(BaseCommand):
         else:
             self.stdout.write(
                 f"{out['target']}: iteration p50 {out['iteration_ms_p50']:.2f} ms, p90 {out['iteration_ms_p90']:.2f} ms, "
-                f"{out['throughput_samples_s']:.1f} samples/s, bottleneck {out['bottleneck']} ({out['source']})")
+                f"{out['throughput_samples_s']:.1f} samples/s, bottleneck {out['bottleneck']} ({out['source']})"
+            )
 
     def _local(self, o) -> dict:
         from planner.hardware import Cluster
@@ -73,7 +84,9 @@ class Command(BaseCommand):
         try:
             profiles = [load_compute_profile(p) for p in o["profile"]]
             profile = merge_compute_profiles(profiles, align=True)  # their differences: run_spread
-            comm_profile = merge_comm_profiles([load_comm_profile(p) for p in o["comm"]]) if o["comm"] else None
+            comm_profile = (
+                merge_comm_profiles([load_comm_profile(p) for p in o["comm"]]) if o["comm"] else None
+            )
         except (OSError, ProfileError, ValueError) as exc:
             raise CommandError(str(exc)) from exc
         drift = run_spread(profiles)
@@ -83,14 +96,21 @@ class Command(BaseCommand):
             raise CommandError("--comm is needed for more than one worker")
         if comm_profile is not None:
             gbps, alpha = fit_link_from_profile(comm_profile)
-            cluster = Cluster(nodes=1, gpus_per_node=o["workers"], intra_node_gbps=gbps, alpha_us=alpha,
-                              device=profile.device.name)
+            cluster = Cluster(
+                nodes=1,
+                gpus_per_node=o["workers"],
+                intra_node_gbps=gbps,
+                alpha_us=alpha,
+                device=profile.device.name,
+            )
             comm_model = CommModel.fit(observations_from_profile(comm_profile, cluster))
             # the profile's measured distribution at each size is bootstrapped (two-mode on gloo)
             comm_fn = cluster_comm_fn(comm_model, cluster, profile=comm_profile, label=o["link"])
         else:
+
             def comm_fn(size: int) -> CommTime:
                 return CommTime(0.0, 0.0)
+
         # On CPUs gloo's all-reduce competes with backward for the same cores: over loopback as
         # CPU-bound (the peer it waits for computes too), over a network by the CPU share the comm
         # profile measured per size; CPU-bound (share 1) for a profile without shares.
@@ -99,16 +119,27 @@ class Command(BaseCommand):
             if profile.device.type == "cpu" and o["workers"] > 1 and comm_profile is not None:
                 if any(s.cpu_share is not None for s in comm_profile.samples):
                     sizes = [b.size_bytes for b in model.buckets(batch)]
-                    contention = Contention.from_comm_profile(comm_profile, sizes,
-                                                              same_host=o["link"] == "loopback")
+                    contention = Contention.from_comm_profile(
+                        comm_profile, sizes, same_host=o["link"] == "loopback"
+                    )
                 else:
                     contention = Contention.from_cpu_share(1.0)
-            sim = simulate_ddp(model, [batch] * o["workers"], comm_fn, samples=o["samples"], contention=contention,
-                               run_spread=drift)
+            sim = simulate_ddp(
+                model,
+                [batch] * o["workers"],
+                comm_fn,
+                samples=o["samples"],
+                contention=contention,
+                run_spread=drift,
+            )
         except ComputeRangeError as exc:
             raise CommandError(str(exc)) from exc
-        return {"target": f"{o['workers']} local workers on {profile.device.name}", "source": model.source,
-                "run_spread": drift, **dataclasses.asdict(sim)}
+        return {
+            "target": f"{o['workers']} local workers on {profile.device.name}",
+            "source": model.source,
+            "run_spread": drift,
+            **dataclasses.asdict(sim),
+        }
 
     def _catalog(self, o) -> dict:
         from catalog.models import InstanceType
@@ -116,31 +147,62 @@ class Command(BaseCommand):
         from planner.candidates import Candidate, family_of
         from planner.oracle import Oracle
 
-        t = InstanceType.objects.ddp_capable().filter(name=o["instance"]).select_related("accelerator").first()
+        t = (
+            InstanceType.objects.ddp_capable()
+            .filter(name=o["instance"])
+            .select_related("accelerator")
+            .first()
+        )
         if t is None:
             raise CommandError(f"{o['instance']!r} is not a CUDA GPU instance type in the catalog")
         if o["nodes"] < 1:
             raise CommandError("--nodes must be >= 1")
         shape = tuple(int(x) for x in o["input_shape"].split(","))
         try:
-            wl = service.workload(o["model"], shape, o["precision"], allow_code=True)  # the operator's command
+            wl = service.workload(
+                o["model"], shape, o["precision"], allow_code=True
+            )  # the operator's command
         except service.PlanInputError as exc:
             raise CommandError(str(exc)) from exc
-        oracle = Oracle(wl, service.transfer_model(), service.gpu_specs(), service.comm_model(), samples=o["samples"])
+        oracle = Oracle(
+            wl, service.transfer_model(), service.gpu_specs(), service.comm_model(), samples=o["samples"]
+        )
         gpus = int(t.gpu_count)
         batch = o["per_worker_batch"] or max(1, oracle.max_batch(t.accelerator.name) // 2)
-        cand = Candidate(t.name, family_of(t.name), "", "on-demand", None, 0.0, gpus, t.accelerator.name, t.vcpus,
-                         t.sustained_gbps or 0.0, t.efa_supported)
+        cand = Candidate(
+            t.name,
+            family_of(t.name),
+            "",
+            "on-demand",
+            None,
+            0.0,
+            gpus,
+            t.accelerator.name,
+            t.vcpus,
+            t.sustained_gbps or 0.0,
+            t.efa_supported,
+        )
         est = oracle(((cand, o["nodes"]),), batch * gpus * o["nodes"])
         if est is None:
-            raise CommandError(f"batch {batch} does not fit on {t.accelerator.name} "
-                               f"(max {oracle.max_batch(t.accelerator.name)} per GPU)")
+            raise CommandError(
+                f"batch {batch} does not fit on {t.accelerator.name} "
+                f"(max {oracle.max_batch(t.accelerator.name)} per GPU)"
+            )
         phases = oracle.phases(t.accelerator.name, batch)
         comm = oracle.comm_source(((cand, o["nodes"]),))
-        return {"target": f"{o['nodes']}x {t.name} ({o['nodes'] * gpus} GPUs)", "source": phases.source,
-                "per_worker_batch": batch, "iteration_ms_p50": est.iter_time_s * 1e3,
-                "iteration_ms_p90": est.iter_time_p90_s * 1e3, "throughput_samples_s": est.throughput_sps,
-                "bottleneck": est.bottleneck, "phases_ms": {"forward": phases.forward, "backward": phases.backward,
-                                                            "optimizer": phases.optimizer},
-                "max_batch_per_gpu": oracle.max_batch(t.accelerator.name),
-                "comm": {"source": comm.source, "near_points": comm.near_points, "detail": comm.detail}}
+        return {
+            "target": f"{o['nodes']}x {t.name} ({o['nodes'] * gpus} GPUs)",
+            "source": phases.source,
+            "per_worker_batch": batch,
+            "iteration_ms_p50": est.iter_time_s * 1e3,
+            "iteration_ms_p90": est.iter_time_p90_s * 1e3,
+            "throughput_samples_s": est.throughput_sps,
+            "bottleneck": est.bottleneck,
+            "phases_ms": {
+                "forward": phases.forward,
+                "backward": phases.backward,
+                "optimizer": phases.optimizer,
+            },
+            "max_batch_per_gpu": oracle.max_batch(t.accelerator.name),
+            "comm": {"source": comm.source, "near_points": comm.near_points, "detail": comm.detail},
+        }

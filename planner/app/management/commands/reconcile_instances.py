@@ -19,11 +19,19 @@ class Command(BaseCommand):
     help = "Terminate Srifty-managed EC2 instances whose job or run is gone, finished or past its cap."
 
     def add_arguments(self, parser):
-        parser.add_argument("--region", action="append", default=[],
-                            help="Region to scan (repeatable; default: regions of recent jobs/runs + settings)")
-        parser.add_argument("--dry-run", action="store_true", help="Report what would be terminated, do nothing")
+        parser.add_argument(
+            "--region",
+            action="append",
+            default=[],
+            help="Region to scan (repeatable; default: regions of recent jobs/runs + settings)",
+        )
+        parser.add_argument(
+            "--dry-run", action="store_true", help="Report what would be terminated, do nothing"
+        )
         parser.add_argument("--json", action="store_true", help="Print the report as JSON")
-        parser.add_argument("--schedule", action="store_true", help="Queue the periodic reconciler task and exit")
+        parser.add_argument(
+            "--schedule", action="store_true", help="Queue the periodic reconciler task and exit"
+        )
 
     def handle(self, *args, **o):
         if o["schedule"]:
