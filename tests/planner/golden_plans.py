@@ -1,0 +1,138 @@
+"""Golden plans: a fixed set of requests solved with the product's oracle on the bundled catalog.
+
+Recorded before the solver and the job code were moved (issue 20, item 8), so that a refactor
+can show that it changed no plan.  ``test_golden_plans.py`` re-solves every request and compares
+the result option by option with ``golden_plans.json``.
+
+Re-record (only when a change of plans is intended, and say why in the commit)::
+
+    .venv/bin/python -m tests.planner.golden_plans
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "catalog" / "fixtures"
+GOLDEN = Path(__file__).with_name("golden_plans.json")
+IMAGENET = 1_281_167
+REGIONS = ("us-east-1", "us-west-2", "eu-west-1")
+
+# name -> (model spec, PlanRequest fields).  Objectives, spot on/off, mixes, quotas, risk caps.
+REQUESTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "resnet50-cost-24h": ("torchvision:resnet50", {"objective": "cost", "deadline_hours": 24.0}),
+    "resnet50-cost-3h-on-demand": (
+        "torchvision:resnet50",
+        {"objective": "cost", "deadline_hours": 3.0, "_markets": ("on_demand",)},
+    ),
+    "resnet50-cost-8h-risk": (
+        "torchvision:resnet50",
+        {"objective": "cost", "deadline_hours": 8.0, "max_miss_risk": 0.05},
+    ),
+    "vgg19-time-500usd": ("torchvision:vgg19", {"objective": "time", "budget_usd": 500.0}),
+    "vgg19-throughput-60usd-h": ("torchvision:vgg19", {"objective": "throughput", "max_hourly_usd": 60.0}),
+    "resnet50-cost-6h-quotas": (
+        "torchvision:resnet50",
+        {
+            "objective": "cost",
+            "deadline_hours": 6.0,
+            "quotas_on_demand": {"P": 192, "G": 384},
+            "quotas_spot": {"P": 96, "G": 192},
+        },
+    ),
+    "resnet50-cost-2h-mix2": (
+        "torchvision:resnet50",
+        {"objective": "cost", "deadline_hours": 2.0, "max_types": 2, "max_nodes": 8},
+    ),
+    "vgg19-time-800usd-mix2-batches": (
+        "torchvision:vgg19",
+        {
+            "objective": "time",
+            "budget_usd": 800.0,
+            "max_types": 2,
+            "max_nodes": 8,
+            "global_batch_min": 256,
+            "global_batch_max": 1024,
+        },
+    ),
+}
+
+
+@cache
+def _models():
+    from planner.calibration import load_compute_model
+    from planner.hardware import load_gpu_specs
+
+    specs = load_gpu_specs(FIXTURES / "gpu_specs.csv")
+    return load_compute_model(specs), specs
+
+
+@cache
+def _workload(spec: str):
+    from planner.oracle import workload_for_spec
+
+    return workload_for_spec(spec, (3, 224, 224), precision="amp")
+
+
+@cache
+def catalog(markets: tuple[str, ...] = ("on_demand", "spot")) -> tuple:
+    from planner.candidates import load_candidates, load_network
+
+    with open(FIXTURES / "aws_instance_network.csv", newline="") as f:
+        net = load_network(csv.DictReader(f))
+    with open(FIXTURES / "aws_gpu_instances.csv", newline="") as f:
+        return tuple(
+            load_candidates(
+                csv.DictReader(f),
+                net,
+                regions=REGIONS,
+                allow_spot="spot" in markets,
+                allow_on_demand="on_demand" in markets,
+            )
+        )
+
+
+def solve_named(name: str) -> list[dict[str, Any]]:
+    """Solve one golden request; the ranked options as plain JSON (or the infeasibility)."""
+    from planner.oracle import Oracle
+    from planner.solver import Infeasible, PlanRequest, solve
+
+    spec, fields = REQUESTS[name]
+    fields = dict(fields)
+    markets = tuple(fields.pop("_markets", ("on_demand", "spot")))
+    transfer, specs = _models()
+    oracle = Oracle(_workload(spec), transfer, specs)
+    request = PlanRequest(total_samples=90 * IMAGENET, **fields)
+    try:
+        result = solve(request, list(catalog(markets)), oracle)
+    except Infeasible as exc:
+        return [{"infeasible": exc.constraint}]
+    return [
+        {
+            "rank": p.rank,
+            "region": p.region,
+            "groups": [
+                [g.instance_type, g.market, g.zone, g.count, list(g.batch_per_node)] for g in p.groups
+            ],
+            "global_batch": p.global_batch,
+            "hourly_usd": p.hourly_usd,
+            "total_usd": p.total_usd,
+            "time_h": p.time_h,
+            "time_p90_h": p.time_p90_h,
+        }
+        for p in result.plans
+    ]
+
+
+def record() -> None:
+    golden = {name: solve_named(name) for name in REQUESTS}
+    GOLDEN.write_text(json.dumps(golden, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    record()
