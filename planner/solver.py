@@ -459,14 +459,47 @@ def _value(objective: str, t: Any, cost: Any, good: Any, rate: Any) -> Any:
     return rate  # "rate": min $/h (infeasibility explanations)
 
 
+#: ``progress(evaluated, estimated_total)``: called as the solve goes (at most every
+#: :data:`PROGRESS_INTERVAL_S`); an exception it raises propagates out of :func:`solve` (cancel).
+ProgressCallback = Callable[[int, int], None]
+PROGRESS_INTERVAL_S = 0.1
+
+
+class _Progress:
+    """Counts oracle evaluations against an estimated total and reports them, throttled."""
+
+    def __init__(self, callback: ProgressCallback | None, interval_s: float = PROGRESS_INTERVAL_S) -> None:
+        self.callback = callback
+        self.interval_s = interval_s
+        self.done = 0
+        self.total = 0
+        self._last = -math.inf
+
+    def expect(self, n: int) -> None:
+        self.total += max(0, int(n))
+
+    def tick(self, n: int = 1) -> None:
+        self.done += n
+        if self.callback is not None:
+            now = _time.monotonic()
+            if now - self._last >= self.interval_s:
+                self._last = now
+                self.callback(self.done, max(self.total, self.done))
+
+    def finish(self) -> None:
+        if self.callback is not None:
+            self.callback(self.done, self.done)
+
+
 class _Memo:
     """Memoised oracle keyed on hardware only."""
 
-    def __init__(self, perf: PerfOracle) -> None:
+    def __init__(self, perf: PerfOracle, progress: _Progress | None = None) -> None:
         self.perf = perf
         self.cache: dict[tuple[tuple[tuple[str, int], ...], int], Estimate | None] = {}
         self.rep: dict[str, Candidate] = {}
         self.calls = 0
+        self.progress = progress or _Progress(None)
 
     @staticmethod
     def hw_key(groups: Iterable[tuple[Candidate, int]]) -> tuple[tuple[str, int], ...]:
@@ -482,6 +515,7 @@ class _Memo:
         cfg = tuple((self.rep[t], n) for t, n in hw)
         self.calls += 1
         est = self.perf(cfg, g)
+        self.progress.tick()
         if est is not None and not (est.throughput_sps > 0 and math.isfinite(est.throughput_sps)):
             est = None
         self.cache[key] = est
@@ -746,13 +780,21 @@ class _Outcome:
 
 
 class _Engine:
-    def __init__(self, request: PlanRequest, candidates: Sequence[Candidate], perf: PerfOracle) -> None:
+    def __init__(
+        self,
+        request: PlanRequest,
+        candidates: Sequence[Candidate],
+        perf: PerfOracle,
+        progress: _Progress | None = None,
+    ) -> None:
         self.request = request
         self.grid = batch_grid(request)
-        self.memo = _Memo(perf)
+        self.progress = progress or _Progress(None)
+        self.memo = _Memo(perf, self.progress)
         self.N = int(request.max_nodes)
         cands = [c for c in candidates if request.regions is None or c.region in request.regions]
         self.candidates_in = len(cands)
+        self.progress.expect(len({c.instance_type for c in cands}) * self.N * len(self.grid))
         # homogeneous curves per instance type: thr[n], g[n] for n = 0..N
         self.curve: dict[str, np.ndarray] = {}
         self.curve_g: dict[str, np.ndarray] = {}
@@ -1162,6 +1204,7 @@ class _Engine:
                         seq += 1
                         queue.append((v, seq, region, subset, tuple(cn[j] for cn in cols_n)))
         queue.sort(key=lambda q: (q[0], q[1]))
+        self.progress.expect(len(queue) * len(self.grid))
         out: list[_Col] = []
         points: list[Point] = []
         for lb, _, region, subset, counts in queue:
@@ -1501,11 +1544,22 @@ def _spec_of(req: PlanRequest, **over: Any) -> _Spec:
 
 
 # ----------------------------------------------------------------------------------- public entry
-def solve(request: PlanRequest, candidates: Sequence[Candidate], perf: PerfOracle) -> PlanResult:
-    """Plan a cluster; see the module docstring.  Raises :class:`RequestError` or :class:`Infeasible`."""
+def solve(
+    request: PlanRequest,
+    candidates: Sequence[Candidate],
+    perf: PerfOracle,
+    *,
+    progress: ProgressCallback | None = None,
+) -> PlanResult:
+    """Plan a cluster; see the module docstring.  Raises :class:`RequestError` or :class:`Infeasible`.
+
+    ``progress(evaluated, estimated_total)`` is called as oracle evaluations are made (at most
+    every 0.1 s, and once at the end); an exception it raises propagates out of ``solve``, which
+    is how a caller cancels a solve."""
     t0 = _time.perf_counter()
     request.validate()
-    engine = _Engine(request, candidates, perf)
+    tracker = _Progress(progress)
+    engine = _Engine(request, candidates, perf, tracker)
     spec = _spec_of(request)
     out = engine.run(spec)
     ranked_all = sorted(out.cols, key=lambda c: (c.value, c.nodes, c.region, c.label()))
@@ -1564,6 +1618,7 @@ def solve(request: PlanRequest, candidates: Sequence[Candidate], perf: PerfOracl
         _make_plan(i, col, ranked, spec, engine, tie_why if i == 0 else None) for i, col in enumerate(ranked)
     )
     points = tuple(out.points)
+    tracker.finish()
     stats = SolveStats(
         candidates_in=engine.candidates_in,
         candidates_supported=len(engine.supported),
