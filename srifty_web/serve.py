@@ -192,6 +192,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def site_url_for(host: str, port: int) -> str:
+    """The URL a process on this machine reaches the server at (wildcard binds → loopback)."""
+    if host in ("0.0.0.0", "", "::"):
+        host = "127.0.0.1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
@@ -200,6 +209,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"serve: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
         return 1
     host, port = socks[0].getsockname()[:2]
+    # The workers' SITE_URL (where agents post back) follows the port really bound, unless the
+    # operator set one (a public https address behind a proxy).
+    os.environ.setdefault("SITE_URL", site_url_for(host, port))
     sup = Supervisor(socks, args)
 
     def on_signal(signum, frame) -> None:

@@ -49,7 +49,11 @@ def _env_or_kept(name: str, filename: str, make) -> str:
 SECRET_KEY = _env_or_kept("SECRET_KEY", "secret_key", lambda: secrets.token_urlsafe(50))
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
-SITE_URL = env_str("SITE_URL", "http://127.0.0.1:8000")
+# Where agents and job nodes post back. Unset, it is the address ./run and srifty_web.serve
+# listen on: PORT (default 8000) on 127.0.0.1 -- ./run exports PORT to the task worker too, so a
+# local agent started by the worker posts to the port the server really uses.
+PORT = env_int("PORT", 8000)
+SITE_URL = env_str("SITE_URL", f"http://127.0.0.1:{PORT}")
 
 # A team's own model code (a ``package.module:factory`` spec) runs only inside the agent: on its
 # EC2 VM, or as a local subprocess of this server, which is this machine running whatever a user
@@ -81,6 +85,7 @@ INSTALLED_APPS = [
     "catalog",
     "profiler",
     "planner.app",
+    "launcher",
     "frontend",
 ]
 
