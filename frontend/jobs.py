@@ -15,7 +15,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
-from planner.app import jobs, launch, monitor
+from launcher import jobs, launch, monitor
 from planner.app.models import PlanRecord
 
 
@@ -141,7 +141,7 @@ def job_stop(request: HttpRequest, job_id: int) -> HttpResponse:
         return redirect("job-page", job_id=job_id)
     job = _job(request, job_id)
     if not jobs.can_stop(request.user, job):  # a teammate who may watch the job, not stop it
-        raise PermissionDenied("only the owner (or plans.change_job) may stop this job")
+        raise PermissionDenied("only the owner (or launcher.change_job) may stop this job")
     jobs.stop_job(job, f"stopped by {request.user.get_username()}")
     messages.success(request, f"Job {job.pk} is stopping; its instances are being terminated.")
     return redirect("job-page", job_id=job_id)
@@ -154,7 +154,9 @@ def job_replan(request: HttpRequest, job_id: int) -> HttpResponse:
         return redirect("job-page", job_id=job_id)
     job = _job(request, job_id)
     if not (jobs.can_launch(request.user) and jobs.can_stop(request.user, job)):
-        raise PermissionDenied("a re-plan needs the plans.add_job permission and the right to stop this job")
+        raise PermissionDenied(
+            "a re-plan needs the launcher.add_job permission and the right to stop this job"
+        )
     try:
         prepared = launch.prepare_replan(request.user, job, refresh=request.POST.get("refresh") == "1")
     except (jobs.JobError, jobs.NotAllowed) as exc:
@@ -169,7 +171,9 @@ def job_replan_apply(request: HttpRequest, job_id: int) -> HttpResponse:
         return redirect("job-page", job_id=job_id)
     job = _job(request, job_id)
     if not (jobs.can_launch(request.user) and jobs.can_stop(request.user, job)):
-        raise PermissionDenied("a re-plan needs the plans.add_job permission and the right to stop this job")
+        raise PermissionDenied(
+            "a re-plan needs the launcher.add_job permission and the right to stop this job"
+        )
     try:
         new = launch.apply_replan(
             request.user,

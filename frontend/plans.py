@@ -195,7 +195,7 @@ def plan_detail(request: HttpRequest, plan_id: int) -> HttpResponse:
             "result": result,
             "req": req,
             "chart": chart,
-            "can_launch": request.user.has_perm("plans.add_job"),
+            "can_launch": request.user.has_perm("launcher.add_job"),
             "profile_offers": profile_first.offers(result, req, settings.PROFILER_MAX_RUN_MINUTES),
             "can_profile_ec2": request.user.has_perm(actions.EC2_PERMISSION),
             "ec2_permission": actions.EC2_PERMISSION,

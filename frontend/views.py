@@ -8,7 +8,8 @@ from django.shortcuts import render
 
 from catalog.models import InstanceType, Region
 from catalog.pricing import SORT_KEYS, price_history, price_table
-from planner.app.models import Job, PlanRecord
+from launcher.models import Job
+from planner.app.models import PlanRecord
 from profiler.models import ProfilingRun
 from srifty_web.teams import visible_owner_q
 

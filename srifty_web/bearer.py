@@ -1,7 +1,7 @@
 """``Authorization: Bearer <token>`` for one-run and one-job tokens: one parser, two owners.
 
 A subclass says whose token it is (:meth:`BearerTokenAuthentication.principal`): a profiling
-run's agent (``profiler.auth``) or a job's nodes (``planner.app.job_api``).  A header of another
+run's agent (``profiler.auth``) or a job's nodes (``launcher.api``).  A header of another
 scheme is not ours (``None``: the next authenticator tries it); a malformed header or an unknown,
 expired or finished owner's token is refused.
 """

@@ -1,6 +1,6 @@
 """Websocket routes of all apps, collected in one place."""
 
-from planner.app.job_routing import websocket_urlpatterns as jobs_ws
+from launcher.routing import websocket_urlpatterns as jobs_ws
 from profiler.routing import websocket_urlpatterns as profiler_ws
 
 websocket_urlpatterns = [*profiler_ws, *jobs_ws]

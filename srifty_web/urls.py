@@ -12,7 +12,7 @@ api_v1 = [
     path("", include("catalog.api_urls")),
     path("", include("profiler.api_urls")),
     path("", include("planner.app.api_urls")),
-    path("", include("planner.app.job_urls")),
+    path("", include("launcher.urls")),
 ]
 
 urlpatterns = [

@@ -1,4 +1,4 @@
-"""Stored plans (request + result, so a plan can be reopened) and launched training jobs.
+"""Stored plans (request + result, so a plan can be reopened). Launched jobs live in ``launcher``.
 
 The pure planner (``planner.solver`` etc.) never sees these: the app turns rows into
 dataclasses, calls the pure code, and stores the dataclasses' JSON form.
@@ -11,7 +11,6 @@ from django.db import models
 from django.utils import timezone
 
 from srifty_web.teams import TeamQuerySet
-from srifty_web.tokens import ScopedTokenMixin
 
 
 class PlanStatus(models.TextChoices):
@@ -50,113 +49,3 @@ class PlanRecord(models.Model):
             if plan["rank"] == rank:
                 return plan
         return None
-
-
-class JobStatus(models.TextChoices):
-    LAUNCHING = "launching", "Launching"
-    RUNNING = "running", "Running"
-    SUCCEEDED = "succeeded", "Succeeded"
-    FAILED = "failed", "Failed"
-    STOPPED = "stopped", "Stopped"  # by the user, the spend/time cap or the reconciler
-
-
-JOB_FINISHED = (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED)
-
-
-class Job(ScopedTokenMixin, models.Model):
-    """A launched training cluster: one plan option, on EC2, capped in spend and time."""
-
-    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
-    plan = models.ForeignKey(PlanRecord, on_delete=models.PROTECT, related_name="jobs")
-    plan_rank = models.PositiveIntegerField()
-    option = models.JSONField(help_text="The plan option as launched (groups, batch per node, prices)")
-    region = models.CharField(max_length=32)
-    train_command = models.TextField()
-    status = models.CharField(
-        max_length=10, choices=JobStatus.choices, default=JobStatus.LAUNCHING, db_index=True
-    )
-    status_reason = models.TextField(blank=True)
-    hourly_usd = models.DecimalField(max_digits=12, decimal_places=4)
-    max_spend_usd = models.DecimalField(max_digits=12, decimal_places=2)
-    max_hours = models.FloatField()
-    predicted_iter_s = models.FloatField()
-    predicted_iter_p90_s = models.FloatField()
-    total_iterations = models.PositiveBigIntegerField(default=0)
-    instance_ids = models.JSONField(default=list, blank=True)
-    node_ips = models.JSONField(default=dict, blank=True, help_text="instance id -> private IP")
-    placement_group = models.CharField(max_length=255, blank=True)
-    launch_template_ids = models.JSONField(default=list, blank=True)
-    launch_token = models.CharField(max_length=64, blank=True)
-    token_hash = models.CharField(max_length=64, blank=True, db_index=True)
-    token_expires_at = models.DateTimeField(null=True, blank=True)
-    last_seq = models.PositiveBigIntegerField(default=0)
-    drift_since = models.DateTimeField(null=True, blank=True)
-    created_at = models.DateTimeField(default=timezone.now)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-
-    objects = TeamQuerySet.as_manager()  # Job.objects.visible_to(user): the team rule
-
-    class Meta:
-        ordering = ["-created_at"]
-
-    def __str__(self) -> str:
-        return f"job {self.pk} ({self.status})"
-
-    @property
-    def finished(self) -> bool:
-        return self.status in JOB_FINISHED
-
-    @property
-    def group_name(self) -> str:
-        return f"job-{self.pk}"
-
-    @property
-    def cap_at(self):
-        """When the time or spend cap is reached, whichever is first."""
-        from datetime import timedelta
-
-        start = self.started_at or self.created_at
-        hours = min(
-            self.max_hours, float(self.max_spend_usd / self.hourly_usd) if self.hourly_usd else self.max_hours
-        )
-        return start + timedelta(hours=hours)
-
-    def spend_so_far(self, now=None) -> float:
-        now = now or timezone.now()
-        start = self.started_at or self.created_at
-        end = self.finished_at or now
-        return max(0.0, (end - start).total_seconds() / 3600.0) * float(self.hourly_usd)
-
-    def token_expiry(self):
-        """Node tokens die at the job's cap (or earlier, when the job ends)."""
-        return self.cap_at
-
-
-class JobReport(models.Model):
-    """Iteration times a training process posted (via ``profiler.agent.report``)."""
-
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="reports")
-    seq = models.PositiveBigIntegerField()
-    rank = models.PositiveIntegerField(default=0)
-    iteration = models.PositiveBigIntegerField()
-    iter_time_s = models.FloatField()
-    samples = models.PositiveIntegerField(null=True, blank=True)
-    reported_at = models.DateTimeField(default=timezone.now, db_index=True)
-
-    class Meta:
-        ordering = ["reported_at"]
-        constraints = [models.UniqueConstraint(fields=["job", "rank", "seq"], name="uniq_job_report_seq")]
-
-
-class JobEvent(models.Model):
-    """Things that happened to a job: launch, drift, spot interruption, node loss, cap, re-plan."""
-
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
-    kind = models.CharField(max_length=32)
-    message = models.TextField()
-    data = models.JSONField(default=dict, blank=True)
-    at = models.DateTimeField(default=timezone.now)
-
-    class Meta:
-        ordering = ["at"]

@@ -10,8 +10,9 @@ from decimal import Decimal
 import pytest
 from django.contrib.auth.models import Permission
 
-from planner.app import jobs
-from planner.app.models import Job, JobReport, JobStatus, PlanRecord
+from launcher import jobs
+from launcher.models import Job, JobReport, JobStatus
+from planner.app.models import PlanRecord
 
 pytestmark = pytest.mark.django_db
 
@@ -66,7 +67,7 @@ def plan(user):
 @pytest.fixture
 def launcher(user, settings):
     settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
-    user.user_permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="plans"))
+    user.user_permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="launcher"))
     return type(user).objects.get(pk=user.pk)
 
 

@@ -4,8 +4,8 @@ Team A owns a profiling run, a finished profile, a plan and a running job. Each 
 endpoint for one of them as one of:
 
 * ``anon``: nobody logged in;
-* ``other``: a logged-in user of team B, who may launch and stop (``plans.add_job``,
-  ``plans.change_job``, ``profiler.change_profilingrun``) but is not staff;
+* ``other``: a logged-in user of team B, who may launch and stop (``launcher.add_job``,
+  ``launcher.change_job``, ``profiler.change_profilingrun``) but is not staff;
 * ``run_token``: the agent token of a live profiling run of team B (valid, but for another run);
 * ``job_token``: the node token of a running job of team B (valid, but for another job);
 * ``readonly``: a member of team A's group without any permission: reads, never changes.
@@ -336,8 +336,8 @@ def _run(owner, pk, status, profile=None):
 
 
 def _job(owner, plan, pk):
-    from planner.app import jobs
-    from planner.app.models import Job
+    from launcher import jobs
+    from launcher.models import Job
 
     job = Job.objects.create(
         pk=pk,
@@ -377,8 +377,8 @@ def build_world(django_user_model, compute_profile):
     alice.groups.add(team_a)
     carol.groups.add(team_a)
     bob.groups.add(team_b)
-    perms(alice, "plans.add_job", "plans.change_job")
-    perms(bob, "plans.add_job", "plans.change_job", "profiler.change_profilingrun")
+    perms(alice, "launcher.add_job", "launcher.change_job")
+    perms(bob, "launcher.add_job", "launcher.change_job", "profiler.change_profilingrun")
     acc = Accelerator.objects.create(name="A10G", kind="nvidia-gpu")
     InstanceType.objects.create(
         name="g5.xlarge", family="g5", accelerator=acc, gpu_count=1, vcpus=4, memory_gib=16
@@ -478,7 +478,8 @@ def request(cell: Cell, actor: str, w, ids: dict | None = None):
 
 
 def _state():
-    from planner.app.models import Job, JobReport, PlanRecord
+    from launcher.models import Job, JobReport
+    from planner.app.models import PlanRecord
     from profiler.models import ProfilingRun, RunEvent
 
     return (

@@ -1,5 +1,5 @@
 """Security probes of the agent channel: profiling-run tokens (``profiler.auth``) and job node
-tokens (``planner.app.job_api``), tried the way an attacker holding one token would.
+tokens (``launcher.api``), tried the way an attacker holding one token would.
 
 A token sits in a VM's user-data, readable by every process on that VM (the user's model or
 training code, whatever it pip-installs) and by anyone with ``ec2:DescribeInstanceAttribute``;
@@ -22,8 +22,9 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from planner.app import jobs
-from planner.app.models import Job, JobReport, JobStatus, PlanRecord
+from launcher import jobs
+from launcher.models import Job, JobReport, JobStatus
+from planner.app.models import PlanRecord
 from profiler import actions
 from profiler.models import ProfilingRun, RunEvent, RunStatus
 
@@ -93,7 +94,7 @@ def plan(user):
 
 @pytest.fixture
 def launcher(user):
-    user.user_permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="plans"))
+    user.user_permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="launcher"))
     return type(user).objects.get(pk=user.pk)  # fresh permission cache
 
 
@@ -409,7 +410,7 @@ def test_a_bogus_content_length_is_refused_not_a_500(agent_run, make_job, length
     from django.test import RequestFactory
     from rest_framework.test import force_authenticate  # noqa: F401  (documents intent)
 
-    from planner.app.job_api import JobReportsView
+    from launcher.api import JobReportsView
     from profiler.api import AgentEventView
 
     rf = RequestFactory()
@@ -474,7 +475,7 @@ def test_job_report_replays_store_nothing_twice(make_job):
 
 def test_a_report_rank_outside_the_jobs_world_is_refused(make_job):
     """Rows are unique per (job, rank, seq): an unbounded rank lets one token store without end."""
-    from planner.app.job_api import RANKS_PER_GPU
+    from launcher.api import RANKS_PER_GPU
 
     job, token = make_job()  # 2 nodes x 1 GPU; a few processes per GPU are allowed (CPU-only DDP)
     c = bearer(token)
@@ -487,7 +488,7 @@ def test_a_report_rank_outside_the_jobs_world_is_refused(make_job):
 
 
 def test_a_multi_gpu_jobs_ranks_span_every_gpu(make_job):
-    from planner.app.job_api import RANKS_PER_GPU
+    from launcher.api import RANKS_PER_GPU
 
     job, token = make_job(rank=2)  # 1 node x 4 GPUs
     c = bearer(token)

@@ -246,8 +246,8 @@ def test_list_dict_and_number_fields_of_a_plan_request_are_bounded(field, value)
 
 
 def test_agent_and_report_post_limits_sit_below_the_upload_limit(settings):
-    from planner.app.job_api import MAX_REPORT_BYTES
-    from planner.app.job_serializers import MAX_REPORTS_PER_POST
+    from launcher.api import MAX_REPORT_BYTES
+    from launcher.serializers import MAX_REPORTS_PER_POST
     from profiler.api import MAX_EVENT_BYTES
 
     assert MAX_REPORT_BYTES <= MAX_EVENT_BYTES <= settings.DATA_UPLOAD_MAX_MEMORY_SIZE
@@ -260,8 +260,8 @@ def test_agent_and_report_post_limits_sit_below_the_upload_limit(settings):
 def test_a_list_page_is_capped_whatever_limit_is_asked(user_api, user, monkeypatch):
     from django.utils import timezone
 
+    from launcher.api import JobViewSet
     from planner.app.api import PlanViewSet
-    from planner.app.job_api import JobViewSet
     from profiler.api import ProfilingRunViewSet
     from profiler.models import ProfilingRun
     from srifty_web.pagination import MAX_PAGE_SIZE, BoundedPagination

@@ -1,7 +1,7 @@
 """Starting what costs money needs a permission: an EC2 profiling run rents a VM.
 
 Before, any logged-in user (a read-only team member too) could start EC2 profiling VMs through
-the API or the profiling form; a launch already needed ``plans.add_job``."""
+the API or the profiling form; a launch already needed ``launcher.add_job``."""
 
 from __future__ import annotations
 

@@ -17,8 +17,9 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from planner.app import jobs, monitor
-from planner.app.models import Job, JobEvent, JobStatus, PlanRecord
+from launcher import jobs, monitor
+from launcher.models import Job, JobEvent, JobStatus
+from planner.app.models import PlanRecord
 from profiler.models import ProfilingRun, RunStatus
 
 pytestmark = pytest.mark.django_db
@@ -68,8 +69,8 @@ def team(django_user_model, settings, compute_profile):
     alice.groups.add(a)
     carol.groups.add(a)
     bob.groups.add(b)
-    grant(alice, "plans.add_job")
-    grant(bob, "plans.add_job", "plans.change_job", "profiler.change_profilingrun")
+    grant(alice, "launcher.add_job")
+    grant(bob, "launcher.add_job", "launcher.change_job", "profiler.change_profilingrun")
 
     def run(owner, status=RunStatus.SUCCEEDED):
         return ProfilingRun.objects.create(
@@ -318,7 +319,7 @@ def test_a_format_suffix_on_an_action_is_answered_not_a_server_error(team, path)
 def test_token_principals_and_anonymous_viewers_see_no_ones_work(team):
     from django.contrib.auth.models import AnonymousUser
 
-    from planner.app.job_api import JobAgent
+    from launcher.api import JobAgent
     from profiler.auth import AgentPrincipal
 
     run = team.run(team.alice)

@@ -1,5 +1,5 @@
 """Shell injection into the EC2 user-data Srifty builds (``profiler.userdata``,
-``planner.app.launch``) from anything a user typed.
+``launcher.launch``) from anything a user typed.
 
 The scripts are not only grepped: their assignment block is *run* by bash with a ``PATH`` of
 tripwires (``curl``, ``sh``, ``reboot``, ``id``, ...) that leave a mark when called, then every
@@ -243,7 +243,7 @@ def test_aws_credentials_never_go_into_user_data():
 def test_a_hostile_train_command_through_the_launch_path_stays_words(tmp_path, user, settings, payload):
     import shlex
 
-    from planner.app import launch
+    from launcher import launch
 
     settings.SITE_URL = "https://srifty.example.com"
     option = {
@@ -354,7 +354,7 @@ def test_an_ec2_profiling_runs_script_carries_its_fields_only_quoted(tmp_path, m
 
 @pytest.mark.django_db
 def test_a_plan_name_or_job_fields_never_reach_the_script(user, settings):
-    from planner.app import jobs, launch
+    from launcher import jobs, launch
     from planner.app.models import PlanRecord
 
     settings.SITE_URL = "https://srifty.example.com"
@@ -386,7 +386,7 @@ def test_a_plan_name_or_job_fields_never_reach_the_script(user, settings):
     )
     from django.contrib.auth.models import Permission
 
-    user.user_permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="plans"))
+    user.user_permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="launcher"))
     owner = type(user).objects.get(pk=user.pk)
     job = jobs.create_job(owner, plan, 1, "train.py", Decimal("5"), 1, confirm=True)
     script = launch.user_data(

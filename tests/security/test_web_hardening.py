@@ -21,8 +21,9 @@ from django.contrib.auth.models import Permission
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
-from planner.app import jobs
-from planner.app.models import Job, JobEvent, JobReport, PlanRecord
+from launcher import jobs
+from launcher.models import Job, JobEvent, JobReport
+from planner.app.models import PlanRecord
 from profiler.models import ComputeSample, ProfilingRun
 from srifty_web.security import csv_safe_cell
 
@@ -111,7 +112,7 @@ def _hostile_plan(owner, label: str = XSS) -> PlanRecord:
 @pytest.fixture
 def launcher(user, settings):
     settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
-    user.user_permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="plans"))
+    user.user_permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="launcher"))
     return type(user).objects.get(pk=user.pk)
 
 
@@ -383,7 +384,7 @@ def test_only_drf_views_are_csrf_exempt_and_drf_checks_csrf_for_session_logins()
     itself; every other authentication class reads a header token a browser never sends alone."""
     from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 
-    from planner.app.job_api import JobTokenAuthentication
+    from launcher.api import JobTokenAuthentication
     from profiler.auth import AgentTokenAuthentication
 
     header_auth = (TokenAuthentication, JobTokenAuthentication, AgentTokenAuthentication)

@@ -25,8 +25,9 @@ from rest_framework.response import Response
 from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import APIView
 
-from planner.app import jobs, launch, monitor
-from planner.app.job_serializers import (
+from launcher import jobs, launch, monitor
+from launcher.models import Job
+from launcher.serializers import (
     ApplyReplanSerializer,
     CreateJobSerializer,
     JobDetailSerializer,
@@ -36,7 +37,6 @@ from planner.app.job_serializers import (
     ReplanRequestSerializer,
     ReportBatchSerializer,
 )
-from planner.app.models import Job
 from profiler.api import content_length
 from srifty_web.bearer import BearerTokenAuthentication
 
@@ -71,7 +71,7 @@ class JobTokenAuthentication(BearerTokenAuthentication):
 
 
 class JobTokenScheme(OpenApiAuthenticationExtension):
-    target_class = "planner.app.job_api.JobTokenAuthentication"
+    target_class = "launcher.api.JobTokenAuthentication"
     name = "jobToken"
 
     def get_security_definition(self, auto_schema):
@@ -132,7 +132,7 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
         """The exact instances, $/h, maximum spend and cap time of a launch, and the short-lived
         confirmation id that ``POST /jobs/`` needs to launch exactly that."""
         if not jobs.can_launch(request.user):
-            raise jobs.NotAllowed("launching a job needs the plans.add_job permission")
+            raise jobs.NotAllowed("launching a job needs the launcher.add_job permission")
         params = LaunchParamsSerializer(data=request.data)
         params.is_valid(raise_exception=True)
         v = params.validated_data
@@ -147,7 +147,7 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
     def create(self, request, *args, **kwargs):
         """Launch a previewed job; ``confirmation`` must match the preview's parameters."""
         if not jobs.can_launch(request.user):
-            raise jobs.NotAllowed("launching a job needs the plans.add_job permission")
+            raise jobs.NotAllowed("launching a job needs the launcher.add_job permission")
         params = CreateJobSerializer(data=request.data)
         params.is_valid(raise_exception=True)
         v = params.validated_data
@@ -168,7 +168,7 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
     def stop(self, request, pk=None, **kwargs):
         job = self.get_object()
         if not jobs.can_stop(request.user, job):
-            raise jobs.NotAllowed("only the owner (or plans.change_job) may stop this job")
+            raise jobs.NotAllowed("only the owner (or launcher.change_job) may stop this job")
         job = jobs.stop_job(job, f"stopped by {request.user.get_username()}")
         return Response(JobSerializer(job).data)
 
@@ -180,7 +180,7 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
         preview; apply it with ``POST /jobs/{id}/replan/apply/``."""
         job = self.get_object()
         if not jobs.can_launch(request.user):
-            raise jobs.NotAllowed("launching a job needs the plans.add_job permission")
+            raise jobs.NotAllowed("launching a job needs the launcher.add_job permission")
         params = ReplanRequestSerializer(data=request.data)
         params.is_valid(raise_exception=True)
         return Response(launch.prepare_replan(request.user, job, **params.validated_data))
@@ -192,7 +192,7 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
         """Stop this job's cluster and launch the confirmed re-plan option instead."""
         job = self.get_object()
         if not jobs.can_launch(request.user):
-            raise jobs.NotAllowed("launching a job needs the plans.add_job permission")
+            raise jobs.NotAllowed("launching a job needs the launcher.add_job permission")
         params = ApplyReplanSerializer(data=request.data)
         params.is_valid(raise_exception=True)
         v = params.validated_data

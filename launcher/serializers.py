@@ -6,8 +6,8 @@ from decimal import Decimal
 
 from rest_framework import serializers
 
-from planner.app import jobs
-from planner.app.models import Job, JobEvent
+from launcher import jobs
+from launcher.models import Job, JobEvent
 from srifty_web.serializers import ModelSerializer
 
 MAX_REPORTS_PER_POST = 1000
@@ -146,17 +146,17 @@ class JobDetailSerializer(JobSerializer):
         read_only_fields = fields
 
     def get_observed(self, job: Job) -> dict:
-        from planner.app.monitor import observed
+        from launcher.monitor import observed
 
         return observed(job)
 
     def get_progress(self, job: Job) -> dict:
-        from planner.app.monitor import progress
+        from launcher.monitor import progress
 
         return progress(job)
 
     def get_replan_offer(self, job: Job) -> dict | None:
-        from planner.app.monitor import latest_offer
+        from launcher.monitor import latest_offer
 
         offer = latest_offer(job)
         return None if offer is None else {"message": offer.message, "at": offer.at, **offer.data}

@@ -14,8 +14,9 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.utils import timezone
 
-from planner.app import jobs, launch, monitor
-from planner.app.models import Job, JobEvent, JobReport, JobStatus, PlanRecord
+from launcher import jobs, launch, monitor
+from launcher.models import Job, JobEvent, JobReport, JobStatus
+from planner.app.models import PlanRecord
 from profiler import ec2
 
 pytestmark = pytest.mark.django_db
@@ -56,7 +57,7 @@ def option(rank=1, count=2, market="spot", price=0.5, iter_s=0.5):
 
 @pytest.fixture
 def owner(user):
-    user.user_permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="plans"))
+    user.user_permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="launcher"))
     return type(user).objects.get(pk=user.pk)
 
 
@@ -284,7 +285,7 @@ def test_nodes_that_shut_down_early_fail_the_job(owner, plan, monkeypatch, setti
 def test_the_watch_task_requeues_itself_while_the_job_runs(owner, plan, settings, monkeypatch):
     from django_tasks import default_task_backend
 
-    from planner.app import job_tasks
+    from launcher import tasks as job_tasks
 
     settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
     job = running_without_ec2(owner, plan)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from planner.app.jobs import event_message, status_message, visible_jobs
-from planner.app.models import JobEvent, JobReport
+from launcher.jobs import event_message, status_message, visible_jobs
+from launcher.models import JobEvent, JobReport
 from srifty_web.live import ViewerConsumer
 
 REPLAY_REPORTS = 2000

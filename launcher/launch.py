@@ -42,8 +42,8 @@ from django.conf import settings
 from django.core import signing
 from django.utils import timezone
 
-from planner.app import jobs
-from planner.app.models import Job, JobStatus
+from launcher import jobs
+from launcher.models import Job, JobStatus
 from profiler import ec2
 from profiler.userdata import SERVER_DISCOVERY, training_user_data
 
@@ -470,7 +470,7 @@ def prepare(
 ) -> dict:
     """Step 1: the exact launch (``preview``) plus a confirmation id bound to it."""
     if not jobs.can_launch(user):
-        raise jobs.NotAllowed("launching a job needs the plans.add_job permission")
+        raise jobs.NotAllowed("launching a job needs the launcher.add_job permission")
     train_command, spend, hours = jobs.clean_params(train_command, max_spend_usd, max_hours)
     plan = _plan(user, plan_id)
     option = jobs.plan_option(user, plan, rank)
@@ -492,7 +492,7 @@ def prepare(
 def confirm_and_create(user, plan_id, rank, train_command, max_spend_usd, max_hours, confirmation) -> Job:
     """Step 2: launch, if ``confirmation`` confirms exactly these parameters for this user."""
     if not jobs.can_launch(user):
-        raise jobs.NotAllowed("launching a job needs the plans.add_job permission")
+        raise jobs.NotAllowed("launching a job needs the launcher.add_job permission")
     train_command, spend, hours = jobs.clean_params(train_command, max_spend_usd, max_hours)
     plan = _plan(user, plan_id)
     check_confirmation(confirmation, user, plan.pk, int(rank), train_command, spend, hours)
@@ -513,10 +513,10 @@ def replan_budget(job: Job, now=None) -> tuple[Decimal, float]:
 def prepare_replan(user, job: Job, max_spend_usd=None, max_hours=None, refresh: bool = False) -> dict:
     """The re-plan offer for ``job`` (solved now if there is none, or on ``refresh``) as a
     launch preview with a confirmation id that also names the job it replaces."""
-    from planner.app import monitor
+    from launcher import monitor
 
     if not jobs.can_stop(user, job):
-        raise jobs.NotAllowed("only the owner (or plans.change_job) may replace this job")
+        raise jobs.NotAllowed("only the owner (or launcher.change_job) may replace this job")
     offer = None if refresh else monitor.latest_offer(job)
     if offer is None:
         made = monitor.offer_replan(job, "re-plan requested")
@@ -545,7 +545,7 @@ def prepare_replan(user, job: Job, max_spend_usd=None, max_hours=None, refresh: 
 
 def apply_replan(user, job: Job, plan_id, rank, max_spend_usd, max_hours, confirmation) -> Job:
     if not jobs.can_launch(user):
-        raise jobs.NotAllowed("launching a job needs the plans.add_job permission")
+        raise jobs.NotAllowed("launching a job needs the launcher.add_job permission")
     _, spend, hours = jobs.clean_params(job.train_command, max_spend_usd, max_hours)
     plan = _plan(user, plan_id)
     check_confirmation(

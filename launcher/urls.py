@@ -3,7 +3,7 @@
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from planner.app.job_api import JobAgentTarballView, JobReportsView, JobViewSet, RendezvousView
+from launcher.api import JobAgentTarballView, JobReportsView, JobViewSet, RendezvousView
 
 router = DefaultRouter()
 router.register("jobs", JobViewSet, basename="job")

@@ -16,8 +16,9 @@ from django.conf import settings as django_settings
 from django.contrib.auth.models import Permission
 from rest_framework.test import APIClient
 
-from planner.app import jobs
-from planner.app.models import JobReport, PlanRecord
+from launcher import jobs
+from launcher.models import JobReport
+from planner.app.models import PlanRecord
 from profiler.agent.report import Reporter
 from profiler.agent.reporter import RetryPolicy, _post_urllib
 
@@ -87,7 +88,7 @@ TRAIN = textwrap.dedent("""
 @pytest.fixture
 def job_and_token(user, settings):
     settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
-    user.user_permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="plans"))
+    user.user_permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="launcher"))
     owner = type(user).objects.get(pk=user.pk)
     plan = PlanRecord.objects.create(
         owner=owner, request={"total_samples": 16 * 100}, status="solved", result={"plans": [OPTION]}

@@ -14,8 +14,9 @@ from decimal import Decimal
 import pytest
 from django.contrib.auth.models import Permission
 
-from planner.app import jobs, launch
-from planner.app.models import Job, JobStatus, PlanRecord
+from launcher import jobs, launch
+from launcher.models import Job, JobStatus
+from planner.app.models import PlanRecord
 from profiler import ec2
 
 pytestmark = pytest.mark.django_db
@@ -73,7 +74,7 @@ def option(rank=1, groups=None):
 
 @pytest.fixture
 def launcher(user):
-    user.user_permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="plans"))
+    user.user_permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="launcher"))
     return type(user).objects.get(pk=user.pk)
 
 

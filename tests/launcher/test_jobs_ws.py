@@ -11,7 +11,7 @@ from django.contrib.auth.models import Group, Permission
 from django.test import Client
 from rest_framework.test import APIClient
 
-from planner.app import jobs
+from launcher import jobs
 from planner.app.models import PlanRecord
 from srifty_web.asgi import application
 
@@ -45,7 +45,7 @@ OPTION = {
 @pytest.fixture
 def job_and_token(user, settings):
     settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
-    user.user_permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="plans"))
+    user.user_permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="launcher"))
     owner = type(user).objects.get(pk=user.pk)
     plan = PlanRecord.objects.create(
         owner=owner, request={"total_samples": 6400}, status="solved", result={"plans": [OPTION]}

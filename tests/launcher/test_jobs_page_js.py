@@ -11,8 +11,9 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.test import Client
 
-from planner.app import jobs
-from planner.app.models import JobReport, PlanRecord
+from launcher import jobs
+from launcher.models import JobReport
+from planner.app.models import PlanRecord
 
 CHROMIUM = "/usr/bin/chromium"
 pytestmark = [
@@ -64,7 +65,7 @@ def test_the_chart_shows_each_rank_against_the_prediction_and_follows_live_messa
     from playwright.sync_api import sync_playwright
 
     settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
-    user.user_permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="plans"))
+    user.user_permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="launcher"))
     owner = type(user).objects.get(pk=user.pk)
     plan = PlanRecord.objects.create(
         owner=owner, request={"total_samples": 6400}, status="solved", result={"plans": [OPTION]}

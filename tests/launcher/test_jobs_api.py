@@ -11,8 +11,9 @@ from django.contrib.auth.models import Group, Permission
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from planner.app import jobs, launch
-from planner.app.models import Job, JobReport, JobStatus, PlanRecord
+from launcher import jobs, launch
+from launcher.models import Job, JobReport, JobStatus
+from planner.app.models import PlanRecord
 from profiler import ec2
 
 pytestmark = pytest.mark.django_db
@@ -56,7 +57,7 @@ def option(rank=1, groups=None):
 
 
 def grant(user, codename="add_job"):
-    user.user_permissions.add(Permission.objects.get(codename=codename, content_type__app_label="plans"))
+    user.user_permissions.add(Permission.objects.get(codename=codename, content_type__app_label="launcher"))
 
 
 @pytest.fixture
@@ -202,7 +203,7 @@ def test_another_users_confirmation_does_not_launch(launcher_api, plan, django_u
 def test_launching_needs_the_add_job_permission(user_api, plan, api):
     assert user_api.post("/api/v1/jobs/preview/", body(plan), format="json").status_code == 403
     resp = user_api.post("/api/v1/jobs/", body(plan, confirmation="x"), format="json")
-    assert resp.status_code == 403 and "plans.add_job" in resp.json()["detail"]
+    assert resp.status_code == 403 and "launcher.add_job" in resp.json()["detail"]
     assert api.post("/api/v1/jobs/preview/", body(plan), format="json").status_code == 401
     assert not Job.objects.exists()
 

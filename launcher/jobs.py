@@ -7,11 +7,11 @@ and a task never starts on a row that does not exist yet. Agent reports are idem
 
 Who may do what:
 
-* launching (``create_job``, re-plan apply) needs the Django permission ``plans.add_job`` (the
+* launching (``create_job``, re-plan apply) needs the Django permission ``launcher.add_job`` (the
   default add permission of ``Job``; superusers have it, other users must be granted it, e.g.
   through a group) *and* an explicit confirmation (``confirm=True``; the API and the pages only
-  pass it with a valid signed confirmation id from ``planner.app.launch.confirmation_for``);
-* stopping a job: its owner, or anyone with ``plans.change_job`` who can see it;
+  pass it with a valid signed confirmation id from ``launcher.launch.confirmation_for``);
+* stopping a job: its owner, or anyone with ``launcher.change_job`` who can see it;
 * seeing a job: the owner's team (``Job.objects.visible_to``, ``srifty_web.teams.visible_owner_q``).
 """
 
@@ -29,14 +29,15 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
-from planner.app.models import Job, JobEvent, JobReport, JobStatus, PlanRecord, PlanStatus
+from launcher.models import Job, JobEvent, JobReport, JobStatus
+from planner.app.models import PlanRecord, PlanStatus
 from srifty_web.live import send_on_commit
 from srifty_web.teams import acts_for_owner
 
 log = logging.getLogger(__name__)
 
-LAUNCH_PERMISSION = "plans.add_job"
-STOP_PERMISSION = "plans.change_job"
+LAUNCH_PERMISSION = "launcher.add_job"
+STOP_PERMISSION = "launcher.change_job"
 MAX_TRAIN_COMMAND = 4000
 MAX_SPEND_USD = Decimal("1000000")
 MAX_HOURS = 24 * 30
@@ -179,15 +180,15 @@ def create_job(
 ) -> Job:
     """A job for one plan option, launched by a background task once this commits.
 
-    Nothing launches unless ``confirm`` is True and ``owner`` holds ``plans.add_job``. The job's
+    Nothing launches unless ``confirm`` is True and ``owner`` holds ``launcher.add_job``. The job's
     spend cap is ``min(max_spend_usd, hourly x max_hours)``; that is what is stored as
     ``max_spend_usd``, and ``Job.cap_at`` is when it is reached.
     """
-    from planner.app import launch
-    from planner.app.job_tasks import launch_job_task, schedule_watch
+    from launcher import launch
+    from launcher.tasks import launch_job_task, schedule_watch
 
     if not can_launch(owner):
-        raise NotAllowed("launching a job needs the plans.add_job permission")
+        raise NotAllowed("launching a job needs the launcher.add_job permission")
     if confirm is not True:
         raise JobError("confirmation", "a launch needs an explicit confirmation of instances and spend")
     train_command, spend, hours = clean_params(train_command, max_spend_usd, max_hours)
@@ -397,7 +398,7 @@ def succeed_job(job: Job, reason: str) -> Job:
 
 def _finish(job: Job, status: str, reason: str) -> Job:
     """End a job (first writer wins), revoke its token and terminate its cluster after commit."""
-    from planner.app.job_tasks import stop_job_task
+    from launcher.tasks import stop_job_task
 
     with transaction.atomic():
         locked = Job.objects.select_for_update().get(pk=job.pk)
@@ -418,9 +419,9 @@ def _finish(job: Job, status: str, reason: str) -> Job:
 def apply_replan(job: Job, user, plan: PlanRecord, rank, max_spend_usd, max_hours, confirm: bool) -> Job:
     """Stop ``job``'s cluster and launch option ``rank`` of ``plan`` (its re-plan) in its place."""
     if not can_launch(user):
-        raise NotAllowed("launching a job needs the plans.add_job permission")
+        raise NotAllowed("launching a job needs the launcher.add_job permission")
     if not can_stop(user, job):
-        raise NotAllowed("only the owner (or plans.change_job) may replace this job")
+        raise NotAllowed("only the owner (or launcher.change_job) may replace this job")
     with transaction.atomic():
         new = create_job(user, plan, rank, job.train_command, max_spend_usd, max_hours, confirm, replaces=job)
         stop_job(job, f"replaced by job {new.pk} (re-plan)")

@@ -42,8 +42,8 @@ from datetime import timedelta
 from django.db.models import Count, Max, Sum
 from django.utils import timezone
 
-from planner.app import jobs
-from planner.app.models import Job, JobEvent, JobReport, JobStatus
+from launcher import jobs
+from launcher.models import Job, JobEvent, JobReport, JobStatus
 from profiler import ec2
 
 log = logging.getLogger(__name__)
@@ -198,7 +198,7 @@ def offer_replan(job: Job, reason: str) -> JobEvent | None:
             job, "replan_failed", f"re-plan found no option: {plan.error or plan.status}", {"plan": plan.pk}
         )
     best = options[0]
-    from planner.app.launch import describe_option
+    from launcher.launch import describe_option
 
     return jobs.add_event(
         job,

@@ -14,8 +14,8 @@ from datetime import timedelta
 from django.utils import timezone
 from django_tasks import default_task_backend, task
 
-from planner.app import jobs, launch, monitor
-from planner.app.models import Job
+from launcher import jobs, launch, monitor
+from launcher.models import Job
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ def cleanup_job_task(job_id: int, attempt: int = 1) -> str:
 
 @task()
 def reconcile_task(regions: list[str] | None = None, dry_run: bool = False, repeat: bool = True) -> dict:
-    from planner.app import reconcile
+    from launcher import reconcile
 
     report = reconcile.reconcile(regions=regions, dry_run=dry_run)
     if repeat:

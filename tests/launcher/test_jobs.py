@@ -1,4 +1,4 @@
-"""State changes of jobs (planner.app.jobs): who may launch, caps, tokens, reports, stopping."""
+"""State changes of jobs (launcher.jobs): who may launch, caps, tokens, reports, stopping."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import pytest
 from django.contrib.auth.models import Group, Permission
 from django.utils import timezone
 
-from planner.app import jobs
-from planner.app.models import Job, JobEvent, JobReport, JobStatus, PlanRecord
+from launcher import jobs
+from launcher.models import Job, JobEvent, JobReport, JobStatus
+from planner.app.models import PlanRecord
 
 pytestmark = pytest.mark.django_db
 
@@ -51,7 +52,7 @@ def plan(user):
 @pytest.fixture
 def owner(user, settings):
     settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
-    user.user_permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="plans"))
+    user.user_permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="launcher"))
     return type(user).objects.get(pk=user.pk)
 
 
@@ -59,7 +60,7 @@ def test_a_job_needs_the_permission_and_an_explicit_confirmation(user, plan, set
     settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
     with pytest.raises(jobs.NotAllowed):
         jobs.create_job(user, plan, 1, "train.py", Decimal("10"), 5, confirm=True)
-    user.user_permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="plans"))
+    user.user_permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="launcher"))
     user = type(user).objects.get(pk=user.pk)
     for confirm in (False, None, "yes", 1):
         with pytest.raises(jobs.JobError) as err:
@@ -71,7 +72,7 @@ def test_a_job_needs_the_permission_and_an_explicit_confirmation(user, plan, set
 def test_the_permission_can_come_from_a_group(user, plan, settings):
     settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
     launchers = Group.objects.create(name="launchers")
-    launchers.permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="plans"))
+    launchers.permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="launcher"))
     user.groups.add(launchers)
     assert jobs.can_launch(type(user).objects.get(pk=user.pk))
 
@@ -143,5 +144,7 @@ def test_stopping_needs_the_owner_or_the_change_permission(owner, plan, django_u
     job = jobs.create_job(owner, plan, 1, "train.py", Decimal("10"), 5, confirm=True)
     bob = django_user_model.objects.create_user("bob", password="b-pass-12345")
     assert jobs.can_stop(owner, job) and not jobs.can_stop(bob, job)
-    bob.user_permissions.add(Permission.objects.get(codename="change_job", content_type__app_label="plans"))
+    bob.user_permissions.add(
+        Permission.objects.get(codename="change_job", content_type__app_label="launcher")
+    )
     assert jobs.can_stop(django_user_model.objects.get(pk=bob.pk), job)

@@ -16,8 +16,9 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from planner.app import launch, reconcile
-from planner.app.models import Job, JobStatus, PlanRecord
+from launcher import launch, reconcile
+from launcher.models import Job, JobStatus
+from planner.app.models import PlanRecord
 from profiler import ec2
 
 pytestmark = pytest.mark.django_db
@@ -143,7 +144,7 @@ def test_a_region_that_cannot_be_scanned_is_an_error_and_the_others_still_run(cl
 def test_the_periodic_task_requeues_itself(cloud):
     from django_tasks import default_task_backend
 
-    from planner.app.job_tasks import reconcile_task
+    from launcher.tasks import reconcile_task
 
     result = reconcile_task.call([REGION], True, True)
     assert result["dry_run"] is True and result["regions"] == [REGION]

@@ -31,8 +31,8 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from planner.app import jobs
-from planner.app.models import JOB_FINISHED, Job
+from launcher import jobs
+from launcher.models import JOB_FINISHED, Job
 from profiler import ec2
 from profiler.models import FINISHED as RUN_FINISHED
 from profiler.models import ProfilingRun, Provider

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from planner.app.job_consumers import JobConsumer
+from launcher.consumers import JobConsumer
 
 websocket_urlpatterns = [
     path("ws/jobs/<int:job_id>/", JobConsumer.as_asgi()),

@@ -1,7 +1,7 @@
 """``manage.py reconcile_instances [--region R ...] [--dry-run] [--json] [--schedule]``.
 
 Terminates Srifty-managed EC2 instances that belong to no live job or run (see
-``planner.app.reconcile``) and prints what it did. ``--schedule`` instead queues the
+``launcher.reconcile``) and prints what it did. ``--schedule`` instead queues the
 self-repeating background reconciler (every ``RECONCILE_EVERY_S``, default 600 s). Exit code 1
 when a region could not be scanned or an instance could not be terminated.
 """
@@ -12,7 +12,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from planner.app import reconcile
+from launcher import reconcile
 
 
 class Command(BaseCommand):
@@ -37,7 +37,7 @@ class Command(BaseCommand):
         if o["schedule"]:
             from django_tasks import TaskResultStatus
 
-            from planner.app.job_tasks import reconcile_task
+            from launcher.tasks import reconcile_task
 
             # Once per install: every ./run calls this, and two chains would reconcile twice.
             if _queued(reconcile_task.module_path, (TaskResultStatus.READY, TaskResultStatus.RUNNING)):
