@@ -388,10 +388,10 @@ def plan_conflicts(spec: TaskSpec, option: dict[str, Any]) -> list[str]:
         models = {str(g.get("gpu_model", "")).upper() for g in groups}
         if not any(res.accelerator.upper() in m or m in res.accelerator.upper() for m in models if m):
             notes.append(f"the file asks for {res.accelerator}; the plan uses {', '.join(sorted(models))}")
-    spot = any(g.get("market") == "spot" for g in groups)
-    if res.use_spot is not None and res.use_spot != spot:
+    markets = {g.get("market") for g in groups}
+    if res.use_spot is not None and groups and markets != {"spot" if res.use_spot else "on-demand"}:
         notes.append(
-            f"the file asks for use_spot {res.use_spot}; the plan is {'spot' if spot else 'on-demand'}"
+            f"the file asks for use_spot {res.use_spot}; the plan uses {' and '.join(sorted(markets))}"
         )
     if res.region and option.get("region") and res.region != option["region"]:
         notes.append(f"the file asks for region {res.region}; the plan is in {option['region']}")
