@@ -7,7 +7,8 @@ import hashlib
 
 from django.db.models import QuerySet
 from django.http import HttpResponse, HttpResponseNotModified
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
 from rest_framework import serializers, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -22,7 +23,15 @@ from catalog.models import (
     OnDemandPrice,
     SpotPrice,
 )
-from catalog.serializers import AcceleratorSerializer, InstanceTypeSerializer, PriceSerializer
+from catalog.search import GpuQuery, SearchError, search_gpus
+from catalog.serializers import (
+    AcceleratorSerializer,
+    GpuOfferSerializer,
+    GpuSearchParams,
+    GpuSearchResponseSerializer,
+    InstanceTypeSerializer,
+    PriceSerializer,
+)
 from srifty_web.pagination import BoundedPagination
 
 
@@ -210,3 +219,96 @@ def _filter_prices(qs: QuerySet, f: dict, *, region_field: str) -> QuerySet:
     if "until" in f:
         qs = qs.filter(observed_at__lte=f["until"])
     return qs
+
+
+GPU_OFFER_EXAMPLE = {
+    "count": 31,
+    "results": [
+        {
+            "instance_type": "p5.48xlarge",
+            "gpu": "H100",
+            "gpu_count": 8.0,
+            "gpu_memory_gib": 80.0,
+            "vcpus": 192,
+            "memory_gib": 2048.0,
+            "efa": True,
+            "network_gbps": 3200.0,
+            "region": "us-east-2",
+            "zone": "use2-az3",
+            "market": "spot",
+            "usd_per_hour": "12.345600",
+            "usd_per_gpu_hour": "1.543200",
+            "observed_at": "2025-12-01T00:00:00Z",
+            "interruption_bucket": None,
+            "interruption_label": None,
+            "interruption_source": None,
+            "history": [{"observed_at": "2025-12-01T00:00:00Z", "usd_per_hour": 12.3456}],
+        }
+    ],
+}
+
+
+class GpuSearchView(APIView):
+    """GPU search across every region and zone, cheapest per GPU-hour first (``catalog.search``)."""
+
+    @extend_schema(
+        operation_id="gpus_search",
+        summary="Search GPU offers across all regions and zones",
+        description=(
+            "One row per priced place to rent a GPU instance type: its latest on-demand price per "
+            "region and its latest spot price per zone, sorted by USD per GPU-hour across all regions "
+            "and zones (then USD/hour, type, region, zone). Each row has its price history for a "
+            "sparkline and, for spot, the interruption bucket where known. A bad parameter is a 400 "
+            'naming it, e.g. `{"market": [...]}`, as is an unknown GPU.'
+        ),
+        parameters=[
+            GpuSearchParams,
+            OpenApiParameter(
+                "gpu",
+                OpenApiTypes.STR,
+                description="GPU model, case-insensitive; without it every NVIDIA CUDA GPU",
+                examples=[OpenApiExample("H100", value="H100"), OpenApiExample("A10G", value="a10g")],
+            ),
+            OpenApiParameter(
+                "count",
+                OpenApiTypes.INT,
+                description="GPUs per instance, exactly (a positive whole number)",
+                examples=[OpenApiExample("eight GPUs", value=8)],
+            ),
+            OpenApiParameter(
+                "market",
+                OpenApiTypes.STR,
+                enum=["both", "spot", "on-demand"],
+                description="spot (one row per zone), on-demand (one row per region) or both (default)",
+                examples=[OpenApiExample("spot only", value="spot")],
+            ),
+        ],
+        responses={200: GpuSearchResponseSerializer},
+        examples=[
+            OpenApiExample(
+                "8× H100 on spot", value=GPU_OFFER_EXAMPLE, response_only=True, status_codes=["200"]
+            ),
+            OpenApiExample(
+                "unknown market",
+                value={"market": ['"auction" is not a valid choice.']},
+                response_only=True,
+                status_codes=["400"],
+            ),
+        ],
+    )
+    def get(self, request: Request) -> Response:
+        f = _validated(GpuSearchParams, request)
+        query = GpuQuery(
+            gpu=f.get("gpu"),
+            count=f.get("count"),
+            min_memory_gib=f.get("min_memory_gib"),
+            efa=f.get("efa"),
+            market=f["market"],
+            region=f.get("region"),
+            limit=f["limit"],
+        )
+        try:
+            result = search_gpus(query)
+        except SearchError as exc:
+            return Response({exc.field: [exc.message]}, status=400)
+        return Response({"count": result.total, "results": GpuOfferSerializer(result.offers, many=True).data})

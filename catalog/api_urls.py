@@ -1,7 +1,7 @@
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from catalog.api import AcceleratorViewSet, InstanceTypeViewSet, PriceListView
+from catalog.api import AcceleratorViewSet, GpuSearchView, InstanceTypeViewSet, PriceListView
 
 router = DefaultRouter()
 router.register("instance-types", InstanceTypeViewSet, basename="instance-type")
@@ -9,5 +9,6 @@ router.register("accelerators", AcceleratorViewSet, basename="accelerator")
 
 urlpatterns = [
     path("prices/", PriceListView.as_view(), name="price-list"),
+    path("gpus/", GpuSearchView.as_view(), name="gpu-search-api"),
     *router.urls,
 ]

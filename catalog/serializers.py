@@ -113,3 +113,76 @@ class PriceSerializer(serializers.Serializer):
             "observed_at": row.observed_at,
             "source": row.source,
         }
+
+
+class GpuSearchParams(serializers.Serializer):
+    """Query parameters of ``GET /api/v1/gpus/`` (``catalog.search.GpuQuery``)."""
+
+    gpu = serializers.CharField(
+        required=False,
+        help_text="GPU model as the catalog names it, case-insensitive (h100 = H100); "
+        "without it: every NVIDIA CUDA GPU",
+    )
+    count = serializers.IntegerField(required=False, min_value=1, help_text="GPUs per instance, exactly")
+    min_memory_gib = serializers.FloatField(
+        required=False, min_value=0, help_text="Memory per GPU, GiB, at least"
+    )
+    efa = serializers.BooleanField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="true: only types with EFA; false: only without",
+    )
+    market = serializers.ChoiceField(
+        choices=["both", "spot", "on-demand"],
+        default="both",
+        help_text="spot (per zone), on-demand (per region) or both",
+    )
+    region = serializers.CharField(
+        required=False, help_text="Only this region (default: all regions and zones)"
+    )
+    limit = serializers.IntegerField(
+        default=100, min_value=1, max_value=1000, help_text="Offers returned, cheapest per GPU-hour first"
+    )
+
+
+class PricePointSerializer(serializers.Serializer):
+    observed_at = serializers.DateTimeField()
+    usd_per_hour = serializers.FloatField()
+
+
+class GpuOfferSerializer(serializers.Serializer):
+    """One place to rent a type: its latest on-demand price in a region or spot price in a zone."""
+
+    instance_type = serializers.CharField()
+    gpu = serializers.CharField()
+    gpu_count = serializers.FloatField(help_text="GPUs per instance (fractional for GPU-partitioned types)")
+    gpu_memory_gib = serializers.FloatField(allow_null=True, help_text="Per GPU")
+    vcpus = serializers.IntegerField()
+    memory_gib = serializers.FloatField()
+    efa = serializers.BooleanField()
+    network_gbps = serializers.FloatField(allow_null=True, help_text="Sustained (baseline) Gbit/s")
+    region = serializers.CharField()
+    zone = serializers.CharField(allow_null=True, help_text="Zone ID of a spot price; null on-demand")
+    market = serializers.ChoiceField(choices=["spot", "on-demand"])
+    usd_per_hour = serializers.DecimalField(
+        max_digits=12, decimal_places=6, help_text="USD per instance-hour"
+    )
+    usd_per_gpu_hour = serializers.DecimalField(max_digits=12, decimal_places=6, help_text="USD per GPU-hour")
+    observed_at = serializers.DateTimeField(help_text="When the price was observed")
+    interruption_bucket = serializers.IntegerField(
+        allow_null=True,
+        help_text="Spot: AWS Spot Advisor frequency of interruption 0 (<5%) .. 4 (>20%); null when unknown",
+    )
+    interruption_label = serializers.CharField(allow_null=True, help_text="e.g. <5%")
+    interruption_source = serializers.CharField(
+        allow_null=True, help_text="catalog (admin) or the bundled AWS Spot Advisor snapshot"
+    )
+    history = PricePointSerializer(
+        many=True, source="history_points", help_text="Observations of this price, oldest first (at most 48)"
+    )
+
+
+class GpuSearchResponseSerializer(serializers.Serializer):
+    count = serializers.IntegerField(help_text="Offers matching, before the limit")
+    results = GpuOfferSerializer(many=True)

@@ -161,6 +161,7 @@ MATRIX = [
     Cell("api/v1/<drf_format_suffix:format>", "GET", "/api/v1/.json", API_SHARED),
     # catalog (shared by everyone who is logged in)
     Cell("api/v1/prices/", "GET", "/api/v1/prices/", API_SHARED),
+    Cell("api/v1/gpus/", "GET", "/api/v1/gpus/?gpu=A10G&market=spot", API_SHARED),
     Cell(R + "instance-types/$", "GET", "/api/v1/instance-types/", API_SHARED),
     Cell(R + "instance-types/(?P<name>[^/]+)/$", "GET", "/api/v1/instance-types/g5.xlarge/", API_SHARED),
     Cell(R + "accelerators/$", "GET", "/api/v1/accelerators/", API_SHARED),
@@ -233,6 +234,7 @@ MATRIX = [
     # pages
     Cell("", "GET", "/", PAGE_LIST),
     Cell("catalog/", "GET", "/catalog/", PAGE_SHARED),
+    Cell("catalog/gpus/", "GET", "/catalog/gpus/?gpu=A10G", PAGE_SHARED),
     Cell("profiling/", "GET", "/profiling/", PAGE_LIST),
     Cell("profiling/<int:run_id>/", "GET", "/profiling/{run}/", PAGE_READ),
     Cell("profiling/<int:run_id>/cancel/", "POST", "/profiling/{run}/cancel/", PAGE_ACT),

@@ -1,0 +1,57 @@
+"""The GPU search page (``/catalog/gpus/``): ``catalog.search`` across every region and zone."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils.safestring import mark_safe
+
+from catalog.models import Region
+from catalog.search import DEFAULT_BUCKET_LABEL, GpuQuery, SearchError, known_gpus, search_gpus, sparkline_svg
+from catalog.serializers import GpuSearchParams
+
+FIELDS = ("gpu", "count", "min_memory_gib", "efa", "market", "region", "limit")
+
+
+@login_required
+def gpu_search(request: HttpRequest) -> HttpResponse:
+    values = {k: request.GET.get(k, "").strip() for k in FIELDS}
+    params = GpuSearchParams(data={k: v for k, v in values.items() if v != ""})
+    errors: dict[str, str] = {}
+    result = None
+    if params.is_valid():
+        f = params.validated_data
+        query = GpuQuery(
+            gpu=f.get("gpu"),
+            count=f.get("count"),
+            min_memory_gib=f.get("min_memory_gib"),
+            efa=f.get("efa"),
+            market=f["market"],
+            region=f.get("region"),
+            limit=min(f["limit"], 500) if values["limit"] else 50,
+        )
+        try:
+            result = search_gpus(query)
+        except SearchError as exc:
+            errors[exc.field] = exc.message
+    else:
+        errors = {k: " ".join(str(e) for e in v) for k, v in params.errors.items()}
+    rows = []
+    if result is not None:
+        # numbers only inside (catalog.search.sparkline_svg), so it is safe markup
+        rows = [(o, mark_safe(sparkline_svg(o.history))) for o in result.offers]
+    return render(
+        request,
+        "frontend/gpus.html",
+        {
+            "values": values,
+            "errors": errors,
+            "result": result,
+            "rows": rows,
+            "gpus": known_gpus(),
+            "regions": Region.objects.values_list("code", flat=True),
+            "default_bucket": DEFAULT_BUCKET_LABEL,
+        },
+        status=400 if errors else 200,
+    )

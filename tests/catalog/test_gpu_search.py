@@ -1,0 +1,272 @@
+"""GPU search across regions and zones: the one function, the API and ``manage.py gpus``."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from decimal import ROUND_HALF_UP, Decimal
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from catalog.models import InstanceType, Region, SpotInterruption, SpotPrice
+from catalog.search import (
+    SPOT_ADVISOR_SOURCE,
+    GpuQuery,
+    SearchError,
+    search_gpus,
+    sparkline_svg,
+    spot_advisor_buckets,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+def _key(o):
+    return (o.usd_per_gpu_hour, o.usd_per_hour)
+
+
+def test_h100_spot_is_sorted_by_dollars_per_gpu_hour_across_every_region_and_zone(catalog):
+    result = search_gpus(GpuQuery(gpu="h100", market="spot", limit=None))
+    offers = result.offers
+    assert offers and result.total == len(offers)
+    assert {o.gpu for o in offers} == {"H100"} and {o.market for o in offers} == {"spot"}
+    assert all(o.zone for o in offers)  # spot: one row per zone
+    assert len({o.region for o in offers}) > 1  # not one region at a time
+    assert [_key(o) for o in offers] == sorted(_key(o) for o in offers)
+    for o in offers:
+        assert o.usd_per_gpu_hour == (o.usd_per_hour / Decimal(str(o.gpu_count))).quantize(
+            Decimal("0.000001"), rounding=ROUND_HALF_UP
+        )
+    # brute force: the cheapest spot H100 GPU-hour in the whole database comes first
+    prices = [
+        p.usd_per_hour / Decimal(str(p.instance_type.gpu_count))
+        for p in SpotPrice.objects.current().filter(instance_type__accelerator__name="H100")
+    ]
+    assert offers[0].usd_per_gpu_hour == min(prices).quantize(Decimal("0.000001"), rounding=ROUND_HALF_UP)
+
+
+def test_filters_count_memory_efa_market_and_region(catalog):
+    eight = search_gpus(GpuQuery(gpu="A100", count=8, limit=None)).offers
+    assert eight and all(o.gpu_count == 8 for o in eight)
+    assert {o.market for o in eight} == {"spot", "on-demand"}
+    assert all(o.zone is None for o in eight if o.market == "on-demand")
+    big = search_gpus(GpuQuery(min_memory_gib=79, limit=None)).offers
+    assert big and all(o.gpu_memory_gib >= 79 for o in big)
+    assert "T4" not in {o.gpu for o in big}
+    efa = search_gpus(GpuQuery(efa=True, market="on-demand", limit=None)).offers
+    assert efa and all(o.efa for o in efa)
+    assert all(InstanceType.objects.get(name=o.instance_type).efa_supported for o in efa)
+    east = search_gpus(GpuQuery(gpu="L4", region="us-east-1", limit=None)).offers
+    assert east and {o.region for o in east} == {"us-east-1"}
+    # no GPU named: CUDA GPUs only (no Inferentia, Trainium, FPGA)
+    anything = search_gpus(GpuQuery(limit=None)).offers
+    assert not {o.gpu for o in anything} & {"Inferentia", "Inferentia2", "Trainium"}
+    # naming one lists it
+    assert {o.gpu for o in search_gpus(GpuQuery(gpu="inferentia2")).offers} == {"Inferentia2"}
+
+
+def test_the_limit_keeps_the_cheapest_and_counts_them_all(catalog):
+    everything = search_gpus(GpuQuery(gpu="T4", limit=None))
+    first = search_gpus(GpuQuery(gpu="T4", limit=5))
+    assert first.total == everything.total > 5
+    assert [(o.instance_type, o.zone, o.market) for o in first.offers] == [
+        (o.instance_type, o.zone, o.market) for o in everything.offers[:5]
+    ]
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        (GpuQuery(market="auction"), "market"),
+        (GpuQuery(count=0), "count"),
+        (GpuQuery(count=-8), "count"),
+        (GpuQuery(min_memory_gib=-1), "min_memory_gib"),
+        (GpuQuery(gpu="H1000"), "gpu"),
+        (GpuQuery(region="mars-1"), "region"),
+        (GpuQuery(limit=0), "limit"),
+    ],
+)
+def test_bad_input_names_the_field(catalog, query, field):
+    with pytest.raises(SearchError) as err:
+        search_gpus(query)
+    assert err.value.field == field
+
+
+def test_spot_rows_carry_history_and_the_interruption_bucket_where_known(catalog):
+    offers = search_gpus(GpuQuery(gpu="A10G", market="spot", limit=None)).offers
+    advisor = spot_advisor_buckets()
+    known = [o for o in offers if (o.instance_type, o.region) in advisor]
+    assert known and all(o.interruption_source == SPOT_ADVISOR_SOURCE for o in known)
+    for o in known:
+        assert o.interruption_bucket == advisor[(o.instance_type, o.region)]
+    # an admin's value wins over the snapshot (it is what plans use)
+    o = known[0]
+    SpotInterruption.objects.create(
+        instance_type=InstanceType.objects.get(name=o.instance_type),
+        region=Region.objects.get(code=o.region),
+        bucket=4,
+    )
+    again = search_gpus(GpuQuery(gpu="A10G", market="spot", region=o.region, limit=None)).offers
+    same = next(x for x in again if (x.instance_type, x.zone) == (o.instance_type, o.zone))
+    assert (same.interruption_bucket, same.interruption_label, same.interruption_source) == (
+        4,
+        ">20%",
+        "catalog (admin)",
+    )
+    # on-demand rows have no interruption; every row has its price history
+    od = search_gpus(GpuQuery(gpu="A10G", market="on-demand", limit=3)).offers
+    assert all(x.interruption_bucket is None for x in od)
+    assert all(len(x.history) >= 1 for x in offers + od)
+
+
+def test_history_grows_with_new_observations_and_the_sparkline_draws_it(catalog):
+    first = search_gpus(GpuQuery(gpu="H100", market="spot", limit=1)).offers[0]
+    p = SpotPrice.objects.filter(instance_type__name=first.instance_type, zone__zone_id=first.zone).latest(
+        "observed_at"
+    )
+    for i, usd in enumerate(["50", "40", "45"], start=1):
+        SpotPrice.objects.create(
+            instance_type=p.instance_type,
+            zone=p.zone,
+            usd_per_hour=Decimal(usd),
+            observed_at=p.observed_at + timedelta(days=i),
+            source="admin",
+        )
+    offer = next(
+        o
+        for o in search_gpus(GpuQuery(gpu="H100", market="spot", limit=None)).offers
+        if (o.instance_type, o.zone) == (first.instance_type, first.zone)
+    )
+    assert [y for _, y in offer.history][-3:] == [50.0, 40.0, 45.0]
+    assert offer.usd_per_hour == Decimal("45")  # the latest observation is the price
+    svg = sparkline_svg(offer.history)
+    assert svg.startswith("<svg") and "<polyline" in svg and "4 observations" in svg
+    one = sparkline_svg(offer.history[:1])
+    assert "<circle" in one and "<polyline" not in one
+    assert sparkline_svg([]) == ""
+
+
+# --- API ---------------------------------------------------------------------------------
+
+
+def test_api_searches_h100_times_8_on_spot(user_api, catalog):
+    resp = user_api.get("/api/v1/gpus/", {"gpu": "H100", "count": 8, "market": "spot"})
+    assert resp.status_code == 200, resp.content
+    data = resp.json()
+    assert data["count"] >= len(data["results"]) > 0
+    row = data["results"][0]
+    assert set(row) == {
+        "instance_type",
+        "gpu",
+        "gpu_count",
+        "gpu_memory_gib",
+        "vcpus",
+        "memory_gib",
+        "efa",
+        "network_gbps",
+        "region",
+        "zone",
+        "market",
+        "usd_per_hour",
+        "usd_per_gpu_hour",
+        "observed_at",
+        "interruption_bucket",
+        "interruption_label",
+        "interruption_source",
+        "history",
+    }
+    assert all(r["gpu"] == "H100" and r["gpu_count"] == 8 and r["market"] == "spot" for r in data["results"])
+    per_gpu = [Decimal(r["usd_per_gpu_hour"]) for r in data["results"]]
+    assert per_gpu == sorted(per_gpu)
+    assert row["history"] and set(row["history"][0]) == {"observed_at", "usd_per_hour"}
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"market": "auction"}, "market"),
+        ({"count": "eight"}, "count"),
+        ({"count": 0}, "count"),
+        ({"count": "2.5"}, "count"),
+        ({"min_memory_gib": "-4"}, "min_memory_gib"),
+        ({"efa": "maybe"}, "efa"),
+        ({"gpu": "H1000"}, "gpu"),
+        ({"region": "mars-1"}, "region"),
+        ({"limit": 5000}, "limit"),
+    ],
+)
+def test_api_bad_input_is_a_400_naming_the_parameter(user_api, catalog, params, field):
+    resp = user_api.get("/api/v1/gpus/", params)
+    assert resp.status_code == 400 and field in resp.json(), resp.content
+
+
+def test_api_needs_a_login(api, catalog):
+    assert api.get("/api/v1/gpus/").status_code == 401
+
+
+def test_the_openapi_schema_documents_parameters_and_examples(user_api):
+    schema = user_api.get("/api/schema/", {"format": "json"}).json()
+    op = schema["paths"]["/api/v1/gpus/"]["get"]
+    params = {p["name"]: p for p in op["parameters"]}
+    assert {"gpu", "count", "min_memory_gib", "efa", "market", "region", "limit"} <= set(params)
+    assert params["market"]["schema"].get("enum") == ["both", "spot", "on-demand"]
+    assert params["gpu"].get("examples") and params["count"].get("examples")
+    ok = op["responses"]["200"]["content"]["application/json"]
+    assert ok["schema"]["$ref"].endswith("/GpuSearchResponse") and ok.get("examples")
+    offer = schema["components"]["schemas"]["GpuOffer"]["properties"]
+    assert {"usd_per_gpu_hour", "interruption_bucket", "history"} <= set(offer)
+
+
+# --- manage.py gpus ----------------------------------------------------------------------
+
+
+def test_command_prints_a_table_of_h100_spot_offers(catalog):
+    out = StringIO()
+    call_command("gpus", "H100", "--spot", "--limit", "5", stdout=out)
+    lines = out.getvalue().splitlines()
+    assert lines[0].split()[:2] == ["instance", "type"] and "$/GPU-h" in lines[0]
+    assert len(lines) == 1 + 5 + 1
+    assert all(" spot " in line and "H100 × " in line for line in lines[1:6])
+    assert "of" in lines[-1] and "cheapest per GPU-hour first" in lines[-1]
+
+
+def test_command_json_is_the_api_rows(catalog):
+    out = StringIO()
+    call_command("gpus", "a100", "--count", "8", "--on-demand", "--json", stdout=out)
+    data = json.loads(out.getvalue())
+    assert data["results"] and all(
+        r["market"] == "on-demand" and r["gpu_count"] == 8 for r in data["results"]
+    )
+
+
+def test_command_bad_gpu_or_region_is_a_command_error(catalog):
+    with pytest.raises(CommandError, match="unknown GPU"):
+        call_command("gpus", "H1000")
+    with pytest.raises(CommandError, match="--region"):
+        call_command("gpus", "H100", "--region", "mars-1")
+
+
+def _exit_code(capsys, *args: str) -> tuple[int, str]:
+    """``manage.py gpus ARGS`` as the shell runs it (``run_from_argv``): its exit code and stderr."""
+    from django.core.management import ManagementUtility
+
+    with pytest.raises(SystemExit) as done:
+        ManagementUtility(["manage.py", "gpus", *args]).execute()
+    return done.value.code, capsys.readouterr().err
+
+
+def test_command_exit_codes_on_bad_input(catalog, capsys):
+    """Exit 2 naming the option for a malformed option; exit 1 with a message for an unknown GPU."""
+    code, err = _exit_code(capsys, "H100", "--count", "0")
+    assert code == 2 and "--count" in err and "positive" in err
+    code, err = _exit_code(capsys, "H100", "--count", "eight")
+    assert code == 2 and "--count" in err
+    code, err = _exit_code(capsys, "H100", "--market", "auction")
+    assert code == 2 and "--market" in err
+    code, err = _exit_code(capsys, "H100", "--spot", "--on-demand")
+    assert code == 2 and "not allowed with" in err
+    code, err = _exit_code(capsys, "H1000")
+    assert code == 1 and "unknown GPU" in err and "H100" in err
