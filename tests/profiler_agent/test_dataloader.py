@@ -1,0 +1,25 @@
+"""The input-pipeline measurement: one loader worker's samples per second, image and text."""
+
+import pytest
+
+from profiler.agent.dataloader import measure
+
+
+@pytest.mark.parametrize("kind", ["image", "text"])
+def test_it_measures_a_positive_rate_on_one_thread(kind):
+    import torch
+
+    before = torch.get_num_threads()
+    rate = measure(kind, seconds=0.2)
+    assert rate.kind == kind and rate.samples >= 10 and rate.samples_per_s_per_vcpu > 0
+    assert rate.samples_per_s_per_vcpu == pytest.approx(rate.samples / rate.seconds)
+    assert torch.get_num_threads() == before  # the agent's own thread count is given back
+
+
+def test_image_decoding_is_far_slower_than_slicing_tokens():
+    assert measure("image", 0.2).samples_per_s_per_vcpu * 20 < measure("text", 0.2).samples_per_s_per_vcpu
+
+
+def test_it_names_the_kinds_it_knows():
+    with pytest.raises(ValueError, match="image, text"):
+        measure("audio")
