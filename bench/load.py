@@ -10,15 +10,21 @@ with a DRF token and a session, one running profiling run with an agent token), 
 
 * ``--clients`` API clients (threads, keep-alive ``http.client``) looping over
   ``GET /api/v1/instance-types/?limit=20`` and ``GET /api/v1/profiling-runs/``;
-* ``--viewers`` websocket viewers of the run (one asyncio loop, a minimal RFC 6455 client below)
+* ``--viewers`` websocket viewers of the run (one asyncio loop, the ``websockets`` client)
   logged in with the session cookie;
 * an agent posting ``progress`` events at ``--rate`` events/s (paced; ``--posters`` threads keep
   the rate when a post takes longer than 1/rate; every event has its own seq).
 
-It prints API throughput and p50/p99 latency, events sent and accepted, events received per viewer
+* ``--plans`` (default 10) large plans posted at once (ResNet-50 on ImageNet, ``--plan-nodes``
+  512, ``--plan-types`` 3, spot), solved by ``--plan-workers`` ``manage.py db_worker`` processes
+  (the database task backend, as ./run) under an address-space limit (``--worker-memory-mb``,
+  like ``ulimit -v``); each plan's progress is polled until it finishes (``--plan-timeout``).
+
+It prints API throughput and p50/p99 latency (of the API clients only), events sent and accepted, events received per viewer
 (min/median), lost events (accepted x viewers - received) and websocket connect failures, with
 PASS/FAIL against the targets: 0 lost events at 50 events/s with 100 viewers on Redis, API p99
-< 200 ms at 50 concurrent clients.
+< 200 ms at 50 concurrent clients; for the plans, their POST statuses, final statuses and times,
+and whether the server (and each worker) stayed up with every plan finished or failed cleanly.
 
 Loopback only: the server binds 127.0.0.1 and ``--redis`` must point at a loopback address.
 Bounded: every phase has a deadline and the whole run stops itself after ``--max-seconds``
@@ -42,8 +48,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
-import hashlib
 import http.client
 import ipaddress
 import json
@@ -54,7 +58,6 @@ import shutil
 import signal
 import sqlite3
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -135,6 +138,8 @@ class Server:
         python: str = sys.executable,
         workers: int = 1,
         server: str = "daphne",
+        plan_workers: int = 0,
+        worker_memory_mb: int = 0,
     ) -> None:
         if redis_url and not is_loopback(urlsplit(redis_url).hostname or ""):
             raise SystemExit(f"--redis must be a loopback address, not {redis_url!r}")
@@ -145,6 +150,10 @@ class Server:
                 "several workers need --redis (the in-process channel layer does not cross processes)"
             )
         self.workers, self.server = workers, server
+        # plan_workers > 0: the database task backend and that many ``manage.py db_worker``
+        # processes (as ./run starts one), each under an address-space limit of worker_memory_mb
+        self.plan_workers, self.worker_memory_mb = plan_workers, worker_memory_mb
+        self.worker_procs: list[subprocess.Popen] = []
         self.proc: subprocess.Popen | None = None
         self.port = 0
         self.api_token = self.session = self.agent_token = ""
@@ -166,7 +175,9 @@ class Server:
                 "LOG_LEVEL": "WARNING",
                 "PYTHONUNBUFFERED": "1",
                 "AGENT_THROTTLE_RATE": self.throttle,
-                "TASKS_BACKEND": "django_tasks.backends.dummy.DummyBackend",
+                "TASKS_BACKEND": "django_tasks_db.DatabaseBackend"
+                if self.plan_workers
+                else "django_tasks.backends.dummy.DummyBackend",
                 "PYTHONPATH": str(REPO),
             }
         )
@@ -246,6 +257,8 @@ class Server:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+        for i in range(self.plan_workers):
+            self.worker_procs.append(self._start_worker(i))
         deadline = time.monotonic() + 60
         while True:
             if self.proc.poll() is not None:
@@ -261,6 +274,41 @@ class Server:
             time.sleep(0.2)
         self.setup_s = time.monotonic() - t0
 
+    def _start_worker(self, index: int) -> subprocess.Popen:
+        limit = self.worker_memory_mb * 1024 * 1024
+
+        def limited() -> None:  # in the child: ``ulimit -v`` for this worker only
+            if limit:
+                import resource
+
+                resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+        with open(self.workdir / f"db_worker-{index}.log", "wb") as log:
+            return subprocess.Popen(
+                [self.python, "manage.py", "db_worker", "--interval", "0.2", "--no-startup-delay"],
+                cwd=REPO,
+                env=self.env(),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=limited,
+            )
+
+    def workers_alive(self) -> int:
+        return sum(p.poll() is None for p in self.worker_procs)
+
+    def worker_log_tail(self, limit: int = 1500) -> str:
+        out = []
+        for i in range(len(self.worker_procs)):
+            try:
+                out.append(
+                    (self.workdir / f"db_worker-{i}.log").read_bytes()[-limit:].decode(errors="replace")
+                )
+            except OSError:
+                pass
+        return "\n".join(out)
+
     def log_tail(self, limit: int = 4000) -> str:
         try:
             return Path(self.log_path).read_bytes()[-limit:].decode(errors="replace")
@@ -268,7 +316,14 @@ class Server:
             return ""
 
     def stop(self) -> None:
+        workers, self.worker_procs = self.worker_procs, []
+        for worker in workers:
+            self._kill(worker)
         proc, self.proc = self.proc, None
+        self._kill(proc)
+
+    @staticmethod
+    def _kill(proc: subprocess.Popen | None) -> None:
         if proc is None or proc.poll() is not None:
             return
         for sig, wait_s in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
@@ -303,87 +358,26 @@ class Server:
             return [seq for (seq,) in rows]
 
 
-# --- a minimal websocket client (RFC 6455: handshake, unmasked server frames, masked replies) ---
-
-WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+# --- websocket viewers use the ``websockets`` package (requirements-dev.txt) ----------------
 
 
 class WebSocketError(Exception):
     pass
 
 
-async def ws_connect(host: str, port: int, path: str, headers: dict[str, str], timeout: float):
-    reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
-    key = base64.b64encode(os.urandom(16)).decode()
-    lines = [
-        f"GET {path} HTTP/1.1",
-        f"Host: {host}:{port}",
-        "Upgrade: websocket",
-        "Connection: Upgrade",
-        f"Sec-WebSocket-Key: {key}",
-        "Sec-WebSocket-Version: 13",
-        *(f"{k}: {v}" for k, v in headers.items()),
-    ]
-    writer.write(("\r\n".join(lines) + "\r\n\r\n").encode())
-    await writer.drain()
-    status = await asyncio.wait_for(reader.readline(), timeout)
-    response_headers = {}
-    while True:
-        line = await asyncio.wait_for(reader.readline(), timeout)
-        if line in (b"\r\n", b"\n", b""):
-            break
-        name, _, value = line.decode("latin-1").partition(":")
-        response_headers[name.strip().lower()] = value.strip()
-    if not status.startswith(b"HTTP/1.1 101"):
-        writer.close()
-        raise WebSocketError(f"handshake refused: {status.decode(errors='replace').strip()}")
-    accept = base64.b64encode(hashlib.sha1((key + WS_GUID).encode()).digest()).decode()
-    if response_headers.get("sec-websocket-accept") != accept:
-        writer.close()
-        raise WebSocketError("bad Sec-WebSocket-Accept")
-    return reader, writer
+async def ws_connect(port: int, path: str, cookie: str, timeout: float):
+    """A websocket to the server, as a logged-in browser opens it (session cookie, same Origin)."""
+    from websockets.asyncio.client import connect
 
-
-def ws_frame(opcode: int, payload: bytes = b"") -> bytes:
-    """A client frame (always masked, FIN set)."""
-    mask = os.urandom(4)
-    n = len(payload)
-    head = bytes([0x80 | opcode])
-    if n < 126:
-        head += bytes([0x80 | n])
-    elif n < 1 << 16:
-        head += bytes([0x80 | 126]) + struct.pack("!H", n)
-    else:
-        head += bytes([0x80 | 127]) + struct.pack("!Q", n)
-    return head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
-
-
-async def ws_recv(reader, writer) -> tuple[int, bytes]:
-    """The next whole message: (opcode, payload); pings are answered, close is returned (8)."""
-    parts, first_opcode = [], None
-    while True:
-        b1, b2 = await reader.readexactly(2)
-        fin, opcode, masked, n = b1 & 0x80, b1 & 0x0F, b2 & 0x80, b2 & 0x7F
-        if n == 126:
-            (n,) = struct.unpack("!H", await reader.readexactly(2))
-        elif n == 127:
-            (n,) = struct.unpack("!Q", await reader.readexactly(8))
-        mask = await reader.readexactly(4) if masked else None
-        data = await reader.readexactly(n)
-        if mask:
-            data = bytes(b ^ mask[i % 4] for i, b in enumerate(data))
-        if opcode == 0x9:  # ping
-            writer.write(ws_frame(0xA, data))
-            continue
-        if opcode == 0xA:  # pong
-            continue
-        if opcode == 0x8:
-            return 8, data
-        if first_opcode is None:
-            first_opcode = opcode
-        parts.append(data)
-        if fin:
-            return first_opcode, b"".join(parts)
+    return await connect(
+        f"ws://127.0.0.1:{port}{path}",
+        origin=f"http://127.0.0.1:{port}",
+        additional_headers={"Cookie": cookie},
+        open_timeout=timeout,
+        compression=None,  # the server offers none; a browser's deflate would only cost CPU here
+        max_size=None,
+        ping_interval=None,  # the run is short; no keep-alive pings in the figures
+    )
 
 
 # --- the load -----------------------------------------------------------------------------
@@ -402,6 +396,24 @@ class Viewer:
 
 
 @dataclass
+class PlanRun:
+    """One large plan of the bench: its POST, then its progress polled until it finished."""
+
+    index: int
+    post_status: int = 0
+    post_s: float = 0.0
+    post_error: str = ""
+    plan_id: int | None = None
+    status: str = ""
+    evaluated: int = 0
+    estimated_total: int = 0
+    error: str = ""
+    started_s: float | None = None  # since the POST: when a worker took it
+    finished_s: float | None = None  # since the POST
+    polls: int = 0
+
+
+@dataclass
 class Results:
     mode: str
     duration_s: float = 0.0
@@ -413,6 +425,9 @@ class Results:
     agent_dropped: int = 0
     api_window_s: float = 0.0
     viewers: list = field(default_factory=list)
+    plans: list = field(default_factory=list)  # PlanRun
+    server_alive_after: bool = False
+    workers_alive_after: int = 0
     drain_s: float = 0.0
     setup_s: float = 0.0
     server_exit: int | None = None
@@ -425,6 +440,7 @@ class Load:
     def __init__(self, server: Server, args) -> None:
         self.server, self.args = server, args
         self.stop = threading.Event()
+        self.plans_stop = threading.Event()
         self.lock = threading.Lock()
         self.results = Results(mode=f"redis ({args.redis})" if args.redis else "in-memory channel layer")
 
@@ -468,6 +484,74 @@ class Load:
             self.results.api.extend(local)
             for k, v in errors.items():
                 self.results.api_errors[k] = self.results.api_errors.get(k, 0) + v
+
+    # large plans ------------------------------------------------------------------------
+    def plan_body(self, index: int) -> dict:
+        a = self.args
+        return {
+            "name": f"load bench {index}",
+            "model": {"spec": "torchvision:resnet50", "input_shape": "3,224,224", "precision": "amp"},
+            "samples_per_epoch": 1_281_167,  # ImageNet
+            "epochs": 90,
+            "objective": "cost",
+            "deadline_hours": 24,
+            "spot": True,
+            "max_nodes": a.plan_nodes,
+            "max_types": a.plan_types,
+        }
+
+    def plan_client(self, run: PlanRun, deadline: float) -> None:
+        """POST one plan, then poll its progress (1/s) until it finished or ``deadline``."""
+        headers = {"Authorization": f"Token {self.server.api_token}", "Content-Type": "application/json"}
+        conn = http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=30)
+        t0 = time.perf_counter()
+        try:
+            conn.request(
+                "POST", "/api/v1/plans/", body=json.dumps(self.plan_body(run.index)), headers=headers
+            )
+            resp = conn.getresponse()
+            body = resp.read()
+            run.post_status, run.post_s = resp.status, time.perf_counter() - t0
+            data = json.loads(body or b"{}")
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            run.post_error = f"{type(exc).__name__}: {exc}"[:200]
+            conn.close()
+            return
+        if run.post_status != 202:
+            run.post_error = json.dumps(data)[:300]
+            conn.close()
+            return
+        run.plan_id, run.status = data["id"], data["status"]
+        while time.monotonic() < deadline and not self.plans_stop.is_set():
+            self.plans_stop.wait(1.0)
+            try:
+                conn.request("GET", f"/api/v1/plans/{run.plan_id}/progress/", headers=headers)
+                resp = conn.getresponse()
+                msg = json.loads(resp.read())
+            except (OSError, http.client.HTTPException, ValueError):
+                conn.close()
+                conn = http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=30)
+                continue
+            run.polls += 1
+            run.status, run.error = msg.get("status", ""), msg.get("error", "")
+            run.evaluated, run.estimated_total = msg.get("evaluated", 0), msg.get("estimated_total", 0)
+            if run.started_s is None and run.status != "queued":
+                run.started_s = time.perf_counter() - t0
+            if msg.get("finished"):
+                run.finished_s = time.perf_counter() - t0
+                break
+        conn.close()
+
+    def start_plans(self) -> list[threading.Thread]:
+        deadline = time.monotonic() + self.args.plan_timeout
+        self.results.plans = [PlanRun(i) for i in range(self.args.plans)]
+        threads = [
+            threading.Thread(target=self.plan_client, args=(run, deadline), daemon=True)
+            for run in self.results.plans
+        ]
+        for t in threads:
+            t.start()
+        return threads
 
     # the agent --------------------------------------------------------------------------
     def agent_poster(self, jobs: queue.Queue) -> None:
@@ -547,34 +631,36 @@ class Load:
 
     # websocket viewers ------------------------------------------------------------------
     async def viewer(self, v: Viewer, stop: asyncio.Event, connected: asyncio.Semaphore) -> None:
-        headers = {
-            "Origin": f"http://127.0.0.1:{self.server.port}",
-            "Cookie": f"sessionid={self.server.session}",
-        }
+        from websockets.exceptions import ConnectionClosed, InvalidHandshake
+
         path = f"/ws/profiling-runs/{self.server.run_id}/"
         t0 = time.perf_counter()
+        ws = None
         try:
-            reader, writer = await ws_connect("127.0.0.1", self.server.port, path, headers, timeout=30)
-            opcode, data = await asyncio.wait_for(ws_recv(reader, writer), 30)
-            if opcode == 8 or json.loads(data).get("type") != "snapshot":
-                raise WebSocketError(f"no snapshot (opcode {opcode}: {data[:80]!r})")
+            ws = await ws_connect(self.server.port, path, f"sessionid={self.server.session}", timeout=30)
+            first = await asyncio.wait_for(ws.recv(), 30)
+            if json.loads(first).get("type") != "snapshot":
+                raise WebSocketError(f"no snapshot ({first[:80]!r})")
             v.connected, v.connect_s = True, time.perf_counter() - t0
-        except (TimeoutError, OSError, asyncio.IncompleteReadError, WebSocketError, ValueError) as exc:
+        except (TimeoutError, OSError, InvalidHandshake, ConnectionClosed, WebSocketError, ValueError) as exc:
             v.error = f"{type(exc).__name__}: {exc}"[:200]
             connected.release()
+            if ws is not None:
+                await ws.close()
             return
         connected.release()
         last = 0
         stopper = asyncio.ensure_future(stop.wait())
         try:
             while True:
-                recv = asyncio.ensure_future(ws_recv(reader, writer))
+                recv = asyncio.ensure_future(ws.recv())
                 done, _ = await asyncio.wait({recv, stopper}, return_when=asyncio.FIRST_COMPLETED)
                 if recv not in done:
                     recv.cancel()
                     break
-                opcode, data = recv.result()
-                if opcode == 8:
+                try:
+                    data = recv.result()
+                except ConnectionClosed:
                     v.closed_by_server = True
                     break
                 decoded = json.loads(data)
@@ -590,14 +676,13 @@ class Load:
                         v.out_of_order += 1
                     v.seqs.add(seq)
                     last = max(last, seq)
-        except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+        except (OSError, ValueError) as exc:
             v.error = f"after connect: {type(exc).__name__}: {exc}"[:200]
         finally:
             stopper.cancel()
             try:
-                writer.write(ws_frame(0x8, struct.pack("!H", 1000)))
-                writer.close()
-            except OSError:
+                await asyncio.wait_for(ws.close(), 5)
+            except (OSError, TimeoutError):
                 pass
 
     def viewers_thread(self, ready: threading.Event, stop_flag: dict) -> None:
@@ -641,12 +726,23 @@ class Load:
         ]
         for t in clients:
             t.start()
+        plan_threads = self.start_plans() if a.plans else []
         if a.rate > 0:
             self.agent()
         else:
             time.sleep(a.duration)
         for t in clients:
             t.join(timeout=max(1.0, api_deadline + 35 - time.monotonic()))
+        for t in plan_threads:  # plans still going when the API load ended get until --plan-timeout
+            t.join(timeout=max(1.0, t0 + a.plan_timeout + 35 - time.monotonic()))
+        self.plans_stop.set()
+        try:
+            self.results.server_alive_after = (
+                self.server.proc.poll() is None and self.server.get("/api/v1/plans/")[0] == 200
+            )
+        except OSError:
+            self.results.server_alive_after = False
+        self.results.workers_alive_after = self.server.workers_alive()
         self.results.api_window_s = time.monotonic() - t0  # the last request started before the deadline
         self.results.duration_s = time.monotonic() - t0
         self.results.server_cpu_s = group_cpu_s(self.server.proc.pid) - cpu0
@@ -777,8 +873,14 @@ def report(r: Results, args, server: Server) -> dict:
         + ("" if rate_ok else f" (the server accepted only {accepted_rate:.1f} events/s of {args.rate:g})")
         + ("" if on_target_load else " (not the target setup: needs --redis, rate >= 50, viewers >= 100)")
     )
+    plans_ok = True
+    if r.plans:
+        plans_ok = report_plans(r, args, server)
     return {
         "mode": r.mode,
+        "plans": [vars(p) for p in r.plans],
+        "plans_pass": plans_ok,
+        "server_alive_after": r.server_alive_after,
         "api_requests": len(r.api),
         "api_rps": tput,
         "api_p50_ms": p50,
@@ -803,6 +905,56 @@ def report(r: Results, args, server: Server) -> dict:
         "duration_s": r.duration_s,
         "loadavg": r.loadavg,
     }
+
+
+FINAL = ("solved", "infeasible", "failed", "cancelled")
+
+
+def report_plans(r: Results, args, server: Server) -> bool:
+    """The large plans: posted, finished or failed cleanly, and the server (and workers) up."""
+    posts: dict[int, int] = {}
+    for p in r.plans:
+        posts[p.post_status] = posts.get(p.post_status, 0) + 1
+    queued = [p for p in r.plans if p.plan_id is not None]
+    finals: dict[str, int] = {}
+    for p in queued:
+        key = p.status if p.finished_s is not None else f"{p.status or '?'} (not finished)"
+        finals[key] = finals.get(key, 0) + 1
+    refused = [p for p in r.plans if p.post_status != 202]
+    stuck = [p for p in queued if p.finished_s is None or p.status not in FINAL]
+    done_s = [p.finished_s for p in queued if p.finished_s is not None]
+    started_s = [p.started_s for p in queued if p.started_s is not None]
+    clean_refusals = all(400 <= p.post_status < 500 for p in refused)  # a 400 naming the field
+    limit = f", address space <= {server.worker_memory_mb} MB each" if server.worker_memory_mb else ""
+    print(
+        f"plans     {len(r.plans)} posted at once: ResNet-50 ImageNet, max_nodes {args.plan_nodes}, "
+        f"max_types {args.plan_types}, spot; {server.plan_workers} db_worker(s){limit}"
+    )
+    print(
+        f"          POST statuses {dict(sorted(posts.items()))}, p50 {pct([p.post_s * 1000 for p in r.plans], 50):.0f} ms"
+        + (f"; refused: {refused[0].post_error[:160]}" if refused else "")
+    )
+    if queued:
+        print(
+            f"          final statuses {dict(sorted(finals.items()))}; taken by a worker after "
+            f"p50 {pct(started_s, 50):.1f} s; finished after p50 {pct(done_s, 50):.1f} s, max "
+            f"{max(done_s) if done_s else float('nan'):.1f} s (of --plan-timeout {args.plan_timeout:g} s)"
+        )
+        evaluated = [p.evaluated for p in queued if p.status == "solved"]
+        if evaluated:
+            print(
+                f"          configurations evaluated per solved plan: median {statistics.median(evaluated):,.0f}"
+            )
+        errors = sorted({p.error.splitlines()[0][:160] for p in queued if p.error and p.status != "solved"})
+        for e in errors[:3]:
+            print(f"          error: {e}")
+    ok = r.server_alive_after and not stuck and (bool(queued) or clean_refusals)
+    print(
+        f"          server up after the load: {'yes' if r.server_alive_after else 'NO'}; db_workers alive "
+        f"{r.workers_alive_after}/{server.plan_workers}; plans not finished: {len(stuck)}; "
+        f"target: server up and every plan finished or failed cleanly: {verdict(ok)}"
+    )
+    return ok
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -836,6 +988,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--max-seconds", type=float, default=170, help="the whole bench stops after this (default 170)"
     )
+    ap.add_argument(
+        "--plans", type=int, default=10, help="large plans posted at once while the clients run (default 10)"
+    )
+    ap.add_argument("--plan-nodes", type=int, default=512, help="their max_nodes (default 512)")
+    ap.add_argument("--plan-types", type=int, default=3, help="their max_types (default 3)")
+    ap.add_argument(
+        "--plan-workers", type=int, default=1, help="db_worker processes solving them (default 1, as ./run)"
+    )
+    ap.add_argument(
+        "--worker-memory-mb",
+        type=int,
+        default=4000,
+        help="address-space limit of each db_worker, like ulimit -v (default 4000; 0: none)",
+    )
+    ap.add_argument(
+        "--plan-timeout", type=float, default=120, help="seconds the plans get to finish (default 120)"
+    )
     ap.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder (database, daphne.log)")
     args = ap.parse_args(argv)
@@ -860,7 +1029,13 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         with Server(
-            tmp / "data", redis_url=args.redis, catalog=True, workers=args.workers, server=args.server
+            tmp / "data",
+            redis_url=args.redis,
+            catalog=True,
+            workers=args.workers,
+            server=args.server,
+            plan_workers=args.plan_workers if args.plans else 0,
+            worker_memory_mb=args.worker_memory_mb,
         ) as server:
             print(
                 f"server ready on 127.0.0.1:{server.port} after {server.setup_s:.1f} s "
@@ -878,10 +1053,12 @@ def main(argv: list[str] | None = None) -> int:
             tail = server.log_tail(1500).strip()
             if any(w in tail for w in ("Traceback", "ERROR", "Error")):
                 print(f"--- daphne log (tail) ---\n{tail}")
+            if server.workers_alive() < server.plan_workers:
+                print(f"--- db_worker logs (tail) ---\n{server.worker_log_tail()}")
         if args.json:
             Path(args.json).write_text(json.dumps(figures, indent=1, default=str))
         print(f"total {time.monotonic() - started:.1f} s")
-        return 0 if figures["p99_pass"] and figures["lost_pass"] else 1
+        return 0 if figures["p99_pass"] and figures["lost_pass"] and figures["plans_pass"] else 1
     except KeyboardInterrupt as exc:
         print(f"\ninterrupted ({exc or 'Ctrl-C'}); cleaning up", file=sys.stderr)
         return 130

@@ -6,16 +6,19 @@ import re
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
 from catalog.models import Region
-from planner.app import profile_first, service
-from planner.app.models import PlanRecord, PlanStatus
+from planner.app import profile_first, service, solving
+from planner.app.api import CANCEL_PERMISSION
+from planner.app.models import PlanRecord
 from planner.app.serializers import PlanRequestSerializer
 from planner.defaults import PLAN_DEFAULTS
 from profiler import actions
 from profiler.models import ProfilingRun, RunKind, RunStatus
+from srifty_web.teams import acts_for_owner
 
 FORM_DEFAULTS = {
     "model_source": "spec",
@@ -97,7 +100,7 @@ def _flatten_errors(errors: dict) -> dict[str, str]:
 
 @login_required
 def plan_list(request: HttpRequest) -> HttpResponse:
-    values, errors, infeasible = dict(FORM_DEFAULTS), {}, None
+    values, errors = dict(FORM_DEFAULTS), {}
     base_id = request.GET.get("from", "")
     if re.fullmatch(
         r"[0-9]{1,18}", base_id
@@ -113,15 +116,14 @@ def plan_list(request: HttpRequest) -> HttpResponse:
         checked = PlanRequestSerializer(data=_to_request(values))
         if checked.is_valid():
             try:
-                record = service.create_plan(request.user, dict(checked.validated_data))
+                record = solving.queue_plan(request.user, dict(checked.validated_data))
             except service.PlanInputError as exc:
                 errors = {exc.field: exc.message}
-            else:
-                if record.status == PlanStatus.SOLVED:
-                    return redirect("plan-page", plan_id=record.pk)
-                infeasible = record
+            else:  # solved in the background; the plan page follows its progress
+                return redirect("plan-page", plan_id=record.pk)
         else:
             errors = _flatten_errors(checked.errors)
+    solving.recover_stale_plans()
     runs = ProfilingRun.objects.visible_to(request.user).filter(
         kind=RunKind.COMPUTE, status=RunStatus.SUCCEEDED
     )[:30]
@@ -131,12 +133,11 @@ def plan_list(request: HttpRequest) -> HttpResponse:
         {
             "values": values,
             "errors": errors,
-            "infeasible": infeasible,
             "plans": _visible_plans(request)[:30],
             "regions": Region.objects.values_list("code", flat=True),
             "runs": runs,
         },
-        status=400 if errors or infeasible else 200,
+        status=400 if errors else 200,
     )
 
 
@@ -161,7 +162,21 @@ def _values_from_request(req: dict) -> dict:
 
 
 @login_required
+def plan_cancel(request: HttpRequest, plan_id: int) -> HttpResponse:
+    if request.method != "POST":
+        return redirect("plan-page", plan_id=plan_id)
+    record = _visible_plans(request).filter(pk=plan_id).first()
+    if record is None:
+        raise Http404("no such plan")
+    if not acts_for_owner(request.user, record, CANCEL_PERMISSION):
+        raise PermissionDenied(f"only the owner (or {CANCEL_PERMISSION}) may cancel this plan")
+    solving.cancel_plan(record, by=request.user)  # already finished: nothing to do, the page says so
+    return redirect("plan-page", plan_id=plan_id)
+
+
+@login_required
 def plan_detail(request: HttpRequest, plan_id: int) -> HttpResponse:
+    solving.recover_stale_plans()
     record = _visible_plans(request).filter(pk=plan_id).first()
     if record is None:
         raise Http404("no such plan")
@@ -192,6 +207,8 @@ def plan_detail(request: HttpRequest, plan_id: int) -> HttpResponse:
         "frontend/plan_detail.html",
         {
             "plan": record,
+            "live": solving.status_message(record),
+            "can_cancel": not record.finished and acts_for_owner(request.user, record, CANCEL_PERMISSION),
             "result": result,
             "req": req,
             "chart": chart,

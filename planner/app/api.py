@@ -1,38 +1,92 @@
-"""REST endpoints of the planner: create (solve) and reopen plans."""
+"""REST endpoints of the planner: queue plans, follow their progress, cancel and reopen them."""
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 
-from planner.app import service
-from planner.app.models import PlanRecord, PlanStatus
-from planner.app.serializers import PlanRequestSerializer, PlanSerializer, PlanSummarySerializer
+from planner.app import service, solving
+from planner.app.models import PlanRecord
+from planner.app.serializers import (
+    PlanProgressSerializer,
+    PlanQueuedSerializer,
+    PlanRequestSerializer,
+    PlanSerializer,
+    PlanSummarySerializer,
+)
+from srifty_web.teams import acts_for_owner
+
+CANCEL_PERMISSION = "plans.change_planrecord"  # teammates without it may read a plan, not cancel it
 
 
 class PlanViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
-    """Plans are solved on creation and stored with their inputs, so they can be reopened."""
+    """Plans are stored with their inputs and solved in the background (``manage.py db_worker``);
+    ``POST`` answers 202 with the plan's URL, which shows its status and progress until the
+    result is there."""
 
     def get_queryset(self):
-        return PlanRecord.objects.visible_to(self.request.user).select_related("owner")
+        if self.action in ("retrieve", "list", "progress"):
+            solving.recover_stale_plans()  # a plan whose worker died is never shown as running
+        qs = PlanRecord.objects.visible_to(self.request.user).select_related("owner")
+        # The result (every evaluated point) is the big part of a plan; lists never show it.
+        return qs.defer("result") if self.action in ("progress", "cancel") else qs
 
     def get_serializer_class(self):
         if self.action == "create":
             return PlanRequestSerializer
+        if self.action in ("progress", "cancel"):
+            return PlanProgressSerializer
         return PlanSummarySerializer if self.action == "list" else PlanSerializer
 
-    @extend_schema(request=PlanRequestSerializer, responses={201: PlanSerializer, 400: None})
+    @extend_schema(
+        request=PlanRequestSerializer,
+        responses={
+            202: OpenApiResponse(PlanQueuedSerializer, description="queued; follow Location"),
+            400: OpenApiResponse(description="field name -> messages"),
+        },
+    )
     def create(self, request, *args, **kwargs):
         req = PlanRequestSerializer(data=request.data)
         req.is_valid(raise_exception=True)
         try:
-            record = service.create_plan(request.user, dict(req.validated_data))
+            record = solving.queue_plan(request.user, dict(req.validated_data))
         except service.PlanInputError as exc:
             return Response({exc.field: [exc.message]}, status=status.HTTP_400_BAD_REQUEST)
-        if record.status == PlanStatus.INFEASIBLE:
-            return Response(
-                {"detail": record.error, "constraint": record.binding_constraint, "plan": record.pk},
-                status=status.HTTP_400_BAD_REQUEST,
-            )
-        return Response(PlanSerializer(record).data, status=status.HTTP_201_CREATED)
+        url = request.build_absolute_uri(f"/api/v1/plans/{record.pk}/")
+        body = {
+            "id": record.pk,
+            "url": url,
+            "status": record.status,
+            "progress_url": f"{url}progress/",
+            "page": request.build_absolute_uri(f"/plans/{record.pk}/"),
+        }
+        return Response(body, status=status.HTTP_202_ACCEPTED, headers={"Location": url})
+
+    @extend_schema(responses=PlanProgressSerializer)
+    @action(detail=True, methods=["get"])
+    def progress(self, request, pk=None, **kwargs):
+        """The plan's status and progress, without its result (what the plan page polls)."""
+        return Response(solving.status_message(self.get_object()))
+
+    @extend_schema(
+        request=None,
+        responses={
+            202: PlanProgressSerializer,
+            409: OpenApiResponse(PlanProgressSerializer, description="the plan had already finished"),
+        },
+    )
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None, **kwargs):
+        """Cancel a queued or running plan (202); a finished one is a 409."""
+        record = self.get_object()
+        if not acts_for_owner(request.user, record, CANCEL_PERMISSION):
+            raise PermissionDenied(f"only the owner (or {CANCEL_PERMISSION}) may cancel this plan")
+        cancelled = solving.cancel_plan(record, by=request.user)
+        record.refresh_from_db()
+        body = solving.status_message(record)
+        if not cancelled:
+            body["detail"] = f"the plan is already {record.status}"
+        return Response(body, status=status.HTTP_202_ACCEPTED if cancelled else status.HTTP_409_CONFLICT)

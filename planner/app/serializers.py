@@ -10,7 +10,7 @@ from rest_framework import serializers
 
 from catalog.models import Accelerator
 from catalog.regions import AWS_REGIONS
-from planner.app.models import PlanRecord
+from planner.app.models import PlanRecord, PlanStatus
 from planner.defaults import MARKET_DEFAULTS, PLAN_DEFAULTS
 from profiler.serializers import SHAPE_RE
 from srifty_web.serializers import ModelSerializer
@@ -61,7 +61,7 @@ class QuotaField(serializers.DictField):
     child = serializers.FloatField(min_value=0)
 
 
-# --- how much a plan request may make the solver enumerate (it solves inside the request) ---
+# --- how much a plan request may make the solver enumerate (in the worker, in memory) ---
 # Measured on the bundled catalog (57 CUDA types, up to 109 offers a region, 2 cores):
 # homogeneous curves cost one oracle call per type x node count x grid batch (~80 us each);
 # mixes are a best-first search whose bounds prune well for "cost" under a deadline (64 nodes x
@@ -246,6 +246,41 @@ class PlanWarningSerializer(serializers.Serializer):
     message = serializers.CharField()
 
 
+class PlanQueuedSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    url = serializers.URLField(help_text="the plan (also the Location header)")
+    status = serializers.CharField(help_text="queued")
+    progress_url = serializers.URLField(help_text="status and progress only, for polling")
+    page = serializers.URLField(help_text="the plan's web page")
+
+
+class PlanProgressSerializer(serializers.Serializer):
+    """A plan's state (``planner.app.solving.status_message``): also what ``ws/plans/<id>/``
+    sends."""
+
+    type = serializers.CharField(help_text="status (snapshot: the websocket's first message)")
+    id = serializers.IntegerField()
+    status = serializers.ChoiceField(choices=PlanStatus.choices)
+    finished = serializers.BooleanField(help_text="solved, infeasible, failed or cancelled")
+    phase = serializers.CharField(help_text="model, candidates, search, verify, alternatives, baselines")
+    evaluated = serializers.IntegerField(help_text="configurations evaluated so far")
+    estimated_total = serializers.IntegerField(
+        help_text="estimated configurations in all (grows as the search goes)"
+    )
+    fraction = serializers.FloatField()
+    attempts = serializers.IntegerField(help_text="workers that took the plan (more than 1: one died)")
+    created_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+    heartbeat_at = serializers.DateTimeField(allow_null=True)
+    error = serializers.CharField(allow_blank=True)
+    error_field = serializers.CharField(allow_blank=True, help_text="the request field a failure is about")
+    binding_constraint = serializers.CharField(allow_blank=True)
+    url = serializers.CharField()
+    page = serializers.CharField()
+    detail = serializers.CharField(required=False, help_text="why a cancel was refused")
+
+
 class PlanSerializer(ModelSerializer):
     owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
     warnings = serializers.SerializerMethodField(
@@ -260,12 +295,19 @@ class PlanSerializer(ModelSerializer):
             "name",
             "owner",
             "status",
+            "phase",
+            "progress_evaluated",
+            "progress_total",
+            "attempts",
             "request",
             "result",
             "error",
+            "error_field",
             "binding_constraint",
             "solve_time_s",
             "created_at",
+            "started_at",
+            "finished_at",
             "profile_run",
             "warnings",
         ]
@@ -282,7 +324,19 @@ class PlanSummarySerializer(ModelSerializer):
 
     class Meta:
         model = PlanRecord
-        fields = ["id", "name", "owner", "status", "binding_constraint", "solve_time_s", "created_at", "best"]
+        fields = [
+            "id",
+            "name",
+            "owner",
+            "status",
+            "progress_evaluated",
+            "progress_total",
+            "binding_constraint",
+            "solve_time_s",
+            "created_at",
+            "finished_at",
+            "best",
+        ]
         read_only_fields = fields
 
     def get_best(self, obj: PlanRecord) -> dict | None:

@@ -23,10 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
 
 from planner.app import feed
-from planner.app.models import PlanRecord, PlanStatus
+from planner.app.models import PlanRecord
 from planner.defaults import PLAN_DEFAULTS
 
 
@@ -164,21 +163,11 @@ def _model_inputs(req: dict, owner, allow_code: bool = False):
     A profiling run is looked up through the team rule (``visible_owner_q``): another team's
     run is "not found", exactly like one that does not exist."""
     from planner.models.compute import fit_compute_model
-    from planner.profiles import ProfileError, parse_compute_profile
-    from profiler.models import ProfilingRun, RunKind, RunStatus
 
     model = req["model"]
     precision = model.get("precision", "fp32")
     if model.get("profile_run"):
-        run = ProfilingRun.objects.visible_to(owner).filter(pk=model["profile_run"]).first()
-        if run is None:
-            raise PlanInputError("profile_run", f"profiling run {model['profile_run']} not found")
-        if run.kind != RunKind.COMPUTE or run.status != RunStatus.SUCCEEDED or run.profile is None:
-            raise PlanInputError("profile_run", f"profiling run {run.pk} is not a finished compute profile")
-        try:
-            profile = parse_compute_profile(run.profile)
-        except ProfileError as exc:
-            raise PlanInputError("model", f"profile of run {run.pk} cannot be used: {exc}") from exc
+        run, profile = _profile_run(req, owner, allow_code)
         measured = fit_compute_model(profile)
         device = profile.device.name if profile.device.type == "cuda" else None
         return _profile_workload(run, profile, precision, measured, device, allow_code), run, profile
@@ -268,35 +257,110 @@ def candidates(req: dict):
 # --- solving ------------------------------------------------------------------------------
 
 
-def solve_request(req: dict, owner, *, allow_code: bool = False) -> dict:
+NO_CANDIDATES = "no CUDA GPU instance type with a price matches the regions and markets"
+
+
+def check_request(req: dict, owner, *, allow_code: bool = False) -> None:
+    """The quick checks of a request, before it is stored and queued: the pure request's
+    validation, the profiling run (team rule, finished, usable) and that some offer matches.
+    Raises :class:`PlanInputError` naming the field. Building the model and solving are the
+    worker's (:func:`solve_request` checks all of this again)."""
+    from planner.app.serializers import offers_per_region
+
+    plan_request(req)
+    if req["model"].get("profile_run"):
+        _profile_run(req, owner, allow_code)
+    if not sum(offers_per_region(req)):
+        raise PlanInputError("regions", NO_CANDIDATES)
+
+
+def _profile_run(req: dict, owner, allow_code: bool):
+    """(run, parsed profile) of the request's profiling run, through the team rule."""
+    from planner.profiles import ProfileError, parse_compute_profile
+    from profiler.agent.specs import SpecError, check_library_spec
+    from profiler.models import ProfilingRun, RunKind, RunStatus
+
+    model = req["model"]
+    run = ProfilingRun.objects.visible_to(owner).filter(pk=model["profile_run"]).first()
+    if run is None:
+        raise PlanInputError("profile_run", f"profiling run {model['profile_run']} not found")
+    if run.kind != RunKind.COMPUTE or run.status != RunStatus.SUCCEEDED or run.profile is None:
+        raise PlanInputError("profile_run", f"profiling run {run.pk} is not a finished compute profile")
+    try:
+        profile = parse_compute_profile(run.profile)
+    except ProfileError as exc:
+        raise PlanInputError("model", f"profile of run {run.pk} cannot be used: {exc}") from exc
+    if (run.profile or {}).get("workload") is None and not allow_code:
+        try:
+            check_library_spec(profile.model.spec)
+        except SpecError as exc:
+            raise PlanInputError(
+                "profile_run",
+                f"run {run.pk} carries no workload trace and names model code, which "
+                "the server does not run; profile it again with this version's agent",
+            ) from exc
+    return run, profile
+
+
+class _Stages:
+    """Progress of one request's work: ``report(phase, evaluated, total)`` with the main search's
+    configurations evaluated out of its estimated total; the other phases report their name
+    only (each report is also where a cancel is noticed)."""
+
+    def __init__(self, report):
+        self.report = report
+        self.phase = ""
+
+    def enter(self, phase: str) -> None:
+        self.phase = phase
+        if self.report is not None:
+            self.report(phase, None, None)
+
+    def counts(self, evaluated: int, total: int) -> None:
+        if self.report is not None:
+            self.report(self.phase, evaluated, total)
+
+    def ping(self, evaluated: int, total: int) -> None:
+        if self.report is not None:
+            self.report(self.phase, None, None)
+
+
+def solve_request(req: dict, owner, *, allow_code: bool = False, progress=None) -> dict:
     """Solve and return the result as JSON-able dict; raises PlanInputError or Infeasible.
 
     ``owner``: whose team rule applies to referenced profiling runs; ``allow_code``: see
-    :func:`workload`."""
+    :func:`workload`. ``progress(phase, evaluated, total)``, when given, is called as the work
+    goes (``evaluated``/``total`` are None outside the main search); an exception it raises
+    propagates (how a worker stops a cancelled plan)."""
     from planner.baselines import evaluate_baselines
     from planner.oracle import Oracle
     from planner.solver import solve
 
+    stages = _Stages(progress)
     started = time.perf_counter()
+    stages.enter("model")
     pr = plan_request(req)
     wl, run, profile = _model_inputs(req, owner, allow_code)
+    stages.enter("candidates")
     cands = candidates(req)
     if not cands:
-        raise PlanInputError(
-            "regions", "no CUDA GPU instance type with a price matches the regions and markets"
-        )
+        raise PlanInputError("regions", NO_CANDIDATES)
     transfer = transfer_model()
     if wl.measured_on is not None:
         wl = dataclasses.replace(wl, measured_on=datasheet_gpu_name(wl.measured_on, transfer))
     oracle = Oracle(wl, transfer, gpu_specs(), comm_model())
-    result = solve(pr, cands, oracle)
+    stages.enter("search")
+    result = solve(pr, cands, oracle, progress=stages.counts if progress else None)
+    stages.enter("verify")
     verified = _verify(result.plans, pr, wl, oracle, {c.key: c for c in cands})
     rows = RowSource(oracle, validated_errors(), {c.key: c for c in cands})
+    stages.enter("alternatives")
     alternatives = (
-        _market_alternatives(pr, cands, oracle, rows)
+        _market_alternatives(pr, cands, oracle, rows, progress=stages.ping if progress else None)
         if req.get("spot", True) and req.get("on_demand", True)
         else {}
     )
+    stages.enter("baselines")
     baselines = evaluate_baselines(
         pr,
         cands,
@@ -329,7 +393,7 @@ def solve_request(req: dict, owner, *, allow_code: bool = False) -> dict:
     }
 
 
-def _market_alternatives(pr, cands, oracle, rows: RowSource) -> dict[str, dict]:
+def _market_alternatives(pr, cands, oracle, rows: RowSource, progress=None) -> dict[str, dict]:
     """The best spot-only and on-demand-only plan, side by side (same request, same oracle)."""
     from dataclasses import replace
 
@@ -342,7 +406,7 @@ def _market_alternatives(pr, cands, oracle, rows: RowSource) -> dict[str, dict]:
             out[market] = {"plan": None, "reason": f"no {market} offers in the allowed regions"}
             continue
         try:
-            best = solve(replace(pr, top_k=1), pool, oracle).best
+            best = solve(replace(pr, top_k=1), pool, oracle, progress=progress).best
             out[market] = {"plan": _plan_json(best, None, rows), "reason": None}
         except Infeasible as exc:
             out[market] = {"plan": None, "reason": str(exc)}
@@ -469,28 +533,19 @@ def _baseline_json(b, rows: RowSource) -> dict:
     }
 
 
-def create_plan(owner, request: dict, *, name: str = "", allow_code: bool = False) -> PlanRecord:
-    """Solve ``request`` (already validated by ``PlanRequestSerializer``) and store it either way.
+def create_plan(owner, request: dict, *, name: str = "", allow_code: bool = False, echo=None) -> PlanRecord:
+    """Store ``request`` (already validated by ``PlanRequestSerializer``) and solve it here, in
+    the foreground, on the same path as the background worker (``solving.run_plan``).
 
-    Raises :class:`PlanInputError` for a contradictory request (nothing stored); an infeasible
-    one is stored with status ``infeasible`` and the binding constraint, so it can be reopened
-    and edited.
+    Raises :class:`PlanInputError` for a contradictory request caught by the quick checks
+    (nothing stored); otherwise returns the stored plan: ``solved``, ``infeasible`` (with the
+    binding constraint, so it can be reopened and edited) or ``failed``. ``echo(phase,
+    evaluated, total)``: see ``solving.run_plan``.
     """
-    from planner.solver import Infeasible
+    from planner.app import solving
 
-    record = PlanRecord(owner=owner, request=request, name=name or request.get("name", ""))
-    if request.get("model", {}).get("profile_run"):
-        record.profile_run_id = request["model"]["profile_run"]
-    try:
-        result = solve_request(request, owner, allow_code=allow_code)
-    except Infeasible as exc:
-        record.status = PlanStatus.INFEASIBLE
-        record.error = str(exc)
-        record.binding_constraint = exc.constraint
-    else:
-        record.status = PlanStatus.SOLVED
-        record.result = result
-        record.solve_time_s = result["solve_time_s"]
-    with transaction.atomic():
-        record.save()
+    check_request(request, owner, allow_code=allow_code)
+    record = solving.store_plan(owner, request, name=name)
+    solving.run_plan(record.pk, allow_code=allow_code, echo=echo)
+    record.refresh_from_db()
     return record

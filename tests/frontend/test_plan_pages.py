@@ -29,12 +29,27 @@ FORM = {
 }
 
 
+def solve_queued() -> None:
+    """What ``manage.py db_worker`` does with the queued plans."""
+    from planner.app.tasks import solve_plan_task
+
+    for pk in PlanRecord.objects.filter(status="queued").values_list("pk", flat=True):
+        solve_plan_task.call(pk)
+
+
 def test_solving_from_the_form_shows_the_chart_table_and_launch_links(client, staff, catalog):
     client.force_login(staff)
     resp = client.post("/plans/", FORM)
     plan = PlanRecord.objects.get()
     assert resp.status_code == 302 and resp["Location"] == f"/plans/{plan.pk}/"
+    queued = client.get(resp["Location"]).content.decode()
+    assert (
+        'id="plan-progress"' in queued and "plan_progress.js" in queued and 'id="plan-cancel-form"' in queued
+    )
+    assert "plan_detail.js" not in queued
+    solve_queued()
     page = client.get(resp["Location"]).content.decode()
+    assert 'id="plan-progress"' not in page and "plan_progress.js" not in page
     assert 'id="tradeoff-chart"' in page and 'id="ranked-table"' in page and "plan_detail.js" in page
     assert f"/jobs/new/?plan={plan.pk}&amp;rank=1" in page  # staff may launch
     data = json.loads(
@@ -46,6 +61,7 @@ def test_solving_from_the_form_shows_the_chart_table_and_launch_links(client, st
 def test_a_user_without_the_launch_permission_sees_no_launch_button(client, user, catalog):
     client.force_login(user)
     client.post("/plans/", FORM)
+    solve_queued()
     page = client.get(f"/plans/{PlanRecord.objects.get().pk}/").content.decode()
     assert "/jobs/new/" not in page
 
@@ -63,8 +79,10 @@ def test_bad_fields_are_shown_inline_and_values_kept(client, user, catalog):
 def test_an_infeasible_request_explains_the_binding_constraint(client, user, catalog):
     client.force_login(user)
     resp = client.post("/plans/", {**FORM, "epochs": "100000", "deadline_hours": "0.2", "max_nodes": "1"})
-    page = resp.content.decode()
-    assert resp.status_code == 400 and "No plan fits" in page and "deadline_hours" in page
+    assert resp.status_code == 302
+    solve_queued()
+    page = client.get(resp["Location"]).content.decode()
+    assert "No plan fits" in page and "deadline_hours" in page and "?from=" in page
 
 
 def test_a_plan_can_be_reopened_into_the_form(client, user, catalog):
@@ -149,6 +167,7 @@ def test_each_ranked_row_shows_its_prediction_source_and_the_validated_p90_error
     settings.VALIDATED_ERRORS_PATH = path
     client.force_login(user)
     client.post("/plans/", FORM)
+    solve_queued()
     page = client.get(f"/plans/{PlanRecord.objects.get().pk}/").content.decode()
     assert "Prediction (validated p90 error)" in page
     rows = _rows(page)
@@ -160,6 +179,7 @@ def test_a_source_without_a_validated_error_says_not_validated(client, user, cat
     settings.VALIDATED_ERRORS_PATH = tmp_path / "none.json"
     client.force_login(user)
     client.post("/plans/", FORM)
+    solve_queued()
     rows = _rows(client.get(f"/plans/{PlanRecord.objects.get().pk}/").content.decode())
     assert rows and all("(not validated)" in r and "p90 ±" not in r for r in rows)
 
@@ -176,6 +196,7 @@ def test_a_plan_without_a_gpu_profile_offers_profiling_on_a_cheap_gpu_first(clie
 
     client.force_login(staff)
     client.post("/plans/", FORM)
+    solve_queued()
     page = client.get(f"/plans/{PlanRecord.objects.get().pk}/").content.decode()
     section = re.search(r'<section class="card" id="profile-first".*?</section>', page, re.S).group(0)
     assert "Profile on a cheap GPU first" in section
@@ -199,6 +220,7 @@ def test_the_cheap_gpu_offer_starts_an_ec2_profiling_run_of_the_same_model(clien
     settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
     client.force_login(staff)
     client.post("/plans/", FORM)
+    solve_queued()
     page = client.get(f"/plans/{PlanRecord.objects.get().pk}/").content.decode()
     form = re.search(
         r'<form method="post" action="/profiling/" class="inline profile-first-form">(.*?)</form>', page, re.S
@@ -224,6 +246,7 @@ def test_the_cheap_gpu_offer_starts_an_ec2_profiling_run_of_the_same_model(clien
 def test_the_review_link_prefills_the_profiling_form(client, staff, catalog):
     client.force_login(staff)
     client.post("/plans/", FORM)
+    solve_queued()
     page = client.get(f"/plans/{PlanRecord.objects.get().pk}/").content.decode()
     link = (
         re.search(r'<a href="(/profiling/\?[^"]*)">review in the form</a>', page)
@@ -238,6 +261,7 @@ def test_the_review_link_prefills_the_profiling_form(client, staff, catalog):
 def test_without_the_ec2_permission_the_offer_explains_instead_of_a_button(client, user, catalog):
     client.force_login(user)
     client.post("/plans/", FORM)
+    solve_queued()
     page = client.get(f"/plans/{PlanRecord.objects.get().pk}/").content.decode()
     section = re.search(r'<section class="card" id="profile-first".*?</section>', page, re.S).group(0)
     assert (

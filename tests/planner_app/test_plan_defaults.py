@@ -40,10 +40,12 @@ def test_every_entry_point_starts_from_the_same_defaults():
 
 
 def test_the_same_question_by_form_api_and_command_gets_the_same_ranked_plans(
-    client, user_api, user, staff, catalog, capsys
+    client, user_api, user, staff, catalog, capsys, run_queued_plans
 ):
-    api = user_api.post("/api/v1/plans/", {"model": SPEC, **QUESTION}, format="json")
-    assert api.status_code == 201, api.json()
+    """API and form queue the plan (solved by the worker's task), the command solves it in the
+    foreground: one solve path, one answer."""
+    posted = user_api.post("/api/v1/plans/", {"model": SPEC, **QUESTION}, format="json")
+    assert posted.status_code == 202, posted.json()
 
     client.force_login(user)
     form = {
@@ -56,6 +58,9 @@ def test_the_same_question_by_form_api_and_command_gets_the_same_ranked_plans(
     }
     assert client.post("/plans/", form).status_code == 302
     web = PlanRecord.objects.filter(owner=user).order_by("-pk").first()
+    assert web.status == "queued" and len(run_queued_plans()) == 2
+    web.refresh_from_db()
+    api = user_api.get(posted["Location"])
 
     call_command(
         "plan",

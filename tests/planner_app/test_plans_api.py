@@ -12,6 +12,21 @@ pytestmark = pytest.mark.django_db
 TINY = {"spec": "torchvision:squeezenet1_1", "input_shape": "3,32,32", "precision": "amp"}
 
 
+@pytest.fixture
+def solve(user_api, run_queued_plans):
+    """POST a plan (202 and its URL), let the worker's task solve it, GET it (as a client that
+    waits for it would)."""
+
+    def post_and_solve(body: dict):
+        resp = user_api.post("/api/v1/plans/", body, format="json")
+        assert resp.status_code == 202, resp.json()
+        assert resp["Location"] == resp.json()["url"] and resp.json()["status"] == "queued"
+        assert run_queued_plans() == [resp.json()["id"]]
+        return user_api.get(resp["Location"])
+
+    return post_and_solve
+
+
 def _request(**over):
     body = {
         "model": TINY,
@@ -31,9 +46,9 @@ def _request(**over):
     return body
 
 
-def test_a_plan_is_solved_stored_and_reopened(user_api, catalog):
-    resp = user_api.post("/api/v1/plans/", _request(), format="json")
-    assert resp.status_code == 201, resp.json()
+def test_a_plan_is_solved_stored_and_reopened(user_api, catalog, solve):
+    resp = solve(_request())
+    assert resp.status_code == 200, resp.json()
     plan = resp.json()
     best = plan["result"]["plans"][0]
     assert plan["status"] == "solved" and best["rank"] == 1
@@ -56,27 +71,18 @@ def test_a_plan_is_solved_stored_and_reopened(user_api, catalog):
     assert again["request"]["deadline_hours"] == 24 and again["result"]["plans"][0] == best
 
 
-def test_time_under_a_budget_and_throughput_under_an_hourly_cap(user_api, catalog):
-    fast = user_api.post(
-        "/api/v1/plans/", _request(objective="time", deadline_hours=None, budget_usd=50), format="json"
-    ).json()
+def test_time_under_a_budget_and_throughput_under_an_hourly_cap(user_api, catalog, solve):
+    fast = solve(_request(objective="time", deadline_hours=None, budget_usd=50)).json()
     assert all(p["total_usd"] <= 50 for p in fast["result"]["plans"])
-    cap = user_api.post(
-        "/api/v1/plans/",
-        _request(objective="throughput", deadline_hours=None, max_hourly_usd=3),
-        format="json",
-    ).json()
+    cap = solve(_request(objective="throughput", deadline_hours=None, max_hourly_usd=3)).json()
     assert all(p["hourly_usd"] <= 3 for p in cap["result"]["plans"])
 
 
-def test_an_infeasible_plan_is_a_400_naming_the_binding_constraint(user_api, catalog):
-    resp = user_api.post(
-        "/api/v1/plans/", _request(deadline_hours=0.2, max_nodes=1, spot=False, epochs=10000), format="json"
-    )
-    assert resp.status_code == 400
-    body = resp.json()
-    assert body["constraint"] == "deadline_hours" and "deadline" in body["detail"]
-    assert PlanRecord.objects.get(pk=body["plan"]).status == PlanStatus.INFEASIBLE
+def test_an_infeasible_plan_is_stored_naming_the_binding_constraint(catalog, solve):
+    plan = solve(_request(deadline_hours=0.2, max_nodes=1, spot=False, epochs=10000)).json()
+    assert plan["status"] == PlanStatus.INFEASIBLE and plan["result"] is None
+    assert plan["binding_constraint"] == "deadline_hours" and "deadline" in plan["error"]
+    assert plan["finished_at"] and PlanRecord.objects.get(pk=plan["id"]).finished
 
 
 @pytest.mark.parametrize(
@@ -98,18 +104,16 @@ def test_contradictory_requests_are_a_400_naming_the_field(user_api, catalog, ov
     assert not PlanRecord.objects.exists()
 
 
-def test_quotas_bound_the_plan(user_api, catalog):
-    plan = user_api.post(
-        "/api/v1/plans/", _request(spot=False, quotas_on_demand={"P": 0, "G": 8}), format="json"
-    ).json()
+def test_quotas_bound_the_plan(user_api, catalog, solve):
+    plan = solve(_request(spot=False, quotas_on_demand={"P": 0, "G": 8})).json()
     for p in plan["result"]["plans"]:
         assert all(not g["instance_type"].startswith("p") for g in p["groups"])
 
 
-def test_plans_are_private_to_the_team(user_api, catalog, django_user_model):
+def test_plans_are_private_to_the_team(user_api, catalog, django_user_model, solve):
     from rest_framework.test import APIClient
 
-    plan_id = user_api.post("/api/v1/plans/", _request(), format="json").json()["id"]
+    plan_id = solve(_request()).json()["id"]
     other = APIClient()
     other.force_authenticate(django_user_model.objects.create_user("zed", password="z-pass-12345"))
     assert other.get(f"/api/v1/plans/{plan_id}/").status_code == 404
@@ -125,13 +129,13 @@ def traced(profile: dict) -> dict:
     return {**profile, "workload": trace_workload(build, shape, model_spec=spec, num_classes=10)}
 
 
-def test_a_plan_from_a_stored_cpu_profile(user_api, catalog, make_run, compute_profile):
+def test_a_plan_from_a_stored_cpu_profile(user_api, catalog, make_run, compute_profile, solve):
     from profiler import actions
 
     run = make_run()
     actions.complete_run(run, traced(compute_profile))
-    resp = user_api.post("/api/v1/plans/", _request(model={"profile_run": run.pk}), format="json")
-    assert resp.status_code == 201, resp.json()
+    resp = solve(_request(model={"profile_run": run.pk}))
+    assert resp.status_code == 200, resp.json()
     model = resp.json()["result"]["model"]
     assert model["profile_run"] == run.pk and model["source"] == "analytical"  # a CPU profile cannot transfer
 
@@ -267,12 +271,10 @@ def _profile_run(make_run, compute_profile, **device):
     return run
 
 
-def test_it_warns_when_the_profile_ran_another_precision(user_api, catalog, make_run, compute_profile):
+def test_it_warns_when_the_profile_ran_another_precision(user_api, catalog, make_run, compute_profile, solve):
     run = _profile_run(make_run, compute_profile, precision="fp32", precision_requested="fp32")
-    resp = user_api.post(
-        "/api/v1/plans/", _request(model={"profile_run": run.pk, "precision": "amp"}), format="json"
-    )
-    assert resp.status_code == 201, resp.json()
+    resp = solve(_request(model={"profile_run": run.pk, "precision": "amp"}))
+    assert resp.status_code == 200, resp.json()
     plan = resp.json()
     [warning] = plan["warnings"]
     assert warning["code"] == "precision_mismatch"
@@ -284,31 +286,27 @@ def test_it_warns_when_the_profile_ran_another_precision(user_api, catalog, make
 
 
 def test_it_warns_that_an_older_cpu_profile_asked_for_amp_ran_bf16(
-    user_api, catalog, make_run, compute_profile
+    user_api, catalog, make_run, compute_profile, solve
 ):
     run = _profile_run(make_run, compute_profile, precision="amp")  # an older agent: no precision_requested
-    plan = user_api.post(
-        "/api/v1/plans/", _request(model={"profile_run": run.pk, "precision": "amp"}), format="json"
-    ).json()
+    plan = solve(_request(model={"profile_run": run.pk, "precision": "amp"})).json()
     [warning] = plan["warnings"]
     assert "ran bf16 (CPU autocast is bf16 only)" in warning["message"]
 
 
 @pytest.mark.parametrize("model_precision", ["fp32", None])
 def test_it_does_not_warn_when_the_precisions_match(
-    user_api, catalog, make_run, compute_profile, model_precision
+    user_api, catalog, make_run, compute_profile, model_precision, solve
 ):
     run = _profile_run(make_run, compute_profile, precision="fp32")
     model = {"profile_run": run.pk, **({"precision": model_precision} if model_precision else {})}
-    plan = user_api.post("/api/v1/plans/", _request(model=model), format="json").json()
+    plan = solve(_request(model=model)).json()
     assert plan["warnings"] == [] and plan["result"]["warnings"] == []
     assert plan["result"]["model"]["precision_requested"] == model_precision
 
 
-def test_a_spec_plan_has_no_warnings_and_still_defaults_to_amp(user_api, catalog):
-    plan = user_api.post(
-        "/api/v1/plans/", _request(model={"spec": TINY["spec"], "input_shape": "3,32,32"}), format="json"
-    ).json()
+def test_a_spec_plan_has_no_warnings_and_still_defaults_to_amp(user_api, catalog, solve):
+    plan = solve(_request(model={"spec": TINY["spec"], "input_shape": "3,32,32"})).json()
     assert plan["warnings"] == [] and plan["request"]["model"]["precision"] == "amp"
 
 
@@ -331,12 +329,12 @@ VALIDATED = {
 
 
 def test_each_plan_row_names_its_prediction_source_with_the_validated_p90_error(
-    user_api, catalog, settings, tmp_path
+    user_api, catalog, settings, tmp_path, solve
 ):
     path = tmp_path / "validated_errors.json"
     path.write_text(json.dumps(VALIDATED))
     settings.VALIDATED_ERRORS_PATH = path
-    plan = user_api.post("/api/v1/plans/", _request(), format="json").json()
+    plan = solve(_request()).json()
     rows = plan["result"]["plans"] + [a["plan"] for a in plan["result"]["alternatives"].values() if a["plan"]]
     rows += [b["plan"] for b in plan["result"]["baselines"] if b["plan"]]
     for row in rows:
@@ -349,17 +347,17 @@ def test_each_plan_row_names_its_prediction_source_with_the_validated_p90_error(
 
 
 def test_a_source_the_benches_have_not_validated_is_shown_as_not_validated(
-    user_api, catalog, settings, tmp_path
+    user_api, catalog, settings, tmp_path, solve
 ):
     settings.VALIDATED_ERRORS_PATH = tmp_path / "missing.json"
-    plan = user_api.post("/api/v1/plans/", _request(), format="json").json()
+    plan = solve(_request()).json()
     row = plan["result"]["plans"][0]
     assert row["prediction_source"] == "analytical"
     assert row["prediction_error"] == {"source": "analytical", "validated": False}
 
 
 def test_rows_on_the_profiled_gpu_are_measured_and_others_transferred(
-    user_api, catalog, make_run, compute_profile
+    user_api, catalog, make_run, compute_profile, solve
 ):
     run = _profile_run(make_run, compute_profile, type="cuda", name="NVIDIA A10G", precision="fp32")
     body = _request(
@@ -373,7 +371,7 @@ def test_rows_on_the_profiled_gpu_are_measured_and_others_transferred(
         top_k=50,
         gpu_models=["A10G", "T4"],
     )
-    plan = user_api.post("/api/v1/plans/", body, format="json").json()
+    plan = solve(body).json()
     sources = {
         (g["gpu_model"], g["gpus_per_node"]): p["prediction_source"]
         for p in plan["result"]["plans"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
@@ -95,16 +96,58 @@ class Command(BaseCommand):
                     for k, v in checked.errors.items()
                 )
             )
+        # In the foreground, on the worker's path (planner.app.solving.run_plan); a bar on a terminal.
+        bar = ProgressBar(self.stdout) if self.stdout.isatty() else None
         try:
-            record = service.create_plan(_owner(o["user"]), dict(checked.validated_data), allow_code=True)
+            record = service.create_plan(
+                _owner(o["user"]), dict(checked.validated_data), allow_code=True, echo=bar
+            )
         except service.PlanInputError as exc:
             raise CommandError(str(exc)) from exc
+        finally:
+            if bar is not None:
+                bar.clear()
         if record.status == PlanStatus.INFEASIBLE:
             raise CommandError(f"infeasible ({record.binding_constraint}): {record.error}")
+        if record.status != PlanStatus.SOLVED:
+            field = f"{record.error_field}: " if record.error_field else ""
+            raise CommandError(f"plan {record.pk} {record.status}: {field}{record.error}")
         if o["json"]:
             self.stdout.write(json.dumps({"plan": record.pk, **record.result}, indent=2, default=str))
             return
         self.stdout.write(render(record))
+
+
+class ProgressBar:
+    """``echo(phase, evaluated, total)`` for ``service.create_plan``: one line redrawn in place
+    (at most 10 times a second), erased at the end."""
+
+    WIDTH = 30
+
+    def __init__(self, out):
+        self.out = out
+        self._last = 0.0
+        self._len = 0
+
+    def __call__(self, phase: str, evaluated: int, total: int) -> None:
+        now = time.monotonic()
+        if now - self._last < 0.1:
+            return
+        self._last = now
+        frac = evaluated / total if total else 0.0
+        filled = int(round(frac * self.WIDTH))
+        line = (
+            f"[{'#' * filled}{'.' * (self.WIDTH - filled)}] {100 * frac:3.0f}% {phase or 'starting'}: "
+            f"{evaluated:,} of ~{total:,} configurations"
+        )
+        self.out.write("\r" + line.ljust(self._len), ending="")
+        self.out.flush()
+        self._len = len(line)
+
+    def clear(self) -> None:
+        if self._len:
+            self.out.write("\r" + " " * self._len + "\r", ending="")
+            self.out.flush()
 
 
 def _quotas(items: list[str], flag: str) -> dict[str, float]:

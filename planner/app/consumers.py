@@ -1,0 +1,22 @@
+"""Live view of one plan: its state and progress (``planner.app.solving.status_message``)."""
+
+from __future__ import annotations
+
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from planner.app import solving
+from planner.app.models import PlanRecord
+from srifty_web.live import ViewerConsumer
+
+
+class PlanConsumer(ViewerConsumer, AsyncJsonWebsocketConsumer):
+    url_kwarg = "plan_id"
+    group_prefix = "plan"
+    live_handler = solving.LIVE_HANDLER
+
+    def snapshot(self, user, plan_id: int) -> dict | None:
+        solving.recover_stale_plans()
+        record = PlanRecord.objects.visible_to(user).filter(pk=plan_id).first()
+        if record is None:
+            return None
+        return {**solving.status_message(record), "type": "snapshot"}

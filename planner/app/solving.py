@@ -1,0 +1,358 @@
+"""Plans as background work: queue, claim, solve with progress, cancel, recover.
+
+A plan request is checked quickly and stored as ``queued``; :func:`queue_plan` hands its id to
+the task backend (``planner.app.tasks.solve_plan_task``, run by ``manage.py db_worker``).
+:func:`run_plan` is the one solve path: the worker's task and ``manage.py plan`` (in the
+foreground) both call it.
+
+States: ``queued`` → ``running`` → ``solved`` (ranked plans) or ``infeasible`` (no
+configuration meets the constraints; the binding one is named) — both "done" — or ``failed``
+(an error, with its message and, for a bad input, the field) or ``cancelled``.
+
+Every transition is one conditional ``UPDATE`` (``status`` and, while running, the worker's
+``attempts`` number as a lease), so a cancel, a recovery and a worker never overwrite each
+other: whoever changes the row first wins, the others find nothing to update.
+
+Liveness: while a plan runs, a heartbeat thread writes ``heartbeat_at`` every
+``PLAN_HEARTBEAT_S``; progress writes (at most every ``PLAN_PROGRESS_EVERY_S``) do too. A
+worker killed mid-solve (SIGKILL, out of memory) leaves its plan ``running`` with a heartbeat
+that stops; :func:`recover_stale_plans` (run when a plan task starts and whenever plans are read)
+queues such a plan again, or fails it once ``PLAN_MAX_ATTEMPTS`` workers have died on it: a
+request that kills workers does not kill them forever.
+
+Live updates go to the websocket group ``plan-<id>`` with ``transaction.on_commit``
+(``srifty_web.live``); pages without a channel layer that reaches the worker poll
+``/api/v1/plans/<id>/progress/``, which returns the same message.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from planner.app.models import PLAN_ACTIVE, PLAN_FINISHED, PlanRecord, PlanStatus
+from srifty_web.live import send_on_commit
+
+log = logging.getLogger(__name__)
+
+LIVE_HANDLER = "plan.message"
+
+
+def setting(name: str, default: float) -> float:
+    return getattr(settings, name, default)
+
+
+def lease_s() -> float:
+    """Seconds without a heartbeat after which a running plan's worker counts as dead."""
+    return float(setting("PLAN_LEASE_S", 60))
+
+
+class PlanStopped(Exception):
+    """The plan is no longer this worker's: cancelled, or recovered and handed to another."""
+
+
+# --- messages ---------------------------------------------------------------------------------
+
+
+def group_name(plan_id: int) -> str:
+    return f"plan-{plan_id}"
+
+
+def _iso(dt) -> str | None:
+    return dt.isoformat() if dt else None
+
+
+def status_message(record: PlanRecord) -> dict:
+    """The plan's state as the websocket, the progress endpoint and the page script see it."""
+    total = max(record.progress_total or 0, record.progress_evaluated or 0)
+    return {
+        "type": "status",
+        "id": record.pk,
+        "status": record.status,
+        "finished": record.status in PLAN_FINISHED,
+        "phase": record.phase,
+        "evaluated": record.progress_evaluated,
+        "estimated_total": total,
+        "fraction": (record.progress_evaluated / total) if total else (1.0 if record.finished else 0.0),
+        "attempts": record.attempts,
+        "created_at": _iso(record.created_at),
+        "started_at": _iso(record.started_at),
+        "finished_at": _iso(record.finished_at),
+        "heartbeat_at": _iso(record.heartbeat_at),
+        "error": record.error,
+        "error_field": record.error_field,
+        "binding_constraint": record.binding_constraint,
+        "url": f"/api/v1/plans/{record.pk}/",
+        "page": f"/plans/{record.pk}/",
+    }
+
+
+def _push(plan_id: int) -> None:
+    """Send the plan's state (as committed) to its viewers."""
+
+    def send() -> None:
+        record = PlanRecord.objects.filter(pk=plan_id).first()
+        if record is not None:
+            with transaction.atomic():
+                send_on_commit(group_name(plan_id), LIVE_HANDLER, status_message(record))
+
+    transaction.on_commit(send)
+
+
+def _update(plan_id: int, only: Q, **fields) -> bool:
+    """One conditional transition; pushes the new state when it happened."""
+    with transaction.atomic():
+        changed = PlanRecord.objects.filter(Q(pk=plan_id) & only).update(**fields)
+        if changed:
+            _push(plan_id)
+    return bool(changed)
+
+
+# --- queue ------------------------------------------------------------------------------------
+
+
+def store_plan(owner, request: dict, *, name: str = "") -> PlanRecord:
+    record = PlanRecord(
+        owner=owner, request=request, name=name or request.get("name", ""), status=PlanStatus.QUEUED
+    )
+    if request.get("model", {}).get("profile_run"):
+        record.profile_run_id = request["model"]["profile_run"]
+    record.save()
+    return record
+
+
+def queue_plan(owner, request: dict, *, name: str = "") -> PlanRecord:
+    """Check ``request`` (validated by ``PlanRequestSerializer``), store it ``queued`` and queue
+    its solve. Raises :class:`planner.app.service.PlanInputError` (nothing stored)."""
+    from planner.app import service
+
+    service.check_request(request, owner)
+    with transaction.atomic():
+        record = store_plan(owner, request, name=name)
+        pk = record.pk
+        transaction.on_commit(lambda: enqueue(pk))
+    return record
+
+
+def enqueue(plan_id: int) -> None:
+    """Hand the plan to the task backend; a backend that refuses fails the plan (never a plan
+    queued with no task behind it)."""
+    from planner.app.tasks import solve_plan_task
+
+    try:
+        solve_plan_task.enqueue(plan_id)
+    except Exception as exc:
+        log.exception("queueing plan %s failed", plan_id)
+        _update(
+            plan_id,
+            Q(status=PlanStatus.QUEUED),
+            status=PlanStatus.FAILED,
+            error=f"could not queue the plan: {exc}",
+            finished_at=timezone.now(),
+        )
+
+
+def cancel_plan(record: PlanRecord, by=None) -> bool:
+    """Cancel a queued or running plan; False when it had already finished. A running worker
+    notices at its next progress write and stops (its result, if any, is dropped)."""
+    who = f" by {by.get_username()}" if by is not None else ""
+    return _update(
+        record.pk,
+        Q(status__in=PLAN_ACTIVE),
+        status=PlanStatus.CANCELLED,
+        error=f"cancelled{who}",
+        finished_at=timezone.now(),
+    )
+
+
+def recover_stale_plans(now=None) -> list[tuple[int, str]]:
+    """Running plans whose heartbeat is older than the lease: their worker is gone. Each is
+    queued again (a new task), or failed after ``PLAN_MAX_ATTEMPTS`` tries. Returns
+    ``[(plan id, new status)]``. Cheap when nothing is stale (one indexed query)."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=lease_s())
+    dead = Q(status=PlanStatus.RUNNING) & (
+        Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, started_at__lt=cutoff)
+    )
+    out = []
+    max_attempts = int(setting("PLAN_MAX_ATTEMPTS", 2))
+    for pk, attempts in PlanRecord.objects.filter(dead).values_list("pk", "attempts"):
+        lost = dead & Q(attempts=attempts)
+        if attempts < max_attempts:
+            with transaction.atomic():
+                if _update(
+                    pk,
+                    lost,
+                    status=PlanStatus.QUEUED,
+                    phase="",
+                    heartbeat_at=None,
+                    error=f"its worker stopped while solving it (try {attempts}); queued again",
+                ):
+                    transaction.on_commit(lambda pk=pk: enqueue(pk))
+                    out.append((pk, PlanStatus.QUEUED))
+                    log.warning("plan %s: worker lost mid-solve (try %s); queued again", pk, attempts)
+        elif _update(
+            pk,
+            lost,
+            status=PlanStatus.FAILED,
+            error=f"its worker stopped while solving it, {attempts} times (killed, out of memory or "
+            "restarted); not tried again: narrow the request (fewer nodes, types or regions)",
+            finished_at=now,
+        ):
+            out.append((pk, PlanStatus.FAILED))
+            log.warning("plan %s: worker lost mid-solve %s times; failed", pk, attempts)
+    return out
+
+
+# --- run --------------------------------------------------------------------------------------
+
+
+class _Heartbeat(threading.Thread):
+    """Writes the running plan's ``heartbeat_at`` every ``PLAN_HEARTBEAT_S`` from its own thread
+    (and database connection), so phases without progress calls keep the lease too."""
+
+    def __init__(self, plan_id: int, attempt: int):
+        super().__init__(name=f"plan-{plan_id}-heartbeat", daemon=True)
+        self.plan_id, self.attempt = plan_id, attempt
+        self.every = float(setting("PLAN_HEARTBEAT_S", 5))
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while not self.stopped.wait(self.every):
+                try:
+                    alive = PlanRecord.objects.filter(
+                        pk=self.plan_id, status=PlanStatus.RUNNING, attempts=self.attempt
+                    ).update(heartbeat_at=timezone.now())
+                except Exception:  # a locked or lost database: try again next beat
+                    log.warning("plan %s: heartbeat failed", self.plan_id, exc_info=True)
+                    continue
+                if not alive:
+                    return  # cancelled or recovered: the solve notices at its next progress write
+        finally:
+            connection.close()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join(timeout=self.every + 1)
+
+
+class _Reporter:
+    """The ``progress(phase, evaluated, total)`` callback of one solve: stores the counts (at
+    most every ``PLAN_PROGRESS_EVERY_S``, and at each new phase), pushes them to viewers, and
+    raises :class:`PlanStopped` once the plan is no longer this worker's."""
+
+    def __init__(self, plan_id: int, attempt: int, echo=None):
+        self.plan_id, self.attempt, self.echo = plan_id, attempt, echo
+        self.every = float(setting("PLAN_PROGRESS_EVERY_S", 0.5))
+        self.phase, self.evaluated, self.total = "", 0, 0
+        self._last = -1e9
+
+    def __call__(self, phase: str, evaluated: int | None, total: int | None) -> None:
+        if evaluated is not None:
+            self.evaluated, self.total = int(evaluated), max(int(total or 0), int(evaluated))
+        new_phase = phase != self.phase
+        self.phase = phase
+        if self.echo is not None:
+            self.echo(phase, self.evaluated, self.total)
+        now = time.monotonic()
+        if new_phase or now - self._last >= self.every:
+            self._last = now
+            self.write()
+
+    def write(self) -> None:
+        if not _update(
+            self.plan_id,
+            Q(status=PlanStatus.RUNNING, attempts=self.attempt),
+            phase=self.phase,
+            progress_evaluated=self.evaluated,
+            progress_total=self.total,
+            heartbeat_at=timezone.now(),
+        ):
+            raise PlanStopped(self.plan_id)
+
+
+def _claim(plan_id: int) -> int | None:
+    """queued → running for this worker; returns its attempt number (the lease), or None."""
+    now = timezone.now()
+    with transaction.atomic():
+        if not _update(
+            plan_id,
+            Q(status=PlanStatus.QUEUED),
+            status=PlanStatus.RUNNING,
+            attempts=F("attempts") + 1,
+            started_at=now,
+            heartbeat_at=now,
+            phase="",
+            progress_evaluated=0,
+            progress_total=0,
+        ):
+            return None
+        return PlanRecord.objects.values_list("attempts", flat=True).get(pk=plan_id)
+
+
+def run_plan(plan_id: int, *, allow_code: bool = False, echo=None) -> str:
+    """Solve a queued plan here and now; returns what became of it.
+
+    ``allow_code``: the operator's ``manage.py plan`` may plan a factory (``service.workload``);
+    ``echo(phase, evaluated, total)``: called on every progress report (the command's bar)."""
+    from planner.app import service
+    from planner.solver import Infeasible
+
+    attempt = _claim(plan_id)
+    if attempt is None:
+        status = PlanRecord.objects.filter(pk=plan_id).values_list("status", flat=True).first()
+        return f"plan {plan_id} is {status or 'gone'}; not solving it"
+    record = PlanRecord.objects.select_related("owner").get(pk=plan_id)
+    mine = Q(status=PlanStatus.RUNNING, attempts=attempt)
+    reporter = _Reporter(plan_id, attempt, echo)
+    # Inside a caller's transaction (a test, an in-line task backend) another connection could
+    # neither see the row nor write it: progress writes are the heartbeat then.
+    heartbeat = None if connection.in_atomic_block else _Heartbeat(plan_id, attempt)
+    if heartbeat is not None:
+        heartbeat.start()
+    done = {"finished_at": timezone.now, "phase": ""}
+    try:
+        result = service.solve_request(record.request, record.owner, allow_code=allow_code, progress=reporter)
+    except PlanStopped:
+        return "stopped: the plan was cancelled or handed to another worker"
+    except service.PlanInputError as exc:
+        fields = {"status": PlanStatus.FAILED, "error": exc.message, "error_field": exc.field}
+    except Infeasible as exc:
+        fields = {
+            "status": PlanStatus.INFEASIBLE,
+            "error": str(exc),
+            "binding_constraint": exc.constraint,
+        }
+    except Exception as exc:  # the solver's own failure (a bug, MemoryError): the plan says so
+        log.exception("plan %s: solve failed", plan_id)
+        fields = {"status": PlanStatus.FAILED, "error": f"the solver failed: {type(exc).__name__}: {exc}"}
+    except BaseException:
+        # The worker is being stopped (a second SIGTERM/SIGINT exits mid-task): queue it again
+        # for the next worker rather than wait for the lease to pass.
+        if _update(plan_id, mine, status=PlanStatus.QUEUED, phase="", heartbeat_at=None):
+            enqueue(plan_id)
+        raise
+    else:
+        fields = {
+            "status": PlanStatus.SOLVED,
+            "result": result,
+            "solve_time_s": result["solve_time_s"],
+            "error": "",
+            "progress_evaluated": reporter.evaluated,
+            "progress_total": reporter.evaluated,
+        }
+    finally:
+        if heartbeat is not None:
+            heartbeat.stop()
+    fields.update({k: (v() if callable(v) else v) for k, v in done.items()})
+    if not _update(plan_id, mine, **fields):
+        return "stopped: the plan was cancelled or handed to another worker; result dropped"
+    return f"plan {plan_id} {fields['status']}"
