@@ -126,7 +126,7 @@ def free_port(host: str = "127.0.0.1") -> int:
     # unlikely enough on a profiling host to accept.
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
-        return sock.getsockname()[1]
+        return int(sock.getsockname()[1])
 
 
 def _torchrun_env() -> bool:
@@ -202,7 +202,8 @@ class _Collective:
         mine = torch.tensor(times_ms, dtype=torch.float64, device=self.device)
         gathered = [torch.empty_like(mine) for _ in range(self.options.world_size)]
         dist.all_gather(gathered, mine)
-        return torch.stack(gathered).max(dim=0).values.cpu().tolist()
+        worst: list[float] = torch.stack(gathered).max(dim=0).values.cpu().tolist()
+        return worst
 
     def hosts(self) -> list[str]:
         names: list[Any] = [None] * self.options.world_size
@@ -224,7 +225,9 @@ def _first_contact(coll: _Collective, rounds: int = 10) -> None:
     coll.sync()
 
 
-def _measure_size(coll: _Collective, size: int, reporter: NullReporter, progress: dict) -> dict:
+def _measure_size(
+    coll: _Collective, size: int, reporter: NullReporter, progress: dict[str, Any]
+) -> dict[str, Any]:
     options = coll.options
     torch = coll.torch
     buffer = torch.zeros(size // DTYPE_BYTES, dtype=torch.float32, device=coll.device)
@@ -263,9 +266,9 @@ def _measure_size(coll: _Collective, size: int, reporter: NullReporter, progress
     return out
 
 
-def _document(coll: _Collective, samples: list[dict], hosts: list[str]) -> dict:
+def _document(coll: _Collective, samples: list[dict[str, Any]], hosts: list[str]) -> dict[str, Any]:
     options = coll.options
-    device: dict = {"type": coll.device.type, "name": cpu_model()}
+    device: dict[str, Any] = {"type": coll.device.type, "name": cpu_model()}
     if coll.device.type == "cuda":
         device["name"] = coll.torch.cuda.get_device_name(coll.device)
     return {
@@ -296,7 +299,7 @@ def _make_reporter(options: CommOptions, seq_value: Any | None) -> NullReporter:
 
 def run_rank(
     options: CommOptions, setup: RankSetup, seq_value: Any | None = None, report_errors: bool = True
-) -> dict | None:
+) -> dict[str, Any] | None:
     """Run the benchmark as one rank; global rank 0 writes the file and returns the profile.
 
     ``report_errors=False`` when a parent process reports failures instead (local spawn:
@@ -348,7 +351,7 @@ def _spawned_rank(local_rank: int, options: CommOptions, master: str, seq_value:
     run_rank(options, RankSetup(rank, local_rank, master), seq_value, report_errors=False)
 
 
-def run_comm(options: CommOptions) -> dict | None:
+def run_comm(options: CommOptions) -> dict[str, Any] | None:
     """Run the comm profile as configured; returns the profile on the node that wrote it."""
     options = options.resolved()
     if options.rank is None and _torchrun_env():
@@ -361,7 +364,7 @@ def run_comm(options: CommOptions) -> dict | None:
     return _spawn_local(options)
 
 
-def _run_torchrun(options: CommOptions) -> dict | None:
+def _run_torchrun(options: CommOptions) -> dict[str, Any] | None:
     world = int(os.environ["WORLD_SIZE"])
     if world != options.world_size:
         raise CommError(f"--world-size {options.world_size} but torchrun's WORLD_SIZE is {world}")
@@ -369,7 +372,7 @@ def _run_torchrun(options: CommOptions) -> dict | None:
     return run_rank(options, setup)
 
 
-def _spawn_local(options: CommOptions) -> dict | None:
+def _spawn_local(options: CommOptions) -> dict[str, Any] | None:
     import json
 
     import torch.multiprocessing as mp
@@ -402,7 +405,8 @@ def _spawn_local(options: CommOptions) -> dict | None:
     if options.node_rank != 0:
         return None
     with open(options.out) as handle:
-        return json.load(handle)
+        doc: dict[str, Any] = json.load(handle)
+    return doc
 
 
 def _last_line(exc: BaseException) -> str:

@@ -28,7 +28,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from profiler.agent import SCHEMA_VERSION
 from profiler.agent.buckets import DEFAULT_BUCKET_CAP_BYTES, DEFAULT_FIRST_BUCKET_BYTES, Bucket, ddp_buckets
@@ -51,9 +51,16 @@ log = logging.getLogger("profiler.agent.compute")
 PRECISIONS = ("fp32", "amp", "bf16")
 PHASES = ("forward", "backward", "optimizer")
 
+
 # Per-device defaults. On CPU a big step takes seconds, so fewer iterations and a time
 # budget per batch size keep a whole ladder within minutes; on GPU steps are milliseconds.
-_DEFAULTS = {
+class _DeviceDefaults(TypedDict):
+    warmup: int
+    iters: int
+    max_seconds_per_size: float
+
+
+_DEFAULTS: dict[str, _DeviceDefaults] = {
     "cpu": {"warmup": 1, "iters": 5, "max_seconds_per_size": 8.0},
     "cuda": {"warmup": 5, "iters": 20, "max_seconds_per_size": 30.0},
 }
@@ -107,6 +114,12 @@ class ComputeOptions:
         if self.min_batch < 1 or self.max_batch < self.min_batch:
             raise ValueError("--max-batch must be >= --min-batch >= 1")
         return out
+
+    def counts(self) -> tuple[int, int, float]:
+        """(warmup, iters, max_seconds_per_size) of a resolved copy."""
+        if self.warmup is None or self.iters is None or self.max_seconds_per_size is None:
+            raise ValueError("ComputeOptions.counts() needs resolved() options")
+        return self.warmup, self.iters, self.max_seconds_per_size
 
 
 # -- pure helpers ------------------------------------------------------------------------
@@ -188,7 +201,7 @@ class CpuClock:
         pass
 
     def elapsed_ms(self, start: Any, end: Any) -> float:
-        return (end - start) * 1000.0
+        return float(end - start) * 1000.0
 
 
 class CudaClock:
@@ -220,7 +233,7 @@ class CudaClock:
         self._torch.cuda.synchronize(self._device)
 
     def elapsed_ms(self, start: Any, end: Any) -> float:
-        return start.elapsed_time(end)
+        return float(start.elapsed_time(end))
 
 
 class GradReadyRecorder:
@@ -456,7 +469,7 @@ class Trainer:
 # -- FLOPs -------------------------------------------------------------------------------
 
 
-def flops_per_sample(trace: dict | None) -> tuple[float | None, float | None]:
+def flops_per_sample(trace: dict[str, Any] | None) -> tuple[float | None, float | None]:
     """(forward, forward+backward) FLOPs per sample at batch 2, from the workload trace: the
     project's one FLOP counter (``profiler.agent.workload``: ``torch.utils.flop_counter``'s
     formulas, grouped and depthwise convolutions counted right). ``(None, None)`` without one."""
@@ -469,7 +482,7 @@ def flops_per_sample(trace: dict | None) -> tuple[float | None, float | None]:
     return float(forward), float(forward + totals["backward"][0] / 2)
 
 
-def workload_trace(options: ComputeOptions) -> dict | None:
+def workload_trace(options: ComputeOptions) -> dict[str, Any] | None:
     """The model's workload (``profiler.agent.workload.trace_workload``) for the planner, which
     never imports a team's model itself; ``None`` (with a warning) when the model cannot be
     traced on the meta device, so a profile is never lost to it."""
@@ -500,8 +513,8 @@ class Probe:
     method: str = "step"
     estimated_bytes: int | None = None
 
-    def as_dict(self) -> dict:
-        out: dict = {
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
             "batch_size": self.batch_size,
             "fits": self.fits,
             "reason": self.reason,
@@ -605,7 +618,7 @@ class CudaStepProbe:
 # -- measuring one batch size ------------------------------------------------------------
 
 
-def _bucket_rows(buckets: list[Bucket], steps: list[StepTiming]) -> list[dict]:
+def _bucket_rows(buckets: list[Bucket], steps: list[StepTiming]) -> list[dict[str, Any]]:
     rows = []
     for bucket in buckets:
         ready, fractions = [], []
@@ -649,7 +662,7 @@ class ComputeProfiler:
         self.reporter = reporter or NullReporter()
 
     # The heavy lifting. Splitting by phase keeps each piece small enough to read.
-    def run(self) -> dict:
+    def run(self) -> dict[str, Any]:
         import torch
 
         options = self.options
@@ -672,7 +685,7 @@ class ComputeProfiler:
         finally:
             trainer.close()
 
-    def _run_with(self, trainer: Trainer) -> dict:
+    def _run_with(self, trainer: Trainer) -> dict[str, Any]:
         options = self.options
         trainer.probe_output()
         workload = workload_trace(options)  # the meta device: nothing allocated, seconds at most
@@ -685,7 +698,7 @@ class ComputeProfiler:
         max_batch: int | None = None
         memory_budget = self._memory_budget(trainer)
         min_batch, why = trainer.smallest_batch(options.min_batch)
-        failed: list[dict] = []
+        failed: list[dict[str, Any]] = []
         if why:
             log.warning("batch 1 cannot be trained (%s); batch sizes start at 2", why)
         if options.batch_sizes is None:
@@ -749,11 +762,14 @@ class ComputeProfiler:
             )
         return max_batch, probes
 
-    def _measure_all(self, trainer: Trainer, sizes: list[int]) -> tuple[list[dict], list[dict]]:
+    def _measure_all(
+        self, trainer: Trainer, sizes: list[int]
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         options = self.options
         auto = options.batch_sizes is None
         progress = Progress(_SEARCH_SHARE, 1 - _SEARCH_SHARE) if auto else Progress()
-        progress.total = float(sum(size * (options.warmup + options.iters) for size in sizes))
+        warmup, iters, _ = options.counts()
+        progress.total = float(sum(size * (warmup + iters) for size in sizes))
         buckets = ddp_buckets(
             [tensor_bytes(p) for p in trainer.params], options.first_bucket_bytes, options.bucket_cap_bytes
         )
@@ -776,15 +792,18 @@ class ComputeProfiler:
             )
         return samples, failed
 
-    def _measure(self, trainer: Trainer, size: int, buckets: list[Bucket], progress: Progress) -> dict:
+    def _measure(
+        self, trainer: Trainer, size: int, buckets: list[Bucket], progress: Progress
+    ) -> dict[str, Any]:
         options = self.options
         torch = trainer.torch
         free_device_memory(trainer.device)
         x, y = trainer.batch(size)
         if trainer.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(trainer.device)
+        warmup, iters, max_seconds = options.counts()
         saved = None
-        for i in range(options.warmup):
+        for i in range(warmup):
             meter = trainer.meter_for(x, y) if i == 0 else None
             trainer.step(x, y, meter=meter)
             if meter is not None:
@@ -796,7 +815,7 @@ class ComputeProfiler:
             saved = trainer.saved_activations_forward(size)
         steps: list[StepTiming] = []
         began = time.perf_counter()
-        for i in range(options.iters):
+        for i in range(iters):
             with self.reporter.hold(), _gc_paused():
                 timing = trainer.step(x, y, timed=True)
             assert timing is not None
@@ -809,12 +828,9 @@ class ComputeProfiler:
                 time_ms=round(step_ms, 4),
                 fraction=progress.advance(size),
             )
-            if (
-                len(steps) >= options.min_iters
-                and time.perf_counter() - began >= options.max_seconds_per_size
-            ):
+            if len(steps) >= options.min_iters and time.perf_counter() - began >= max_seconds:
                 break
-        progress.advance(size * (options.iters - len(steps)))  # budget cut: skip the rest
+        progress.advance(size * (iters - len(steps)))  # budget cut: skip the rest
         mem = estimate(trainer.static, trainer.input_bytes(size), saved)
         log.info(
             "batch %d: forward %.2f ms, backward %.2f ms, optimizer %.2f ms (%d steps)",
@@ -828,7 +844,7 @@ class ComputeProfiler:
 
     def _sample(
         self, trainer: Trainer, size: int, steps: list[StepTiming], buckets: list[Bucket], mem: MemoryEstimate
-    ) -> dict:
+    ) -> dict[str, Any]:
         torch = trainer.torch
         phases = {
             "forward": summarize([s.forward_ms for s in steps]),
@@ -863,9 +879,9 @@ class ComputeProfiler:
         train_flops: float | None,
         max_batch: int | None,
         probes: list[Probe],
-        samples: list[dict],
-        failed: list[dict],
-    ) -> dict:
+        samples: list[dict[str, Any]],
+        failed: list[dict[str, Any]],
+    ) -> dict[str, Any]:
         options = self.options
         all_params = list(trainer.model.parameters())
         return {

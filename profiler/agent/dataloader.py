@@ -17,7 +17,9 @@ No Django import: it runs inside the agent on a bare VM.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 KINDS = ("image", "text")
 
@@ -46,7 +48,7 @@ def _jpeg(seed: int, width: int = 500, height: int = 375) -> bytes:
     return bytes(encode_jpeg(img, quality=90).numpy().tobytes())
 
 
-def _image_step(data, transform, decode):
+def _image_step(data: Any, transform: Callable[[Any], Any], decode: Callable[[Any], Any]) -> Any:
     return transform(decode(data))
 
 

@@ -7,6 +7,7 @@ import platform
 import socket
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 
 def utc_now_iso() -> str:
@@ -39,10 +40,16 @@ def available_memory_bytes(meminfo: Path = Path("/proc/meminfo")) -> int | None:
     return None
 
 
-def _cuda_facts() -> dict:
+def _cuda_facts() -> dict[str, Any]:
     import torch
 
-    facts: dict = {"cuda": torch.version.cuda, "cudnn": None, "gpu_count": 0, "gpus": [], "nccl": None}
+    facts: dict[str, Any] = {
+        "cuda": torch.version.cuda,
+        "cudnn": None,
+        "gpu_count": 0,
+        "gpus": [],
+        "nccl": None,
+    }
     try:
         if torch.backends.cudnn.is_available():
             facts["cudnn"] = torch.backends.cudnn.version()
@@ -61,7 +68,7 @@ def _cuda_facts() -> dict:
     return facts
 
 
-def environment() -> dict:
+def environment() -> dict[str, Any]:
     """The profile's ``environment`` block."""
     import torch
 
@@ -77,12 +84,12 @@ def environment() -> dict:
     }
 
 
-def device_info(device: str, precision: str | None = None) -> dict:
+def device_info(device: str, precision: str | None = None) -> dict[str, Any]:
     """The compute profile's ``device`` block for ``cpu`` or ``cuda[:N]``."""
     import torch
 
     dev = torch.device(device)
-    info: dict = {"type": dev.type, "name": cpu_model(), "precision": precision}
+    info: dict[str, Any] = {"type": dev.type, "name": cpu_model(), "precision": precision}
     if dev.type == "cuda":
         index = dev.index if dev.index is not None else torch.cuda.current_device()
         props = torch.cuda.get_device_properties(index)
@@ -102,13 +109,14 @@ def device_info(device: str, precision: str | None = None) -> dict:
     return info
 
 
-def _tf32_settings() -> dict:
+def _tf32_settings() -> dict[str, Any]:
     import torch
 
-    out: dict = {}
+    out: dict[str, Any] = {}
     try:
         out["matmul"] = torch.backends.cuda.matmul.fp32_precision
-        out["cudnn_conv"] = torch.backends.cudnn.conv.fp32_precision
+        # (torch's stubs lack the cudnn.conv sub-module that newer versions set up at import)
+        out["cudnn_conv"] = torch.backends.cudnn.conv.fp32_precision  # type: ignore[attr-defined]
     except AttributeError:  # older torch: only the boolean switches
         out["matmul"] = "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee"
         out["cudnn_conv"] = "tf32" if torch.backends.cudnn.allow_tf32 else "ieee"

@@ -56,7 +56,7 @@ class MemoryEstimate:
     def total_bytes(self) -> int:
         return self.static_bytes + self.input_bytes + self.activations_bytes + self.transient_bytes
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "total_bytes": self.total_bytes}
 
 
@@ -73,7 +73,7 @@ class StaticMemory:
 
 
 def tensor_bytes(tensor: Any) -> int:
-    return tensor.numel() * tensor.element_size()
+    return int(tensor.numel() * tensor.element_size())
 
 
 def static_memory(model: Any, momentum: bool = True) -> StaticMemory:
@@ -92,7 +92,7 @@ def static_memory(model: Any, momentum: bool = True) -> StaticMemory:
 def _storage_key(tensor: Any) -> int:
     # The StorageImpl address: equal for views of one storage, and valid on the meta device
     # (where every data_ptr is 0). Saved tensors stay alive, so keys are not reused meanwhile.
-    return tensor.untyped_storage()._cdata
+    return int(tensor.untyped_storage()._cdata)
 
 
 @dataclass

@@ -6,9 +6,10 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 
-def write_profile(doc: dict, path: str | os.PathLike) -> Path:
+def write_profile(doc: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)

@@ -45,6 +45,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
+from types import TracebackType
 from typing import Any
 
 from profiler.agent.reporter import PostError, RetryPolicy, default_transport
@@ -80,7 +81,9 @@ class _Timer:
         self._start = time.perf_counter()
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         _cuda_sync()
         self.elapsed_s = time.perf_counter() - self._start
         if exc_type is None:
@@ -110,7 +113,7 @@ class NullReporter:
     def __enter__(self) -> NullReporter:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -138,7 +141,7 @@ class Reporter(NullReporter):
         self.retry = retry or RetryPolicy(attempts=5, initial_delay_s=0.5, max_delay_s=8.0, timeout_s=10.0)
         self._transport = transport or default_transport()
         self._close_timeout_s = close_timeout_s
-        self._queue: deque[dict] = deque(maxlen=max(1, int(max_pending)))
+        self._queue: deque[dict[str, Any]] = deque(maxlen=max(1, int(max_pending)))
         self._next_seq = time.time_ns() // 1000  # see module doc
         self._cv = threading.Condition()
         self._flush_wanted = False
@@ -255,7 +258,7 @@ class Reporter(NullReporter):
                 with self._cv:  # pace the single tries; close() wakes it up
                     self._cv.wait_for(lambda: self._stopping, timeout=self.retry.max_delay_s)
 
-    def _deliver(self, seq: int, batch: list[dict]) -> None:
+    def _deliver(self, seq: int, batch: list[dict[str, Any]]) -> None:
         reports = [{k: v for k, v in r.items() if v is not None} for r in batch]
         body = json.dumps({"seq": seq, "rank": self.rank, "reports": reports}).encode()
         headers = {"Content-Type": "application/json", "Authorization": f"Bearer {self._token}"}

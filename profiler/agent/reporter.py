@@ -61,7 +61,7 @@ def _post_urllib(url: str, body: bytes, headers: dict[str, str], timeout: float)
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status
+            return int(response.status)
     except urllib.error.HTTPError as exc:
         return exc.code
     except (urllib.error.URLError, OSError) as exc:
@@ -124,7 +124,7 @@ class NullReporter:
     def sample(self, **fields: Any) -> None:
         pass
 
-    def result(self, profile: dict) -> None:
+    def result(self, profile: dict[str, Any]) -> None:
         pass
 
     def error(self, message: str) -> None:
@@ -157,7 +157,7 @@ class Reporter(NullReporter):
         self._transport = transport or default_transport()
         self._drain_window_s = drain_window_s
         self._close_timeout_s = close_timeout_s
-        self._items: deque[tuple[str, dict]] = deque()
+        self._items: deque[tuple[str, dict[str, Any]]] = deque()
         self._stopping = False
         self._cv = threading.Condition()
         self._holding = False  # a timed region is running: no post may start
@@ -190,7 +190,7 @@ class Reporter(NullReporter):
     def sample(self, **fields: Any) -> None:
         self.emit("sample", **fields)
 
-    def result(self, profile: dict) -> None:
+    def result(self, profile: dict[str, Any]) -> None:
         self.emit("result", profile=profile)
 
     def error(self, message: str) -> None:
@@ -241,7 +241,7 @@ class Reporter(NullReporter):
                     self._pending -= 1
                     self._cv.notify_all()
 
-    def _deliver(self, event_type: str, fields: dict) -> None:
+    def _deliver(self, event_type: str, fields: dict[str, Any]) -> None:
         if self.unreachable and event_type not in _ESSENTIAL:
             self.dropped += 1
             return

@@ -52,8 +52,9 @@ class ProfileValidationError(ValueError):
 
 
 @cache
-def load_schema() -> dict:
-    return json.loads(SCHEMA_PATH.read_text())
+def load_schema() -> dict[str, Any]:
+    schema: dict[str, Any] = json.loads(SCHEMA_PATH.read_text())
+    return schema
 
 
 def validate_profile(doc: Any) -> None:
@@ -76,7 +77,7 @@ def _jsonschema_check(jsonschema: Any, doc: Any) -> None:
     # the document's own kind, when there is one.
     kind = doc.get("kind") if isinstance(doc, dict) else None
     branch = {"compute": 0, "comm": 1}.get(kind) if isinstance(kind, str) else None
-    candidates = []
+    candidates: list[Any] = []
     for error in errors:
         if error.validator == "oneOf" and branch is not None and error.context:
             candidates.extend(e for e in error.context if e.schema_path and e.schema_path[0] == branch)

@@ -39,7 +39,7 @@ import inspect
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -271,7 +271,8 @@ def _build_transformers(spec: ModelSpec, num_classes: int) -> Any:
             transformers.AutoModelForImageClassification,
         ),
     )
-    auto = next((cls for names, cls in heads if model_type in names), transformers.AutoModel)
+    # (Any: the auto classes' from_config is unannotated in transformers)
+    auto: Any = next((cls for names, cls in heads if model_type in names), transformers.AutoModel)
     try:
         model = auto.from_config(config)
     except Exception as exc:  # a type that needs sub-configs or extra inputs
@@ -309,10 +310,12 @@ def _resolve_factory(target: str) -> Callable[..., Any]:
             raise SpecError(f"module {module_name!r} has no attribute {attr_path!r}") from None
     if not callable(obj):
         raise SpecError(f"{target!r} is not callable")
-    return obj
+    factory: Callable[..., Any] = obj
+    return factory
 
 
 def _call_factory(factory: Callable[..., Any], num_classes: int, input_shape: tuple[int, ...]) -> Any:
+    params: Mapping[str, inspect.Parameter]
     try:
         params = inspect.signature(factory).parameters
     except (TypeError, ValueError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
+from typing import Any
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -18,7 +19,7 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
-def summarize(times_ms: Sequence[float]) -> dict:
+def summarize(times_ms: Sequence[float]) -> dict[str, Any]:
     """The profile's timing block: all times plus median/p10/p90/mean/std/cv.
 
     ``std_ms`` is the sample standard deviation (n-1), 0 for a single value;

@@ -196,7 +196,7 @@ class WorkloadCost:
         }
 
     @classmethod
-    def from_dict(cls, doc: Mapping[str, Any]) -> WorkloadCost:
+    def from_dict(cls, doc: Any) -> WorkloadCost:
         """Read :meth:`to_dict`'s form; a posted trace is untrusted, so every field is checked
         (``ValueError`` says which)."""
         if not isinstance(doc, Mapping) or doc.get("version") != 1:
@@ -314,7 +314,13 @@ class _CostRecorder:
             )
 
         class Mode(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            def __torch_dispatch__(
+                self,
+                func: Any,
+                types: Any,
+                args: tuple[Any, ...] = (),
+                kwargs: dict[str, Any] | None = None,
+            ) -> Any:
                 kwargs = kwargs or {}
                 packet = func._overloadpacket
                 if packet not in flop_registry and not func.is_view:
@@ -335,7 +341,7 @@ class _CostRecorder:
                 sink.append((name, flops, nbytes((args, kwargs)) + nbytes(out)))
                 return out
 
-        return Mode()
+        return Mode()  # type: ignore[no-untyped-call]  # TorchDispatchMode.__init__ is unannotated
 
 
 def _op_name(packet: Any, args: Sequence[Any]) -> str:
@@ -366,7 +372,7 @@ def _grouped_conv_backward_flops(args: Sequence[Any]) -> float:
     depthwise 7×7 backward about 250× too high.)"""
     grad_out, weight, mask = args[0], args[2], args[10]
     forward = 2.0 * grad_out.numel() * math.prod(int(d) for d in weight.shape[1:])
-    return forward * (int(bool(mask[0])) + int(bool(mask[1])))
+    return float(forward * (int(bool(mask[0])) + int(bool(mask[1]))))
 
 
 # --------------------------------------------------------------------------- a full trace
@@ -434,7 +440,7 @@ def _number(value: Any, name: str) -> float:
     return float(value)
 
 
-def _items(value: Any, name: str) -> list:
+def _items(value: Any, name: str) -> list[Any]:
     if not isinstance(value, list | tuple):
         raise ValueError(f"workload: {name} must be a list")
     return list(value)
