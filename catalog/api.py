@@ -8,7 +8,7 @@ import hashlib
 from django.db.models import QuerySet
 from django.http import HttpResponse, HttpResponseNotModified
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -283,7 +283,10 @@ class GpuSearchView(APIView):
                 examples=[OpenApiExample("spot only", value="spot")],
             ),
         ],
-        responses={200: GpuSearchResponseSerializer},
+        responses={
+            200: GpuSearchResponseSerializer,
+            400: OpenApiResponse(OpenApiTypes.OBJECT, description="A bad parameter: {name: [message]}"),
+        },
         examples=[
             OpenApiExample(
                 "8× H100 on spot", value=GPU_OFFER_EXAMPLE, response_only=True, status_codes=["200"]

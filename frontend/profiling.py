@@ -8,6 +8,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
 from catalog.models import InstanceType, Region
+from frontend.profile_charts import chart_data
 from profiler import actions
 from profiler.api import CANCEL_PERMISSION
 from profiler.models import ProfilingRun, Provider
@@ -122,6 +123,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
             "comm": comm,
             "buckets": list(run.bucket_samples.all()),
             "can_cancel": acts_for_owner(request.user, run, CANCEL_PERMISSION) and not run.finished,
+            "charts": chart_data(run),
             "samples_json": {
                 "compute": [
                     {

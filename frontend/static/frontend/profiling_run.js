@@ -47,6 +47,84 @@
   }
   drawStored();
 
+  // Stored-profile charts (frontend/profile_charts.py computes the data, the page embeds it).
+  function drawProfileCharts() {
+    const el = $("chart-data");
+    const charts = el ? JSON.parse(el.textContent) : {};
+    const t = charts.throughput;
+    if (t && $("throughput-chart")) {
+      const m = t.measured;
+      const traces = [
+        { name: "measured", x: m.map((p) => p.batch), y: m.map((p) => p.samples_per_s), mode: "markers", type: "scatter",
+          marker: { size: 9 }, error_y: { type: "data", symmetric: false, array: m.map((p) => p.err_plus),
+          arrayminus: m.map((p) => p.err_minus) },
+          text: m.map((p) => `${p.iteration_ms.toFixed(1)} ms ±${p.sd_ms.toFixed(1)} over ${p.iterations} iterations`) },
+        { name: "fitted (piecewise linear)", x: t.fit.batch, y: t.fit.samples_per_s, mode: "lines", type: "scatter",
+          line: { width: 2 } },
+      ];
+      if (t.knees.length) {
+        traces.push({ name: "knee", x: t.knees.map((k) => k.batch), y: t.knees.map((k) => k.samples_per_s),
+          mode: "markers+text", type: "scatter", marker: { symbol: "diamond", size: 12, color: "#b26a00" },
+          text: t.knees.map((k) => esc(`knee (${k.phase})`)), textposition: "top center" });
+      }
+      const shapes = [], annotations = [];
+      if (t.max_batch) {
+        shapes.push({ type: "line", xref: "x", yref: "paper", x0: t.max_batch.batch, x1: t.max_batch.batch, y0: 0, y1: 1,
+          line: { color: "#c62828", dash: "dash" } });
+        annotations.push({ xref: "x", yref: "paper", x: t.max_batch.batch, y: 1, yanchor: "bottom", showarrow: false,
+          text: `largest batch that fits: ${t.max_batch.batch}${t.max_batch.capped ? "+" : ""}`, font: { color: "#c62828" } });
+      }
+      const xs = m.map((p) => p.batch).concat(t.fit.batch, t.max_batch ? [t.max_batch.batch] : []);
+      const ys = m.map((p) => p.samples_per_s + p.err_plus).concat(t.fit.samples_per_s);
+      Plotly.newPlot("throughput-chart", traces, layout("per-worker batch size", esc(t.unit), {
+        shapes, annotations, margin: { t: 30, r: 10 },
+        xaxis: { title: { text: "per-worker batch size" }, range: [0, Math.max(...xs) * 1.08] },
+        yaxis: { title: { text: esc(t.unit) }, range: [0, Math.max(...ys) * 1.12] },
+        legend: { orientation: "h", y: -0.2 } }), cfg);
+    }
+    if (charts.buckets && charts.buckets.length && $("buckets-chart")) {
+      const traces = charts.buckets.map((g) => ({
+        type: "bar", orientation: "h", name: `batch ${g.batch}`,
+        y: g.buckets.map((b) => `bucket ${b.index}`), x: g.buckets.map((b) => b.ready_ms),
+        text: g.buckets.map((b) => `${b.size_mib.toFixed(2)} MiB, ${b.num_params} params, ${(100 * b.ready_fraction).toFixed(0)} % of backward`),
+        hovertemplate: "%{y}: ready at %{x:.1f} ms<br>%{text}<extra>%{fullData.name}</extra>", textposition: "none",
+      }));
+      const shapes = charts.buckets.map((g) => ({ type: "line", xref: "x", yref: "paper", x0: g.backward_ms,
+        x1: g.backward_ms, y0: 0, y1: 1, line: { dash: "dot", color: "#5a6470" } }));
+      Plotly.newPlot("buckets-chart", traces, layout("ms after the backward pass started", "", {
+        barmode: "group", shapes, yaxis: { autorange: "reversed" }, legend: { orientation: "h", y: -0.2 } }), cfg);
+    }
+    if (charts.jobs && charts.jobs.length && $("jobs-chart")) {
+      const j = charts.jobs.filter((r) => r.observed_median_s !== null);
+      const names = charts.jobs.map((r) => `job ${r.job}`);
+      Plotly.newPlot("jobs-chart", [
+        { type: "bar", name: "predicted p50", x: names, y: charts.jobs.map((r) => r.predicted_iter_s),
+          error_y: { type: "data", symmetric: false, array: charts.jobs.map((r) => r.predicted_iter_p90_s - r.predicted_iter_s),
+                     arrayminus: charts.jobs.map(() => 0) } },
+        { type: "bar", name: "measured median", x: j.map((r) => `job ${r.job}`), y: j.map((r) => r.observed_median_s) },
+      ], layout("job", "s per iteration", { barmode: "group" }), cfg);
+    }
+    const a = charts.allreduce;
+    if (a && $("allreduce-chart")) {
+      const m = a.measured;
+      const traces = [{ name: "measured (median, p10–p90)", x: m.map((p) => p.size_bytes), y: m.map((p) => p.median_us),
+        mode: "markers", type: "scatter", marker: { size: 8 },
+        error_y: { type: "data", symmetric: false, array: m.map((p) => p.p90_us - p.median_us),
+                   arrayminus: m.map((p) => p.median_us - p.p10_us) } }];
+      if (a.model) {
+        traces.push({ name: esc(a.model.label), x: a.model.size_bytes, y: a.model.p50_us, mode: "lines", type: "scatter" });
+        if (a.model.p90_us) {
+          traces.push({ name: "model p90", x: a.model.size_bytes, y: a.model.p90_us, mode: "lines", type: "scatter",
+            line: { dash: "dot" } });
+        }
+      }
+      Plotly.newPlot("allreduce-chart", traces, layout("message bytes", "µs per all-reduce", {
+        xaxis: { type: "log", title: { text: "message bytes" } }, yaxis: { type: "log", title: { text: "µs per all-reduce" } },
+        legend: { orientation: "h", y: -0.25 } }), cfg);
+    }
+  }
+  drawProfileCharts();
+
   let lastMessage = Date.now();
   function onMessage(msg) {
     lastMessage = Date.now();
