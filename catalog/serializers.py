@@ -123,7 +123,15 @@ class GpuSearchParams(serializers.Serializer):
         help_text="GPU model as the catalog names it, case-insensitive (h100 = H100); "
         "without it: every NVIDIA CUDA GPU",
     )
-    count = serializers.IntegerField(required=False, min_value=1, help_text="GPUs per instance, exactly")
+    count = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        help_text="GPUs per instance, exactly",
+        error_messages={
+            "invalid": "must be a positive whole number of GPUs",
+            "min_value": "must be a positive whole number of GPUs (1 or more)",
+        },
+    )
     min_memory_gib = serializers.FloatField(
         required=False, min_value=0, help_text="Memory per GPU, GiB, at least"
     )

@@ -259,9 +259,13 @@ def _ring_fit_curve(profile, sizes: list[float]) -> dict[str, Any] | None:
         return None
     gbps, alpha_us = fit_link_from_profile(profile)
     curve = [ring_allreduce_prior_ms(s, profile.world_size, gbps, alpha_us) * 1000 for s in sizes]
+    if gbps > 1e5:  # the slope was clamped: the times do not grow with the size in this range
+        fitted = f"latency only, α {alpha_us:.0f} µs: the times do not grow with size here"
+    else:
+        fitted = f"{gbps:.3g} Gbit/s, α {alpha_us:.0f} µs"
     return {
         "kind": "ring-fit",
-        "label": f"ring model fitted to this run ({gbps:.2f} Gbit/s, α {alpha_us:.0f} µs)",
+        "label": f"ring model fitted to this run ({fitted})",
         "note": (
             f"A {profile.backend} run{'' if profile.nodes > 1 else ' on one machine'}: the NCCL model "
             "plans use applies to NCCL on EC2 GPU types, so this compares the points with the ring "

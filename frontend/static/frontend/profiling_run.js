@@ -65,13 +65,13 @@
       if (t.knees.length) {
         traces.push({ name: "knee", x: t.knees.map((k) => k.batch), y: t.knees.map((k) => k.samples_per_s),
           mode: "markers+text", type: "scatter", marker: { symbol: "diamond", size: 12, color: "#b26a00" },
-          text: t.knees.map((k) => esc(`knee (${k.phase})`)), textposition: "top center" });
+          text: t.knees.map((k) => esc(`knee at ${k.batch} (${k.phase})`)), textposition: "top right" });
       }
       const shapes = [], annotations = [];
       if (t.max_batch) {
         shapes.push({ type: "line", xref: "x", yref: "paper", x0: t.max_batch.batch, x1: t.max_batch.batch, y0: 0, y1: 1,
           line: { color: "#c62828", dash: "dash" } });
-        annotations.push({ xref: "x", yref: "paper", x: t.max_batch.batch, y: 1, yanchor: "bottom", showarrow: false,
+        annotations.push({ xref: "x", yref: "paper", x: t.max_batch.batch, y: 1, yanchor: "bottom", xanchor: "right", showarrow: false,
           text: `largest batch that fits: ${t.max_batch.batch}${t.max_batch.capped ? "+" : ""}`, font: { color: "#c62828" } });
       }
       const xs = m.map((p) => p.batch).concat(t.fit.batch, t.max_batch ? [t.max_batch.batch] : []);
