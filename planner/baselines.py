@@ -138,7 +138,7 @@ def evaluate_baseline(
             plan = res.best
         except Infeasible as exc:
             reason = str(exc)
-    gains = (None, None, None)
+    gains: tuple[float | None, float | None, float | None] = (None, None, None)
     if plan is not None and srifty is not None and reason is None:
         gains = _gains(srifty, plan)
     return BaselineResult(name, description, candidate, plan, reason, *gains)

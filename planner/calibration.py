@@ -14,9 +14,20 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from planner.hardware import GpuSpec
 from planner.models.transfer import TransferModel, calibrate, count_workload, load_calibration_csv
+
+if TYPE_CHECKING:
+    from planner.candidates import Candidate
+    from planner.corpus import CorpusModel, CorpusRow, Split
+    from planner.models.opclass import OpClassModel, Sample
+    from planner.oracle import Workload
+
+TraceKey = tuple[str, tuple[int, ...], str]
+Models = Mapping[tuple[str, str], "CorpusModel"]
+Pair = tuple["CorpusRow", "CorpusRow"]
 
 CALIBRATION_BATCH = 256
 
@@ -49,10 +60,10 @@ def load_or_calibrate(
     return model
 
 
-def resnet50_costs() -> dict:
+def resnet50_costs() -> dict[str, Any]:
     from profiler.agent.specs import load_model
 
-    def build():
+    def build() -> Any:
         return load_model("torchvision:resnet50")
 
     return {
@@ -90,7 +101,7 @@ def trace_precision(precision: str) -> str:
     return "amp" if precision_family(precision) == "half" else "fp32"
 
 
-def row_trace_key(row, models) -> tuple[str, tuple[int, ...], str] | None:
+def row_trace_key(row: CorpusRow, models: Models) -> TraceKey | None:
     """``(spec, shape, trace precision)``: the trace a corpus row needs (None without a builder)."""
     m = models.get(row.key)
     if m is None or not m.mapped:
@@ -100,16 +111,17 @@ def row_trace_key(row, models) -> tuple[str, tuple[int, ...], str] | None:
 
 def corpus_trace(
     spec: str, shape: tuple[int, ...], precision: str, cache_dir: Path = TRACE_CACHE_DIR
-) -> dict:
+) -> dict[str, Any]:
     """``trace_workload`` of a library model (the product's own trace), cached on disk by the
     spec, shape, precision and the counter's source (a changed counter re-traces)."""
     cache = Path(cache_dir) / f"{_trace_key(spec, shape, precision)}.json"
     if cache.exists():
-        return json.loads(cache.read_text())
+        cached: dict[str, Any] = json.loads(cache.read_text())
+        return cached
     from profiler.agent.specs import load_model
     from profiler.agent.workload import trace_workload
 
-    def build():
+    def build() -> Any:
         return load_model(spec, num_classes=1000, input_shape=shape)
 
     doc = trace_workload(build, shape, precision=precision, model_spec=spec)
@@ -120,7 +132,9 @@ def corpus_trace(
     return doc
 
 
-def _trace_job(args: tuple[str, tuple[int, ...], str, str]) -> tuple[str, tuple[int, ...], str, dict | str]:
+def _trace_job(
+    args: tuple[str, tuple[int, ...], str, str],
+) -> tuple[str, tuple[int, ...], str, dict[str, Any] | str]:
     spec, shape, precision, cache_dir = args
     try:
         return spec, shape, precision, corpus_trace(spec, shape, precision, Path(cache_dir))
@@ -129,8 +143,8 @@ def _trace_job(args: tuple[str, tuple[int, ...], str, str]) -> tuple[str, tuple[
 
 
 def corpus_traces(
-    needed: set[tuple[str, tuple[int, ...], str]], *, jobs: int = 1, cache_dir: Path = TRACE_CACHE_DIR
-) -> tuple[dict, dict]:
+    needed: set[TraceKey], *, jobs: int = 1, cache_dir: Path = TRACE_CACHE_DIR
+) -> tuple[dict[TraceKey, dict[str, Any]], dict[TraceKey, str]]:
     """``({(spec, shape, precision): trace}, {(spec, shape, precision): error})``."""
     work = [(s, sh, p, str(cache_dir)) for s, sh, p in sorted(needed)]
     if jobs > 1:
@@ -140,20 +154,26 @@ def corpus_traces(
             results = pool.map(_trace_job, work, chunksize=1)
     else:
         results = [_trace_job(w) for w in work]
-    traces, errors = {}, {}
+    traces: dict[TraceKey, dict[str, Any]] = {}
+    errors: dict[TraceKey, str] = {}
     for spec, shape, prec, doc in results:
-        (errors if isinstance(doc, str) else traces)[(spec, shape, prec)] = doc
+        if isinstance(doc, str):
+            errors[(spec, shape, prec)] = doc
+        else:
+            traces[(spec, shape, prec)] = doc
     return traces, errors
 
 
-def corpus_samples(rows, models, traces) -> list:
+def corpus_samples(
+    rows: Sequence[CorpusRow], models: Models, traces: Mapping[TraceKey, Mapping[str, Any]]
+) -> list[Sample]:
     """Single-GPU corpus rows with a builder and a trace, as fit samples."""
     from planner.corpus import iteration_ms
     from planner.models.opclass import Sample
     from planner.models.transfer import WorkloadCost
 
-    out = []
-    costs: dict[tuple, WorkloadCost] = {}
+    out: list[Sample] = []
+    costs: dict[TraceKey, WorkloadCost] = {}
     for r in rows:
         key = row_trace_key(r, models)
         if key is None or r.gpus != 1 or key not in traces:
@@ -169,7 +189,7 @@ def corpus_samples(rows, models, traces) -> list:
     return out
 
 
-def calibration_models() -> dict:
+def calibration_models() -> dict[tuple[str, str], CorpusModel]:
     """The ResNet-50 calibration rows' builder, keyed like corpus models."""
     from planner.corpus import CorpusModel
 
@@ -185,12 +205,12 @@ def calibrate_compute(
     *,
     jobs: int = 1,
     cache_dir: Path = TRACE_CACHE_DIR,
-    split=None,
-    rows=None,
-    models=None,
+    split: Split | None = None,
+    rows: Sequence[CorpusRow] | None = None,
+    models: Models | None = None,
     residual: bool = True,
     families: Sequence[str] | None = None,
-):
+) -> tuple[OpClassModel, dict[str, Any]]:
     """Fit the operator-class model on the train split; returns ``(model, report)``.
 
     Validation rows are dropped before anything is traced or fitted; ``train_rows`` checks
@@ -199,9 +219,12 @@ def calibrate_compute(
     from planner.models import opclass
 
     split = split or corpus.load_split()
-    models = dict(models or corpus.load_models())
-    models.update(calibration_models())
-    every = rows if rows is not None else corpus.load_rows(models=models) + corpus.load_calibration_rows()
+    all_models = dict(models or corpus.load_models())
+    all_models.update(calibration_models())
+    models = all_models
+    every = (
+        list(rows) if rows is not None else corpus.load_rows(models=models) + corpus.load_calibration_rows()
+    )
     if families:
         every = [r for r in every if r.family in set(families)]
     train = corpus.train_rows(
@@ -228,13 +251,13 @@ def calibrate_compute(
     return model, {"samples": len(samples), "trace_errors": errors, "scaling_pairs": len(pairs)}
 
 
-def write_compute_model(model, path: Path = COMPUTE_MODEL_FILE) -> None:
+def write_compute_model(model: TransferModel, path: Path = COMPUTE_MODEL_FILE) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(model.to_dict(), indent=1, sort_keys=True) + "\n")
     tmp.replace(path)
 
 
-def load_compute_model(specs: Mapping[str, GpuSpec], path: Path = COMPUTE_MODEL_FILE):
+def load_compute_model(specs: Mapping[str, GpuSpec], path: Path = COMPUTE_MODEL_FILE) -> OpClassModel:
     from planner.models.opclass import OpClassModel
 
     return OpClassModel.from_dict(json.loads(Path(path).read_text()), specs)
@@ -243,14 +266,14 @@ def load_compute_model(specs: Mapping[str, GpuSpec], path: Path = COMPUTE_MODEL_
 # --------------------------------------------------------------------------- 1..8 GPUs on one node
 
 
-def scaling_pairs(rows, models) -> list[tuple]:
+def scaling_pairs(rows: Sequence[CorpusRow], models: Models) -> list[Pair]:
     """``(one_gpu_row, n_gpu_row)`` pairs on one node: same model, shape, precision, chip and
     per-GPU batch, the second on 2..8 GPUs of one node."""
-    single = {}
+    single: dict[tuple[Any, ...], CorpusRow] = {}
     for r in rows:
         if r.gpus == 1:
             single.setdefault((r.key, r.precision, r.chip, r.per_gpu_batch, r.source), r)
-    out = []
+    out: list[Pair] = []
     for r in rows:
         m = models.get(r.key)
         if r.nodes == 1 and 1 < r.gpus_per_node <= 8 and m is not None and m.mapped:
@@ -260,12 +283,15 @@ def scaling_pairs(rows, models) -> list[tuple]:
     return out
 
 
-def traces_for(pairs, models, jobs: int = 1, cache_dir: Path = TRACE_CACHE_DIR) -> dict:
-    needed = {row_trace_key(a, models) for a, _ in pairs}  # pairs are of rows with a builder
+def traces_for(
+    pairs: Sequence[Pair], models: Models, jobs: int = 1, cache_dir: Path = TRACE_CACHE_DIR
+) -> dict[TraceKey, dict[str, Any]]:
+    # pairs are of rows with a builder
+    needed = {key for a, _ in pairs if (key := row_trace_key(a, models)) is not None}
     return corpus_traces(needed, jobs=jobs, cache_dir=cache_dir)[0]
 
 
-def node_candidate(gpu: str, gpus: int, spec: GpuSpec):
+def node_candidate(gpu: str, gpus: int, spec: GpuSpec) -> Candidate:
     """A one-node offer of ``gpus`` GPUs of ``gpu``, linked as its spec says (NVLink/NVSwitch
     when the chip has NVLink, else PCIe): what a DGX-like corpus machine is to the oracle."""
     from planner.candidates import Candidate
@@ -286,7 +312,15 @@ def node_candidate(gpu: str, gpus: int, spec: GpuSpec):
     )
 
 
-def predicted_speedup(model, trace, gpu: str, gpus: int, batch: int, precision: str, specs) -> float | None:
+def predicted_speedup(
+    model: TransferModel,
+    trace: Mapping[str, Any] | Workload,
+    gpu: str,
+    gpus: int,
+    batch: int,
+    precision: str,
+    specs: Mapping[str, GpuSpec],
+) -> float | None:
     """``n · t₁ / t_n`` from the product's oracle: one GPU, then ``n`` GPUs of one node, at the
     same per-GPU batch (analytical compute, the comm model's prior, the simulator's overlap).
     ``trace`` is a trace document or an already built ``planner.oracle.Workload``."""
@@ -304,15 +338,18 @@ def predicted_speedup(model, trace, gpu: str, gpus: int, batch: int, precision: 
     return gpus * one.iter_time_s / many.iter_time_s
 
 
-def published_speedup(one, many) -> float:
+def published_speedup(one: CorpusRow, many: CorpusRow) -> float:
     """``S = rate_n / rate_1`` (aggregate rates at the same per-GPU batch), or ``n·t₁/t_n``."""
     if one.metric == "iteration_ms":
         return many.gpus * one.value / many.value
     return many.value / one.value
 
 
-def pair_trace(pair, models, traces) -> dict | None:
-    return traces.get(row_trace_key(pair[0], models))
+def pair_trace(
+    pair: Pair, models: Models, traces: Mapping[TraceKey, dict[str, Any]]
+) -> dict[str, Any] | None:
+    key = row_trace_key(pair[0], models)
+    return None if key is None else traces.get(key)
 
 
 KAPPA_GRID = tuple(i / 100 for i in range(0, 31, 3))
@@ -320,11 +357,11 @@ INPUT_NS_GRID = tuple(i / 10 for i in range(0, 31))
 
 
 def fit_multi_gpu(
-    model,
-    pairs,
-    traces,
-    specs,
-    models=None,
+    model: OpClassModel,
+    pairs: Sequence[Pair],
+    traces: Mapping[TraceKey, dict[str, Any]],
+    specs: Mapping[str, GpuSpec],
+    models: Models | None = None,
     kappas: Sequence[float] = KAPPA_GRID,
     overheads: Sequence[float] = INPUT_NS_GRID,
 ) -> None:
@@ -336,7 +373,7 @@ def fit_multi_gpu(
 
     models = models or {**corpus.load_models(), **calibration_models()}
     built: dict[int, Workload] = {}
-    usable = []
+    usable: list[tuple[CorpusRow, CorpusRow, Workload]] = []
     for one, many in pairs:
         doc = pair_trace((one, many), models, traces)
         if doc is not None:
@@ -345,7 +382,7 @@ def fit_multi_gpu(
     for overhead in overheads:
         for kappa in kappas:
             model.nccl_slowdown, model.input_ns_per_element = kappa, overhead
-            errs = []
+            errs: list[float] = []
             for one, many, wl in usable:
                 pred = predicted_speedup(
                     model, wl, one.chip, many.gpus_per_node, one.per_gpu_batch, one.precision, specs

@@ -40,6 +40,7 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS_CSV = ROOT / "catalog/fixtures/public_gpu_training.csv"
@@ -218,7 +219,7 @@ class Split:
     def is_validation(self, row: CorpusRow) -> bool:
         return row.row_id in self.validation_ids
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "rule": RULE,
             "seed": self.seed,
@@ -230,7 +231,7 @@ class Split:
         }
 
     @classmethod
-    def from_dict(cls, doc: Mapping) -> Split:
+    def from_dict(cls, doc: Mapping[str, Any]) -> Split:
         return cls(
             int(doc["seed"]),
             str(doc["held_out_chip"]),
@@ -264,7 +265,8 @@ def make_split(
     shuffled = sorted(set(families))
     random.Random(seed).shuffle(shuffled)
     validation_families = frozenset(shuffled[0::3])
-    train, validation = set(), set()
+    train: set[int] = set()
+    validation: set[int] = set()
     for r in rows:
         held = r.family in validation_families or r.chip == held_out_chip
         (validation if held else train).add(r.row_id)

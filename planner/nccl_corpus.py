@@ -23,11 +23,15 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, SupportsFloat
 
 from planner.corpus import BOARD_TO_CHIP
 from planner.hardware import GpuSpec, load_gpu_specs
 from planner.models.nccl import Topology, pcie_gb_s_of
 from planner.models.transfer import SUPPLEMENTARY_SPECS
+
+if TYPE_CHECKING:
+    from planner.models.nccl import LearnedComm
 
 ROOT = Path(__file__).resolve().parents[1]
 CSV = ROOT / "catalog/fixtures/public_nccl_allreduce.csv"
@@ -63,7 +67,7 @@ def spec_for(gpu: str, specs: dict[str, GpuSpec]) -> GpuSpec | None:
     return specs.get(name) or SUPPLEMENTARY_SPECS.get(name)
 
 
-def network_gbps(peak: object, baseline: object) -> float:
+def network_gbps(peak: SupportsFloat | str | None, baseline: SupportsFloat | str | None) -> float:
     """What a topology counts for the instance's network: the peak where known, else the baseline."""
     return float(peak or baseline or 0.0)
 
@@ -95,12 +99,12 @@ def topology_for(
     )
 
 
-def _network() -> dict[str, dict]:
+def _network() -> dict[str, dict[str, Any]]:
     with open(NETWORK_CSV, newline="") as fh:
         return {r["InstanceType"]: r for r in csv.DictReader(fh)}
 
 
-def sweep_id(row: dict) -> str:
+def sweep_id(row: dict[str, Any]) -> str:
     source = row["source"].split(" ")[0]
     return f"{source}|{row['instance_type'] or row['gpu']}|{row['nodes']}"
 
@@ -136,7 +140,7 @@ def load_points(path: Path = CSV, specs: dict[str, GpuSpec] | None = None) -> li
     return out
 
 
-def _measured_us(r: dict, n: int) -> float | None:
+def _measured_us(r: dict[str, Any], n: int) -> float | None:
     size = float(r["size_bytes"])
     if r["time_us"]:
         return float(r["time_us"])
@@ -151,7 +155,7 @@ def digest(path: Path = CSV) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
 
-def make_split(points: list[Point], seed: int = NCCL_SPLIT_SEED) -> dict:
+def make_split(points: list[Point], seed: int = NCCL_SPLIT_SEED) -> dict[str, Any]:
     sweeps = sorted({p.sweep for p in points})
     random.Random(seed).shuffle(sweeps)
     validation = sorted(sweeps[0::3])
@@ -165,11 +169,12 @@ def make_split(points: list[Point], seed: int = NCCL_SPLIT_SEED) -> dict:
     }
 
 
-def load_split(path: Path = SPLIT_FILE) -> dict:
-    return json.loads(path.read_text())
+def load_split(path: Path = SPLIT_FILE) -> dict[str, Any]:
+    split: dict[str, Any] = json.loads(path.read_text())
+    return split
 
 
-def train_points(points: list[Point], split: dict) -> list[Point]:
+def train_points(points: list[Point], split: dict[str, Any]) -> list[Point]:
     """The points a fit may see: train sweeps and users' curves (``user|…``); raises
     ``ValueError`` on a validation or unknown sweep."""
     train = set(split["train_sweeps"])
@@ -184,7 +189,7 @@ def train_points(points: list[Point], split: dict) -> list[Point]:
 NCCL_MODEL_FILE = ROOT / "planner/data/nccl-model.json"
 
 
-def calibrate(split: dict | None = None, extra_points: Sequence[Point] = ()):
+def calibrate(split: dict[str, Any] | None = None, extra_points: Sequence[Point] = ()) -> LearnedComm:
     """Fit the correction on the train sweeps plus ``extra_points`` (users' curves, sweep ids
     ``user|…``); returns the :class:`LearnedComm`, its meta counting the user points."""
     from planner.models import nccl

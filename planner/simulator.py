@@ -563,7 +563,8 @@ def _monte_carlo(
     for k in range(n_k):
         ready = (starts + fractions[None, :, k] * draws["backward"]).max(axis=1)
         prev = np.maximum(ready, prev) + comm_draws[:, k]
-    return (np.maximum(ends, prev) + tails).tolist()
+    iteration_ms: list[float] = (np.maximum(ends, prev) + tails).tolist()
+    return iteration_ms
 
 
 def _result(

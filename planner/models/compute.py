@@ -316,7 +316,7 @@ def phase_correlation(sample: ComputeSample) -> float:
     if cross <= 1e-9 * sum(var):  # at most one phase varies (rounding can leave a tiny positive)
         return 0.0
     total = statistics.pvariance([sum(ts) for ts in zip(*series, strict=True)])
-    return min(max((total - sum(var)) / cross, 0.0), 1.0)
+    return float(min(max((total - sum(var)) / cross, 0.0), 1.0))
 
 
 # --------------------------------------------------------------------------- fitting
@@ -374,6 +374,7 @@ def _weights(ys: Sequence[float]) -> list[float]:
 
 def _fit_line(xs: Sequence[float], ys: Sequence[float]) -> PiecewiseLinear:
     coef = _weighted_lstsq([[1.0, x] for x in xs], ys, _weights(ys))
+    assert coef is not None  # two columns: a rank-deficient fit falls back to the mean, never None
     model = PiecewiseLinear(intercept=coef[0], slope1=coef[1])
     return _with_stats(model, xs, ys, n_params=2)
 

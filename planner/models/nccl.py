@@ -414,10 +414,10 @@ def fit_prior(
     hi = np.log([PriorParams.BOUNDS[k][1] for k in names])
     w = np.sqrt(_sweep_weights([p[3] for p in points]))
 
-    def params_of(z) -> PriorParams:
+    def params_of(z: Any) -> PriorParams:
         return dataclasses.replace(start, **{k: float(math.exp(v)) for k, v in zip(names, z, strict=True)})
 
-    def residuals(z):
+    def residuals(z: Any) -> Any:
         params = params_of(z)
         r = [math.log(prior_us(size, topo, params)[0] / t) for size, topo, t, _ in points]
         return np.concatenate([w * np.asarray(r), math.sqrt(ridge) * (z - x0)])
@@ -438,7 +438,10 @@ def fit(
 
     points = [p for p in points if p[2] > 0 and p[1].ranks > 1]
     params = params or (fit_prior(points) if points else DEFAULT_PARAMS)
-    x, y, groups, near = [], [], [], {}
+    x: list[list[float]] = []
+    y: list[float] = []
+    groups: list[str] = []
+    near: dict[str, int] = {}
     for size, topo, t, sweep in points:
         prior, _ = prior_us(size, topo, params)
         x.append(features(size, topo, prior))
@@ -458,7 +461,8 @@ def fit(
         )
         for s in sweeps
     ]
-    cv = xgb.cv(XGB_PARAMS, dall, num_boost_round=rounds, folds=folds, metrics="rmse", seed=0)
+    # (a pandas DataFrame: as_pandas defaults to True)
+    cv: Any = xgb.cv(XGB_PARAMS, dall, num_boost_round=rounds, folds=folds, metrics="rmse", seed=0)
     best = int(np.argmin(cv["test-rmse-mean"].to_numpy())) + 1
     trees = _export(xgb.train(XGB_PARAMS, dall, num_boost_round=best), xa)
     q90 = {**XGB_PARAMS, "objective": "reg:quantileerror", "quantile_alpha": 0.9}

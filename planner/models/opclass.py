@@ -601,7 +601,8 @@ def _fit_residual(model: OpClassModel, samples: Sequence[Sample], max_rounds: in
     folds = [f for f in folds if f]
     dall = xgb.DMatrix(x, label=y, weight=w, feature_names=[f.replace(":", "_") for f in FEATURES])
     cv_folds = [(np.setdiff1d(np.arange(len(samples)), f), np.asarray(f)) for f in folds]
-    cv = xgb.cv(params, dall, num_boost_round=max_rounds, folds=cv_folds, metrics="rmse", seed=0)
+    # (a pandas DataFrame: as_pandas defaults to True)
+    cv: Any = xgb.cv(params, dall, num_boost_round=max_rounds, folds=cv_folds, metrics="rmse", seed=0)
     rounds = int(np.argmin(cv["test-rmse-mean"].to_numpy())) + 1
     baseline = float(np.sqrt(np.average(y**2, weights=w)))
     if float(cv["test-rmse-mean"].min()) >= baseline:  # the correction does not generalise: none

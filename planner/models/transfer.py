@@ -68,8 +68,12 @@ from planner.hardware import GpuSpec
 from planner.models.compute import PhaseSpread, PhaseTimes
 
 # The workload counter lives with the agent (it runs where the model's code may run); these
-# names stay importable from here.
-from profiler.agent.workload import PHASES, OpCost, WorkloadCost, count_workload, precision_family  # noqa: F401
+# names stay importable from here (``X as X``: an explicit re-export).
+from profiler.agent.workload import PHASES as PHASES
+from profiler.agent.workload import OpCost as OpCost
+from profiler.agent.workload import WorkloadCost as WorkloadCost
+from profiler.agent.workload import count_workload as count_workload
+from profiler.agent.workload import precision_family as precision_family
 
 CALIBRATION_ALIASES: dict[str, str] = {
     "V100-SXM2-16GB": "V100",
@@ -134,7 +138,9 @@ class RooflineParams:
 
     def effective_bandwidth_gb_s(self, gpu: GpuSpec) -> float:
         """``W_eff = W_ref · (W / W_ref)^β`` (GB/s), before the memory efficiency."""
-        return W_REF_GB_S * (gpu.memory_bandwidth_gb_s / W_REF_GB_S) ** self.beta
+        if not gpu.memory_bandwidth_gb_s:
+            raise ValueError(f"gpu {gpu.name}: no memory bandwidth in its spec")
+        return float(W_REF_GB_S * (gpu.memory_bandwidth_gb_s / W_REF_GB_S) ** self.beta)
 
 
 def compute_unit(gpu: GpuSpec, precision: str) -> str:
@@ -347,10 +353,13 @@ def _prepare_group(
 
     cost = costs[precision_family(prec)]
     arrays = [cost.arrays(p, batch) for p in PHASES]
+    peak = spec.peak_tflops(prec)
+    if not peak or not spec.memory_bandwidth_gb_s:
+        raise ValueError(f"gpu {spec.name}: no {prec} peak or memory bandwidth in its spec")
     return {
         "unit": compute_unit(spec, prec),
         "family": precision_family(prec),
-        "compute_ms": np.concatenate([a[0] for a in arrays]) / (spec.peak_tflops(prec) * 1e9) / batch,
+        "compute_ms": np.concatenate([a[0] for a in arrays]) / (peak * 1e9) / batch,
         "bytes_gb": np.concatenate([a[1] for a in arrays]) / 1e9 / batch,
         "w_ratio": spec.memory_bandwidth_gb_s / W_REF_GB_S,
         "y": math.log(target_ms_per_image),
@@ -388,7 +397,8 @@ def _grid_fit(groups: Sequence[Mapping[str, Any]], form: str, betas: Sequence[fl
             half_best = int(np.argmin(tensor["half"][i_t]))
             if has_cuda:
                 full_loss = tensor["full"][i_t][None, :] + cuda  # (eta_cuda, eta_m_full)
-                i_c, i_m = np.unravel_index(int(np.argmin(full_loss)), full_loss.shape)
+                flat = np.unravel_index(int(np.argmin(full_loss)), full_loss.shape)
+                i_c, i_m = int(flat[0]), int(flat[1])
             else:
                 i_c, i_m = None, int(np.argmin(tensor["full"][i_t]))
                 full_loss = tensor["full"][i_t][None, :]
