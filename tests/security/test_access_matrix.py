@@ -205,6 +205,8 @@ MATRIX = [
         extra={"field": "profile_run"},
     ),
     Cell(R + "plans/(?P<pk>[^/.]+)/$", "GET", "/api/v1/plans/{plan}/", API_READ),
+    Cell(R + "plans/(?P<pk>[^/.]+)/progress/$", "GET", "/api/v1/plans/{plan}/progress/", API_READ),
+    Cell(R + "plans/(?P<pk>[^/.]+)/cancel/$", "POST", "/api/v1/plans/{plan}/cancel/", API_ACT),
     # jobs: the nodes
     Cell(
         "api/v1/jobs/<int:pk>/reports/",
@@ -241,6 +243,7 @@ MATRIX = [
     Cell("plans/", "GET", "/plans/", PAGE_LIST),
     Cell("plans/", "POST", "/plans/", PAGE_PLAN_REF, PLAN_FORM, ref="done", extra={"field": "profile_run"}),
     Cell("plans/<int:plan_id>/", "GET", "/plans/{plan}/", PAGE_READ),
+    Cell("plans/<int:plan_id>/cancel/", "POST", "/plans/{plan}/cancel/", PAGE_ACT),
     Cell("jobs/", "GET", "/jobs/", PAGE_LIST),
     Cell("jobs/new/", "GET", "/jobs/new/?plan={plan}&rank=1", PAGE_ACT),
     Cell(
@@ -570,6 +573,7 @@ def test_access(cell: Cell, actor: str, world):
 WS = {
     "ws/profiling-runs/<int:run_id>/": "/ws/profiling-runs/{run}/",
     "ws/jobs/<int:job_id>/": "/ws/jobs/{job}/",
+    "ws/plans/<int:plan_id>/": "/ws/plans/{plan}/",
 }
 WS_OUTCOMES = {"anon": 4401, "other": 4403, "run_token": 4401, "job_token": 4401, "readonly": "snapshot"}
 
@@ -616,5 +620,5 @@ async def test_websocket_access(route: str, actor: str, django_user_model, compu
     else:
         assert not connected and code == expected, (connected, code, first)
         # another team's object is closed exactly like one that does not exist
-        missing = WS[route].format(**{**IDS, "run": MISSING, "job": MISSING})
+        missing = WS[route].format(**{**IDS, "run": MISSING, "job": MISSING, "plan": MISSING})
         assert (await _ws(missing, headers))[:2] == (False, expected)
