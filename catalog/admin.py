@@ -180,11 +180,17 @@ class SpotPriceAdmin(_HistoryAdmin):
 
 @admin.register(SpotInterruption)
 class SpotInterruptionAdmin(admin.ModelAdmin):
-    list_display = ["instance_type", "region", "bucket", "note", "updated_at"]
+    list_display = ["instance_type", "region", "bucket", "savings_pct", "source", "note", "updated_at"]
     list_editable = ["bucket"]
-    list_filter = ["bucket", "region"]
+    list_filter = ["bucket", "source", "region"]
     search_fields = ["instance_type__name"]
     autocomplete_fields = ["instance_type"]
+    readonly_fields = ["source"]
+
+    def save_model(self, request, obj, form, change):
+        # An admin's value wins over later Spot Advisor imports.
+        obj.source = "admin"
+        super().save_model(request, obj, form, change)
 
 
 @admin.register(Region)

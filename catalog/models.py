@@ -243,6 +243,11 @@ class SpotInterruption(models.Model):
     bucket = models.PositiveSmallIntegerField(
         choices=InterruptionBucket.choices, default=DEFAULT_INTERRUPTION_BUCKET
     )
+    # Spot Advisor's "savings over on-demand" in percent (negative where spot cost more).
+    savings_pct = models.SmallIntegerField(null=True, blank=True)
+    # "spot-advisor" rows are refreshed by import_catalog / refresh_spot_advisor; a row an admin
+    # edited becomes "admin" and is never overwritten by an import.
+    source = models.CharField(max_length=16, default="admin", db_index=True)
     note = models.CharField(max_length=200, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -136,3 +136,27 @@ def test_solver_reports_interruptions_risk_and_p90_for_spot_plans():
     assert best.time_p90_h >= best.base_time_h
     assert 0 <= best.deadline_miss_risk <= 1
     assert "expected interruptions" in best.why
+
+
+def test_a_spot_p90_exceeds_its_p50_by_the_hand_worked_interruption_cost():
+    """16 spot nodes of the ">20 %" bucket for 20 h of work, checkpoints every 0.5 h, 0.1 h restarts.
+
+    lambda = -ln(0.75) / 730 = 3.941e-4 /h per node; Lambda = 16 lambda = 6.306e-3 /h;
+    E[T] = 20 / (1 - Lambda * (0.25 + 0.1)) = 20.0442 h; m = Lambda E[T] = 0.12640;
+    P(K=0) = e^-m = 0.88127 < 0.9, so the median is the uninterrupted 20 h and the p90 lies among
+    the one-interruption outcomes T = 20 + 0.1 + 0.5 U:  P0 + P1 u = 0.9 with P1 = m e^-m = 0.11139
+    -> u = 0.1681 -> p90 = 20.1841 h: 0.1841 h (11 minutes) above the median.
+    """
+    params = spot.SpotParams(checkpoint_interval_h=0.5, restart_overhead_h=0.1)
+    lam = spot.job_hazard([(16, 4, True)])
+    assert lam == pytest.approx(16 * -math.log(0.75) / 730)
+    e = 20 / (1 - lam * 0.35)
+    m = lam * e
+    p0, p1 = math.exp(-m), m * math.exp(-m)
+    u = (0.9 - p0) / p1
+    assert (round(e, 4), round(p0, 5), round(u, 4)) == (20.0442, 0.88127, 0.1681)
+    c = spot.completion(20.0, lam, params)
+    assert c.expected_h == pytest.approx(e)
+    assert spot.completion_quantile(0.5, 20.0, lam, params) == pytest.approx(20.0)
+    assert c.p90_h == pytest.approx(20.0 + 0.1 + 0.5 * u, abs=1e-6)
+    assert c.p90_h - 20.0 == pytest.approx(0.1841, abs=1e-4)

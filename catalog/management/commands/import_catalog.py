@@ -4,6 +4,7 @@ from datetime import datetime
 
 from django.core.management.base import BaseCommand, CommandError
 
+from catalog import spot_advisor
 from catalog.importer import CatalogImportError, import_catalog, import_snapshot
 from catalog.models import PriceSource
 
@@ -35,3 +36,9 @@ class Command(BaseCommand):
         except CatalogImportError as exc:
             raise CommandError(f"nothing imported: {exc}") from exc
         self.stdout.write(self.style.SUCCESS(report.summary()))
+        if not csv:  # the bundled snapshot comes with its Spot Advisor rows
+            try:
+                advisor = spot_advisor.import_bundled()
+            except spot_advisor.SpotAdvisorError as exc:
+                raise CommandError(f"Spot Advisor rows not imported: {exc}") from exc
+            self.stdout.write(self.style.SUCCESS(advisor.summary()))
