@@ -184,7 +184,8 @@ class EC2Provider:
     def start(self, run: ProfilingRun, token: str) -> list[str]:
         from django.utils import timezone
 
-        from profiler import ec2, userdata
+        from cloud import ec2
+        from profiler import userdata
 
         minutes = max(1, int((run.deadline_at - timezone.now()).total_seconds() // 60))
         if run.is_cluster:
@@ -213,7 +214,8 @@ class EC2Provider:
         The group is created first and named after the run, so ``stop`` deletes it whatever
         happens after this line."""
         from catalog.models import InstanceType
-        from profiler import cluster, ec2, userdata
+        from cloud import ec2
+        from profiler import cluster, userdata
 
         itype = InstanceType.objects.select_related("accelerator").get(name=run.instance_type)
         ec2.create_placement_group(run.region, run.placement_group)
@@ -248,7 +250,7 @@ class EC2Provider:
     def poll(self, run: ProfilingRun) -> Poll:
         """Alive while the instance runs; a cluster only while every node does (one lost node
         stalls NCCL on all the others until its timeout, at the price of all of them)."""
-        from profiler import ec2
+        from cloud import ec2
 
         if not run.instance_ids:
             return Poll(False, "no instance was launched")
@@ -262,7 +264,7 @@ class EC2Provider:
     def stop(self, run: ProfilingRun) -> None:
         """Terminate the run's instances: the recorded ones and any tagged with the run, since a
         launch whose answer was lost started an instance whose ID we never heard."""
-        from profiler import ec2
+        from cloud import ec2
 
         ids = set(run.instance_ids or [])
         if run.region:
@@ -272,13 +274,13 @@ class EC2Provider:
 
     def cleanup(self, run: ProfilingRun) -> bool:
         """Delete the cluster's placement group; False while terminating nodes still hold it."""
-        from profiler import ec2
+        from cloud import ec2
 
         if not run.placement_group or not run.region:
             return True
         try:
             ec2.delete_placement_group(run.region, run.placement_group)
-        except ec2.AwsError as exc:
+        except ec2.CloudError as exc:
             log.info("placement group %s not deleted yet: %s", run.placement_group, exc)
             return False
         return True

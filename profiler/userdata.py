@@ -4,7 +4,7 @@ Every script has the same safety frame:
 
 * The first line after the shebang schedules ``shutdown -h +N``: the VM powers off after the
   run's hard time limit even if the Srifty server is gone. Instances are launched with
-  ``InstanceInitiatedShutdownBehavior=terminate`` (see ``profiler.ec2``), so powering off
+  ``InstanceInitiatedShutdownBehavior=terminate`` (see ``cloud.ec2``), so powering off
   *terminates* them and billing stops.
 * ``set -euo pipefail`` and ``trap ... EXIT`` running ``shutdown -h now``: the VM goes away as
   soon as the work ends, whether it succeeded or failed (a failing command ends the script).
@@ -17,7 +17,7 @@ Every script has the same safety frame:
   scoped to one run/job and expire with it.
 
 cloud-init runs the script once, as root, late in boot, with its output in
-``/var/log/cloud-init-output.log`` and on the serial console (``profiler.ec2.console_output``).
+``/var/log/cloud-init-output.log`` and on the serial console (``cloud.ec2.console_output``).
 EC2 caps user-data at 16 KiB; ``check_size`` enforces it.
 """
 
@@ -26,10 +26,13 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from email.mime.multipart import MIMEMultipart
-from email.mime.text import MIMEText
 
-MAX_USER_DATA_BYTES = 16 * 1024  # EC2's limit on raw (not base64) user-data
+# The time-limit guard and EC2's size limit live with the launch code (cloud.userdata).
+from cloud.userdata import MAX_USER_DATA_BYTES as MAX_USER_DATA_BYTES
+from cloud.userdata import check_size as check_size
+from cloud.userdata import shutdown_guard as shutdown_guard
+from cloud.userdata import with_time_limit as with_time_limit
+
 RENDEZVOUS_PORT = 29500
 JOB_RENDEZVOUS_URL = "$SRIFTY_SERVER/api/v1/jobs/$SRIFTY_JOB_ID/rendezvous/"
 RUN_RENDEZVOUS_URL = "$SRIFTY_SERVER/api/v1/profiling-runs/$SRIFTY_RUN_ID/rendezvous/"
@@ -37,15 +40,6 @@ LINGER_S = 900  # how long a comm cluster's worker node waits for the run to end
 RENDEZVOUS_WAIT_S = 1200  # how long workers poll the server for the master's address
 SERVER_DISCOVERY = "server"
 
-_GUARD_RE = re.compile(r"^shutdown -h \+\d+\b")
-_SHELL_SHEBANG_RE = re.compile(r"^#!\s*(/usr)?/bin/(env\s+)?(ba|da|k|z)?sh(\s|$)")
-# cloud-init part types for the first line of non-shell user-data (see ``with_time_limit``).
-_PART_TYPES = (
-    ("#cloud-config", "cloud-config"),
-    ("#cloud-boothook", "cloud-boothook"),
-    ("#include", "x-include-url"),
-    ("#!", "x-shellscript"),
-)
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:-]*$")
 # Never ship these to a VM, not even if a caller passes them in ``env``.
@@ -111,10 +105,6 @@ def _int(name: str, value: object, minimum: int = 1) -> int:
     return value
 
 
-def _minutes(max_minutes: int) -> int:
-    return _int("max_minutes", max_minutes)
-
-
 def _server(server_url: str) -> str:
     if not re.match(r"^https?://[^\s/]+", server_url or ""):
         raise ValueError(f"server_url must be an http(s) URL, not {server_url!r}")
@@ -132,11 +122,6 @@ def _checked_env(env: Mapping[str, object] | None) -> dict[str, object]:
     return env
 
 
-def shutdown_guard(max_minutes: int) -> str:
-    """The line that powers the VM off after ``max_minutes`` (terminating it, see module doc)."""
-    return f"shutdown -h +{_minutes(max_minutes)}"
-
-
 def _header(max_minutes: int, log_name: str) -> list[str]:
     return [
         "#!/bin/bash",
@@ -149,37 +134,6 @@ def _header(max_minutes: int, log_name: str) -> list[str]:
         "umask 077",
         "mkdir -p /opt/srifty/work",
     ]
-
-
-def with_time_limit(user_data: str, max_minutes: int) -> str:
-    """``user_data`` with the ``shutdown -h +N`` guard as its first command.
-
-    A shell script (``#!/bin/bash``, ``#!/bin/sh``, ``#!/usr/bin/env bash``, ...) gets the guard
-    inserted right after its shebang, unless the guard is already there (as in the scripts built
-    here); empty user-data becomes a script with only the guard; anything else (``#cloud-config``,
-    a Python script, ...) is wrapped in a MIME multipart message next to a one-line guard script,
-    and cloud-init runs both parts.
-    """
-    guard = shutdown_guard(max_minutes)
-    if not user_data.strip():
-        return f"#!/bin/bash\n{guard}\n"
-    first, _, rest = user_data.partition("\n")
-    if _SHELL_SHEBANG_RE.match(first):
-        if _GUARD_RE.match(rest.lstrip("\n").split("\n", 1)[0]):
-            return user_data
-        return f"{first}\n{guard}\n{rest}"
-    message = MIMEMultipart()
-    message.attach(MIMEText(f"#!/bin/bash\n{guard}\n", "x-shellscript"))
-    subtype = next((sub for prefix, sub in _PART_TYPES if first.startswith(prefix)), "plain")
-    message.attach(MIMEText(user_data, subtype))
-    return message.as_string()
-
-
-def check_size(user_data: str) -> str:
-    size = len(user_data.encode())
-    if size > MAX_USER_DATA_BYTES:
-        raise ValueError(f"user-data is {size} bytes; EC2 accepts at most {MAX_USER_DATA_BYTES}")
-    return user_data
 
 
 def profiling_user_data(
@@ -292,7 +246,7 @@ def training_user_data(
       job token until the server answers 200 ``{"master_addr": "10.0.1.23", "node_rank": 1}``
       (``node_rank`` optional); 202 (or 200 without an address) means "not yet, poll again";
       400/401/403/404/410 mean "stop" (the script fails and the VM powers off). The server knows
-      every node's private IP as soon as ``run_instances`` returns (``profiler.ec2.describe``),
+      every node's private IP as soon as ``run_instances`` returns (``cloud.ec2.describe``),
       so it picks rank 0 and answers at once. This needs no instance profile, no extra IAM
       permissions on the VM and no ordering between launches, and lets one launch template
       (identical user-data, ``node_rank=None``) serve all nodes. The rejected alternatives:

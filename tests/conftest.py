@@ -94,7 +94,9 @@ def moto_server():
 
 @pytest.fixture
 def aws(moto_server, settings, monkeypatch):
-    """Point every boto3 client of the app at the moto server, with throwaway credentials."""
+    """Point every AWS client of the app (``cloud.session``) at the moto server, with throwaway
+    credentials. The one moto server of the session is ``moto_server``; the browser tests'
+    server processes get its URL too."""
     import requests
 
     requests.post(f"{moto_server}/moto-api/reset", timeout=10)  # every test starts from a clean AWS
@@ -108,6 +110,26 @@ def aws(moto_server, settings, monkeypatch):
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
     return moto_server
+
+
+@pytest.fixture
+def aws_hooks(aws, monkeypatch) -> list[tuple[str, object]]:
+    """(event, handler) pairs that are registered on every boto3 client ``cloud`` makes from now
+    on (``cloud.session.client``): botocore ``before-send`` / ``before-call`` hooks answer for
+    what moto lacks or inject faults, ``before-parameter-build`` ones record requests."""
+    from cloud import session
+
+    registered: list[tuple[str, object]] = []
+    real = session.client
+
+    def client(service: str, region: str):
+        made = real(service, region)
+        for event, handler in registered:
+            made.meta.events.register(event, handler)
+        return made
+
+    monkeypatch.setattr(session, "client", client)
+    return registered
 
 
 @pytest.fixture

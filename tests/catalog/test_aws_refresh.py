@@ -12,6 +12,7 @@ from django.core.management import CommandError, call_command
 from catalog import aws as aws_api
 from catalog.models import InstanceType, OnDemandPrice, PriceSource, SpotPrice
 from catalog.refresh import refresh_region
+from cloud import CloudError, session
 
 pytestmark = pytest.mark.django_db
 
@@ -54,7 +55,7 @@ class StubbedPricing:
     """Wrap the pricing client in a Stubber while leaving EC2 on the moto server."""
 
     def __init__(self, monkeypatch, responses):
-        real_client = aws_api.client
+        real_client = session.client
         self.stubbers = []
 
         def fake_client(service, region):
@@ -72,7 +73,7 @@ class StubbedPricing:
                 self.stubbers.append(stub)
             return cli
 
-        monkeypatch.setattr(aws_api, "client", fake_client)
+        monkeypatch.setattr(session, "client", fake_client)
 
 
 def test_it_parses_an_hourly_on_demand_price():
@@ -117,7 +118,7 @@ def test_refresh_adds_spot_history_and_keeps_it_on_the_next_refresh(catalog, aws
 def test_a_throttled_price_call_stores_nothing(catalog, aws, monkeypatch):
     StubbedPricing(monkeypatch, [RuntimeError("ThrottlingException")])
     before = SpotPrice.objects.count(), OnDemandPrice.objects.count()
-    with pytest.raises(aws_api.AwsError, match="pricing.get_products failed: ThrottlingException"):
+    with pytest.raises(CloudError, match="pricing.get_products failed: ThrottlingException"):
         refresh_region("us-east-1", ["g5.xlarge"], since=datetime(2000, 1, 1, tzinfo=UTC))
     assert (SpotPrice.objects.count(), OnDemandPrice.objects.count()) == before
 

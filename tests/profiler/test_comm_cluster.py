@@ -29,7 +29,7 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from profiler import actions, ec2, tasks
+from profiler import actions, tasks
 from profiler.agent.comm import free_port
 from profiler.models import CommCurvePoint, ProfilingRun, RunStatus
 from profiler.providers import EC2Provider
@@ -52,13 +52,15 @@ class Aws:
         self.members: dict[str, list[str]] = {}  # group -> instance ids launched into it
         self.fail_run_instances: str | None = None  # an EC2 error code to answer RunInstances with
 
-    def attach(self, client) -> None:
-        events = client.meta.events
-        events.register("provide-client-params.ec2", self._record)
-        events.register("before-call.ec2.CreatePlacementGroup", self._create_group)
-        events.register("before-call.ec2.DeletePlacementGroup", self._delete_group)
-        events.register("before-call.ec2.RunInstances", self._maybe_refuse_launch)
-        events.register("after-call.ec2.RunInstances", self._launched)
+    def handlers(self) -> list[tuple[str, object]]:
+        """For ``aws_hooks``: on every client ``cloud`` makes."""
+        return [
+            ("provide-client-params.ec2", self._record),
+            ("before-call.ec2.CreatePlacementGroup", self._create_group),
+            ("before-call.ec2.DeletePlacementGroup", self._delete_group),
+            ("before-call.ec2.RunInstances", self._maybe_refuse_launch),
+            ("after-call.ec2.RunInstances", self._launched),
+        ]
 
     def params(self, operation: str) -> list[dict]:
         return [p for name, p in self.calls if name == operation]
@@ -110,18 +112,11 @@ class Aws:
 
 
 @pytest.fixture
-def cloud(aws, catalog, settings, monkeypatch) -> Aws:
+def cloud(aws, aws_hooks, catalog, settings) -> Aws:
     settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.immediate.ImmediateBackend"}}
     settings.SITE_URL = SERVER
     fake = Aws(aws)
-    real_client = ec2.client
-
-    def client(service: str, region: str):
-        made = real_client(service, region)
-        fake.attach(made)
-        return made
-
-    monkeypatch.setattr(ec2, "client", client)
+    aws_hooks.extend(fake.handlers())
     return fake
 
 

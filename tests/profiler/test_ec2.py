@@ -1,6 +1,6 @@
-"""profiler.ec2 against moto's real server (the ``aws`` fixture), plus botocore's Stubber and
+"""cloud.ec2 against moto's real server (the ``aws`` fixture), plus botocore's Stubber and
 ``before-send`` hooks for what moto does not emulate (placement groups, ClientToken, spot
-interruptions, throttling). Hooks sit on every client ``profiler.ec2`` creates."""
+interruptions, throttling). Hooks sit on every client ``cloud`` creates (``aws_hooks``)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from botocore.config import Config
 from botocore.stub import Stubber
 from django.conf import settings
 
-from profiler import ec2 as ec2_api
-from profiler.ec2 import AwsError, LaunchSpec
+from cloud import CloudError, session
+from cloud import ec2 as ec2_api
+from cloud.ec2 import LaunchSpec
 
 REGION = "us-east-1"
 LIVE = ["pending", "running"]
@@ -24,28 +25,17 @@ LIVE = ["pending", "running"]
 @pytest.fixture
 def ec2(aws):
     """A raw EC2 client on the moto server, for setting up and checking."""
-    return ec2_api.client("ec2", REGION)
+    return session.client("ec2", REGION)
 
 
 @pytest.fixture
-def hooks(monkeypatch):
-    """(event, handler) pairs registered on every client profiler.ec2 creates."""
-    registered: list[tuple[str, object]] = []
-    real = ec2_api.client
-
-    def client(service, region):
-        cli = real(service, region)
-        for event, handler in registered:
-            cli.meta.events.register(event, handler)
-        return cli
-
-    monkeypatch.setattr(ec2_api, "client", client)
-    return registered
+def hooks(aws_hooks):
+    return aws_hooks
 
 
 @pytest.fixture
 def sent(hooks):
-    """Parameters of every call profiler.ec2 makes: {"RunInstances": [params, ...], ...}."""
+    """Parameters of every call cloud.ec2 makes: {"RunInstances": [params, ...], ...}."""
     calls: dict[str, list[dict]] = {}
 
     def record(params, model, **kwargs):
@@ -57,9 +47,9 @@ def sent(hooks):
 
 @pytest.fixture
 def stubbed(aws, monkeypatch):
-    """One Stubber-backed client handed out for every profiler.ec2 call."""
-    cli = ec2_api.client("ec2", REGION)
-    monkeypatch.setattr(ec2_api, "client", lambda service, region: cli)
+    """One Stubber-backed client handed out for every cloud.ec2 call."""
+    cli = session.client("ec2", REGION)
+    monkeypatch.setattr(session, "client", lambda service, region: cli)
     with Stubber(cli) as stub:
         yield stub
         stub.assert_no_pending_responses()
@@ -189,7 +179,7 @@ def test_launch_requests_the_placement_group_which_moto_ignores(ec2, sent):
 
 
 def test_launch_in_a_subnet_with_security_group_key_and_instance_profile(aws, ec2, network):
-    iam = ec2_api.client("iam", REGION)
+    iam = session.client("iam", REGION)
     iam.create_instance_profile(InstanceProfileName="srifty-node")
     ids = ec2_api.launch(
         spec(
@@ -254,20 +244,20 @@ def test_without_a_deep_learning_ami_the_newest_amazon_linux_is_used(ec2):
 def test_no_image_at_all_is_a_clear_error(stubbed):
     stubbed.add_response("describe_images", {"Images": []})
     stubbed.add_response("describe_images", {"Images": []})
-    with pytest.raises(AwsError, match="no Deep Learning AMI nor Amazon Linux x86_64 image in us-east-1"):
+    with pytest.raises(CloudError, match="no Deep Learning AMI nor Amazon Linux x86_64 image in us-east-1"):
         ec2_api.launch(spec())
 
 
 def test_a_bad_instance_type_is_a_clear_error(ec2, monkeypatch):
     monkeypatch.setattr(moto.settings, "EC2_ENABLE_INSTANCE_TYPE_VALIDATION", True)  # moto runs in-process
-    with pytest.raises(AwsError, match=r"^ec2\.run_instances failed: InvalidInstanceType\S*: .*'g9\.mega'"):
+    with pytest.raises(CloudError, match=r"^ec2\.run_instances failed: InvalidInstanceType\S*: .*'g9\.mega'"):
         ec2_api.launch(spec(instance_type="g9.mega"))
 
 
 def test_a_bad_ami_is_a_clear_error(ec2, monkeypatch):
     monkeypatch.setattr(moto.settings, "ENABLE_AMI_VALIDATION", True)
     with pytest.raises(
-        AwsError, match=r"^ec2\.run_instances failed: InvalidAMIID\.NotFound: .*ami-00000000deadbeef"
+        CloudError, match=r"^ec2\.run_instances failed: InvalidAMIID\.NotFound: .*ami-00000000deadbeef"
     ):
         ec2_api.launch(spec(image_id="ami-00000000deadbeef"))
 
@@ -323,10 +313,10 @@ def test_throttled_calls_are_retried_until_they_succeed(ec2, hooks, no_backoff):
 
 
 def test_throttling_that_never_ends_is_a_clear_error(ec2, hooks, no_backoff, monkeypatch):
-    monkeypatch.setattr(ec2_api, "_RETRY", Config(retries={"max_attempts": 3, "mode": "adaptive"}))
+    monkeypatch.setattr(session, "RETRY", Config(retries={"max_attempts": 3, "mode": "adaptive"}))
     attempts = throttle(hooks, 100)
     with pytest.raises(
-        AwsError, match=r"^ec2\.describe_instances failed: RequestLimitExceeded: Request limit exceeded\.$"
+        CloudError, match=r"^ec2\.describe_instances failed: RequestLimitExceeded: Request limit exceeded\.$"
     ):
         ec2_api.describe(REGION, ["i-0123456789abcdef0"])
     assert attempts[0] == 4  # the first try plus max_attempts retries (botocore's legacy meaning)
@@ -383,7 +373,7 @@ def test_terminate_refuses_instances_srifty_did_not_launch(ec2):
     theirs = ec2.run_instances(
         ImageId=ec2_api.default_image(REGION), InstanceType="t3.micro", MinCount=1, MaxCount=1
     )["Instances"][0]["InstanceId"]
-    with pytest.raises(AwsError, match=f"not Srifty-managed: {theirs}"):
+    with pytest.raises(CloudError, match=f"not Srifty-managed: {theirs}"):
         ec2_api.terminate(REGION, [ours, theirs])
     assert {s.state for s in ec2_api.describe(REGION, [ours, theirs])} <= set(LIVE)
 
@@ -475,7 +465,9 @@ def test_launch_from_template_gives_up_when_no_subnet_has_capacity(ec2, network,
             lambda request, **kw: error_response("InsufficientInstanceCapacity", "None left."),
         )
     )
-    with pytest.raises(AwsError, match="ec2.run_instances failed: InsufficientInstanceCapacity: None left."):
+    with pytest.raises(
+        CloudError, match="ec2.run_instances failed: InsufficientInstanceCapacity: None left."
+    ):
         ec2_api.launch_from_template(REGION, template_id, 2, "on-demand", {}, subnets=network["subnets"])
 
 
@@ -515,7 +507,7 @@ def test_delete_placement_group_tolerates_a_missing_one_but_not_one_in_use(stubb
     ec2_api.delete_placement_group(REGION, "srifty-job-3")
     ec2_api.delete_placement_group(REGION, "srifty-job-3")
     with pytest.raises(
-        AwsError, match="ec2.delete_placement_group failed: InvalidPlacementGroup.InUse: group is in use"
+        CloudError, match="ec2.delete_placement_group failed: InvalidPlacementGroup.InUse: group is in use"
     ):
         ec2_api.delete_placement_group(REGION, "srifty-job-3")
 

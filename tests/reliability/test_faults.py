@@ -30,7 +30,8 @@ from botocore.config import Config
 from django.core.cache import cache
 from rest_framework.test import APIClient
 
-from profiler import actions, ec2, tasks
+from cloud import CloudError, ec2, session
+from profiler import actions, tasks
 from profiler.models import ProfilingRun, RunEvent, RunStatus
 from profiler.providers import LocalProvider
 
@@ -211,25 +212,15 @@ def _error(code: str, message: str, status: int = 400) -> AWSResponse:
 
 
 @pytest.fixture
-def hooks(monkeypatch):
-    """(event, handler) pairs registered on every boto3 client profiler.ec2 creates, with botocore's
-    retry decisions kept but its sleeps skipped, and 3 attempts instead of 8."""
-    registered: list[tuple[str, object]] = []
-    real = ec2.client
-
-    def client(service, region):
-        cli = real(service, region)
-        for event, handler in registered:
-            cli.meta.events.register(event, handler)
-        return cli
-
-    monkeypatch.setattr(ec2, "client", client)
-    monkeypatch.setattr(ec2, "_RETRY", Config(retries={"max_attempts": 2, "mode": "adaptive"}))
+def hooks(aws_hooks, monkeypatch):
+    """(event, handler) pairs registered on every boto3 client ``cloud`` creates, with botocore's
+    retry decisions kept but its sleeps skipped, and 3 attempts instead of 9."""
+    monkeypatch.setattr(session, "RETRY", Config(retries={"max_attempts": 2, "mode": "adaptive"}))
     monkeypatch.setattr("botocore.retries.standard.ExponentialBackoff.delay_amount", lambda self, ctx: 0)
     monkeypatch.setattr(
         "botocore.retries.bucket.TokenBucket.acquire", lambda self, amount=1, block=True: True
     )
-    return registered
+    return aws_hooks
 
 
 @pytest.fixture
@@ -333,7 +324,7 @@ class WorkerDied(BaseException):
 def _user_data_token(instance_id: str) -> str:
     import base64
 
-    cli = ec2.client("ec2", REGION)
+    cli = session.client("ec2", REGION)
     value = cli.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")["UserData"]["Value"]
     script = base64.b64decode(value).decode()
     return shlex.split(re.search(r"^SRIFTY_TOKEN=(.*)$", script, re.M).group(1))[0]
@@ -402,7 +393,7 @@ def test_a_throttled_poll_does_not_change_the_run(ec2_run, hooks, dummy_tasks):
             _always("RequestLimitExceeded", "Request limit exceeded.", 503, attempts),
         )
     )
-    with pytest.raises(ec2.AwsError, match="RequestLimitExceeded"):
+    with pytest.raises(CloudError, match="RequestLimitExceeded"):
         tasks.watch_run(ProfilingRun.objects.get(pk=ec2_run.pk))
     hooks.clear()
     run = ProfilingRun.objects.get(pk=ec2_run.pk)

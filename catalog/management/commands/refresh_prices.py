@@ -4,9 +4,9 @@ from datetime import UTC, datetime, timedelta
 
 from django.core.management.base import BaseCommand, CommandError
 
-from catalog.aws import AwsError
 from catalog.refresh import refresh_region
 from catalog.regions import AWS_REGIONS
+from cloud import CloudError
 
 
 class Command(BaseCommand):
@@ -33,7 +33,7 @@ class Command(BaseCommand):
         for code in region:
             try:
                 report = refresh_region(code, types, since=since, on_demand=not no_on_demand)
-            except AwsError as exc:
+            except CloudError as exc:
                 failed.append(code)
                 self.stderr.write(self.style.ERROR(f"{code}: {exc} (nothing stored for this region)"))
                 continue
