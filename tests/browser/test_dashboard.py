@@ -75,6 +75,8 @@ def solve_plan(tab) -> int:
         page.click("#plan-form button[type=submit]")
     match = re.search(r"/plans/(\d+)/$", page.url)
     assert match, f"solving did not land on a plan page: {page.url}\n{page.inner_text('main')[:2000]}"
+    # queued for the db_worker: the page follows the solve and reloads with the result
+    page.wait_for_selector("#ranked-table", timeout=120_000)
     return int(match.group(1))
 
 

@@ -81,7 +81,7 @@ def cloud(aws, settings, monkeypatch):
 
 @pytest.fixture
 def replanner(monkeypatch, owner):
-    """``planner.app.service.create_plan`` (the lead's solver service) as a recorder that stores
+    """``planner.app.solving.create_plan`` (the lead's solver service) as a recorder that stores
     a solved plan with one on-demand option."""
     asked: list[dict] = []
 
@@ -94,7 +94,7 @@ def replanner(monkeypatch, owner):
             result={"plans": [option(1, count=1, market="on-demand", price=1.0)]},
         )
 
-    monkeypatch.setitem(sys.modules, "planner.app.service", types.SimpleNamespace(create_plan=create_plan))
+    monkeypatch.setitem(sys.modules, "planner.app.solving", types.SimpleNamespace(create_plan=create_plan))
     return asked
 
 
@@ -344,7 +344,7 @@ def test_apply_replan_stops_the_old_cluster_and_launches_the_new_option(
 
 
 def test_replan_without_the_solver_service_says_so(owner, plan, monkeypatch, user_api):
-    monkeypatch.setitem(sys.modules, "planner.app.service", None)  # import fails
+    monkeypatch.setitem(sys.modules, "planner.app.solving", None)  # import fails
     job = running_without_ec2(owner, plan)
     resp = user_api.post(f"/api/v1/jobs/{job.pk}/replan/", {"refresh": True}, format="json")
     assert resp.status_code == 400 and "not available" in resp.json()["job"][0]
@@ -368,7 +368,10 @@ def test_a_real_plan_launches_and_its_interruption_is_replanned_by_the_real_solv
         "global_batch_max": 256,
     }
     made = user_api.post("/api/v1/plans/", request, format="json")
-    assert made.status_code == 201, made.content
+    assert made.status_code == 202, made.content  # queued: solved by the worker's task
+    from planner.app.tasks import solve_plan_task
+
+    solve_plan_task.call(made.json()["id"])
     plan = PlanRecord.objects.get(pk=made.json()["id"])
     job = launched(owner, plan, spend="500", hours=48)
     best = plan.option(1)
