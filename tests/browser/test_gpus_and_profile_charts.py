@@ -36,21 +36,40 @@ print("RUN=%d" % run.pk)
 """
 
 
-def store_run(server, owner: str, fields: dict, profile: dict, tmp_path: Path) -> int:
-    """A finished run with ``profile``, stored by the server's own code (its database)."""
-    path = tmp_path / "profile.json"
-    path.write_text(json.dumps(profile))
-    env = {**server.env, "B_OWNER": owner, "B_FIELDS": json.dumps(fields), "B_PROFILE": str(path)}
+# Older spot observations of one offer (before the snapshot's, so no current price changes):
+# its sparkline then has a history to draw.
+OLDER_PRICES = """
+from datetime import timedelta
+from decimal import Decimal
+from catalog.models import SpotPrice
+latest = SpotPrice.objects.filter(instance_type__name="p5.48xlarge", zone__zone_id="use2-az1").latest("observed_at")
+for days, usd in ((90, "14.2"), (60, "12.9"), (30, "13.6")):
+    SpotPrice.objects.get_or_create(instance_type=latest.instance_type, zone=latest.zone,
+        observed_at=latest.observed_at - timedelta(days=days), defaults={"usd_per_hour": Decimal(usd), "source": "admin"})
+print("OK")
+"""
+
+
+def server_shell(server, script: str, **env: str) -> str:
+    """Run ``script`` in ``manage.py shell`` against the server's database."""
     out = subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c", STORE_RUN],
+        [sys.executable, "manage.py", "shell", "-c", script],
         cwd=ROOT,
-        env=env,
+        env={**server.env, **env},
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    return int(next(line for line in out.stdout.splitlines() if line.startswith("RUN="))[4:])
+    return out.stdout
+
+
+def store_run(server, owner: str, fields: dict, profile: dict, tmp_path: Path) -> int:
+    """A finished run with ``profile``, stored by the server's own code (its database)."""
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(profile))
+    out = server_shell(server, STORE_RUN, B_OWNER=owner, B_FIELDS=json.dumps(fields), B_PROFILE=str(path))
+    return int(next(line for line in out.splitlines() if line.startswith("RUN="))[4:])
 
 
 def money(text: str) -> float:
@@ -60,6 +79,7 @@ def money(text: str) -> float:
 @pytest.mark.timeout(180)
 def test_gpu_search_finds_h100_spot_across_regions_sorted_by_dollars_per_gpu_hour(staff_tab):
     page = staff_tab.page
+    server_shell(staff_tab.server, OLDER_PRICES)
     page.goto("/catalog/")
     with page.expect_navigation():
         page.click("header nav a:has-text('GPU search')")
@@ -81,6 +101,11 @@ def test_gpu_search_finds_h100_spot_across_regions_sorted_by_dollars_per_gpu_hou
     box = page.locator("#gpu-table svg.spark").first.bounding_box()
     assert box and box["width"] > 50 and box["height"] > 10
     assert all(c[11] for c in cells)
+    # the offer with a history draws it as a line of four observations
+    row = page.locator("#gpu-table tbody tr", has_text="use2-az1")
+    assert row.locator("svg.spark polyline").count() == 1
+    assert "4 observations" in row.locator("svg.spark title").text_content()
+    row.locator("svg.spark").screenshot(path=str(staff_tab._shots / "sparkline.png"))
     assert "of" in page.inner_text("#gpu-count")
     staff_tab.shot("h100-spot")
 

@@ -110,7 +110,7 @@ class Command(BaseCommand):
             (
                 o.instance_type,
                 o.gpus_label,
-                f"{o.gpu_memory_gib:g} GiB" if o.gpu_memory_gib else "—",
+                f"{round(o.gpu_memory_gib, 1):g} GiB" if o.gpu_memory_gib else "—",
                 o.region,
                 o.zone or "—",
                 o.market,
