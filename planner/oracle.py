@@ -40,8 +40,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from planner.hardware import Cluster, GpuSpec
 from planner.models.comm import CommModel, CommQuery
@@ -58,6 +63,9 @@ from planner.simulator import (
     timeline,
 )
 from planner.solver import Config, Estimate
+
+if TYPE_CHECKING:
+    from planner.candidates import Candidate
 
 GiB = 1024**3
 MEMORY_USABLE = 0.92
@@ -271,6 +279,52 @@ class Oracle:
         t = self.step_ms(model, 1)
         return 0.0 if math.isinf(t) else 1.0 / t
 
+    def throughput_bound(self, candidate: Candidate, counts: np.ndarray, global_batch: int) -> np.ndarray:
+        """An upper bound on ``self(((candidate, n),), global_batch).throughput_sps`` for every ``n``
+        of ``counts`` at once (numpy), from compute alone; 0 exactly where the oracle returns
+        ``None`` for lack of memory or of samples (``G < workers``, ``b > b_max``, no phase times).
+
+        The timeline's iteration is ``max(backward end, last all-reduce end) + tail`` and the
+        backward end is ``optimizer + forward + backward`` of the (κ-, δ-adjusted) worker, so
+        ``G / (opt + fwd + bwd)`` computed with the same operations as :meth:`_estimate` bounds
+        the throughput from above, without any comm-model call.  The phase times are memoised
+        per ``(GPU, batch)``, so a whole curve costs one phase prediction per distinct batch."""
+        counts = np.asarray(counts, dtype=np.int64)
+        out = np.zeros(counts.shape, dtype=float)
+        model, gpn = candidate.gpu_model, int(candidate.gpus_per_node)
+        try:
+            cap = self.max_batch(model)
+        except KeyError:
+            return out
+        kappa_all = getattr(self.transfer, "nccl_slowdown", 0.0)
+        input_all = getattr(self.transfer, "input_ns_per_element", 0.0)
+        elements = math.prod(self.workload.input_shape) if self.workload.input_shape else 0
+        g = int(global_batch)
+        workers = counts * gpn
+        ok = (workers >= 1) & (workers <= g)
+        batch = np.where(ok, -(-g // np.maximum(workers, 1)), 0)
+        ok &= batch <= cap
+        per_batch: dict[tuple[int, bool], float] = {}
+        for i in np.flatnonzero(ok).tolist():
+            b, multi = int(batch[i]), bool(workers[i] > 1)
+            key = (b, multi)
+            if key not in per_batch:
+                try:
+                    phases = self.phases(model, b)
+                except KeyError:
+                    phases = None
+                if phases is None:
+                    per_batch[key] = 0.0
+                else:
+                    kappa = kappa_all if multi else 0.0
+                    sync_ms = (input_all if multi else 0.0) * elements * b / 1e6
+                    bwd = phases.backward * (1 + kappa) if (kappa or sync_ms) else phases.backward
+                    opt = phases.optimizer + sync_ms if (kappa or sync_ms) else phases.optimizer
+                    compute_ms = (opt + phases.forward) + bwd
+                    per_batch[key] = g / (compute_ms / 1e3) if compute_ms > 0 else math.inf
+            out[i] = per_batch[key]
+        return out
+
     def __call__(self, config: Config, global_batch: int) -> Estimate | None:
         self.calls += 1
         try:
@@ -401,6 +455,13 @@ def _bottleneck(communication_bound: bool, cluster: Cluster) -> str:
 # --- building a workload (needs torch) ----------------------------------------------------
 
 
+#: Library workloads traced in this process, by (spec, input shape, precision, classes): a meta
+#: trace takes seconds and is the same every time, so repeated plans do not re-trace.
+WORKLOAD_CACHE_SIZE = 32
+_workload_cache: OrderedDict[tuple, Workload] = OrderedDict()
+_workload_lock = threading.Lock()
+
+
 def workload_for_spec(
     spec: str,
     input_shape: Sequence[int],
@@ -415,14 +476,36 @@ def workload_for_spec(
     meta device (no weights, no memory, seconds even for large models).
 
     Library specs only, unless ``allow_code`` (the operator's own commands): the web process
-    and the task worker never import a team's model code (``profiler.agent.specs``)."""
-    from profiler.agent.specs import load_model
+    and the task worker never import a team's model code (``profiler.agent.specs``).
+
+    Library workloads are cached in the process by ``(spec, input shape, precision,
+    num_classes)`` (an LRU of :data:`WORKLOAD_CACHE_SIZE`); a code spec is traced every time,
+    since its module may change under the same name."""
+    from profiler.agent.specs import load_model, parse_spec
     from profiler.agent.workload import trace_workload
 
     shape = tuple(int(x) for x in input_shape)
+    try:
+        library = parse_spec(spec).is_library
+    except Exception:  # noqa: BLE001 - load_model reports a bad spec properly below
+        library = False
+    key = (spec, shape, precision, int(num_classes))
+    base = None
+    if library:
+        with _workload_lock:
+            base = _workload_cache.get(key)
+            if base is not None:
+                _workload_cache.move_to_end(key)
+    if base is None:
 
-    def build():
-        return load_model(spec, num_classes=num_classes, input_shape=shape, allow_code=allow_code)
+        def build():
+            return load_model(spec, num_classes=num_classes, input_shape=shape, allow_code=allow_code)
 
-    doc = trace_workload(build, shape, precision=precision, model_spec=spec, num_classes=num_classes)
-    return dataclasses.replace(Workload.from_dict(doc), measured=measured, measured_on=measured_on)
+        doc = trace_workload(build, shape, precision=precision, model_spec=spec, num_classes=num_classes)
+        base = Workload.from_dict(doc)
+        if library:
+            with _workload_lock:
+                _workload_cache[key] = base
+                while len(_workload_cache) > WORKLOAD_CACHE_SIZE:
+                    _workload_cache.popitem(last=False)
+    return dataclasses.replace(base, measured=measured, measured_on=measured_on)

@@ -1,0 +1,446 @@
+"""Enumeration and bounds: homogeneous throughput curves, upper bounds on a mix's throughput, and
+the stream of (type subset x count vector) columns the search may evaluate.
+
+(Loading the catalog into :class:`planner.candidates.Candidate` offers is
+:mod:`planner.candidates`; this module starts from those offers.)
+
+Homogeneous curves
+------------------
+``T_t(n) = max_G T(((t, n),), G)`` for every instance type ``t`` and ``n = 1..N``.  Where the
+oracle offers ``throughput_bound`` (the product oracle does: compute time alone, no comm model,
+see :meth:`planner.oracle.Oracle.throughput_bound`) every curve starts as the upper bound
+``U_t(n, G) >= T(((t, n),), G)``, 0 exactly where the configuration cannot run, and points are
+evaluated only when the search asks (:meth:`Curves.evaluate`).  Within one point the batches
+are tried by decreasing bound, and a batch whose bound is below the best throughput already
+found there is skipped (it cannot be the best batch).  Small problems
+(``types x N x |grid| <= FULL_CURVE_LIMIT``) evaluate every point up front, which is what
+dominance pruning of candidates (:func:`planner.candidates.find_dominated`, "faster at every
+count and batch") and the replacement bound need.
+
+Bounds on a mix (both are monotone assumptions about DDP that hold for ring all-reduce /
+slowest-node models; the search checks every evaluated mix against them):
+
+* (A1) *separability*: ``T(mix) <= sum_i T_{c_i}(n_i)`` -- a cluster never processes more
+  samples/s than its groups would as separate clusters (when a group cannot run alone,
+  ``n_i * max_m T_{c_i}(m) / m`` is used; an unevaluated point uses its upper bound);
+* (A2) *replacement*: if member ``a``'s curve is at least member ``b``'s at every node count,
+  replacing the ``b`` nodes by ``a`` nodes does not slow the mix down, so
+  ``T(mix) <= T_a(n_a + n_b) (+ the other groups' terms)`` (full curves only).
+
+Their minimum gives, for all count vectors of a subset at once (numpy), lower bounds on time and
+cost and an upper bound on goodput (all monotone in ``T``, :func:`planner.solver.evaluate.metrics`).
+
+Streaming
+---------
+Nothing of size ``subsets x counts`` is ever built: subsets of ``k`` candidates are generated
+in blocks of whole first members (about 65,536 rows at a time) and bounded at subset level
+(:meth:`MixBounds.subset_survivors`, with the $/h cap limiting each member's count); a
+surviving subset's count vectors are generated one slice at a time (the first member's count
+fixed for ``k = 3``, at most ``N^2`` rows), filtered by ``sum n_i <= N``, joint quotas and the
+vector bound, and only the survivors go on to the search's queue.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from planner.candidates import Candidate
+from planner.solver.evaluate import Memo, Progress, Spec, lim, metrics, value_of
+from planner.solver.request import REL, PerfOracle, qkey
+
+#: Evaluate every curve point up front when ``types x max_nodes x batches`` is at most this.
+FULL_CURVE_LIMIT = 4096
+
+
+class Curves:
+    """Homogeneous curves of every instance type, evaluated on demand (module docstring)."""
+
+    def __init__(
+        self,
+        reps: Mapping[str, Candidate],
+        N: int,
+        grid: Sequence[int],
+        memo: Memo,
+        perf: PerfOracle,
+        progress: Progress | None = None,
+    ) -> None:
+        self.N = int(N)
+        self.progress = progress or Progress(None)
+        self.grid = tuple(int(g) for g in grid)
+        self.memo = memo
+        self.types = list(reps)
+        self.tidx = {t: i for i, t in enumerate(self.types)}
+        for t, c in reps.items():
+            memo.rep.setdefault(t, c)
+        bound_fn = getattr(perf, "throughput_bound", None)
+        self.has_bound = callable(bound_fn)
+        counts = np.arange(1, self.N + 1)
+        self.ub: dict[str, np.ndarray] = {}  # t -> (|grid|, N + 1) upper bounds (0: cannot run)
+        for t, c in reps.items():
+            rows = np.zeros((len(self.grid), self.N + 1))
+            if self.has_bound:
+                assert bound_fn is not None
+                for j, g in enumerate(self.grid):
+                    rows[j, 1:] = np.asarray(bound_fn(c, counts, g), dtype=float)
+            else:
+                rows[:, 1:] = np.inf
+            self.ub[t] = rows
+        self.ub_best = {t: rows.max(axis=0) for t, rows in self.ub.items()}
+        # evaluated values: vals[t][n, j] (nan = not evaluated), thr/g the best over the grid
+        self.vals = {t: np.full((self.N + 1, len(self.grid)), np.nan) for t in self.types}
+        self.thr = {t: np.full(self.N + 1, np.nan) for t in self.types}
+        self.best_g = {t: np.full(self.N + 1, self.grid[0], dtype=np.int64) for t in self.types}
+        for t in self.types:
+            self.thr[t][0] = 0.0
+        self.full = (not self.has_bound) or len(self.types) * self.N * len(self.grid) <= FULL_CURVE_LIMIT
+        self.points_evaluated = 0
+        if self.full:
+            self.progress.remaining(len(self.types) * self.N)
+            for t in self.types:
+                for n in range(1, self.N + 1):
+                    self.evaluate(t, n)
+
+    def nbytes(self) -> int:
+        return len(self.types) * (self.N + 1) * (2 * len(self.grid) + 3) * 8
+
+    def known(self, t: str, n: int) -> bool:
+        return not math.isnan(self.thr[t][n])
+
+    def evaluate(self, t: str, n: int) -> tuple[float, int]:
+        """``(T_t(n), best batch)``: the oracle at the grid batches that can be the best."""
+        thr = self.thr[t]
+        if not math.isnan(thr[n]):
+            return float(thr[n]), int(self.best_g[t][n])
+        ub = self.ub[t][:, n]
+        vals = self.vals[t][n]
+        if self.full:
+            order = list(range(len(self.grid)))
+        else:
+            order = sorted(range(len(self.grid)), key=lambda j: (-ub[j], self.grid[j]))
+        best_t, best_g = 0.0, self.grid[0]
+        for j in order:
+            g = self.grid[j]
+            if ub[j] <= 0:
+                vals[j] = 0.0
+                continue
+            if not self.full and ub[j] < best_t:
+                break  # sorted by bound: no later batch can beat best_t
+            e = self.memo.get(((t, n),), g)
+            v = e.throughput_sps if e is not None else 0.0
+            vals[j] = v
+            if v > best_t or (v == best_t and v > 0 and g < best_g):
+                best_t, best_g = v, g
+        thr[n] = best_t
+        self.best_g[t][n] = best_g
+        self.points_evaluated += 1
+        self.progress.tick()
+        return best_t, best_g
+
+    def upper(self, t: str) -> np.ndarray:
+        """``T_t(n)`` where evaluated, else its upper bound (``n = 0..N``)."""
+        thr = self.thr[t]
+        return np.where(np.isnan(thr), self.ub_best[t], thr)
+
+    def per_node_best(self, t: str) -> float:
+        """``max_n T_t(n) / n`` (an upper bound of it while the curve is partly evaluated)."""
+        up = self.upper(t)[1:]
+        return float(np.max(up / np.arange(1, self.N + 1))) if self.N else 0.0
+
+    def runnable(self, t: str) -> bool:
+        """Can ``t`` run alone at some count?  (Exact with full curves; else "possibly".)"""
+        if self.full:
+            return bool(np.nanmax(self.thr[t][1:], initial=0.0) > 0)
+        return bool(self.ub_best[t][1:].max(initial=0.0) > 0)
+
+    def flat(self, t: str) -> list[float]:
+        """Every (count, batch) value, count-major (full curves only): dominance pruning's input."""
+        return self.vals[t][1:].ravel().tolist()
+
+
+def combinations(K: int, k: int, block: int = 1 << 16) -> Iterator[np.ndarray]:
+    """All ``k``-subsets of ``range(K)`` in lexicographic order, as ``(m, k)`` int arrays of about
+    ``block`` rows (whole first members at a time, so at most ``block + C(K-1, k-1)`` rows)."""
+    if k < 1 or K < k:
+        return
+    if k == 1:
+        yield np.arange(K).reshape(-1, 1)
+        return
+    pending: list[np.ndarray] = []
+    rows = 0
+    for i in range(K - k + 1):
+        rest = _all_combinations(K - i - 1, k - 1)
+        pending.append(np.column_stack([np.full(len(rest), i), rest + i + 1]))
+        rows += len(rest)
+        if rows >= block:
+            yield np.concatenate(pending)
+            pending, rows = [], 0
+    if pending:
+        yield np.concatenate(pending)
+
+
+def _all_combinations(K: int, k: int) -> np.ndarray:
+    if k == 1:
+        return np.arange(K).reshape(-1, 1)
+    if k == 2:
+        a, b = np.triu_indices(K, 1)
+        return np.column_stack([a, b])
+    parts = [
+        np.column_stack([np.full(len(rest), i), rest + i + 1])
+        for i in range(K - k + 1)
+        for rest in (_all_combinations(K - i - 1, k - 1),)
+    ]
+    return np.concatenate(parts) if parts else np.zeros((0, k), dtype=int)
+
+
+class MixBounds:
+    """Separability / replacement bounds of mixes over the current curves (module docstring)."""
+
+    def __init__(self, curves: Curves) -> None:
+        N = curves.N
+        self.curves = curves
+        self.N = N
+        self.tidx = curves.tidx
+        self.term: dict[str, np.ndarray] = {}
+        self.pnb: dict[str, float] = {}
+        for t in curves.types:
+            pnb = curves.per_node_best(t)
+            self.pnb[t] = pnb
+            up = curves.upper(t)
+            lin = np.arange(N + 1) * pnb
+            self.term[t] = np.where(up > 0, up, lin)
+        # replacement bound: hardware dominance needs the whole curves
+        self.replacement = curves.full
+        types = curves.types
+        if types and self.replacement:
+            F = np.array([np.nan_to_num(curves.thr[t][1:]) for t in types])
+            self.dom = (F[:, None, :] >= F[None, :, :]).all(axis=2)
+            self.curve_sum = F.sum(axis=1)
+        else:
+            self.dom = np.zeros((len(types), len(types)), dtype=bool)
+            self.curve_sum = np.zeros(len(types))
+        self.pmax: dict[str, np.ndarray] = {}
+        self.rmin: dict[str, np.ndarray] = {}
+        for t, term in self.term.items():
+            pm = np.zeros(N + 1)
+            rm = np.full(N + 1, np.inf)
+            with np.errstate(divide="ignore"):
+                ratio = np.where(term > 0, np.arange(N + 1) / np.where(term > 0, term, 1.0), np.inf)
+            if N >= 2:
+                pm[2:] = np.maximum.accumulate(term[2:])
+                rm[2:] = np.minimum.accumulate(ratio[2:])
+            self.pmax[t], self.rmin[t] = pm, rm
+
+    def reps(self, subset: Sequence[Candidate]) -> list[int]:
+        """For each member, the member whose hardware dominates it with the largest curve (itself
+        if none): the replacement bound merges every member into its representative."""
+        idx = [self.tidx[c.instance_type] for c in subset]
+        out = []
+        for i in range(len(subset)):
+            best = i
+            for j in range(len(subset)):
+                if self.dom[idx[j], idx[i]] and (self.curve_sum[idx[j]], -j) > (
+                    self.curve_sum[idx[best]],
+                    -best,
+                ):
+                    best = j
+            out.append(best)
+        return out
+
+    def ub(self, subset: Sequence[Candidate], ns: Sequence[Any], level: int) -> Any:
+        """Upper bound on the mix throughput for count vectors ``ns`` (arrays or ints)."""
+        sep = sum(self.term[c.instance_type][n] for c, n in zip(subset, ns, strict=True))
+        if level < 2 or not self.replacement:
+            return sep
+        merged: dict[int, Any] = {}
+        for i, r in enumerate(self.reps(subset)):
+            merged[r] = merged.get(r, 0) + ns[i]
+        if len(merged) == len(subset):
+            return sep
+        rep = sum(self.term[subset[r].instance_type][cnt] for r, cnt in merged.items())
+        return np.minimum(sep, rep)
+
+    def member_tables(
+        self,
+        usable: Sequence[Candidate],
+        k: int,
+        maxc: Mapping[Candidate, int],
+        lam: Mapping[Candidate, float],
+    ) -> dict[str, np.ndarray]:
+        """Per-offer terms of the subset bound for subsets of ``k`` (built once per region and k)."""
+        N = self.N
+        K = len(usable)
+        ub1, rho1 = np.zeros(K), np.zeros(K)
+        pm1 = np.zeros((K, N + 1))  # prefix max of term over 1..m
+        m1 = np.zeros(K, dtype=int)
+        for i, c in enumerate(usable):
+            m = min(maxc[c], N - (k - 1))
+            term = self.term[c.instance_type][1 : m + 1]
+            ub1[i] = term.max()
+            with np.errstate(divide="ignore"):
+                rho1[i] = float(np.min(c.price_per_hour * np.arange(1, m + 1) / term))
+            pm1[i, 1 : m + 1] = np.maximum.accumulate(term)
+            pm1[i, m + 1 :] = pm1[i, m]
+            m1[i] = m
+        out = {
+            "price": np.array([c.price_per_hour for c in usable]),
+            "lam": np.array([lam[c] for c in usable]),
+            "ub1": ub1,
+            "rho1": rho1,
+            "pm1": pm1,
+            "m1": m1,
+        }
+        if self.replacement:
+            out["ti"] = np.array([self.tidx[c.instance_type] for c in usable])
+            out["pmax"] = np.array([self.pmax[c.instance_type] for c in usable])
+            out["rmin"] = np.array([self.rmin[c.instance_type] for c in usable])
+        return out
+
+    def subset_survivors(
+        self,
+        spec: Spec,
+        theta: float,
+        tables: Mapping[str, np.ndarray],
+        combos: np.ndarray,
+        level: int,
+        request: Any,
+    ) -> tuple[np.ndarray, int]:
+        """The rows of ``combos`` (k-subsets of the offers of ``tables``) that survive the
+        subset-level bounds (vectorised over the subsets), and how many were pruned."""
+        k = combos.shape[1]
+        if level < 1 or len(combos) == 0:
+            return combos, 0
+        N = self.N
+        price, lam_a, ub1, rho1, pm1, m1 = (tables[x] for x in ("price", "lam", "ub1", "rho1", "pm1", "m1"))
+        min_rate = price[combos].sum(axis=1)
+        cap = spec.cap * (1 + REL) if spec.cap is not None else None
+        sep_terms = np.zeros((len(combos), k))  # separability term of each member (cap-aware)
+        for col in range(k):
+            me = combos[:, col]
+            if cap is not None:
+                # with a $/h cap a member can afford at most (cap - the others' one node) / price nodes
+                afford = np.floor((cap - (min_rate - price[me])) / price[me] + 1e-9)
+                afford = np.clip(np.minimum(afford, m1[me]), 0, N).astype(int)
+                sep_terms[:, col] = pm1[me, afford]
+            else:
+                sep_terms[:, col] = ub1[me]
+        ub = sep_terms.sum(axis=1)
+        rho = rho1[combos].min(axis=1)
+        if level >= 2 and self.replacement:
+            # replacement bound: members whose hardware another member dominates are merged into it
+            ti, pmax, rmin = tables["ti"], tables["pmax"], tables["rmin"]
+            merges: list[tuple[int, tuple[int, ...]]] = [
+                (x, (y,)) for x in range(k) for y in range(k) if x != y
+            ]
+            if k == 3:
+                merges += [(x, tuple(y for y in range(k) if y != x)) for x in range(k)]
+            for x, ys in merges:
+                X = combos[:, x]
+                d = np.ones(len(combos), dtype=bool)
+                for y in ys:
+                    d &= self.dom[ti[X], ti[combos[:, y]]]
+                if not d.any():
+                    continue
+                merged = (x, *ys)
+                others = [z for z in range(k) if z not in merged]
+                smax = np.minimum(N - len(others), sum(m1[combos[:, z]] for z in merged))
+                pmin = np.min(price[combos[:, list(merged)]], axis=1)
+                if cap is not None:
+                    other_price = price[combos[:, others]].sum(axis=1) if others else 0.0
+                    smax = np.minimum(smax, np.floor((cap - other_price) / pmin + 1e-9))
+                smax = np.clip(smax, 0, N).astype(int)
+                bound = pmax[X, smax] + (sep_terms[:, others].sum(axis=1) if others else 0.0)
+                r = pmin * rmin[X, smax]
+                if others:
+                    r = np.minimum(r, rho1[combos[:, others]].min(axis=1))
+                ub = np.where(d, np.minimum(ub, bound), ub)
+                rho = np.where(d, np.maximum(rho, r), rho)
+        haz = lam_a[combos].sum(axis=1)
+        _, t_lb, _, good_ub = metrics(ub, min_rate, haz, request)
+        cost_lb = rho * request.total_samples / 3600.0 + min_rate * request.startup_overhead_h
+        keep = np.isfinite(t_lb)
+        if spec.cap is not None:
+            keep &= min_rate <= spec.cap * (1 + REL)
+        if spec.deadline is not None:
+            keep &= t_lb <= spec.deadline * (1 + REL)
+        if spec.budget is not None:
+            keep &= cost_lb <= spec.budget * (1 + REL)
+        if math.isfinite(theta):
+            lb = {"cost": cost_lb, "time": t_lb, "throughput": -good_ub}.get(spec.objective, min_rate)
+            keep &= lb < lim(theta, spec.tie_tol)
+        return combos[keep], int((~keep).sum())
+
+    def member_limits(
+        self, spec: Spec, subset: Sequence[Candidate], maxc: Mapping[Candidate, int], bound_pruning: bool
+    ) -> list[int]:
+        """Largest count of each member: availability, quota, ``N - (k - 1)`` and the $/h cap
+        (with one node of every other member)."""
+        k = len(subset)
+        ms = [min(maxc[c], self.N - (k - 1)) for c in subset]
+        if spec.cap is not None and bound_pruning:
+            total_p = sum(c.price_per_hour for c in subset)
+            ms = [
+                min(
+                    m,
+                    int(
+                        math.floor(
+                            (spec.cap * (1 + REL) - (total_p - c.price_per_hour)) / c.price_per_hour + 1e-9
+                        )
+                    ),
+                )
+                for m, c in zip(ms, subset, strict=True)
+            ]
+        return ms
+
+    def count_vectors(
+        self, spec: Spec, subset: Sequence[Candidate], ms: Sequence[int]
+    ) -> Iterator[list[np.ndarray]]:
+        """Count vectors of ``subset`` with ``1 <= n_i <= ms[i]``, ``sum n_i <= N`` and the joint
+        quotas of members sharing a (market, quota class), one slice at a time (the first member's
+        count fixed when ``k >= 3``)."""
+        N = self.N
+        k = len(subset)
+        shared: dict[tuple[str, str], list[int]] = defaultdict(list)
+        for i, c in enumerate(subset):
+            shared[qkey(c)].append(i)
+        joint = [
+            (members, spec.quotas[q])
+            for q, members in shared.items()
+            if len(members) > 1 and q in spec.quotas
+        ]
+        heads: list[Any] = [None] if k < 3 else list(range(1, ms[0] + 1))
+        for head in heads:
+            if head is None:
+                grids = np.meshgrid(*[np.arange(1, m + 1) for m in ms], indexing="ij")
+                ns = [g.ravel() for g in grids]
+            else:
+                grids = np.meshgrid(*[np.arange(1, m + 1) for m in ms[1:]], indexing="ij")
+                rest = [g.ravel() for g in grids]
+                ns = [np.full(len(rest[0]), head), *rest]
+            mask = sum(ns) <= N
+            for members, q in joint:
+                used = sum(ns[i] * subset[i].vcpus for i in members)
+                mask &= used <= q + 1e-9
+            if mask.any():
+                yield [x[mask] for x in ns]
+
+    def vector_bounds(
+        self,
+        spec: Spec,
+        subset: Sequence[Candidate],
+        ns: Sequence[np.ndarray],
+        lam: Mapping[Candidate, float],
+        level: int,
+        request: Any,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(lower bound on the objective value, possibly feasible)`` of each count vector."""
+        ub = self.ub(subset, ns, level)
+        rate = sum(subset[i].price_per_hour * ns[i] for i in range(len(subset)))
+        haz = sum(lam[subset[i]] * ns[i] for i in range(len(subset)))
+        _, t, cost, good = metrics(ub, rate, haz, request)
+        lb = value_of(spec.objective, t, cost, good, rate)
+        return np.asarray(lb, dtype=float), spec.feasible_mask(t, cost, rate)

@@ -1,0 +1,348 @@
+"""Order and dominance: ranking the evaluated columns, the Pareto frontier of the evaluated
+points, and the plans built from the ranked columns.
+
+Ranking: plan #1 is the exact optimum.  Plans #2.. are the best column of each other set of
+(instance type, market) groups, over all regions: exact for single-type sets (the search
+proves that no unevaluated count can enter the top ``k``), and for a mixed set the best among
+its count vectors whose bound could beat plan #1 (the ones the search had to evaluate) -- a
+mixed alternative may have an unevaluated, slightly better count vector.  With
+``tie_tolerance > 0`` plans within that relative distance of the optimum count as tied and the
+secondary objective decides (time for ``"cost"``, cost for ``"time"`` and ``"throughput"``).
+Ties in value go to fewer nodes, then region and label.
+
+Points: every evaluated configuration is a point on the cost/time chart.  The search keeps
+them in compact arrays; :class:`PointStore` thins them when they grow past its cap (always
+keeping the (cost, time) Pareto frontier, then one point per cell of a log-cost x log-time
+grid), so a 512-node request returns a chart of a few thousand points, not millions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from planner import spot as spotmodel
+from planner.candidates import Candidate
+from planner.solver.evaluate import Col, Memo, Spec, evaluate_config, jitter_sd_h
+from planner.solver.explain import binding, fh, fp, pct, why_text
+from planner.solver.request import Config, Estimate, NodeGroup, PerfOracle, Plan, PlanRequest, Point
+
+
+def pareto_frontier(points: Sequence[Point]) -> tuple[Point, ...]:
+    """Points not beaten on both total cost and time, by increasing cost (ties keep the first)."""
+    if not points:
+        return ()
+    cost = np.fromiter((p.total_usd for p in points), dtype=float, count=len(points))
+    hours = np.fromiter((p.time_h for p in points), dtype=float, count=len(points))
+    return tuple(points[i] for i in _frontier(cost, hours).tolist())
+
+
+def _frontier(cost: np.ndarray, hours: np.ndarray) -> np.ndarray:
+    """Indices of the (cost, time) Pareto frontier, by increasing cost (ties keep the first)."""
+    order = np.lexsort((hours, cost))
+    order = order[np.isfinite(cost[order]) & np.isfinite(hours[order])]
+    t = hours[order]
+    prev_min = np.concatenate(([np.inf], np.minimum.accumulate(t)[:-1]))
+    return order[t < prev_min]
+
+
+class PointStore:
+    """Evaluated points as columns of numpy arrays, thinned past ``cap`` (module docstring).
+
+    A homogeneous point refers to its candidate by index (its label is built only for the points
+    that are returned); a mixed point carries its :class:`Point`."""
+
+    FIELDS = ("cand", "n", "g", "rate", "cost", "time", "thr", "feasible")
+    BYTES_PER_POINT = 8 * len(FIELDS)
+
+    def __init__(self, cands: Sequence[Candidate], cap: int = 4000, grid_cells: int = 48) -> None:
+        self.cands = cands
+        self.cap = int(cap)
+        self.cells = int(grid_cells)
+        self.parts: dict[str, list[np.ndarray]] = {f: [] for f in self.FIELDS}
+        self.mixed: list[Point] = []
+        self.size = 0
+        self.seen = 0
+
+    def add_homogeneous(
+        self,
+        cand_idx: np.ndarray,
+        n: np.ndarray,
+        g: np.ndarray,
+        rate: np.ndarray,
+        cost: np.ndarray,
+        time_h: np.ndarray,
+        thr: np.ndarray,
+        feasible: np.ndarray,
+    ) -> None:
+        if not len(n):
+            return
+        for f, a in zip(self.FIELDS, (cand_idx, n, g, rate, cost, time_h, thr, feasible), strict=True):
+            self.parts[f].append(np.asarray(a, dtype=float))
+        self.size += len(n)
+        self.seen += len(n)
+        if self.size > 2 * self.cap:
+            self._thin()
+
+    def add_mixed(self, p: Point) -> None:
+        self.mixed.append(p)
+        self.seen += 1
+        if len(self.mixed) > 2 * self.cap:
+            self._thin_mixed()
+
+    def _columns(self) -> dict[str, np.ndarray]:
+        cols = {f: (np.concatenate(v) if v else np.zeros(0)) for f, v in self.parts.items()}
+        self.parts = {f: [a] for f, a in cols.items()}
+        return cols
+
+    def _keep(self, cost: np.ndarray, hours: np.ndarray, cap: int) -> np.ndarray:
+        """Frontier + one point per log-grid cell, at most ~``cap`` (indices, ascending)."""
+        front = _frontier(cost, hours)
+        ok = np.isfinite(cost) & np.isfinite(hours) & (cost > 0) & (hours > 0)
+        lc = np.log(np.where(ok, cost, 1.0))
+        lt = np.log(np.where(ok, hours, 1.0))
+        cells = max(2, int(math.sqrt(cap)))
+        if ok.any():
+            ci = np.floor((lc - lc[ok].min()) / max(np.ptp(lc[ok]), 1e-12) * (cells - 1)).astype(np.int64)
+            ti = np.floor((lt - lt[ok].min()) / max(np.ptp(lt[ok]), 1e-12) * (cells - 1)).astype(np.int64)
+            cell = np.where(ok, ci * cells + ti, -1)
+            _, first = np.unique(cell, return_index=True)
+            sample = first[cell[first] >= 0]
+        else:
+            sample = np.zeros(0, dtype=np.int64)
+        return np.union1d(front, sample)
+
+    def _thin(self) -> None:
+        cols = self._columns()
+        keep = self._keep(cols["cost"], cols["time"], self.cap)
+        self.parts = {f: [a[keep]] for f, a in cols.items()}
+        self.size = len(keep)
+
+    def _thin_mixed(self) -> None:
+        cost = np.array([p.total_usd for p in self.mixed])
+        hours = np.array([p.time_h for p in self.mixed])
+        keep = self._keep(cost, hours, self.cap)
+        self.mixed = [self.mixed[i] for i in keep.tolist()]
+
+    def nbytes(self) -> int:
+        return self.size * self.BYTES_PER_POINT + len(self.mixed) * 200
+
+    def points(self) -> list[Point]:
+        """The kept points (homogeneous first, in evaluation order, then mixes)."""
+        if self.size > self.cap:
+            self._thin()
+        if len(self.mixed) > self.cap:
+            self._thin_mixed()
+        cols = self._columns()
+        out: list[Point] = []
+        for i, n, g, r, co, t, th, f in zip(
+            cols["cand"].astype(int).tolist(),
+            cols["n"].astype(int).tolist(),
+            cols["g"].astype(int).tolist(),
+            cols["rate"].tolist(),
+            cols["cost"].tolist(),
+            cols["time"].tolist(),
+            cols["thr"].tolist(),
+            cols["feasible"].astype(bool).tolist(),
+            strict=True,
+        ):
+            c = self.cands[i]
+            label = f"{n}x {c.instance_type}" + (" (spot)" if c.is_spot else "")
+            out.append(Point(c.region, label, n, 1, g, r, co, t, th, f))
+        out.extend(self.mixed)
+        return out
+
+
+def rank_columns(
+    cols: Sequence[Col], spec: Spec, request: PlanRequest
+) -> tuple[list[Col], list[Col], str | None]:
+    """``(ranked, all columns in order, why of a tie-tolerance choice)``: the best column of
+    each distinct type set, first ``top_k`` (module docstring)."""
+    ranked_all = sorted(cols, key=lambda c: (c.value, c.nodes, c.region, c.label()))
+    tie_why: str | None = None
+    if spec.tie_tol > 0 and len(ranked_all) > 1:
+        strict = ranked_all[0]
+        limit = strict.value + abs(strict.value) * spec.tie_tol
+        secondary: dict[str, Callable[[Col], tuple[float, float]]] = {
+            "cost": lambda c: (c.time, c.cost),
+            "time": lambda c: (c.cost, c.time),
+            "throughput": lambda c: (c.cost, -c.good),
+        }
+        choice = min((c for c in ranked_all if c.value <= limit), key=secondary[spec.objective])
+        if choice is not strict:
+            ranked_all.remove(choice)
+            ranked_all.insert(0, choice)
+            tie_why = tie_text(spec, request, strict, choice)
+    seen: set[tuple[tuple[str, str], ...]] = set()
+    ranked: list[Col] = []
+    for col in ranked_all:
+        if col.key in seen:
+            continue
+        seen.add(col.key)
+        ranked.append(col)
+        if len(ranked) >= request.top_k:
+            break
+    return ranked, ranked_all, tie_why
+
+
+def tie_text(spec: Spec, request: PlanRequest, strict: Col, choice: Col) -> str:
+    tol = f"{100 * spec.tie_tol:g}%"
+    if spec.objective == "cost":
+        return (
+            f"within {tol} of the cheapest plan meeting the {request.deadline_hours:g} h deadline "
+            f"({strict.label()} in {strict.region}, {fp(pct(choice.cost, strict.cost))} dearer) "
+            f"and {fh(strict.time - choice.time)} h faster"
+        )
+    elif spec.objective == "time":
+        return (
+            f"within {tol} of the fastest plan within the ${request.budget_usd:,.0f} budget "
+            f"({strict.label()} in {strict.region}, {fp(pct(choice.time, strict.time))} slower) "
+            f"and {fp(pct(choice.cost, strict.cost))} cheaper"
+        )
+    else:
+        return (
+            f"within {tol} of the highest throughput within ${request.max_hourly_usd:,.2f}/h "
+            f"({strict.label()} in {strict.region}, {fp(pct(choice.good, strict.good))} less) "
+            f"and {fp(pct(choice.cost, strict.cost))} cheaper"
+        )
+
+
+def split_batch(
+    groups: Sequence[tuple[Candidate, int]], g: int, weights: Sequence[float]
+) -> list[tuple[int, ...]]:
+    """Per-node batches summing exactly to ``g``: shares proportional to the per-node ``weights``
+    of each group, rounded by largest remainder."""
+    total_w = sum(w * n for w, (_, n) in zip(weights, groups, strict=True)) or 1.0
+    exact = [g * w / total_w for w in weights]
+    nodes = [(i, k) for i, (_, n) in enumerate(groups) for k in range(n)]
+    base = {nd: int(math.floor(exact[nd[0]] + 1e-9)) for nd in nodes}
+    rem = g - sum(base.values())
+    order = sorted(nodes, key=lambda nd: (-(exact[nd[0]] - base[nd]), nd))
+    for nd in order[: max(0, rem)]:
+        base[nd] += 1
+    return [tuple(base[(i, k)] for k in range(n)) for i, (_, n) in enumerate(groups)]
+
+
+def batch_weights(
+    groups: Sequence[tuple[Candidate, int]],
+    est: Estimate,
+    est_types: Sequence[str],
+    single_node: Callable[[Candidate], float],
+) -> list[float]:
+    """Per-node batch weights of each group: the oracle's ``per_node_batch`` (whose entries follow
+    ``est_types``, the instance types of the config the oracle was called with) when given, else
+    each type's single-node throughput."""
+    if est.per_node_batch is not None and len(est.per_node_batch) == len(est_types):
+        by_type = {t: float(b) for t, b in zip(est_types, est.per_node_batch, strict=True)}
+        if all(by_type.get(c.instance_type, 0) > 0 for c, _ in groups):
+            return [by_type[c.instance_type] for c, _ in groups]
+    return [max(single_node(c), 1e-12) for c, _ in groups]
+
+
+def make_plan(
+    rank: int,
+    col: Col,
+    ranked: Sequence[Col],
+    spec: Spec,
+    request: PlanRequest,
+    memo: Memo,
+    per_node: Callable[[Candidate], float],
+    why: str | None = None,
+) -> Plan:
+    """Plan ``rank`` (0-based) of the ranked columns; ``per_node(c)`` weighs the batch split when
+    the oracle gives no per-node batches."""
+    est = memo.get(memo.hw_key(col.groups), col.g)
+    assert est is not None
+    if why is None:
+        why = why_text(rank, col, ranked, spec, request, binding(col, spec, request))
+    est_types = [t for t, _ in memo.hw_key(col.groups)]
+    weights = batch_weights(col.groups, est, est_types, per_node)
+    return build_plan(rank, col, est, request, why, weights)
+
+
+def build_plan(
+    rank: int, col: Col, est: Estimate, req: PlanRequest, why: str, weights: Sequence[float]
+) -> Plan:
+    params = req.spot_params
+    jitter = jitter_sd_h(req, est, col.g)
+    deadline_left = None if req.deadline_hours is None else req.deadline_hours - req.startup_overhead_h
+    comp = spotmodel.completion(col.base, col.hazard, params, deadline_left, jitter)
+    batches = split_batch(col.groups, col.g, weights)
+    groups = tuple(
+        NodeGroup(
+            instance_type=c.instance_type,
+            market=c.market,
+            zone=c.zone,
+            count=n,
+            gpus_per_node=c.gpus_per_node,
+            gpu_model=c.gpu_model,
+            price_per_hour=c.price_per_hour,
+            batch_per_node=b,
+            interruption_bucket=c.interruption_bucket,
+        )
+        for (c, n), b in zip(col.groups, batches, strict=True)
+    )
+    if col.hazard > 0:
+        why += f"; spot: {comp.expected_interruptions:.2g} expected interruptions" + (
+            f", {100 * comp.miss_probability:.1f}% risk of missing the deadline"
+            if comp.miss_probability is not None
+            else ""
+        )
+    return Plan(
+        rank=rank + 1,
+        region=col.region,
+        groups=groups,
+        global_batch=col.g,
+        nodes=col.nodes,
+        gpus=sum(c.gpus_per_node * n for c, n in col.groups),
+        hourly_usd=col.rate,
+        total_usd=col.cost,
+        time_h=col.time,
+        time_p90_h=req.startup_overhead_h + comp.p90_h,
+        base_time_h=col.base,
+        throughput_sps=col.thr,
+        effective_throughput_sps=col.good,
+        iter_time_s=est.iter_time_s,
+        iter_time_p90_s=est.iter_time_p90_s,
+        bottleneck=est.bottleneck,
+        deadline_miss_risk=comp.miss_probability,
+        expected_interruptions=comp.expected_interruptions,
+        why=why.lstrip("; "),
+    )
+
+
+def plan_for_config(
+    config: Config, request: PlanRequest, perf: PerfOracle, *, global_batch: int | None = None, why: str = ""
+) -> Plan | None:
+    """A :class:`Plan` for a user-given configuration (what-if analysis, baselines); ``None`` when
+    the oracle cannot run it.  Constraints are not enforced: see :func:`evaluate_config` for
+    ``feasible`` / ``violated``."""
+    m = evaluate_config(config, request, perf, global_batch)
+    if m is None:
+        return None
+    col = Col(
+        m.region,
+        m.config,
+        m.estimate.throughput_sps,
+        m.global_batch,
+        m.hourly_usd,
+        m.hazard_per_h,
+        m.base_time_h,
+        m.time_h,
+        m.total_usd,
+        m.goodput_sps,
+        m.nodes,
+        m.objective_value(request.objective),
+        m.feasible,
+    )
+
+    def single(c: Candidate) -> float:
+        e = perf(((c, 1),), m.global_batch)
+        return e.throughput_sps if e is not None else 1.0
+
+    weights = batch_weights(m.config, m.estimate, [c.instance_type for c, _ in m.config], single)
+    if not why and not m.feasible:
+        why = "violates: " + ", ".join(m.violated)
+    return build_plan(0, col, m.estimate, request, why, weights)

@@ -1,0 +1,803 @@
+"""The search: the exact optimum over every configuration of at most ``max_types`` candidates of
+one region with at most ``max_nodes`` nodes and a grid global batch.
+
+Problem
+-------
+Choose ONE region ``r`` and a configuration ``x = ((c_1, n_1), ..., (c_k, n_k))`` of
+``k <= max_types`` distinct candidates of region ``r`` (a candidate is an instance type in one
+market, so a spot + on-demand blend of one type counts as two groups) with ``n_i >= 1`` nodes
+each, ``sum n_i <= max_nodes``, plus a global batch ``G`` (:func:`~planner.solver.request.batch_grid`).
+Time, cost, rate and goodput are those of :mod:`planner.solver.evaluate`.
+
+Objectives:  ``"cost"``: min cost s.t. time <= deadline;  ``"time"``: min time s.t. cost <= budget;
+``"throughput"``: max goodput s.t. rate <= max_hourly_usd.  Every constraint given in the request
+applies whatever the objective (deadline, budget, $/h cap, deadline-miss risk), as do the vCPU
+quotas per (market, quota class) -- ``sum over groups in that class/market of n_i * vcpus_i <= Q``
+-- and per-candidate availability caps (``Candidate.max_count``).
+
+Method: exact enumeration with proven bounds
+--------------------------------------------
+1. **Curves and dominance** (:mod:`planner.solver.candidates`): per instance type an upper
+   bound on its homogeneous throughput at every count and batch, from the oracle's compute
+   bound (no comm-model call); small problems evaluate the curves fully and drop candidates
+   another candidate beats on every count, price, quota use, risk, availability and link
+   (:func:`planner.candidates.find_dominated`).
+2. **Single-type columns**: for every offer and count the bound gives a lower bound on the
+   objective (and on time and cost for the constraints); (type, count) points are evaluated in
+   increasing bound order while the bound can still enter the top ``k`` type sets or tie the
+   optimum within ``tie_tolerance``.  Beyond a type's scaling knee the compute bound keeps
+   rising in cost (more GPUs at a smaller per-GPU batch) so those counts are never evaluated;
+   a $/h cap or budget bounds the count directly.
+3. **Mixed columns, best-first branch and bound**: subsets of 2..``max_types`` offers and their
+   count vectors are streamed through the separability / replacement bounds; survivors wait in
+   a queue of sorted numpy slices and are evaluated in increasing bound order until the bound
+   reaches the incumbent.  Every evaluated mix is checked against its bound: a violation (an
+   oracle breaking the bound assumptions) drops to the weaker bound (replacement + separability,
+   then separability, then none) and redoes the mixed search, so the optimum stays exact.
+4. **Memory**: the state is counted as the search goes (:class:`MemoryBudget`, default
+   ``max_memory_mb`` = 1000): curves and bound matrices up front, each subset block and
+   count-vector slice before it is built, the queue as it grows (it is drained best-first, which
+   only lowers the incumbent, whenever it would pass half the room), the memo of evaluated
+   mixes (dropped past a quarter), the chart's points (thinned, :class:`~planner.solver.rank.PointStore`).
+   A request whose fixed state cannot fit gets a :class:`RequestError` naming ``max_nodes`` or
+   ``max_types`` and the limit before anything large is allocated.
+
+Why no MILP
+-----------
+Until this package the search ended in PuLP/CBC: one binary per evaluated column (the best
+count vector of each type set), ``sum y = 1`` and the constraints as column sums.  With exactly
+one column chosen that model is a ``min()`` over columns that were already evaluated, filtered
+and sorted; CBC decided nothing.  The alternative that would let a MILP decide -- integer
+counts per type and a per-type batch split under quotas, budget and deadline -- needs the
+iteration time as a function of the counts, and that is not linear nor separable: the DDP
+iteration is the slowest worker's backward plus exposed all-reduce of the *whole* cluster
+(ring latency grows with the total node count, the link is the slowest NIC of the mix), and
+the batch split balances per-type step times.  Linearising it per candidate would be a bound,
+not the oracle, so every MILP answer would still need the oracle and the same branch and bound
+to be exact.  Exact enumeration with the bounds above is exact on the enumerated space and
+needs no solver; PuLP is not imported on the plan path.  ``CROSS_CHECK_MILP`` keeps the old
+model as a cross-check for the bench.
+
+MEASUREMENTS
+
+:func:`exhaustive_search` is the brute-force reference used by the tests and the bench.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import time as _time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from planner import spot as spotmodel
+from planner.candidates import Candidate, find_dominated
+from planner.solver.candidates import Curves, MixBounds, combinations
+from planner.solver.evaluate import (
+    Col,
+    ConfigMetrics,
+    Memo,
+    Progress,
+    Spec,
+    evaluate_config,
+    hazard_of,
+    jitter_sd_h,
+    lim,
+    metrics,
+    value_of,
+)
+from planner.solver.explain import explain_infeasible
+from planner.solver.rank import PointStore, make_plan, pareto_frontier, rank_columns
+from planner.solver.request import (
+    DEFAULT_MAX_MEMORY_MB,
+    REL,
+    PerfOracle,
+    PlanRequest,
+    PlanResult,
+    Point,
+    ProgressCallback,
+    RequestError,
+    SolveStats,
+    batch_grid,
+    max_count,
+    quota_table,
+)
+
+#: Run the one-hot CBC model over the ranked columns after the search and record its status
+#: (``bench/solver.py --milp`` measures what that costs; it never changes the answer).
+CROSS_CHECK_MILP = False
+MB = 1 << 20
+
+
+class MemoryBudget:
+    """Bytes of search state one solve may hold, counted as it goes (module docstring)."""
+
+    def __init__(self, limit_mb: float, request: PlanRequest) -> None:
+        if not limit_mb > 0:
+            raise RequestError("max_memory_mb", f"must be > 0, got {limit_mb}")
+        self.limit = float(limit_mb) * MB
+        self.request = request
+        self.fixed = 0  # curves, bound matrices, point store
+        self.peak = 0
+
+    def charge(self, nbytes: float, field_name: str, what: str) -> None:
+        """Hold ``nbytes`` more for the rest of the solve, or raise :class:`RequestError`."""
+        self.check(nbytes, field_name, what)
+        self.fixed += int(nbytes)
+        self.peak = max(self.peak, self.fixed)
+
+    def check(self, extra: float, field_name: str, what: str) -> None:
+        need = self.fixed + extra
+        self.peak = max(self.peak, int(need))
+        if need > self.limit:
+            value = getattr(self.request, field_name, None)
+            raise RequestError(
+                field_name,
+                f"{what} needs about {need / MB:,.0f} MB of search state, over the "
+                f"{self.limit / MB:,.0f} MB limit per plan; lower {field_name} (now {value})"
+                + (" or restrict regions/instance types" if field_name == "max_types" else ""),
+            )
+
+    def room(self) -> float:
+        return self.limit - self.fixed
+
+
+class TopK:
+    """Best objective value per distinct type set; ``threshold`` = k-th best (inf until k keys)."""
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self.best: dict[tuple[tuple[str, str], ...], float] = {}
+        self.threshold = math.inf
+        self.first = math.inf
+
+    def offer(self, key: tuple[tuple[str, str], ...], value: float) -> None:
+        old = self.best.get(key)
+        if old is None or value < old:
+            self.best[key] = value
+            self.first = min(self.first, value)
+            if len(self.best) >= self.k:
+                self.threshold = heapq.nsmallest(self.k, self.best.values())[-1]
+
+
+@dataclass
+class Outcome:
+    cols: list[Col]
+    homogeneous: int
+    subsets: int
+    subsets_pruned: int
+    vectors_bounded: int
+    mixed_evaluated: int
+    violations: int
+    points: PointStore | None
+    curve_points: int = 0
+
+
+@dataclass
+class _Chunk:
+    lb: np.ndarray
+    counts: np.ndarray
+    region: str
+    subset: tuple[Candidate, ...]
+    pos: int = 0
+
+
+@dataclass
+class MixQueue:
+    """Count vectors waiting for evaluation, in increasing bound order across all subsets, held
+    as sorted numpy slices (one heap entry per slice, not per vector)."""
+
+    heap: list[tuple[float, int, int]] = field(default_factory=list)
+    chunks: dict[int, _Chunk] = field(default_factory=dict)
+    seq: int = 0
+    entries: int = 0
+    nbytes: int = 0
+
+    CHUNK_OVERHEAD = 600
+
+    def push(self, lb: np.ndarray, counts: np.ndarray, region: str, subset: tuple[Candidate, ...]) -> None:
+        order = np.argsort(lb, kind="stable")
+        ch = _Chunk(lb[order], counts[order].astype(np.int32), region, subset)
+        self.seq += 1
+        self.chunks[self.seq] = ch
+        heapq.heappush(self.heap, (float(ch.lb[0]), self.seq, self.seq))
+        self.entries += len(lb)
+        self.nbytes += ch.lb.nbytes + ch.counts.nbytes + self.CHUNK_OVERHEAD
+
+    def peek(self) -> float:
+        return self.heap[0][0] if self.heap else math.inf
+
+    def pop(self) -> tuple[float, str, tuple[Candidate, ...], tuple[int, ...]]:
+        _, _, cid = heapq.heappop(self.heap)
+        ch = self.chunks[cid]
+        i = ch.pos
+        lb, counts = float(ch.lb[i]), tuple(int(x) for x in ch.counts[i])
+        ch.pos += 1
+        self.entries -= 1
+        if ch.pos < len(ch.lb):
+            heapq.heappush(self.heap, (float(ch.lb[ch.pos]), cid, cid))
+        else:
+            self.nbytes -= ch.lb.nbytes + ch.counts.nbytes + self.CHUNK_OVERHEAD
+            del self.chunks[cid]
+        return lb, ch.region, ch.subset, counts
+
+    def clear(self) -> None:
+        self.heap.clear()
+        self.chunks.clear()
+        self.entries = 0
+        self.nbytes = 0
+
+
+class Engine:
+    """One request's search state: the memoised oracle, the curves and the kept candidates;
+    :meth:`run` searches under a :class:`Spec` (the request's, or a relaxed one when explaining
+    an infeasibility)."""
+
+    def __init__(
+        self,
+        request: PlanRequest,
+        candidates: Sequence[Candidate],
+        perf: PerfOracle,
+        progress: Progress | None = None,
+        max_memory_mb: float = DEFAULT_MAX_MEMORY_MB,
+    ) -> None:
+        self.request = request
+        self.grid = batch_grid(request)
+        self.progress = progress or Progress(None)
+        self.memo = Memo(perf)
+        self.N = int(request.max_nodes)
+        self.budget = MemoryBudget(max_memory_mb, request)
+        cands = [c for c in candidates if request.regions is None or c.region in request.regions]
+        self.candidates_in = len(cands)
+        reps: dict[str, Candidate] = {}
+        for c in cands:
+            reps.setdefault(c.instance_type, c)
+        self.budget.charge(
+            len(reps) * (self.N + 1) * (2 * len(self.grid) + 3) * 8,
+            "max_nodes",
+            f"throughput curves of {len(reps)} instance types x {self.N} nodes x {len(self.grid)} batches",
+        )
+        self.curves = Curves(reps, self.N, self.grid, self.memo, perf, self.progress)
+        supported = [c for c in cands if self.curves.runnable(c.instance_type)]
+        self.supported = supported
+        types = sorted({c.instance_type for c in supported})
+        if self.curves.full:
+            table = {t: self.curves.flat(t) for t in types}
+        else:
+            # curves are not all known: only offers of the same instance type can dominate
+            table = {t: [float(i), -float(i)] for i, t in enumerate(types)}
+        dropped = find_dominated(supported, table, max_nodes=self.N, mixes=request.max_types > 1)
+        self.kept = [c for c in supported if c not in dropped]
+        self.dominated = len(dropped)
+        self.by_region: dict[str, list[Candidate]] = defaultdict(list)
+        for c in self.kept:
+            self.by_region[c.region].append(c)
+        self.by_type: dict[str, list[int]] = defaultdict(list)
+        for i, c in enumerate(self.kept):
+            self.by_type[c.instance_type].append(i)
+        self.budget.charge(
+            len(self.kept) * self.N * 17 + len(self.kept) * 200,
+            "max_nodes",
+            f"bounds of {len(self.kept)} offers x {self.N} nodes",
+        )
+        self.bound_level = 2
+
+    # -- helpers
+    def per_node(self, c: Candidate) -> float:
+        """Single-type throughput per node (batch-split weights when the oracle gives none)."""
+        thr = self.curves.thr.get(c.instance_type)
+        if thr is None:
+            return 1.0
+        n = np.arange(len(thr))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            per = np.where(np.isnan(thr[1:]), 0.0, thr[1:] / n[1:])
+        best = float(per.max(initial=0.0))
+        return best if best > 0 else 1.0
+
+    def risk_of(self, col: Col, deadline: float | None) -> float | None:
+        if deadline is None:
+            return None
+        est = self.memo.get(self.memo.hw_key(col.groups), col.g)
+        assert est is not None
+        jitter = jitter_sd_h(self.request, est, col.g)
+        return spotmodel.miss_probability(
+            deadline - self.request.startup_overhead_h, col.base, col.hazard, self.request.spot_params, jitter
+        )
+
+    def finish_col(self, col: Col, spec: Spec) -> None:
+        if col.feasible and spec.risk is not None:
+            col.risk = self.risk_of(col, spec.deadline)
+            if col.risk is not None and col.risk > spec.risk + 1e-12:
+                col.feasible = False
+
+    def _check_memo(self) -> None:
+        """The memo of mixes is a cache: dropped (plans re-ask the oracle) past a quarter of the room."""
+        if len(self.memo.cache) * 400 > self.budget.room() / 4:
+            self.memo.cache = {k: v for k, v in self.memo.cache.items() if len(k[0]) == 1}
+
+    # -- main search
+    def run(self, spec: Spec, *, want_points: bool = True) -> Outcome:
+        """Best feasible column of every distinct type set that had to be evaluated; the best
+        overall is exact (bounds only prune what cannot beat the incumbent)."""
+        req = self.request
+        top = TopK(spec.top_k)
+        points = PointStore(self.kept) if want_points else None
+        if points is not None:
+            self.budget.charge(4 * points.cap * points.BYTES_PER_POINT, "max_nodes", "the point store")
+        cand_best: dict[int, Col] = {}
+        homogeneous = self._homogeneous(spec, top, cand_best, points)
+        best_by_key: dict[tuple[tuple[str, str], ...], Col] = {}
+
+        def keep(col: Col) -> None:
+            old = best_by_key.get(col.key)
+            if old is None or (col.value, col.nodes) < (old.value, old.nodes):
+                best_by_key[col.key] = col
+
+        for i in sorted(cand_best):
+            keep(cand_best[i])
+        theta_homo = min((c.value for c in best_by_key.values()), default=math.inf)
+        stats = {"subsets": 0, "pruned": 0, "bounded": 0, "evaluated": 0, "violations": 0}
+        if req.max_types > 1:
+            level = self.bound_level if spec.bound_pruning else 0
+            mixed = self._mixed(spec, theta_homo, stats, level, points)
+            total_violations = stats["violations"]
+            while stats["violations"] and spec.bound_pruning and self.bound_level >= 1:
+                # the oracle broke a bound assumption: fall back to a weaker bound (2: replacement +
+                # separability, 1: separability only, 0: none) and redo the mixed search
+                self.bound_level -= 1
+                stats = {"subsets": 0, "pruned": 0, "bounded": 0, "evaluated": 0, "violations": 0}
+                mixed = self._mixed(spec, theta_homo, stats, self.bound_level, points)
+                total_violations += stats["violations"]
+            stats["violations"] = total_violations
+            for col in mixed:
+                keep(col)
+        return Outcome(
+            list(best_by_key.values()),
+            homogeneous,
+            stats["subsets"],
+            stats["pruned"],
+            stats["bounded"],
+            stats["evaluated"],
+            stats["violations"],
+            points,
+            self.curves.points_evaluated,
+        )
+
+    def _homogeneous(
+        self, spec: Spec, top: TopK, cand_best: dict[int, Col], points: PointStore | None
+    ) -> int:
+        """Single-type columns: each (type, count) point in increasing order of its best bound
+        over the offers of that type, evaluated while the bound can still enter the top k (or
+        tie the optimum within the tie tolerance)."""
+        req, N = self.request, self.N
+        n_all = np.arange(1, N + 1)
+        per_type: dict[str, dict[str, np.ndarray]] = {}
+        entries_lb: list[np.ndarray] = []
+        entries_t: list[np.ndarray] = []
+        entries_n: list[np.ndarray] = []
+        types = [t for t in self.curves.types if t in self.by_type]
+        evaluated = 0
+        for ti, t in enumerate(types):
+            idx = np.array(self.by_type[t])
+            cs = [self.kept[i] for i in idx.tolist()]
+            m = np.array([max_count(c, spec.quotas, N) for c in cs])
+            price = np.array([c.price_per_hour for c in cs])
+            lam = np.array([hazard_of(((c, 1),)) for c in cs])
+            up = self.curves.upper(t)[1:]
+            rate = price[:, None] * n_all[None, :]
+            haz = lam[:, None] * n_all[None, :]
+            ub = np.broadcast_to(up, rate.shape)
+            _, t_lb, cost_lb, good_ub = metrics(ub, rate, haz, req)
+            lb = np.asarray(value_of(spec.objective, t_lb, cost_lb, good_ub, rate), dtype=float)
+            possible = (ub > 0) & (n_all[None, :] <= m[:, None]) & spec.feasible_mask(t_lb, cost_lb, rate)
+            lb = np.where(possible, lb, np.inf)
+            per_type[t] = {"idx": idx, "m": m, "price": price, "lam": lam, "lb": lb}
+            lbmin = lb.min(axis=0)
+            finite = np.flatnonzero(np.isfinite(lbmin))
+            entries_lb.append(lbmin[finite])
+            entries_t.append(np.full(len(finite), ti))
+            entries_n.append(finite + 1)
+            if points is not None and self.curves.full:
+                evaluated += self._points(t, per_type[t], spec, points)
+        if not entries_lb:
+            return evaluated
+        all_lb = np.concatenate(entries_lb)
+        all_t = np.concatenate(entries_t)
+        all_n = np.concatenate(entries_n)
+        order = np.lexsort((all_n, all_t, all_lb))
+        all_lb, all_t, all_n = all_lb[order], all_t[order], all_n[order]
+        key_best: dict[tuple[tuple[str, str], ...], float] = {}
+        pos_report = 0
+        for pos in range(len(all_lb)):
+            stop = max(lim(top.threshold), lim(top.first, spec.tie_tol))
+            lbmin = all_lb[pos]
+            if lbmin >= stop:
+                break
+            if pos >= pos_report:  # remaining work, for the progress bar
+                pos_report = pos + 256
+                rest = (
+                    int(np.searchsorted(all_lb, stop, side="left")) - pos
+                    if math.isfinite(stop)
+                    else len(all_lb) - pos
+                )
+                self.progress.remaining(rest)
+            t, n = types[int(all_t[pos])], int(all_n[pos])
+            d = per_type[t]
+            col_lb = d["lb"][:, n - 1]
+            cs_idx = d["idx"]
+            need = False
+            for j in np.flatnonzero(col_lb < stop).tolist():
+                c = self.kept[int(cs_idx[j])]
+                kb = key_best.get(((c.instance_type, c.market),), math.inf)
+                if col_lb[j] < lim(kb):
+                    need = True
+                    break
+            if not need:
+                continue
+            thr, g = self.curves.evaluate(t, n)
+            if thr <= 0:
+                continue
+            rate = d["price"] * n
+            haz = d["lam"] * n
+            base, tt, cost, good = metrics(np.full(len(rate), thr), rate, haz, req)
+            val = np.asarray(value_of(spec.objective, tt, cost, good, rate), dtype=float)
+            fits = n <= d["m"]
+            ok = spec.feasible_mask(tt, cost, rate) & fits
+            if points is not None and not self.curves.full:
+                sel = np.flatnonzero(fits)
+                points.add_homogeneous(
+                    cs_idx[sel],
+                    np.full(len(sel), n),
+                    np.full(len(sel), g),
+                    rate[sel],
+                    cost[sel],
+                    tt[sel],
+                    np.full(len(sel), thr),
+                    ok[sel],
+                )
+                evaluated += len(sel)
+            for j in np.flatnonzero(ok).tolist():
+                ci = int(cs_idx[j])
+                old = cand_best.get(ci)
+                v = float(val[j])
+                if old is not None and (v, n) >= (old.value, old.nodes):
+                    continue
+                c = self.kept[ci]
+                col = Col(
+                    c.region,
+                    ((c, n),),
+                    float(thr),
+                    int(g),
+                    float(rate[j]),
+                    float(haz[j]),
+                    float(base[j]),
+                    float(tt[j]),
+                    float(cost[j]),
+                    float(good[j]),
+                    n,
+                    v,
+                    True,
+                    bound=float(col_lb[j]),
+                )
+                self.finish_col(col, spec)
+                if not col.feasible:
+                    continue
+                cand_best[ci] = col
+                key = col.key
+                key_best[key] = min(key_best.get(key, math.inf), v)
+                top.offer(key, v)
+        self.progress.remaining(0)
+        return evaluated
+
+    def _points(self, t: str, d: dict[str, np.ndarray], spec: Spec, points: PointStore) -> int:
+        """Every (offer, count) point of type ``t`` (full curves: they are all known)."""
+        thr_all = self.curves.thr[t]
+        g_all = self.curves.best_g[t]
+        added = 0
+        for j, ci in enumerate(d["idx"].tolist()):
+            m = int(d["m"][j])
+            if m < 1:
+                continue
+            n = np.arange(1, m + 1)
+            thr = thr_all[1 : m + 1]
+            runs = thr > 0
+            if not runs.any():
+                continue
+            n, thr = n[runs], thr[runs]
+            rate = d["price"][j] * n
+            haz = d["lam"][j] * n
+            _, tt, cost, _ = metrics(thr, rate, haz, self.request)
+            ok = spec.feasible_mask(tt, cost, rate)
+            points.add_homogeneous(np.full(len(n), ci), n, g_all[n], rate, cost, tt, thr, ok)
+            added += len(n)
+        return added
+
+    def _mixed(
+        self, spec: Spec, theta: float, stats: dict[str, int], level: int, points: PointStore | None
+    ) -> list[Col]:
+        """Mixed columns: subsets and count vectors streamed through their bounds into a queue,
+        evaluated in increasing bound order while the bound can beat the incumbent; the queue is
+        drained early (best first) whenever it would outgrow the memory budget."""
+        req, N = self.request, self.N
+        bounds = MixBounds(self.curves)
+        queue = MixQueue()
+        out: list[Col] = []
+        state = {"theta": theta}
+        tol = spec.tie_tol
+
+        def evaluate_next() -> None:
+            lb, region, subset, counts = queue.pop()
+            groups = tuple(zip(subset, counts, strict=True))
+            thr, g, _est = self.memo.best(groups, self.grid)
+            stats["evaluated"] += 1
+            self.progress.tick()
+            if thr <= 0:
+                return
+            ub_v = float(bounds.ub(subset, counts, level))
+            if level >= 1 and thr > ub_v * (1 + 1e-9) + 1e-9:
+                stats["violations"] += 1
+            rate = sum(c.price_per_hour * n for c, n in groups)
+            haz = hazard_of(groups)
+            base, t, cost, good = metrics(thr, rate, haz, req)
+            val = float(value_of(spec.objective, t, cost, good, rate))
+            feasible = bool(spec.feasible_mask(np.array([t]), np.array([cost]), np.array([rate]))[0])
+            col = Col(
+                region, groups, thr, g, rate, haz, base, t, cost, good, sum(counts), val, feasible, bound=lb
+            )
+            self.finish_col(col, spec)
+            if points is not None:
+                points.add_mixed(
+                    Point(region, col.label(), col.nodes, len(groups), g, rate, cost, t, thr, col.feasible)
+                )
+            if col.feasible:
+                state["theta"] = min(state["theta"], val)
+                out.append(col)
+
+        def drain(target_bytes: float) -> None:
+            while queue.heap and queue.nbytes > target_bytes:
+                if level >= 1 and queue.peek() >= lim(state["theta"], tol):
+                    queue.clear()
+                    break
+                evaluate_next()
+            self._check_memo()
+
+        for region in sorted(self.by_region):
+            group = self.by_region[region]
+            maxc = {c: max_count(c, spec.quotas, N) for c in group}
+            usable = [c for c in group if maxc[c] >= 1]
+            lam = {c: hazard_of(((c, 1),)) for c in usable}
+            for k in range(2, min(req.max_types, len(usable), N) + 1):
+                tables = bounds.member_tables(usable, k, maxc, lam)
+                for combos in combinations(len(usable), k):
+                    self.budget.check(
+                        len(combos) * (k * 16 + 16 * 8) + queue.nbytes,
+                        "max_types",
+                        f"bounding {len(combos):,} subsets of {k} offers in {region}",
+                    )
+                    survivors, pruned = bounds.subset_survivors(
+                        spec, state["theta"], tables, combos, level, req
+                    )
+                    stats["subsets"] += len(combos)
+                    stats["pruned"] += pruned
+                    for row in survivors.tolist():
+                        subset = tuple(usable[i] for i in row)
+                        ms = bounds.member_limits(spec, subset, maxc, level >= 1)
+                        if min(ms) < 1:
+                            stats["pruned"] += 1
+                            continue
+                        any_vectors = False
+                        for ns in bounds.count_vectors(spec, subset, ms):
+                            any_vectors = True
+                            stats["bounded"] += len(ns[0])
+                            slice_bytes = len(ns[0]) * (k * 8 * 4 + 8 * 8)
+                            self.budget.check(
+                                slice_bytes + queue.nbytes,
+                                "max_nodes" if k < 3 else "max_types",
+                                f"bounding {len(ns[0]):,} count vectors of "
+                                + " + ".join(c.instance_type for c in subset),
+                            )
+                            if level >= 1:
+                                lb, ok = bounds.vector_bounds(spec, subset, ns, lam, level, req)
+                                if math.isfinite(state["theta"]):
+                                    ok &= lb < lim(state["theta"], tol)
+                                sel = np.flatnonzero(ok)
+                                lbs = lb[sel]
+                            else:
+                                sel = np.arange(len(ns[0]))
+                                lbs = np.full(len(sel), -math.inf)
+                            if len(sel):
+                                queue.push(lbs, np.column_stack([x[sel] for x in ns]), region, subset)
+                                self.progress.remaining(queue.entries)
+                            room = self.budget.room() - slice_bytes
+                            if queue.nbytes > room / 2:
+                                drain(room / 4)
+                        if not any_vectors:
+                            stats["pruned"] += 1
+        while queue.heap:
+            if level >= 1 and queue.peek() >= lim(state["theta"], tol):
+                break
+            evaluate_next()
+        queue.clear()
+        self.progress.remaining(0)
+        # the alternatives: what the bound could not rule out against the final optimum
+        final = lim(state["theta"], tol)
+        return [c for c in out if level < 1 or c.bound < final]
+
+
+def exhaustive_search(
+    request: PlanRequest, candidates: Sequence[Candidate], perf: PerfOracle
+) -> tuple[float, ConfigMetrics] | None:
+    """Brute-force reference: every subset of <= max_types candidates of one region, every count
+    vector, evaluated with :func:`evaluate_config`.  Returns ``(objective value, metrics)`` of the
+    best feasible configuration (``None`` if none).  Exponential; for small problems only."""
+    request.validate()
+    cands = [c for c in candidates if request.regions is None or c.region in request.regions]
+    by_region: dict[str, list[Candidate]] = defaultdict(list)
+    for c in cands:
+        by_region[c.region].append(c)
+    best: tuple[float, ConfigMetrics] | None = None
+    for region in sorted(by_region):
+        group = by_region[region]
+        for k in range(1, request.max_types + 1):
+            for subset in itertools.combinations(group, k):
+                for counts in itertools.product(range(1, request.max_nodes + 1), repeat=k):
+                    if sum(counts) > request.max_nodes:
+                        continue
+                    m = evaluate_config(tuple(zip(subset, counts, strict=True)), request, perf)
+                    if m is None or not m.feasible:
+                        continue
+                    v = m.objective_value(request.objective)
+                    if best is None or v < best[0]:
+                        best = (v, m)
+    return best
+
+
+def milp_pick(cols: Sequence[Col], spec: Spec, max_nodes: int) -> tuple[int | None, str]:
+    """The one-hot column-selection model the solver used to hand CBC (kept for the measurement in
+    ``bench/solver.py --milp``; see the module docstring): ``(index of the chosen column, status)``."""
+    import warnings
+
+    import pulp
+
+    prob = pulp.LpProblem("srifty_plan", pulp.LpMinimize)
+    if hasattr(prob, "add_variable"):  # PuLP >= 3.3 (LpVariable(...) is deprecated there)
+        y = [prob.add_variable(f"y{j}", cat=pulp.LpBinary) for j in range(len(cols))]
+    else:  # pragma: no cover - older PuLP
+        y = [pulp.LpVariable(f"y{j}", cat=pulp.LpBinary) for j in range(len(cols))]
+    prob += pulp.LpAffineExpression([(y[j], cols[j].value) for j in range(len(cols))])
+    prob += pulp.LpAffineExpression([(v, 1.0) for v in y]) == 1, "one_plan"
+    if spec.deadline is not None:
+        prob += (
+            pulp.LpAffineExpression([(y[j], cols[j].time) for j in range(len(cols))])
+            <= spec.deadline * (1 + REL),
+            "deadline",
+        )
+    if spec.budget is not None:
+        prob += (
+            pulp.LpAffineExpression([(y[j], cols[j].cost) for j in range(len(cols))])
+            <= spec.budget * (1 + REL),
+            "budget",
+        )
+    if spec.cap is not None:
+        prob += (
+            pulp.LpAffineExpression([(y[j], cols[j].rate) for j in range(len(cols))]) <= spec.cap * (1 + REL),
+            "hourly_cap",
+        )
+    if spec.risk is not None:
+        prob += (
+            pulp.LpAffineExpression([(y[j], cols[j].risk or 0.0) for j in range(len(cols))])
+            <= spec.risk + 1e-12,
+            "risk",
+        )
+    prob += (
+        pulp.LpAffineExpression([(y[j], cols[j].nodes) for j in range(len(cols))]) <= max_nodes,
+        "max_nodes",
+    )
+    usage: dict[tuple[str, str], list[tuple[Any, float]]] = defaultdict(list)
+    for j, col in enumerate(cols):
+        for qk, v in col.vcpus.items():
+            if qk in spec.quotas:
+                usage[qk].append((y[j], v))
+    for (market, cls), terms in sorted(usage.items()):
+        prob += (
+            pulp.LpAffineExpression(terms) <= spec.quotas[(market, cls)] + 1e-9,
+            f"quota_{market}_{cls}".replace("-", "_"),
+        )
+    with warnings.catch_warnings():
+        # the bundled CBC is deprecated for PuLP 4.0; it is what ships with the wheel today
+        warnings.simplefilter("ignore", DeprecationWarning)
+        prob.solve(pulp.PULP_CBC_CMD(msg=False))
+    status = pulp.LpStatus[prob.status]
+    if status != "Optimal":
+        return None, status
+    pick = max(range(len(cols)), key=lambda j: y[j].value() or 0.0)
+    return pick, status
+
+
+def spec_of(req: PlanRequest, **over: Any) -> Spec:
+    base = Spec(
+        objective=req.objective,
+        deadline=req.deadline_hours,
+        budget=req.budget_usd,
+        cap=req.max_hourly_usd,
+        risk=req.max_miss_risk,
+        quotas=quota_table(req),
+        top_k=int(req.top_k),
+        tie_tol=float(req.tie_tolerance),
+    )
+    return replace(base, **over)
+
+
+# ----------------------------------------------------------------------------------- public entry
+def solve(
+    request: PlanRequest,
+    candidates: Sequence[Candidate],
+    perf: PerfOracle,
+    *,
+    progress: ProgressCallback | None = None,
+    max_memory_mb: float = DEFAULT_MAX_MEMORY_MB,
+) -> PlanResult:
+    """Plan a cluster; see the module docstring.  Raises :class:`RequestError` (also when the
+    search would need more than ``max_memory_mb`` of state: it names ``max_nodes`` or
+    ``max_types`` and the limit) or :class:`Infeasible`.
+
+    ``progress(evaluated, estimated_total)`` is called as configurations are evaluated (at most
+    every 0.1 s, and once at the end); an exception it raises propagates out of ``solve``,
+    which is how a caller cancels a solve."""
+    t0 = _time.perf_counter()
+    request.validate()
+    tracker = Progress(progress)
+    engine = Engine(request, candidates, perf, tracker, max_memory_mb)
+    spec = spec_of(request)
+    out = engine.run(spec)
+    if not out.cols:
+        raise explain_infeasible(engine, spec)
+    ranked, ranked_all, tie_why = rank_columns(out.cols, spec, request)
+    status = "Optimal (exact search, no MILP)"
+    if CROSS_CHECK_MILP:
+        pick, milp_status = milp_pick(ranked_all, spec, request.max_nodes)
+        agrees = pick is not None and abs(ranked_all[pick].value - ranked_all[0].value) <= 1e-9 * max(
+            1.0, abs(ranked_all[0].value)
+        )
+        status = f"{milp_status} (CBC cross-check {'agrees' if agrees else 'DISAGREES'})"
+    plans = tuple(
+        make_plan(i, col, ranked, spec, request, engine.memo, engine.per_node, tie_why if i == 0 else None)
+        for i, col in enumerate(ranked)
+    )
+    points = tuple(out.points.points()) if out.points is not None else ()
+    tracker.finish()
+    stats = SolveStats(
+        candidates_in=engine.candidates_in,
+        candidates_supported=len(engine.supported),
+        candidates_kept=len(engine.kept),
+        dominated=engine.dominated,
+        regions=len(engine.by_region),
+        homogeneous_configs=out.homogeneous,
+        mixed_subsets=out.subsets,
+        mixed_subsets_pruned=out.subsets_pruned,
+        mixed_vectors_bounded=out.vectors_bounded,
+        mixed_configs_evaluated=out.mixed_evaluated,
+        milp_columns=len(ranked_all),
+        milp_status=status,
+        oracle_calls=engine.memo.calls,
+        bound_violations=out.violations,
+        curve_points_evaluated=out.curve_points,
+        configs_evaluated=tracker.done,
+        points_seen=out.points.seen if out.points is not None else 0,
+        search_memory_mb=engine.budget.peak / MB,
+        full_curves=engine.curves.full,
+    )
+    return PlanResult(
+        request=request,
+        plans=plans,
+        pareto=pareto_frontier(points),
+        points=points,
+        stats=stats,
+        solve_time_s=_time.perf_counter() - t0,
+    )
