@@ -3,13 +3,31 @@
 
 from __future__ import annotations
 
+import os
+import threading
+
+from django.conf import settings
 from django_tasks import task
 
 from planner.app import solving
 
 
+def yield_cpu() -> None:
+    """A solve is background work: lower this thread's CPU priority (Linux nice, per thread;
+    ``PLAN_WORKER_NICE``, default 10, 0 to leave it) so that on a shared host the web server's
+    requests come first. Threads the solve starts (its heartbeat) inherit it."""
+    nice = int(getattr(settings, "PLAN_WORKER_NICE", 10))
+    try:
+        tid = threading.get_native_id()
+        if os.getpriority(os.PRIO_PROCESS, tid) < nice:
+            os.setpriority(os.PRIO_PROCESS, tid, nice)
+    except (AttributeError, OSError):  # not Linux, or not allowed: run at the priority we have
+        pass
+
+
 @task()
 def solve_plan_task(plan_id: int) -> str:
+    yield_cpu()
     # A worker that starts a plan first recovers those whose worker died mid-solve.
     solving.recover_stale_plans()
     return solving.run_plan(plan_id)

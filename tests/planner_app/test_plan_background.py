@@ -424,3 +424,26 @@ async def test_a_viewer_gets_the_snapshot_then_live_progress_and_the_end(
     eve = await sync_to_async(django_user_model.objects.create_user)("eve", password="e-pass-12345")
     _, connected, code = await _connect(plan.pk, await sync_to_async(_cookie)(eve))
     assert not connected and code == 4403
+
+
+def test_a_worker_solves_at_a_lower_cpu_priority(settings):
+    """The web server's requests come first on a shared host: the task lowers its thread's
+    priority (never raises it)."""
+    import os
+
+    from planner.app.tasks import yield_cpu
+
+    settings.PLAN_WORKER_NICE = 7
+    seen = []
+
+    def worker():
+        tid = threading.get_native_id()
+        before = os.getpriority(os.PRIO_PROCESS, tid)
+        yield_cpu()
+        seen.append((before, os.getpriority(os.PRIO_PROCESS, tid)))
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    [(before, after)] = seen
+    assert after == max(before, 7)
