@@ -4,6 +4,7 @@ that a bad filter is a 400 naming the parameter, not an empty list or a 500."""
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db.models import QuerySet
 from django.http import HttpResponse, HttpResponseNotModified
@@ -60,7 +61,15 @@ class InstanceTypeFilters(serializers.Serializer):
     family = serializers.CharField(required=False)
 
 
-class RevisionCachedListMixin:
+if TYPE_CHECKING:  # a mixin for list views: type-check it as one
+    _ListViewBase = viewsets.ReadOnlyModelViewSet[Any]
+else:
+    _ListViewBase = object
+
+_PriceQS = TypeVar("_PriceQS", bound=QuerySet[Any, Any])
+
+
+class RevisionCachedListMixin(_ListViewBase):
     """Serve a list page's JSON from ``catalog.revision``'s cache while the catalog is unchanged.
 
     Authentication, permissions and throttles run as usual (DRF's ``initial()`` comes first);
@@ -76,16 +85,18 @@ class RevisionCachedListMixin:
         rev = revision.current()  # before the data: see catalog.revision
         key = (type(self).__name__, rev, request.build_absolute_uri(), request.accepted_media_type)
         entry = revision.cached(key)
-        if entry is None:
-            response = super().list(request, *args, **kwargs)
-            if response.status_code != 200:
-                return response
-            body = renderer.render(response.data, request.accepted_media_type, self.get_renderer_context())
+        if not isinstance(entry, tuple):  # None: not cached (this class caches only tuples)
+            page = super().list(request, *args, **kwargs)
+            if page.status_code != 200:
+                return page
+            body = renderer.render(page.data, request.accepted_media_type, self.get_renderer_context())
             content_type = renderer.media_type + (f"; charset={renderer.charset}" if renderer.charset else "")
-            etag = f'"c{rev}-{hashlib.blake2b(body, digest_size=8).hexdigest()}"'
+            digest = hashlib.blake2b(body if isinstance(body, bytes) else body.encode(), digest_size=8)
+            etag = f'"c{rev}-{digest.hexdigest()}"'
             entry = (body, content_type, etag)
             revision.store(key, entry)
         body, content_type, etag = entry
+        response: HttpResponse
         if etag in request.headers.get("If-None-Match", ""):
             response = HttpResponseNotModified()
         else:
@@ -194,9 +205,9 @@ class PriceListView(APIView):
         f = _validated(PriceFilters, request)
         rows: list[dict] = []
         if f["market"] in ("on-demand", "all") and "zone" not in f:
-            qs = OnDemandPrice.objects.select_related("instance_type", "region")
-            qs = _filter_prices(qs.current() if f["current"] else qs, f, region_field="region__code")
-            rows += [PriceSerializer.from_on_demand(p) for p in qs]
+            od = OnDemandPrice.objects.select_related("instance_type", "region")
+            od = _filter_prices(od.current() if f["current"] else od, f, region_field="region__code")
+            rows += [PriceSerializer.from_on_demand(p) for p in od]
         if f["market"] in ("spot", "all"):
             qs = SpotPrice.objects.select_related("instance_type", "zone__region")
             qs = _filter_prices(qs.current() if f["current"] else qs, f, region_field="zone__region__code")
@@ -209,7 +220,7 @@ class PriceListView(APIView):
         return paginator.get_paginated_response(PriceSerializer(page, many=True).data)
 
 
-def _filter_prices(qs: QuerySet, f: dict, *, region_field: str) -> QuerySet:
+def _filter_prices(qs: _PriceQS, f: dict, *, region_field: str) -> _PriceQS:
     if "instance_type" in f:
         qs = qs.filter(instance_type__name=f["instance_type"])
     if "region" in f:

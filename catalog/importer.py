@@ -138,6 +138,7 @@ def _open_text(source: str | Path | IO) -> IO[str]:
     """The file as text, at most ``max_file_bytes()`` of it: a path or an upload is read as bytes
     (binary junk is a clear error, not a traceback half-way through the rows)."""
     limit = max_file_bytes()
+    data: str | bytes
     if isinstance(source, (str, Path)):
         if Path(source).is_dir():
             raise CatalogImportError([f"{source} is a directory, not a CSV file"])
@@ -168,7 +169,8 @@ def _read_csv(source: str | Path | IO, required: Iterable[str]) -> list[tuple[in
         if missing:
             raise CatalogImportError([f"line 1: missing column(s): {', '.join(missing)}"])
         # Line numbers as an editor shows them: the header is line 1.
-        rows, ragged = [], []
+        rows: list[tuple[int, dict[str, str]]] = []
+        ragged: list[str] = []
         for row in reader:
             if len(rows) >= MAX_ROWS:
                 raise CatalogImportError(
@@ -208,6 +210,12 @@ def _number(
     return value
 
 
+def _required_number(raw: str | None, name: str, *, integer: bool = False, maximum: float = 1e9) -> float:
+    value = _number(raw, name, integer=integer, maximum=maximum)
+    assert value is not None  # not optional: an empty value raised ValueError
+    return value
+
+
 def _price(raw: str | None, name: str) -> Decimal | None:
     value = _number(raw, name, optional=True)
     if value is None:
@@ -217,7 +225,7 @@ def _price(raw: str | None, name: str) -> Decimal | None:
     if value == 0:
         raise ValueError(f"{name}={raw!r}: a price must be more than 0 (leave it empty when there is none)")
     try:
-        return as_decimal(raw.strip())
+        return as_decimal((raw or "").strip())
     except InvalidOperation as exc:  # pragma: no cover - float() accepted it
         raise ValueError(f"{name}={raw!r} is not a price") from exc
 
@@ -303,8 +311,8 @@ def _instance_row(line: int, raw: dict[str, str]) -> InstanceRow:
             raw.get("AcceleratorCount"), "AcceleratorCount", optional=True, maximum=1024
         )
         or 0.0,
-        vcpus=int(_number(raw.get("vCPUs"), "vCPUs", integer=True, maximum=100_000)),
-        memory_gib=_number(raw.get("MemoryGiB"), "MemoryGiB", maximum=1_000_000),
+        vcpus=int(_required_number(raw.get("vCPUs"), "vCPUs", integer=True, maximum=100_000)),
+        memory_gib=_required_number(raw.get("MemoryGiB"), "MemoryGiB", maximum=1_000_000),
         gpu_info=_gpu_info(raw.get("GpuInfo")),
         price=_price(raw.get("Price"), "Price"),
         spot_price=_price(raw.get("SpotPrice"), "SpotPrice"),
@@ -495,9 +503,9 @@ def _upsert_accelerators(rows: list[InstanceRow], specs: dict[str, dict], report
         report.accelerators_created += 1
     # Datasheet figures may be corrected in a newer gpu_specs file: apply them to known rows.
     for name, acc in existing.items():
-        spec = specs.get(SPEC_ALIASES.get(name, name))
-        if spec and any(getattr(acc, k) != v for k, v in spec.items() if v not in (None, "")):
-            for k, v in spec.items():
+        datasheet = specs.get(SPEC_ALIASES.get(name, name))
+        if datasheet and any(getattr(acc, k) != v for k, v in datasheet.items() if v not in (None, "")):
+            for k, v in datasheet.items():
                 if v not in (None, ""):
                     setattr(acc, k, v)
             acc.save()

@@ -4,8 +4,20 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from decimal import Decimal
+from typing import TYPE_CHECKING, TypedDict, cast
 
 from catalog.models import InstanceType, OnDemandPrice, SpotPrice
+
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
+
+
+class _CurrentPrices(TypedDict):
+    """What ``InstanceTypeQuerySet.with_current_prices`` annotates."""
+
+    on_demand_usd: Decimal | None
+    spot_usd: Decimal | None
+
 
 SORT_KEYS = (
     "name",
@@ -58,7 +70,8 @@ def price_table(
         qs = qs.ddp_capable()
     qs = qs.select_related("accelerator").with_current_prices(region)
     rows = []
-    for t in qs:
+    for row in qs:
+        t = cast("WithAnnotations[InstanceType, _CurrentPrices]", row)
         od = float(t.on_demand_usd) if t.on_demand_usd is not None else None
         spot = float(t.spot_usd) if t.spot_usd is not None else None
         rows.append(
@@ -98,8 +111,8 @@ def price_history(instance_type: str, region: str | None = None) -> dict:
         s = series.setdefault(f"spot {p.zone.zone_id}", {"market": "spot", "x": [], "y": []})
         s["x"].append(p.observed_at.isoformat())
         s["y"].append(float(p.usd_per_hour))
-    for p in od.order_by("observed_at"):
-        s = series.setdefault(f"on-demand {p.region.code}", {"market": "on-demand", "x": [], "y": []})
-        s["x"].append(p.observed_at.isoformat())
-        s["y"].append(float(p.usd_per_hour))
+    for o in od.order_by("observed_at"):
+        s = series.setdefault(f"on-demand {o.region.code}", {"market": "on-demand", "x": [], "y": []})
+        s["x"].append(o.observed_at.isoformat())
+        s["y"].append(float(o.usd_per_hour))
     return {"instance_type": instance_type, "region": region, "series": series}

@@ -45,8 +45,8 @@ class RefreshReport:
 
 def default_types(region: str) -> list[str]:
     """Accelerator instance types the catalog knows in ``region`` (all types if none there yet)."""
-    names = InstanceType.objects.filter(offerings__zone__region__code=region).values_list("name", flat=True)
-    names = sorted(set(names))
+    here = InstanceType.objects.filter(offerings__zone__region__code=region).values_list("name", flat=True)
+    names = sorted(set(here))
     return names or sorted(InstanceType.objects.values_list("name", flat=True))
 
 

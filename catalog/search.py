@@ -227,10 +227,10 @@ def _attach_history(offers: list[GpuOffer]) -> None:
             if (name, zone) in spot_keys:
                 series.setdefault(("spot", name, zone), []).append((at, float(usd)))
     if od_keys:
-        rows = OnDemandPrice.objects.filter(
+        od_rows = OnDemandPrice.objects.filter(
             instance_type__name__in={k[0] for k in od_keys}, region__code__in={k[1] for k in od_keys}
         ).values_list("instance_type__name", "region__code", "observed_at", "usd_per_hour")
-        for name, region, at, usd in rows.order_by("observed_at"):
+        for name, region, at, usd in od_rows.order_by("observed_at"):
             if (name, region) in od_keys:
                 series.setdefault(("on-demand", name, region), []).append((at, float(usd)))
     for o in offers:

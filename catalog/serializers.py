@@ -29,7 +29,9 @@ class AcceleratorSerializer(ModelSerializer):
 
 
 class InstanceTypeSerializer(ModelSerializer):
-    accelerator = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    accelerator: serializers.SlugRelatedField[Accelerator] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
     spot_supported = serializers.BooleanField(read_only=True)
     on_demand_usd = serializers.DecimalField(
         max_digits=12,
@@ -88,7 +90,8 @@ class PriceSerializer(serializers.Serializer):
     zone = serializers.CharField(allow_null=True)
     usd_per_hour = serializers.DecimalField(max_digits=12, decimal_places=6)
     observed_at = serializers.DateTimeField()
-    source = serializers.CharField()
+    # (DRF's metaclass moves declared fields off the class, so this does not shadow Field.source)
+    source = serializers.CharField()  # type: ignore[assignment]
 
     @staticmethod
     def from_on_demand(row: OnDemandPrice) -> dict:

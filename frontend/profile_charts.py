@@ -181,6 +181,8 @@ def predicted_vs_measured(run: ProfilingRun) -> list[dict[str, Any]]:
 def allreduce(run: ProfilingRun) -> dict[str, Any]:
     from planner.profiles import parse_comm_profile
 
+    if not isinstance(run.profile, dict):
+        raise ValueError(f"run {run.pk} has no profile")
     profile = parse_comm_profile(run.profile)
     measured = [
         {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from django.conf import settings
 from rest_framework import serializers
@@ -189,10 +190,10 @@ def work_problems(attrs: dict, kind: str) -> dict[str, str]:
             errors["world_size"] = (
                 f"at most {most} ranks on one {'VM' if provider == Provider.EC2 else 'server'}"
             )
-        sizes = attrs.get("sizes")
-        if sizes and SIZES_RE.match(sizes):
+        size_range = attrs.get("sizes")
+        if size_range and SIZES_RE.match(size_range):
             try:
-                low, high = parse_size_range(sizes)
+                low, high = parse_size_range(size_range)
             except ArgumentValueError as exc:
                 errors["sizes"] = str(exc)
             else:
@@ -236,7 +237,9 @@ def cluster_problems(attrs: dict) -> dict[str, str]:
 
 
 class ProfilingRunSerializer(ModelSerializer):
-    owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    owner: serializers.SlugRelatedField[Any] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
     max_minutes = serializers.IntegerField(
         write_only=True,
         required=False,

@@ -21,6 +21,7 @@ import asyncio
 import json
 import logging
 import time
+from typing import TYPE_CHECKING
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -49,7 +50,13 @@ def send_on_commit(group: str, handler: str, message: dict) -> None:
     transaction.on_commit(send)
 
 
-class ViewerConsumer:
+if TYPE_CHECKING:  # a mixin for AsyncJsonWebsocketConsumer: type-check it as one
+    from channels.generic.websocket import AsyncJsonWebsocketConsumer as _ConsumerBase
+else:
+    _ConsumerBase = object
+
+
+class ViewerConsumer(_ConsumerBase):
     """Mixin for a read-only live view of one object (a run, a job) over a websocket.
 
     Anonymous viewers are closed with 4401; anyone who may not see the object with 4403 (not

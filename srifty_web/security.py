@@ -61,7 +61,7 @@ class ContentSecurityPolicyMiddleware:
         response = self.get_response(request)
         if "Content-Security-Policy" not in response:
             match = getattr(request, "resolver_match", None)
-            name = match.view_name if match is not None else None
+            name = match.view_name if match is not None else ""
             response["Content-Security-Policy"] = RELAXED.get(name, STRICT)
         return response
 

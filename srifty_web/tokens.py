@@ -13,6 +13,9 @@ from django.utils import timezone
 class ScopedTokenMixin:
     """Needs ``token_hash`` and ``token_expires_at`` fields and a ``token_expiry()`` method."""
 
+    token_hash: str
+    token_expires_at: datetime | None
+
     @staticmethod
     def hash_token(raw: str) -> str:
         return hashlib.sha256(raw.encode()).hexdigest()

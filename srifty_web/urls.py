@@ -2,12 +2,12 @@
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import include, path
+from django.urls import URLPattern, URLResolver, include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from srifty_web.auth_api import ObtainTokenView
 
-api_v1 = [
+api_v1: list[URLPattern | URLResolver] = [
     path("auth/token/", ObtainTokenView.as_view(), name="api-token"),
     path("", include("catalog.api_urls")),
     path("", include("profiler.api_urls")),

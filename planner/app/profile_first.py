@@ -79,7 +79,9 @@ def needs_profile(result: dict) -> bool:
 
 
 def _same_gpu(accelerator: str, measured_on: str | None) -> bool:
-    return bool(measured_on) and accelerator.lower() in measured_on.lower()
+    if not measured_on:
+        return False
+    return accelerator.lower() in measured_on.lower()
 
 
 def offers(result: dict, request: dict, max_minutes: int) -> list[Offer]:

@@ -77,7 +77,7 @@ class Command(BaseCommand):
             merge_comm_profiles,
             merge_compute_profiles,
         )
-        from planner.simulator import CommTime, Contention, cluster_comm_fn, simulate_ddp
+        from planner.simulator import CommTime, Contention, ContentionSpec, cluster_comm_fn, simulate_ddp
 
         if o["workers"] < 1:
             raise CommandError("--workers must be >= 1")
@@ -114,7 +114,7 @@ class Command(BaseCommand):
         # On CPUs gloo's all-reduce competes with backward for the same cores: over loopback as
         # CPU-bound (the peer it waits for computes too), over a network by the CPU share the comm
         # profile measured per size; CPU-bound (share 1) for a profile without shares.
-        contention = None
+        contention: ContentionSpec = None
         try:
             if profile.device.type == "cpu" and o["workers"] > 1 and comm_profile is not None:
                 if any(s.cpu_share is not None for s in comm_profile.samples):
@@ -189,6 +189,8 @@ class Command(BaseCommand):
                 f"(max {oracle.max_batch(t.accelerator.name)} per GPU)"
             )
         phases = oracle.phases(t.accelerator.name, batch)
+        if phases is None:  # est is not None: the batch fits, so the phases are predicted
+            raise CommandError(f"no phase times for batch {batch} on {t.accelerator.name}")
         comm = oracle.comm_source(((cand, o["nodes"]),))
         return {
             "target": f"{o['nodes']}x {t.name} ({o['nodes'] * gpus} GPUs)",
