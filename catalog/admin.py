@@ -5,6 +5,8 @@ Price rows are history: admins may add an observation but never change or delete
 
 from __future__ import annotations
 
+from typing import cast
+
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
@@ -20,6 +22,7 @@ from catalog.models import (
     AvailabilityZone,
     InstanceOffering,
     InstanceType,
+    InstanceTypeQuerySet,
     OnDemandPrice,
     PriceSource,
     Region,
@@ -77,7 +80,8 @@ class InstanceTypeAdmin(admin.ModelAdmin):
     actions = ["refresh_from_aws"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
-        return super().get_queryset(request).with_current_prices()
+        # (the admin types its queryset as a plain QuerySet; the model's manager makes ours)
+        return cast(InstanceTypeQuerySet, super().get_queryset(request)).with_current_prices()
 
     @admin.display(description="on-demand $/h (cheapest region)", ordering="on_demand_usd")
     def on_demand(self, obj) -> str:
@@ -119,7 +123,7 @@ class InstanceTypeAdmin(admin.ModelAdmin):
         if request.method == "POST" and form.is_valid():
             try:
                 report = import_catalog(
-                    request.FILES["instances"],
+                    form.cleaned_data["instances"],
                     network=request.FILES.get("network"),
                     source=PriceSource.CSV,
                     observed_at=form.cleaned_data.get("observed_at"),

@@ -7,6 +7,7 @@ overwrites or deletes an earlier observation, so the history can be charted and 
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 from django.db import models
 from django.db.models import OuterRef, Subquery
@@ -167,8 +168,9 @@ class PriceSource(models.TextChoices):
 class PriceQuerySet(models.QuerySet):
     def current(self) -> PriceQuerySet:
         """Only the latest observation of each key (type × region, or type × zone)."""
-        key = self.model.KEY_FIELDS
-        latest = self.model.objects.filter(**{f: OuterRef(f) for f in key}).order_by("-observed_at")
+        model: Any = self.model  # OnDemandPrice or SpotPrice: both say their KEY_FIELDS
+        key = model.KEY_FIELDS
+        latest = model.objects.filter(**{f: OuterRef(f) for f in key}).order_by("-observed_at")
         return self.filter(observed_at=Subquery(latest.values("observed_at")[:1]))
 
 

@@ -217,13 +217,16 @@ class EC2Provider:
         from cloud import ec2
         from profiler import cluster, userdata
 
+        nodes = run.nodes
+        if nodes is None:
+            raise ValueError(f"run {run.pk} is not a cluster run (no node count)")
         itype = InstanceType.objects.select_related("accelerator").get(name=run.instance_type)
         ec2.create_placement_group(run.region, run.placement_group)
         script = userdata.comm_cluster_user_data(
             server_url=settings.SITE_URL,
             run_id=run.pk,
             token=token,
-            nnodes=run.nodes,
+            nnodes=nodes,
             gpus_per_node=cluster.gpus_per_node(itype),
             agent_args=agent_args(run, "/tmp/srifty-profile.json"),
             max_minutes=minutes,
@@ -232,7 +235,7 @@ class EC2Provider:
         spec = ec2.LaunchSpec(
             region=run.region,
             instance_type=run.instance_type,
-            count=run.nodes,
+            count=nodes,
             market=run.market,
             user_data=script,
             max_minutes=minutes,
