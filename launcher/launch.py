@@ -33,7 +33,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-import re
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import ROUND_DOWN, Decimal
@@ -42,9 +41,9 @@ from django.conf import settings
 from django.core import signing
 from django.utils import timezone
 
+from cloud import ec2
 from launcher import jobs
 from launcher.models import Job, JobStatus
-from profiler import ec2
 from profiler.userdata import SERVER_DISCOVERY, training_user_data
 
 log = logging.getLogger(__name__)
@@ -293,28 +292,13 @@ def _minutes_to_cap(job: Job, cap_hours: float) -> int:
 # --- launching ----------------------------------------------------------------------------
 
 
-_ZONE_ID_RE = re.compile(r"^[a-z]{2,}[0-9]*-az[0-9]+$")  # e.g. use1-az2 (the catalog's zone ids)
-
-
 def zone_subnets(region: str, zone: str | None) -> list[str | None]:
     """Subnets to try for ``zone`` (a zone id such as ``use1-az2``, as the catalog and the plans
     use, or a zone name such as ``us-east-1c``): ``JOB_SUBNET_IDS`` there, else the zone's
     default subnet."""
     if not zone:
         return [None]
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    key = "availability-zone-id" if _ZONE_ID_RE.match(zone) else "availability-zone"
-    filters = [{"Name": key, "Values": [zone]}]
-    wanted = list(jobs.setting("JOB_SUBNET_IDS", []) or [])
-    filters.append(
-        {"Name": "subnet-id", "Values": wanted} if wanted else {"Name": "default-for-az", "Values": ["true"]}
-    )
-    try:
-        found = ec2.client("ec2", region).describe_subnets(Filters=filters).get("Subnets", [])
-    except (BotoCoreError, ClientError) as exc:
-        raise ec2.AwsError(f"ec2.describe_subnets failed: {exc}") from exc
-    subnets = sorted(s["SubnetId"] for s in found)
+    subnets = ec2.zone_subnets(region, zone, list(jobs.setting("JOB_SUBNET_IDS", []) or []))
     if not subnets:
         log.warning("no subnet in %s for zone %s; letting EC2 choose", region, zone)
     return list(subnets) or [None]
@@ -374,7 +358,7 @@ def launch_job(job: Job) -> str:
             if job.finished:  # stopped (user, cap) while launching: what started since goes too
                 teardown(job)
                 return f"job {job.pk} was {job.status} during the launch; terminated its instances"
-    except (ec2.AwsError, ValueError) as exc:
+    except (ec2.CloudError, ValueError) as exc:
         log.exception("launching job %s failed", job.pk)
         jobs.fail_job(job, f"launch failed: {exc}")
         return "failed to launch"
@@ -405,7 +389,7 @@ def rendezvous(job: Job, instance_id: str) -> tuple[int, dict]:
     if not job.node_ips.get(master):
         try:  # EC2 is eventually consistent: the IP may not have been visible at launch
             found = {s.id: s.private_ip for s in ec2.describe(job.region, job.instance_ids)}
-        except ec2.AwsError:
+        except ec2.CloudError:
             log.warning("describing job %s nodes for rendezvous failed", job.pk, exc_info=True)
             found = {}
         job = jobs.set_node_ips(job, found)
@@ -446,7 +430,7 @@ def cleanup(job: Job) -> bool:
     if job.placement_group:
         try:
             ec2.delete_placement_group(job.region, job.placement_group)
-        except ec2.AwsError as exc:
+        except ec2.CloudError as exc:
             log.info("placement group %s not deleted yet: %s", job.placement_group, exc)
             return False
     return True

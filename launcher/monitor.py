@@ -42,9 +42,9 @@ from datetime import timedelta
 from django.db.models import Count, Max, Sum
 from django.utils import timezone
 
+from cloud import ec2
 from launcher import jobs
 from launcher.models import Job, JobEvent, JobReport, JobStatus
-from profiler import ec2
 
 log = logging.getLogger(__name__)
 

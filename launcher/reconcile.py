@@ -1,6 +1,6 @@
 """The reconciler: terminate Srifty-managed EC2 instances that no live job or run accounts for.
 
-It looks at every instance tagged ``srifty:managed=true`` (``profiler.ec2.find_managed``). Only
+It looks at every instance tagged ``srifty:managed=true`` (``cloud.ec2.find_managed``). Only
 those tagged with this install's ``srifty:install-id`` (``settings.INSTALL_ID``) are its to judge:
 a staging server or a colleague's ``./run`` in the same AWS account has its own job 7, which this
 database knows nothing of. Other installs' instances are counted and left alone; instances without
@@ -31,9 +31,9 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
+from cloud import ec2
 from launcher import jobs
 from launcher.models import JOB_FINISHED, Job
-from profiler import ec2
 from profiler.models import FINISHED as RUN_FINISHED
 from profiler.models import ProfilingRun, Provider
 
@@ -133,7 +133,7 @@ def reconcile(regions: list[str] | None = None, dry_run: bool = False, now=None)
     for region in report.regions:
         try:
             managed = ec2.find_managed(region, any_install=True)
-        except ec2.AwsError as exc:
+        except ec2.CloudError as exc:
             report.errors.append(f"{region}: {exc}")
             continue
         doomed: list[str] = []
@@ -177,7 +177,7 @@ def reconcile(regions: list[str] | None = None, dry_run: bool = False, now=None)
         if doomed and not dry_run:
             try:
                 ec2.terminate(region, doomed)
-            except ec2.AwsError as exc:
+            except ec2.CloudError as exc:
                 report.errors.append(f"{region}: {exc}")
     for line in report.lines():
         log.info("reconcile: %s", line)

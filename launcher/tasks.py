@@ -43,7 +43,7 @@ def watch_job_task(job_id: int) -> str:
         return "gone"
     try:
         state = monitor.watch_job(job)
-    except launch.ec2.AwsError as exc:  # EC2 hiccup: look again next time (the cap still holds)
+    except launch.ec2.CloudError as exc:  # EC2 hiccup: look again next time (the cap still holds)
         log.warning("watching job %s: %s", job_id, exc)
         state = "watching"
     if state == "watching":

@@ -86,7 +86,7 @@ def subnet_for(run: ProfilingRun) -> str | None:
     need a subnet named per interface, and naming one zone keeps the placement group in a
     zone that has the type. ``None``: EC2 chooses."""
     from catalog.models import InstanceOffering
-    from profiler import ec2
+    from cloud import ec2
 
     configured = list(getattr(settings, "JOB_SUBNET_IDS", []) or [])
     if configured:
@@ -111,7 +111,8 @@ def rendezvous(run: ProfilingRun, instance_id: str) -> tuple[int, dict]:
     Rank 0 is the instance with launch index 0; node ranks follow the launch index. While the
     run's instances are not recorded yet (``run_instances`` has not returned) nodes wait.
     """
-    from profiler import actions, ec2
+    from cloud import ec2
+    from profiler import actions
 
     if not instance_id:
         return 400, {"instance_id": ["required: the asking node's EC2 instance id"]}
@@ -127,7 +128,7 @@ def rendezvous(run: ProfilingRun, instance_id: str) -> tuple[int, dict]:
     if not run.node_ips.get(master):
         try:  # EC2 is eventually consistent: the IP may not have been visible at launch
             found = {s.id: s.private_ip for s in ec2.describe(run.region, run.instance_ids) if s.private_ip}
-        except ec2.AwsError:
+        except ec2.CloudError:
             log.warning("describing run %s nodes for rendezvous failed", run.pk, exc_info=True)
             found = {}
         run = actions.record_node_ips(run, found)

@@ -1,7 +1,7 @@
 """``manage.py db_worker`` for the browser tests, with EC2 placement-group calls stubbed out.
 
 moto 5.2 does not implement ``CreatePlacementGroup`` / ``DeletePlacementGroup`` (its server
-answers 500 and botocore retries, then the launch fails); ``tests/planner_app`` stubs the same two
+answers 500 and botocore retries, then the launch fails); ``tests/launcher`` stubs the same two
 calls. Everything else the launch does (launch templates, ``run_instances``, tags, user-data)
 goes to the moto server for real. Usage: ``python tests/browser/_worker.py --interval 0.2``.
 """
@@ -23,7 +23,7 @@ def main() -> None:
     django.setup()
     from django.core.management import execute_from_command_line
 
-    from profiler import ec2
+    from cloud import ec2
 
     ec2.create_placement_group = lambda region, name: None
     ec2.delete_placement_group = lambda region, name: None

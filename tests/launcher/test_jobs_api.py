@@ -11,10 +11,10 @@ from django.contrib.auth.models import Group, Permission
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from cloud import ec2, session
 from launcher import jobs, launch
 from launcher.models import Job, JobReport, JobStatus
 from planner.app.models import PlanRecord
-from profiler import ec2
 
 pytestmark = pytest.mark.django_db
 REGION = "us-east-1"
@@ -82,7 +82,7 @@ def cloud(aws, settings, monkeypatch):
     settings.SITE_URL = "https://srifty.example.com"
     monkeypatch.setattr(ec2, "create_placement_group", lambda region, name: None)  # not in moto
     monkeypatch.setattr(ec2, "delete_placement_group", lambda region, name: None)
-    return ec2.client("ec2", REGION)
+    return session.client("ec2", REGION)
 
 
 @pytest.fixture

@@ -14,10 +14,10 @@ from decimal import Decimal
 import pytest
 from django.contrib.auth.models import Permission
 
+from cloud import ec2, session
 from launcher import jobs, launch
 from launcher.models import Job, JobStatus
 from planner.app.models import PlanRecord
-from profiler import ec2
 
 pytestmark = pytest.mark.django_db
 REGION = "us-east-1"
@@ -94,7 +94,7 @@ def placement_groups(monkeypatch):
 def cloud(aws, settings, placement_groups):
     settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.immediate.ImmediateBackend"}}
     settings.SITE_URL = "https://srifty.example.com"
-    return ec2.client("ec2", REGION)
+    return session.client("ec2", REGION)
 
 
 def make_job(owner, opt=None, command="train.py --epochs 3", spend="100", hours=10.0) -> Job:
@@ -211,7 +211,7 @@ def test_a_launch_error_fails_the_job_and_terminates_what_started(
     def flaky(*args, **kwargs):
         calls.append(args)
         if len(calls) == 2:
-            raise ec2.AwsError("ec2.run_instances failed: InsufficientInstanceCapacity: none left")
+            raise ec2.CloudError("InsufficientInstanceCapacity", "none left", "ec2.run_instances")
         return real(*args, **kwargs)
 
     monkeypatch.setattr(ec2, "launch_from_template", flaky)

@@ -1,6 +1,6 @@
 """Watching jobs: drift, spot interruptions and lost nodes (with re-plan offers), the cap, and
 the end of a job; EC2 is moto's real server. moto never interrupts spot instances, so the
-interruption notice itself (``profiler.ec2.spot_interruption_notices``, tested with botocore's
+interruption notice itself (``cloud.ec2.spot_interruption_notices``, tested with botocore's
 Stubber in tests/profiler/test_ec2.py) is set per test."""
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.utils import timezone
 
+from cloud import ec2, session
 from launcher import jobs, launch, monitor
 from launcher.models import Job, JobEvent, JobReport, JobStatus
 from planner.app.models import PlanRecord
-from profiler import ec2
 
 pytestmark = pytest.mark.django_db
 REGION = "us-east-1"
@@ -76,7 +76,7 @@ def cloud(aws, settings, monkeypatch):
     settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.immediate.ImmediateBackend"}}
     monkeypatch.setattr(ec2, "create_placement_group", lambda region, name: None)  # not in moto
     monkeypatch.setattr(ec2, "delete_placement_group", lambda region, name: None)
-    return ec2.client("ec2", REGION)
+    return session.client("ec2", REGION)
 
 
 @pytest.fixture

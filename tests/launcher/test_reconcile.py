@@ -16,10 +16,10 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
+from cloud import ec2, session
 from launcher import launch, reconcile
 from launcher.models import Job, JobStatus
 from planner.app.models import PlanRecord
-from profiler import ec2
 
 pytestmark = pytest.mark.django_db
 REGION = "us-east-1"
@@ -29,7 +29,7 @@ REGION = "us-east-1"
 def cloud(aws, settings):
     settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
     settings.RECONCILE_REGIONS = [REGION]
-    return ec2.client("ec2", REGION)
+    return session.client("ec2", REGION)
 
 
 def job(owner, **fields) -> Job:
@@ -131,7 +131,7 @@ def test_a_region_that_cannot_be_scanned_is_an_error_and_the_others_still_run(cl
 
     def find(region, tag_filters=None, **kwargs):
         if region == "eu-west-1":
-            raise ec2.AwsError("ec2.describe_instances failed: UnauthorizedOperation: no")
+            raise ec2.CloudError("UnauthorizedOperation", "no", "ec2.describe_instances")
         return real(region, tag_filters, **kwargs)
 
     monkeypatch.setattr(ec2, "find_managed", find)
@@ -215,7 +215,7 @@ def test_an_instance_without_an_install_id_is_kept_and_reported(cloud, settings)
 def test_terminate_refuses_another_installs_instance(cloud, settings):
     theirs = vm_of(settings, "install-b", {"srifty:job-id": "7"})
     settings.INSTALL_ID = "install-a"
-    with pytest.raises(ec2.AwsError, match="another Srifty install"):
+    with pytest.raises(ec2.CloudError, match="another Srifty install"):
         ec2.terminate(REGION, [theirs])
     assert theirs in live_ids(cloud)
 
