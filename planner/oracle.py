@@ -227,16 +227,23 @@ class Oracle:
         if sum(c * n for c, (_, n) in zip(caps, groups, strict=True)) < global_batch:
             return None
         lo, hi = 0.0, max(self.step_ms(m, c) for (m, _), c in zip(groups, caps, strict=True) if c > 0)
+        # cap_i(τ) is monotone in τ, so while τ bisects (lo, hi] each group's batch stays within
+        # [cap_i(lo), cap_i(hi)]: the inner searches shrink to nothing after a few rounds.
+        at_lo = [self._cap_at(m, lo, c) for (m, _), c in zip(groups, caps, strict=True)]
+        at_hi = [
+            self._cap_at(m, hi, c, at_lo[i]) for i, ((m, _), c) in enumerate(zip(groups, caps, strict=True))
+        ]
         for _ in range(40):
             mid = (lo + hi) / 2
-            if (
-                sum(n * self._cap_at(m, mid, c) for (m, n), c in zip(groups, caps, strict=True))
-                >= global_batch
-            ):
-                hi = mid
+            at_mid = [
+                a if a == b else self._cap_at(m, mid, b, a)
+                for (m, _), a, b in zip(groups, at_lo, at_hi, strict=True)
+            ]
+            if sum(n * b for (_, n), b in zip(groups, at_mid, strict=True)) >= global_batch:
+                hi, at_hi = mid, at_mid
             else:
-                lo = mid
-        batches = [self._cap_at(m, hi, c) for (m, _), c in zip(groups, caps, strict=True)]
+                lo, at_lo = mid, at_mid
+        batches = list(at_hi)
         # Give back what exceeds G from the group whose last sample costs most (stay >= 1).
         surplus = sum(b * n for b, (_, n) in zip(batches, groups, strict=True)) - global_batch
         while surplus > 0:
@@ -248,8 +255,10 @@ class Oracle:
             surplus -= groups[i][1]
         return tuple(max(1, b) for b in batches)
 
-    def _cap_at(self, model: str, tau: float, cap: int) -> int:
-        lo, hi = 0, cap
+    def _cap_at(self, model: str, tau: float, cap: int, floor: int = 0) -> int:
+        """Largest batch in ``[floor, cap]`` whose step takes at most ``tau`` (``floor`` when none
+        above it does; the caller knows ``step(floor) <= tau`` or ``floor == 0``)."""
+        lo, hi = floor, cap
         while lo < hi:
             mid = (lo + hi + 1) // 2
             if self.step_ms(model, mid) <= tau:

@@ -25,7 +25,14 @@ slowest-node models; the search checks every evaluated mix against them):
   ``n_i * max_m T_{c_i}(m) / m`` is used; an unevaluated point uses its upper bound);
 * (A2) *replacement*: if member ``a``'s curve is at least member ``b``'s at every node count,
   replacing the ``b`` nodes by ``a`` nodes does not slow the mix down, so
-  ``T(mix) <= T_a(n_a + n_b) (+ the other groups' terms)`` (full curves only).
+  ``T(mix) <= T_a(n_a + n_b) (+ the other groups' terms)``.  With full curves "at least" is read
+  off the curves; otherwise from the hardware (A3, :func:`hardware_rows`: same GPU model and
+  GPUs per node, a link at least as fast, EFA where the other has it).
+
+A mix whose bound rests on unevaluated curve points is refined before the mix itself is
+evaluated (:meth:`MixBounds.refine`: its members' points and the merged counts of A2, far cheaper
+than a mix, whose batch split is a bisection); the tighter bound then rules it out or sends it
+back into the queue.
 
 Their minimum gives, for all count vectors of a subset at once (numpy), lower bounds on time and
 cost and an upper bound on goodput (all monotone in ``T``, :func:`planner.solver.evaluate.metrics`).
@@ -74,6 +81,7 @@ class Curves:
         self.grid = tuple(int(g) for g in grid)
         self.memo = memo
         self.types = list(reps)
+        self.reps = dict(reps)
         self.tidx = {t: i for i, t in enumerate(self.types)}
         for t, c in reps.items():
             memo.rep.setdefault(t, c)
@@ -162,6 +170,18 @@ class Curves:
         return self.vals[t][1:].ravel().tolist()
 
 
+def hardware_rows(cands: Sequence[Candidate]) -> np.ndarray:
+    """One row per candidate such that row(a) >= row(b) element-wise iff a has b's GPU model and
+    GPUs per node, a link at least as fast and EFA where b has it (assumption A3: the oracle
+    depends on the hardware, and a faster link never slows a cluster down)."""
+    sig: dict[tuple[str, int], int] = {}
+    rows = []
+    for c in cands:
+        i = sig.setdefault((c.gpu_model, int(c.gpus_per_node)), len(sig))
+        rows.append([float(c.network_gbps or 0.0), float(bool(c.efa)), float(i), -float(i)])
+    return np.array(rows, dtype=float).reshape(len(cands), 4)
+
+
 def combinations(K: int, k: int, block: int = 1 << 16) -> Iterator[np.ndarray]:
     """All ``k``-subsets of ``range(K)`` in lexicographic order, as ``(m, k)`` int arrays of about
     ``block`` rows (whole first members at a time, so at most ``block + C(K-1, k-1)`` rows)."""
@@ -213,16 +233,22 @@ class MixBounds:
             up = curves.upper(t)
             lin = np.arange(N + 1) * pnb
             self.term[t] = np.where(up > 0, up, lin)
-        # replacement bound: hardware dominance needs the whole curves
-        self.replacement = curves.full
+        # replacement bound: "a's curve is at least b's at every count" -- read off the curves
+        # when they are all known, else from the hardware (A3: same GPU model and GPUs per node,
+        # a link at least as fast, EFA if b has it)
+        self.replacement = True
         types = curves.types
-        if types and self.replacement:
+        if types and curves.full:
             F = np.array([np.nan_to_num(curves.thr[t][1:]) for t in types])
             self.dom = (F[:, None, :] >= F[None, :, :]).all(axis=2)
             self.curve_sum = F.sum(axis=1)
+        elif types:
+            H = hardware_rows([curves.reps[t] for t in types])
+            self.dom = (H[:, None, :] >= H[None, :, :]).all(axis=2)
+            self.curve_sum = np.array([float(curves.upper(t)[1:].sum()) for t in types])
         else:
-            self.dom = np.zeros((len(types), len(types)), dtype=bool)
-            self.curve_sum = np.zeros(len(types))
+            self.dom = np.zeros((0, 0), dtype=bool)
+            self.curve_sum = np.zeros(0)
         self.pmax: dict[str, np.ndarray] = {}
         self.rmin: dict[str, np.ndarray] = {}
         for t, term in self.term.items():
@@ -234,6 +260,22 @@ class MixBounds:
                 pm[2:] = np.maximum.accumulate(term[2:])
                 rm[2:] = np.minimum.accumulate(ratio[2:])
             self.pmax[t], self.rmin[t] = pm, rm
+
+    def refine(self, subset: Sequence[Candidate], counts: Sequence[int]) -> bool:
+        """Evaluate the members' curve points ``T_{c_i}(n_i)`` not known yet and tighten their
+        separability terms (later bounds use them); whether anything changed."""
+        points = [(c.instance_type, int(n)) for c, n in zip(subset, counts, strict=True)]
+        merged: dict[int, int] = {}
+        for i, r in enumerate(self.reps(subset)):
+            merged[r] = merged.get(r, 0) + int(counts[i])
+        points += [(subset[r].instance_type, n) for r, n in merged.items() if n <= self.N]
+        changed = False
+        for t, n in points:
+            if not self.curves.known(t, n):
+                thr, _ = self.curves.evaluate(t, n)
+                self.term[t][n] = thr if thr > 0 else n * self.pnb[t]
+                changed = True
+        return changed
 
     def reps(self, subset: Sequence[Candidate]) -> list[int]:
         """For each member, the member whose hardware dominates it with the largest curve (itself
@@ -375,12 +417,47 @@ class MixBounds:
         return combos[keep], int((~keep).sum())
 
     def member_limits(
-        self, spec: Spec, subset: Sequence[Candidate], maxc: Mapping[Candidate, int], bound_pruning: bool
+        self,
+        spec: Spec,
+        subset: Sequence[Candidate],
+        maxc: Mapping[Candidate, int],
+        bound_pruning: bool,
+        theta: float = math.inf,
+        request: Any = None,
     ) -> list[int]:
-        """Largest count of each member: availability, quota, ``N - (k - 1)`` and the $/h cap
-        (with one node of every other member)."""
+        """Largest count of each member: availability, quota, ``N - (k - 1)``, the $/h cap (with
+        one node of every other member) and the money: any count vector of the subset runs at
+        most ``U = sum_i max_n term_i(n)`` samples/s, so its time is at least
+        ``t_min = o + S / (3600 U)`` and its cost at least ``(p_i n_i + sum_{j != i} p_j) t_min``;
+        a member count whose cost bound reaches the budget (or, minimising cost, the incumbent)
+        cannot be part of a useful vector."""
         k = len(subset)
         ms = [min(maxc[c], self.N - (k - 1)) for c in subset]
+        cmax = math.inf
+        if bound_pruning and request is not None:
+            if spec.budget is not None:
+                cmax = spec.budget * (1 + REL)
+            if spec.objective == "cost" and math.isfinite(theta):
+                cmax = min(cmax, lim(theta, spec.tie_tol))
+        if math.isfinite(cmax):
+            u = sum(
+                float(self.term[c.instance_type][1 : m + 1].max(initial=0.0))
+                for c, m in zip(subset, ms, strict=True)
+            )
+            if u > 0:
+                t_min = request.startup_overhead_h + request.total_samples / (3600.0 * u)
+                total_p = sum(c.price_per_hour for c in subset)
+                ms = [
+                    min(
+                        m,
+                        int(
+                            math.floor(
+                                (cmax / t_min - (total_p - c.price_per_hour)) / c.price_per_hour + 1e-9
+                            )
+                        ),
+                    )
+                    for m, c in zip(ms, subset, strict=True)
+                ]
         if spec.cap is not None and bound_pruning:
             total_p = sum(c.price_per_hour for c in subset)
             ms = [

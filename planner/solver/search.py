@@ -78,7 +78,7 @@ import numpy as np
 
 from planner import spot as spotmodel
 from planner.candidates import Candidate, find_dominated
-from planner.solver.candidates import Curves, MixBounds, combinations
+from planner.solver.candidates import Curves, MixBounds, combinations, hardware_rows
 from planner.solver.evaluate import (
     Col,
     ConfigMetrics,
@@ -270,8 +270,9 @@ class Engine:
         if self.curves.full:
             table = {t: self.curves.flat(t) for t in types}
         else:
-            # curves are not all known: only offers of the same instance type can dominate
-            table = {t: [float(i), -float(i)] for i, t in enumerate(types)}
+            # curves are not all known: dominance by the hardware (A3 of planner.solver.candidates)
+            rows = hardware_rows([self.curves.reps[t] for t in types])
+            table = {t: rows[i].tolist() for i, t in enumerate(types)}
         dropped = find_dominated(supported, table, max_nodes=self.N, mixes=request.max_types > 1)
         self.kept = [c for c in supported if c not in dropped]
         self.dominated = len(dropped)
@@ -529,10 +530,22 @@ class Engine:
         queue = MixQueue()
         out: list[Col] = []
         state = {"theta": theta}
+        lam_all: dict[str, dict[Candidate, float]] = {}
         tol = spec.tie_tol
 
         def evaluate_next() -> None:
             lb, region, subset, counts = queue.pop()
+            if level >= 1 and not self.curves.full and bounds.refine(subset, counts):
+                # the members' own curve points are cheaper than the mix: with them the bound may
+                # rule the mix out, or send it back behind better candidates
+                ns = [np.array([n]) for n in counts]
+                lb2, ok = bounds.vector_bounds(spec, subset, ns, lam_all[region], level, req)
+                lb = max(lb, float(lb2[0]))
+                if not ok[0] or lb >= lim(state["theta"], tol):
+                    return
+                if lb > queue.peek():
+                    queue.push(np.array([lb]), np.array([counts]), region, subset)
+                    return
             groups = tuple(zip(subset, counts, strict=True))
             thr, g, _est = self.memo.best(groups, self.grid)
             stats["evaluated"] += 1
@@ -572,6 +585,7 @@ class Engine:
             maxc = {c: max_count(c, spec.quotas, N) for c in group}
             usable = [c for c in group if maxc[c] >= 1]
             lam = {c: hazard_of(((c, 1),)) for c in usable}
+            lam_all[region] = lam
             for k in range(2, min(req.max_types, len(usable), N) + 1):
                 tables = bounds.member_tables(usable, k, maxc, lam)
                 for combos in combinations(len(usable), k):
@@ -587,7 +601,7 @@ class Engine:
                     stats["pruned"] += pruned
                     for row in survivors.tolist():
                         subset = tuple(usable[i] for i in row)
-                        ms = bounds.member_limits(spec, subset, maxc, level >= 1)
+                        ms = bounds.member_limits(spec, subset, maxc, level >= 1, state["theta"], req)
                         if min(ms) < 1:
                             stats["pruned"] += 1
                             continue
