@@ -115,8 +115,7 @@ def _tf32_settings() -> dict[str, Any]:
     out: dict[str, Any] = {}
     try:
         out["matmul"] = torch.backends.cuda.matmul.fp32_precision
-        # (torch's stubs lack the cudnn.conv sub-module that newer versions set up at import)
-        out["cudnn_conv"] = torch.backends.cudnn.conv.fp32_precision  # type: ignore[attr-defined]
+        out["cudnn_conv"] = torch.backends.cudnn.conv.fp32_precision
     except AttributeError:  # older torch: only the boolean switches
         out["matmul"] = "tf32" if torch.backends.cuda.matmul.allow_tf32 else "ieee"
         out["cudnn_conv"] = "tf32" if torch.backends.cudnn.allow_tf32 else "ieee"

@@ -217,7 +217,7 @@ def _token_input(model: Any) -> Any:
     """
     import torch.nn as nn
 
-    class TokenInput(nn.Module):
+    class TokenInput(nn.Module):  # type: ignore[misc]  # torch is not followed by mypy: Any
         def __init__(self, inner: Any) -> None:
             super().__init__()
             self.inner = inner

@@ -313,7 +313,7 @@ class _CostRecorder:
                 sum(t.numel() * t.element_size() for t in tree_flatten(obj)[0] if isinstance(t, torch.Tensor))
             )
 
-        class Mode(TorchDispatchMode):
+        class Mode(TorchDispatchMode):  # type: ignore[misc]  # torch is not followed by mypy: Any
             def __torch_dispatch__(
                 self,
                 func: Any,
@@ -341,7 +341,7 @@ class _CostRecorder:
                 sink.append((name, flops, nbytes((args, kwargs)) + nbytes(out)))
                 return out
 
-        return Mode()  # type: ignore[no-untyped-call]  # TorchDispatchMode.__init__ is unannotated
+        return Mode()
 
 
 def _op_name(packet: Any, args: Sequence[Any]) -> str:
