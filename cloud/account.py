@@ -45,7 +45,8 @@ def service_quota(region: str, service_code: str, quota_code: str) -> float | No
         if exc.code == "NoSuchResourceException":
             return None
         raise
-    return resp.get("Quota", {}).get("Value")
+    value = resp.get("Quota", {}).get("Value")
+    return None if value is None else float(value)
 
 
 def ssm_parameter(region: str, name: str) -> str | None:
@@ -56,4 +57,4 @@ def ssm_parameter(region: str, name: str) -> str | None:
         if exc.code == "ParameterNotFound":
             return None
         raise
-    return resp["Parameter"]["Value"]
+    return str(resp["Parameter"]["Value"])

@@ -123,7 +123,7 @@ def _ec2(region: str) -> Any:
     return session.client("ec2", region)
 
 
-def _instances(cli, **kwargs) -> Iterator[dict]:
+def _instances(cli: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
     for reservation in pages(cli, "describe_instances", "Reservations", **kwargs):
         yield from reservation.get("Instances", [])
 
@@ -200,7 +200,7 @@ class InstanceState:
     subnet_id: str | None = None
 
 
-def _state(item: dict) -> InstanceState:
+def _state(item: dict[str, Any]) -> InstanceState:
     reason = (item.get("StateReason") or {}).get("Code") or None
     return InstanceState(
         id=item["InstanceId"],
@@ -228,7 +228,7 @@ def _tag_specs(listed: list[dict[str, str]], spot: bool = False) -> list[dict[st
     return [{"ResourceType": kind, "Tags": listed} for kind in kinds]
 
 
-def _market_options(market: str, max_price: str | Decimal | None) -> dict:
+def _market_options(market: str, max_price: str | Decimal | None) -> dict[str, Any]:
     if market != "spot":
         return {}
     spot = {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"}
@@ -237,7 +237,7 @@ def _market_options(market: str, max_price: str | Decimal | None) -> dict:
     return {"InstanceMarketOptions": {"MarketType": "spot", "SpotOptions": spot}}
 
 
-def _instance_profile(value: str) -> dict:
+def _instance_profile(value: str) -> dict[str, Any]:
     return {"Arn": value} if value.startswith("arn:") else {"Name": value}
 
 
@@ -266,7 +266,7 @@ def default_image(region: str, arch: str = "x86_64") -> str:
             newest = max(images, key=lambda i: (i.get("CreationDate", ""), i.get("Name", "")))
             if names is FALLBACK_IMAGE_NAMES:
                 log.warning("no Deep Learning AMI in %s; using %s", region, newest.get("Name"))
-            return newest["ImageId"]
+            return str(newest["ImageId"])
     text = f"ec2.describe_images found no Deep Learning AMI nor Amazon Linux {arch} image in {region}"
     raise CloudError("NoImage", text, "ec2.describe_images", text=text)
 
@@ -274,18 +274,18 @@ def default_image(region: str, arch: str = "x86_64") -> str:
 # --- Launching --------------------------------------------------------------------------------
 
 
-def _existing(cli, client_token: str) -> list[str]:
+def _existing(cli: Any, client_token: str) -> list[str]:
     """Instances an earlier attempt with this client token launched (any state), in launch order."""
     found = _instances(cli, Filters=[{"Name": f"tag:{CLIENT_TOKEN_TAG}", "Values": [client_token]}])
     return _ids({"Instances": list(found)})
 
 
-def _ids(resp: dict) -> list[str]:
+def _ids(resp: dict[str, Any]) -> list[str]:
     items = sorted(resp.get("Instances", []), key=lambda i: (i.get("AmiLaunchIndex") or 0, i["InstanceId"]))
     return [i["InstanceId"] for i in items]
 
 
-def efa_network_interfaces(spec: LaunchSpec) -> list[dict]:
+def efa_network_interfaces(spec: LaunchSpec) -> list[dict[str, Any]]:
     """``spec.efa_interfaces`` EFA interfaces, one per network card, as AWS documents for p4d/p5:
     card 0 carries the primary interface (device index 0), every other card one at device
     index 1. Subnet and security groups must then be given per interface (EC2 refuses them at
@@ -295,7 +295,7 @@ def efa_network_interfaces(spec: LaunchSpec) -> list[dict]:
     the default VPC group does)."""
     out = []
     for card in range(spec.efa_interfaces):
-        nic: dict = {
+        nic: dict[str, Any] = {
             "NetworkCardIndex": card,
             "DeviceIndex": 0 if card == 0 else 1,
             "InterfaceType": "efa",
@@ -320,7 +320,7 @@ def launch(spec: LaunchSpec) -> list[str]:
     if spec.client_token and (ids := _existing(cli, spec.client_token)):
         log.info("launch with client token %s already done: %s", spec.client_token, ids)
         return ids
-    params: dict = {
+    params: dict[str, Any] = {
         "ImageId": spec.image_id or default_image(spec.region),
         "InstanceType": spec.instance_type,
         "MinCount": spec.count,
@@ -362,7 +362,7 @@ def create_launch_template(region: str, name: str, spec: LaunchSpec) -> str:
     """
     user_data = check_size(with_time_limit(spec.user_data, spec.max_minutes))
     cli = _ec2(region)
-    data: dict = {
+    data: dict[str, Any] = {
         "ImageId": spec.image_id or default_image(region),
         "InstanceType": spec.instance_type,
         "UserData": base64.b64encode(user_data.encode()).decode(),
@@ -387,7 +387,7 @@ def create_launch_template(region: str, name: str, spec: LaunchSpec) -> str:
             LaunchTemplateData=data,
             TagSpecifications=tag_spec,
         )
-        return resp["LaunchTemplate"]["LaunchTemplateId"]
+        return str(resp["LaunchTemplate"]["LaunchTemplateId"])
     except CloudError as exc:
         if exc.code != "InvalidLaunchTemplateName.AlreadyExistsException":
             raise
@@ -397,7 +397,7 @@ def create_launch_template(region: str, name: str, spec: LaunchSpec) -> str:
         LaunchTemplateName=name,
         LaunchTemplateData=data,
     )
-    return resp["LaunchTemplateVersion"]["LaunchTemplateId"]
+    return str(resp["LaunchTemplateVersion"]["LaunchTemplateId"])
 
 
 def delete_launch_template(region: str, template_id: str) -> None:
@@ -438,7 +438,7 @@ def launch_from_template(
     cli = _ec2(region)
     if client_token and (ids := _existing(cli, client_token)):
         return ids
-    base: dict = {
+    base: dict[str, Any] = {
         "LaunchTemplate": {"LaunchTemplateId": template_id, "Version": "$Latest"},
         "MinCount": count,
         "MaxCount": count,
