@@ -733,6 +733,8 @@ class Load:
             time.sleep(a.duration)
         for t in clients:
             t.join(timeout=max(1.0, api_deadline + 35 - time.monotonic()))
+        api_window_s = time.monotonic() - t0  # the last request started before the deadline
+        server_cpu_s, client_cpu_s = group_cpu_s(self.server.proc.pid) - cpu0, self_cpu_s() - self_cpu0
         for t in plan_threads:  # plans still going when the API load ended get until --plan-timeout
             t.join(timeout=max(1.0, t0 + a.plan_timeout + 35 - time.monotonic()))
         self.plans_stop.set()
@@ -743,10 +745,9 @@ class Load:
         except OSError:
             self.results.server_alive_after = False
         self.results.workers_alive_after = self.server.workers_alive()
-        self.results.api_window_s = time.monotonic() - t0  # the last request started before the deadline
-        self.results.duration_s = time.monotonic() - t0
-        self.results.server_cpu_s = group_cpu_s(self.server.proc.pid) - cpu0
-        self.results.client_cpu_s = self_cpu_s() - self_cpu0
+        self.results.api_window_s = api_window_s
+        self.results.duration_s = api_window_s
+        self.results.server_cpu_s, self.results.client_cpu_s = server_cpu_s, client_cpu_s
         # let the fan-out finish: until every viewer has every accepted event, or --drain s
         accepted = {seq for seq, _, status in self.results.agent if status == 201}
         t1 = time.monotonic()

@@ -15,7 +15,8 @@ The pool is small (``WEB_THREADS``, default 2 per worker process) and our own, n
 default (CPUs + 4 threads): requests are CPU-bound Python, so more threads only contend for the
 GIL. Measured with bench/load.py (2 cores, 2 workers, 50 closed-loop API clients): 1 thread
 ~485 req/s, 2 ~455, 4-6 ~390-445, with p99 rising alongside. 2 rather than 1 so that one slow
-request (a plan solve takes ~1 s) does not stall every other request on its worker.
+request (a large page, a slow query) does not stall every other request on its worker; plans are
+solved by the task worker, never in a request.
 """
 
 import os
@@ -35,7 +36,12 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.contrib.staticfiles.handlers import StaticFilesHandler  # noqa: E402
 
+from planner.app.serializers import warm_model_registries  # noqa: E402
 from srifty_web.routing import websocket_urlpatterns  # noqa: E402
+
+# Before serving: the first plan request would otherwise load torch to check its model's name,
+# seconds during which every other request of this process waits (see warm_model_registries).
+warm_model_registries()
 
 HTTP_THREADS = env_int("WEB_THREADS", 2)
 if not 1 <= HTTP_THREADS <= 64:

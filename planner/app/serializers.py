@@ -16,6 +16,21 @@ from profiler.serializers import SHAPE_RE
 from srifty_web.serializers import ModelSerializer
 
 
+def warm_model_registries() -> None:
+    """Load torchvision's model registry (and torch under it) now, not in a request.
+
+    Checking a spec's name (``check_library_spec``) loads its library's registry once per
+    process; in the first plan request that import holds the GIL for seconds and every other
+    request of the process waits behind it (bench/load.py, 2 busy cores: a 9-13 s stall of all
+    50 API clients). The web server calls this before it serves."""
+    from profiler.agent.specs import SpecError, check_library_spec
+
+    try:
+        check_library_spec("torchvision:resnet50")
+    except (SpecError, ImportError):  # pragma: no cover - torchvision is a dependency
+        pass
+
+
 class ModelChoiceSerializer(serializers.Serializer):
     """Either a finished compute profiling run, or a library model to predict analytically.
 
