@@ -15,7 +15,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
-from launcher import jobs, launch, monitor
+from launcher import jobs, launch, monitor, options
 from planner.app.models import PlanRecord
 
 
@@ -29,7 +29,7 @@ def _job(request: HttpRequest, job_id: int):
 def _defaults(option: dict) -> dict:
     """Suggested caps: 1.5x the predicted p90 time (at least half an hour), and its cost."""
     hours = max(0.5, math.ceil(float(option.get("time_p90_h") or option.get("time_h") or 1) * 1.5 * 10) / 10)
-    spend = math.ceil(launch.option_hourly(option) * hours)
+    spend = math.ceil(options.option_hourly(option) * hours)
     return {"train_command": "", "max_spend_usd": str(spend), "max_hours": f"{hours:g}"}
 
 
@@ -68,7 +68,7 @@ def job_new(request: HttpRequest) -> HttpResponse:
         _, spend, hours = jobs.clean_params(
             values["train_command"] or "x", values["max_spend_usd"], values["max_hours"]
         )
-        context["preview"] = launch.preview(option, spend, hours)
+        context["preview"] = options.preview(option, spend, hours)
     except jobs.JobError as exc:
         context["errors"][exc.field] = exc.message
     if request.method != "POST":
@@ -107,7 +107,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     job = _job(request, job_id)
     seen = monitor.observed(job)
     groups = []
-    for n in launch.node_launches(job.option):
+    for n in options.node_launches(job.option):
         groups.append({"node": n, "gpu_model": job.option["groups"][n.group].get("gpu_model", "")})
     nodes = [
         {"rank": i, "id": iid, "ip": job.node_ips.get(iid, "")} for i, iid in enumerate(job.instance_ids)
@@ -158,7 +158,7 @@ def job_replan(request: HttpRequest, job_id: int) -> HttpResponse:
             "a re-plan needs the launcher.add_job permission and the right to stop this job"
         )
     try:
-        prepared = launch.prepare_replan(request.user, job, refresh=request.POST.get("refresh") == "1")
+        prepared = monitor.prepare_replan(request.user, job, refresh=request.POST.get("refresh") == "1")
     except (jobs.JobError, jobs.NotAllowed) as exc:
         messages.error(request, f"No re-plan: {getattr(exc, 'message', exc)}")
         return redirect("job-page", job_id=job_id)

@@ -183,7 +183,7 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
             raise jobs.NotAllowed("launching a job needs the launcher.add_job permission")
         params = ReplanRequestSerializer(data=request.data)
         params.is_valid(raise_exception=True)
-        return Response(launch.prepare_replan(request.user, job, **params.validated_data))
+        return Response(monitor.prepare_replan(request.user, job, **params.validated_data))
 
     @extend_schema(request=ApplyReplanSerializer, responses={201: JobDetailSerializer, 400: None, 403: None})
     @action(detail=True, methods=["post"], url_path="replan/apply")

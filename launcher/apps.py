@@ -8,4 +8,7 @@ class LauncherConfig(AppConfig):
     name = "launcher"
     label = "launcher"
     verbose_name = "Launcher"
-    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # Binds the background work that launcher.jobs asks for by name (srifty_web.queue).
+        from launcher import tasks  # noqa: F401

@@ -2,7 +2,9 @@
 
 Rows are locked with ``select_for_update`` while they change; websocket messages and background
 tasks go out with ``transaction.on_commit``, so a viewer never sees a state that was rolled back
-and a task never starts on a row that does not exist yet. Agent reports are idempotent by
+and a task never starts on a row that does not exist yet. Tasks are asked for by name
+(``srifty_web.queue``; ``launcher.tasks`` binds the names): the tasks call these functions, so
+this module never imports them. Agent reports are idempotent by
 ``(rank, seq)``: a retried post stores nothing twice.
 
 Who may do what:
@@ -29,8 +31,13 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
+from launcher import options
+from launcher.errors import JobClosed as JobClosed
+from launcher.errors import JobError as JobError
+from launcher.errors import NotAllowed as NotAllowed
 from launcher.models import Job, JobEvent, JobReport, JobStatus
 from planner.app.models import PlanRecord, PlanStatus
+from srifty_web import queue
 from srifty_web.live import send_on_commit
 from srifty_web.teams import acts_for_owner
 
@@ -48,23 +55,6 @@ TOKEN_GRACE = timedelta(minutes=15)  # the job token outlives the cap a little; 
 def setting(name: str, default):
     """A Srifty job setting (``settings.JOB_*`` / ``settings.RECONCILE_*``) or its default."""
     return getattr(settings, name, default)
-
-
-class JobError(ValueError):
-    """A request that cannot become a job; ``field`` names the offending field (API: 400)."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
-
-
-class NotAllowed(PermissionError):
-    """The user lacks the permission for this (API: 403)."""
-
-
-class JobClosed(Exception):
-    """The job has finished; it accepts no more reports (API: 409)."""
 
 
 # --- permissions --------------------------------------------------------------------------
@@ -184,17 +174,14 @@ def create_job(
     spend cap is ``min(max_spend_usd, hourly x max_hours)``; that is what is stored as
     ``max_spend_usd``, and ``Job.cap_at`` is when it is reached.
     """
-    from launcher import launch
-    from launcher.tasks import launch_job_task, schedule_watch
-
     if not can_launch(owner):
         raise NotAllowed("launching a job needs the launcher.add_job permission")
     if confirm is not True:
         raise JobError("confirmation", "a launch needs an explicit confirmation of instances and spend")
     train_command, spend, hours = clean_params(train_command, max_spend_usd, max_hours)
     option = plan_option(owner, plan, rank)
-    limits = launch.limits(option, spend, hours)
-    launch.check_user_data(option, train_command)
+    limits = options.limits(option, spend, hours)
+    options.check_user_data(option, train_command)
     samples = total_samples(plan, option)
     global_batch = max(1, int(option.get("global_batch") or 1))
     with transaction.atomic():
@@ -216,14 +203,13 @@ def create_job(
         add_event(
             job,
             "created",
-            f"launch confirmed: {launch.describe_option(option)}, "
+            f"launch confirmed: {options.describe_option(option)}, "
             f"${limits.hourly_usd}/h, at most ${limits.max_spend_usd} ({limits.cap_hours:.2f} h)",
             {"replaces": replaces.pk if replaces else None},
         )
-        pk = job.pk
-        transaction.on_commit(lambda: launch_job_task.enqueue(pk))
+        queue.enqueue_on_commit("launcher.launch_job", job.pk)
         # The watch starts now, not after the launch: a launch that dies half-way is noticed too.
-        transaction.on_commit(lambda: schedule_watch(pk))
+        queue.enqueue_on_commit("launcher.watch_job", job.pk)
     return job
 
 
@@ -398,8 +384,6 @@ def succeed_job(job: Job, reason: str) -> Job:
 
 def _finish(job: Job, status: str, reason: str) -> Job:
     """End a job (first writer wins), revoke its token and terminate its cluster after commit."""
-    from launcher.tasks import stop_job_task
-
     with transaction.atomic():
         locked = Job.objects.select_for_update().get(pk=job.pk)
         if locked.finished:
@@ -411,8 +395,7 @@ def _finish(job: Job, status: str, reason: str) -> Job:
         locked.save(update_fields=["status", "status_reason", "finished_at", "token_expires_at"])
         add_event(locked, status, reason)
         broadcast(locked, status_message(locked))
-        pk = locked.pk
-        transaction.on_commit(lambda: stop_job_task.enqueue(pk))
+        queue.enqueue_on_commit("launcher.stop_job", locked.pk)
     return locked
 
 

@@ -1,6 +1,7 @@
 """Launching a plan option on EC2, and taking it down again.
 
-What a launch is, exactly (``preview`` shows it before anything starts; ``launch_job`` does it):
+What a launch is, exactly (``launcher.options.preview`` shows it before anything starts;
+``launch_job`` does it):
 
 * one ``cluster`` placement group ``srifty-job-{id}`` (low latency, one zone);
 * one launch template per node group (``srifty-job-{id}-g{n}``; a group whose nodes get
@@ -33,140 +34,22 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-from dataclasses import dataclass
 from datetime import timedelta
-from decimal import ROUND_DOWN, Decimal
+from decimal import Decimal
 
-from django.conf import settings
 from django.core import signing
 from django.utils import timezone
 
 from cloud import ec2
-from launcher import jobs
+from launcher import jobs, options
 from launcher.models import Job, JobStatus
-from profiler.userdata import SERVER_DISCOVERY, training_user_data
+from planner.app.models import PlanRecord
+from srifty_web.teams import visible_owner_q
 
 log = logging.getLogger(__name__)
 
 CONFIRM_SALT = "srifty.jobs.confirm"
 CLEANUP_ATTEMPTS = 10
-WORK_DIR = "/opt/srifty/work"
-
-
-@dataclass(frozen=True)
-class NodeLaunch:
-    """One ``run_instances`` call: ``count`` nodes of one type/market/zone with one batch size."""
-
-    index: int  # launch order; rank 0 is the first node of launch 0
-    group: int  # index into option["groups"]
-    instance_type: str
-    market: str
-    zone: str | None
-    count: int
-    gpus_per_node: int
-    batch_per_node: int
-    price_per_hour: float
-
-    @property
-    def hourly_usd(self) -> float:
-        return self.count * self.price_per_hour
-
-
-@dataclass(frozen=True)
-class Limits:
-    hourly_usd: Decimal
-    max_spend_usd: Decimal  # min(asked max spend, hourly x max hours)
-    cap_hours: float  # min(max hours, max spend / hourly)
-
-
-def node_launches(option: dict) -> list[NodeLaunch]:
-    out: list[NodeLaunch] = []
-    for g, group in enumerate(option["groups"]):
-        count = int(group["count"])
-        batches = [int(b) for b in (group.get("batch_per_node") or [])] or [0] * count
-        if len(batches) != count:
-            raise jobs.JobError("rank", f"group {g} has {count} nodes but {len(batches)} batch sizes")
-        runs: list[tuple[int, int]] = []  # (batch, nodes) in node order
-        for b in batches:
-            if runs and runs[-1][0] == b:
-                runs[-1] = (b, runs[-1][1] + 1)
-            else:
-                runs.append((b, 1))
-        for batch, n in runs:
-            out.append(
-                NodeLaunch(
-                    index=len(out),
-                    group=g,
-                    instance_type=group["instance_type"],
-                    market=group["market"],
-                    zone=group.get("zone"),
-                    count=n,
-                    gpus_per_node=max(1, int(group.get("gpus_per_node") or 1)),
-                    batch_per_node=batch,
-                    price_per_hour=float(group["price_per_hour"]),
-                )
-            )
-    return out
-
-
-def option_hourly(option: dict) -> float:
-    value = option.get("hourly_usd")
-    if isinstance(value, (int, float)) and value > 0:
-        return float(value)
-    return sum(int(g["count"]) * float(g["price_per_hour"]) for g in option["groups"])
-
-
-def limits(option: dict, max_spend_usd: Decimal, max_hours: float) -> Limits:
-    hourly = Decimal(str(round(option_hourly(option), 4)))
-    if hourly <= 0:
-        raise jobs.JobError("rank", "this option has no price")
-    by_time = (hourly * Decimal(str(max_hours))).quantize(Decimal("0.01"), rounding=ROUND_DOWN)
-    spend = min(max_spend_usd, by_time).quantize(Decimal("0.01"), rounding=ROUND_DOWN)
-    if spend <= 0:
-        raise jobs.JobError("max_spend_usd", "the cap allows less than one cent of compute")
-    return Limits(hourly_usd=hourly, max_spend_usd=spend, cap_hours=min(max_hours, float(spend / hourly)))
-
-
-def describe_option(option: dict) -> str:
-    parts = [
-        f"{g['count']}x {g['instance_type']} ({g['market']}{', ' + g['zone'] if g.get('zone') else ''})"
-        for g in option["groups"]
-    ]
-    return " + ".join(parts) + f" in {option['region']}"
-
-
-def preview(option: dict, max_spend_usd: Decimal, max_hours: float) -> dict:
-    """Exactly what a launch starts and what it may cost."""
-    lim = limits(option, max_spend_usd, max_hours)
-    launches = node_launches(option)
-    return {
-        "region": option["region"],
-        "instances": [
-            {
-                "instance_type": n.instance_type,
-                "count": n.count,
-                "market": n.market,
-                "zone": n.zone,
-                "gpus_per_node": n.gpus_per_node,
-                "gpu_model": option["groups"][n.group].get("gpu_model", ""),
-                "batch_per_node": n.batch_per_node,
-                "price_per_hour": n.price_per_hour,
-                "hourly_usd": round(n.hourly_usd, 4),
-            }
-            for n in launches
-        ],
-        "nodes": sum(n.count for n in launches),
-        "gpus": sum(n.count * n.gpus_per_node for n in launches),
-        "hourly_usd": format(lim.hourly_usd.normalize(), "f"),
-        "max_spend_usd": str(lim.max_spend_usd),
-        "cap_hours": round(lim.cap_hours, 4),
-        "predicted_iter_s": option.get("iter_time_s"),
-        "predicted_iter_p90_s": option.get("iter_time_p90_s"),
-        "predicted_time_h": option.get("time_h"),
-        "global_batch": option.get("global_batch"),
-        "placement_group": "cluster",
-        "label": describe_option(option),
-    }
 
 
 # --- confirmation -------------------------------------------------------------------------
@@ -236,53 +119,6 @@ def check_confirmation(
         )
 
 
-# --- user-data ----------------------------------------------------------------------------
-
-
-def _nnodes(option: dict) -> int:
-    return sum(int(g["count"]) for g in option["groups"])
-
-
-def agent_url(job_id) -> str:
-    return f"{settings.SITE_URL.rstrip('/')}/api/v1/jobs/{job_id}/agent.tar.gz"
-
-
-def user_data(
-    job_id, option: dict, token: str, train_command: str, node: NodeLaunch, max_minutes: int
-) -> str:
-    """The node script: rendezvous through the server, then torchrun the user's command.
-
-    The profiler package (with ``profiler.agent.report``) is unpacked into the working
-    directory, which is put on ``PYTHONPATH``, so the training script can report back.
-    """
-    return training_user_data(
-        server_url=settings.SITE_URL,
-        job_id=job_id,
-        token=token,
-        node_rank=None,
-        nnodes=_nnodes(option),
-        nproc_per_node=node.gpus_per_node,
-        master_addr_discovery=SERVER_DISCOVERY,
-        train_command=train_command,
-        per_node_batch=max(1, node.batch_per_node),
-        max_minutes=max(1, max_minutes),
-        env={"PYTHONPATH": WORK_DIR, "SRIFTY_GLOBAL_BATCH": option.get("global_batch") or ""},
-        repo_tarball_url=agent_url(job_id),
-    )
-
-
-def check_user_data(option: dict, train_command: str) -> None:
-    """Build every node script once with a placeholder token: a command that cannot become a
-    script (too long for EC2's 16 KiB, say) is refused before anything launches."""
-    try:
-        for node in node_launches(option):
-            user_data(0, option, "x" * 64, train_command, node, 60)
-    except ValueError as exc:
-        if isinstance(exc, jobs.JobError):
-            raise
-        raise jobs.JobError("train_command", str(exc)) from exc
-
-
 def _minutes_to_cap(job: Job, cap_hours: float) -> int:
     now = timezone.now()
     deadline = job.cap_at if job.started_at else now + timedelta(hours=cap_hours)
@@ -311,10 +147,10 @@ def launch_job(job: Job) -> str:
         return f"job {job.pk} is {job.status}; not launching it again"
     option = job.option
     token = jobs.issue_token(job)
-    lim = limits(option, job.max_spend_usd, job.max_hours)
+    lim = options.limits(option, job.max_spend_usd, job.max_hours)
     tags = {"srifty:job-id": str(job.pk)}
     try:
-        launches = node_launches(option)
+        launches = options.node_launches(option)
         zones = {n.zone for n in launches}
         group_name = f"srifty-job-{job.pk}"
         use_group = len(zones) == 1  # a cluster placement group lives in one zone
@@ -335,7 +171,7 @@ def launch_job(job: Job) -> str:
                 instance_type=node.instance_type,
                 max_minutes=minutes,
                 market=node.market,
-                user_data=user_data(job.pk, option, token, job.train_command, node, minutes),
+                user_data=options.user_data(job.pk, option, token, job.train_command, node, minutes),
                 tags={**tags, "Name": f"srifty-job-{job.pk}-g{node.index}"},
                 image_id=image,
                 security_group_ids=tuple(jobs.setting("JOB_SECURITY_GROUP_IDS", ()) or ()),
@@ -362,7 +198,9 @@ def launch_job(job: Job) -> str:
         log.exception("launching job %s failed", job.pk)
         jobs.fail_job(job, f"launch failed: {exc}")
         return "failed to launch"
-    job = jobs.mark_running(job, f"launched {len(job.instance_ids)} instances: {describe_option(option)}")
+    job = jobs.mark_running(
+        job, f"launched {len(job.instance_ids)} instances: {options.describe_option(option)}"
+    )
     return f"launched {len(job.instance_ids)} instances"
 
 
@@ -440,9 +278,6 @@ def cleanup(job: Job) -> bool:
 
 
 def _plan(user, plan_id):
-    from planner.app.models import PlanRecord
-    from srifty_web.teams import visible_owner_q
-
     plan = PlanRecord.objects.filter(visible_owner_q(user)).filter(pk=plan_id).first()
     if plan is None:
         raise jobs.JobError("plan", "no such plan")
@@ -458,8 +293,8 @@ def prepare(
     train_command, spend, hours = jobs.clean_params(train_command, max_spend_usd, max_hours)
     plan = _plan(user, plan_id)
     option = jobs.plan_option(user, plan, rank)
-    check_user_data(option, train_command)
-    out = preview(option, spend, hours)
+    options.check_user_data(option, train_command)
+    out = options.preview(option, spend, hours)
     out.update(
         {
             "plan": plan.pk,
@@ -481,50 +316,6 @@ def confirm_and_create(user, plan_id, rank, train_command, max_spend_usd, max_ho
     plan = _plan(user, plan_id)
     check_confirmation(confirmation, user, plan.pk, int(rank), train_command, spend, hours)
     return jobs.create_job(user, plan, rank, train_command, spend, hours, confirm=True)
-
-
-def replan_budget(job: Job, now=None) -> tuple[Decimal, float]:
-    """What is left of the job's caps, for the job that replaces it."""
-    now = now or timezone.now()
-    spend_left = (job.max_spend_usd - Decimal(str(job.spend_so_far(now)))).quantize(
-        Decimal("0.01"), ROUND_DOWN
-    )
-    start = job.started_at or job.created_at
-    hours_left = round(job.max_hours - (min(now, job.finished_at or now) - start).total_seconds() / 3600, 4)
-    return spend_left, hours_left
-
-
-def prepare_replan(user, job: Job, max_spend_usd=None, max_hours=None, refresh: bool = False) -> dict:
-    """The re-plan offer for ``job`` (solved now if there is none, or on ``refresh``) as a
-    launch preview with a confirmation id that also names the job it replaces."""
-    from launcher import monitor
-
-    if not jobs.can_stop(user, job):
-        raise jobs.NotAllowed("only the owner (or launcher.change_job) may replace this job")
-    offer = None if refresh else monitor.latest_offer(job)
-    if offer is None:
-        made = monitor.offer_replan(job, "re-plan requested")
-        if made is None:
-            raise jobs.JobError("job", "no work is left to re-plan")
-        if made.kind != "replan_offer":
-            raise jobs.JobError("job", made.message)
-        offer = made
-    spend_left, hours_left = replan_budget(job)
-    spend = max_spend_usd if max_spend_usd is not None else spend_left
-    hours = max_hours if max_hours is not None else hours_left
-    if max_spend_usd is None and spend_left <= 0:
-        raise jobs.JobError(
-            "max_spend_usd", "nothing is left of the job's spend cap; give a new max_spend_usd"
-        )
-    if max_hours is None and hours_left <= 0:
-        raise jobs.JobError("max_hours", "nothing is left of the job's time cap; give a new max_hours")
-    out = prepare(
-        user, offer.data["plan"], offer.data["rank"], job.train_command, spend, hours, replaces=job.pk
-    )
-    out.update(
-        {"replaces": job.pk, "remaining_samples": offer.data.get("remaining_samples"), "offer": offer.message}
-    )
-    return out
 
 
 def apply_replan(user, job: Job, plan_id, rank, max_spend_usd, max_hours, confirmation) -> Job:

@@ -38,12 +38,13 @@ import copy
 import logging
 import statistics
 from datetime import timedelta
+from decimal import ROUND_DOWN, Decimal
 
 from django.db.models import Count, Max, Sum
 from django.utils import timezone
 
 from cloud import ec2
-from launcher import jobs
+from launcher import jobs, launch, options
 from launcher.models import Job, JobEvent, JobReport, JobStatus
 
 log = logging.getLogger(__name__)
@@ -178,13 +179,13 @@ def replan_request(job: Job, remaining_samples: float, now=None) -> dict:
 
 
 def offer_replan(job: Job, reason: str) -> JobEvent | None:
-    """Solve the remaining work again (``planner.app.service.create_plan``) and offer the best
+    """Solve the remaining work again (``planner.app.solving.create_plan``) and offer the best
     option as a ``replan_offer`` event; ``replan_failed`` when that is not possible."""
     left = progress(job)["remaining_samples"]
     if left <= 0:
         return None
     try:
-        from planner.app.service import create_plan
+        from planner.app.solving import create_plan
     except ImportError:
         return jobs.add_event(job, "replan_failed", "re-planning is not available on this server")
     try:
@@ -192,18 +193,16 @@ def offer_replan(job: Job, reason: str) -> JobEvent | None:
     except Exception as exc:  # an infeasible or failed solve is a message for the user, not a crash
         log.warning("re-plan of job %s failed", job.pk, exc_info=True)
         return jobs.add_event(job, "replan_failed", f"re-plan failed: {exc}")
-    options = (plan.result or {}).get("plans") or []
-    if not options:
+    offered = (plan.result or {}).get("plans") or []
+    if not offered:
         return jobs.add_event(
             job, "replan_failed", f"re-plan found no option: {plan.error or plan.status}", {"plan": plan.pk}
         )
-    best = options[0]
-    from launcher.launch import describe_option
-
+    best = offered[0]
     return jobs.add_event(
         job,
         "replan_offer",
-        f"{reason}; re-plan for the {left:,.0f} samples left: {describe_option(best)} at "
+        f"{reason}; re-plan for the {left:,.0f} samples left: {options.describe_option(best)} at "
         f"${best.get('hourly_usd', 0):.2f}/h, about {best.get('time_h', 0):.2f} h",
         {
             "plan": plan.pk,
@@ -211,7 +210,7 @@ def offer_replan(job: Job, reason: str) -> JobEvent | None:
             "remaining_samples": left,
             "hourly_usd": best.get("hourly_usd"),
             "time_h": best.get("time_h"),
-            "label": describe_option(best),
+            "label": options.describe_option(best),
         },
     )
 
@@ -222,6 +221,48 @@ def latest_offer(job: Job) -> JobEvent | None:
         return None
     applied = JobEvent.objects.filter(job=job, kind="replan_applied", at__gte=offer.at).exists()
     return None if applied else offer
+
+
+def replan_budget(job: Job, now=None) -> tuple[Decimal, float]:
+    """What is left of the job's caps, for the job that replaces it."""
+    now = now or timezone.now()
+    spend_left = (job.max_spend_usd - Decimal(str(job.spend_so_far(now)))).quantize(
+        Decimal("0.01"), ROUND_DOWN
+    )
+    start = job.started_at or job.created_at
+    hours_left = round(job.max_hours - (min(now, job.finished_at or now) - start).total_seconds() / 3600, 4)
+    return spend_left, hours_left
+
+
+def prepare_replan(user, job: Job, max_spend_usd=None, max_hours=None, refresh: bool = False) -> dict:
+    """The re-plan offer for ``job`` (solved now if there is none, or on ``refresh``) as a
+    launch preview with a confirmation id that also names the job it replaces."""
+    if not jobs.can_stop(user, job):
+        raise jobs.NotAllowed("only the owner (or launcher.change_job) may replace this job")
+    offer = None if refresh else latest_offer(job)
+    if offer is None:
+        made = offer_replan(job, "re-plan requested")
+        if made is None:
+            raise jobs.JobError("job", "no work is left to re-plan")
+        if made.kind != "replan_offer":
+            raise jobs.JobError("job", made.message)
+        offer = made
+    spend_left, hours_left = replan_budget(job)
+    spend = max_spend_usd if max_spend_usd is not None else spend_left
+    hours = max_hours if max_hours is not None else hours_left
+    if max_spend_usd is None and spend_left <= 0:
+        raise jobs.JobError(
+            "max_spend_usd", "nothing is left of the job's spend cap; give a new max_spend_usd"
+        )
+    if max_hours is None and hours_left <= 0:
+        raise jobs.JobError("max_hours", "nothing is left of the job's time cap; give a new max_hours")
+    out = launch.prepare(
+        user, offer.data["plan"], offer.data["rank"], job.train_command, spend, hours, replaces=job.pk
+    )
+    out.update(
+        {"replaces": job.pk, "remaining_samples": offer.data.get("remaining_samples"), "offer": offer.message}
+    )
+    return out
 
 
 # --- the watch ----------------------------------------------------------------------------

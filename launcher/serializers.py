@@ -6,7 +6,7 @@ from decimal import Decimal
 
 from rest_framework import serializers
 
-from launcher import jobs
+from launcher import jobs, monitor
 from launcher.models import Job, JobEvent
 from srifty_web.serializers import ModelSerializer
 
@@ -146,19 +146,13 @@ class JobDetailSerializer(JobSerializer):
         read_only_fields = fields
 
     def get_observed(self, job: Job) -> dict:
-        from launcher.monitor import observed
-
-        return observed(job)
+        return monitor.observed(job)
 
     def get_progress(self, job: Job) -> dict:
-        from launcher.monitor import progress
-
-        return progress(job)
+        return monitor.progress(job)
 
     def get_replan_offer(self, job: Job) -> dict | None:
-        from launcher.monitor import latest_offer
-
-        offer = latest_offer(job)
+        offer = monitor.latest_offer(job)
         return None if offer is None else {"message": offer.message, "at": offer.at, **offer.data}
 
 

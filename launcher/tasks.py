@@ -4,6 +4,10 @@ launch -> watch (re-queued every ``JOB_WATCH_EVERY_S`` until the job ends) -> st
 plus the reconciler, which re-queues itself every ``RECONCILE_EVERY_S``. The web process never
 waits on EC2. Deferred re-queueing needs a backend that supports ``run_after`` (the database
 backend does); without it the chain simply ends, as for profiling runs.
+
+The state changes (``launcher.jobs``) ask for this work by name through ``srifty_web.queue``;
+the names are bound at the end of this module, which ``LauncherConfig.ready`` imports. This
+module imports the state changes and the launch code; they never import it.
 """
 
 from __future__ import annotations
@@ -14,8 +18,9 @@ from datetime import timedelta
 from django.utils import timezone
 from django_tasks import default_task_backend, task
 
-from launcher import jobs, launch, monitor
+from launcher import jobs, launch, monitor, reconcile
 from launcher.models import Job
+from srifty_web import queue
 
 log = logging.getLogger(__name__)
 
@@ -73,9 +78,12 @@ def cleanup_job_task(job_id: int, attempt: int = 1) -> str:
 
 @task()
 def reconcile_task(regions: list[str] | None = None, dry_run: bool = False, repeat: bool = True) -> dict:
-    from launcher import reconcile
-
     report = reconcile.reconcile(regions=regions, dry_run=dry_run)
     if repeat:
         _later(reconcile_task, float(jobs.setting("RECONCILE_EVERY_S", 600)), regions, dry_run, True)
     return report.as_dict()
+
+
+queue.provide("launcher.launch_job", launch_job_task.enqueue)
+queue.provide("launcher.watch_job", schedule_watch)
+queue.provide("launcher.stop_job", stop_job_task.enqueue)

@@ -2,6 +2,9 @@
 
 Websocket events go out with ``transaction.on_commit`` so a browser never sees a state that was
 rolled back. Agent events are idempotent by ``seq``: a retried post changes nothing twice.
+Background work (start, stop, refit) is asked for by name through ``srifty_web.queue`` once the
+change commits; ``profiler.tasks`` binds the names and calls back into this module, which never
+imports it.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from profiler.models import (
     RunKind,
     RunStatus,
 )
+from srifty_web import queue
 from srifty_web.live import send_on_commit
 
 log = logging.getLogger(__name__)
@@ -78,15 +82,13 @@ def check_may_start(user, provider: str) -> None:
 
 def create_run(owner, *, start: bool = True, **fields) -> ProfilingRun:
     """Create a pending run; its start is queued as a background task after commit."""
-    from profiler.tasks import start_run_task
-
     max_minutes = fields.pop("max_minutes", None) or settings.PROFILER_MAX_RUN_MINUTES
     with transaction.atomic():
         run = ProfilingRun.objects.create(
             owner=owner, deadline_at=timezone.now() + timedelta(minutes=max_minutes), **fields
         )
         if start:
-            transaction.on_commit(lambda: start_run_task.enqueue(run.pk))
+            queue.enqueue_on_commit("profiler.start_run", run.pk)
     return run
 
 
@@ -141,6 +143,43 @@ def record_node_ips(run: ProfilingRun, ips: dict[str, str]) -> ProfilingRun:
     return run
 
 
+def rendezvous(run: ProfilingRun, instance_id: str) -> tuple[int, dict]:
+    """The server side of the nodes' master discovery: 200 ``{"master_addr", "node_rank",
+    "nnodes"}`` go, 202 wait, 4xx give up (the protocol of ``profiler.userdata.training_user_data``).
+
+    Rank 0 is the instance with launch index 0; node ranks follow the launch index. While the
+    run's instances are not recorded yet (``run_instances`` has not returned) nodes wait.
+    """
+    from cloud import ec2
+
+    if not instance_id:
+        return 400, {"instance_id": ["required: the asking node's EC2 instance id"]}
+    if run.finished:
+        return 410, {"detail": f"run {run.pk} is {run.status}"}
+    if not run.is_cluster:
+        return 404, {"detail": f"run {run.pk} is not a cluster run"}
+    if instance_id not in run.instance_ids:
+        if not run.instance_ids:
+            return 202, {"detail": "the cluster is still launching"}
+        return 403, {"detail": "this instance is not a node of this run"}
+    master = run.instance_ids[0]
+    if not run.node_ips.get(master):
+        try:  # EC2 is eventually consistent: the IP may not have been visible at launch
+            found = {s.id: s.private_ip for s in ec2.describe(run.region, run.instance_ids) if s.private_ip}
+        except ec2.CloudError:
+            log.warning("describing run %s nodes for rendezvous failed", run.pk, exc_info=True)
+            found = {}
+        run = record_node_ips(run, found)
+    addr = run.node_ips.get(master)
+    if not addr:
+        return 202, {"detail": "waiting for the master's private IP"}
+    return 200, {
+        "master_addr": addr,
+        "node_rank": run.instance_ids.index(instance_id),
+        "nnodes": len(run.instance_ids),
+    }
+
+
 def fail_run(run: ProfilingRun, error: str) -> ProfilingRun:
     return _finish(run, RunStatus.FAILED, error=error)
 
@@ -151,8 +190,6 @@ def cancel_run(run: ProfilingRun, reason: str = "cancelled by user") -> Profilin
 
 def _finish(run: ProfilingRun, status: str, *, error: str = "") -> ProfilingRun:
     """End a run (first writer wins) and revoke its token; partial samples are kept."""
-    from profiler.tasks import stop_run_task
-
     with transaction.atomic():
         run = ProfilingRun.objects.select_for_update().get(pk=run.pk)
         if run.finished:
@@ -164,8 +201,7 @@ def _finish(run: ProfilingRun, status: str, *, error: str = "") -> ProfilingRun:
         run.save(update_fields=["status", "error", "finished_at", "token_expires_at"])
         broadcast(run, status_message(run))
         if status != RunStatus.SUCCEEDED:
-            pk = run.pk
-            transaction.on_commit(lambda: stop_run_task.enqueue(pk))
+            queue.enqueue_on_commit("profiler.stop_run", run.pk)
     return run
 
 
@@ -184,11 +220,9 @@ def complete_run(run: ProfilingRun, profile: dict) -> ProfilingRun:
         run.save(update_fields=["profile", "progress", "phase"])
         _finish(run, RunStatus.SUCCEEDED)
         run.refresh_from_db()
-    from profiler.tasks import refit_comm_model_task, stop_run_task
-
-    transaction.on_commit(lambda: stop_run_task.enqueue(run.pk))  # e.g. terminate the EC2 VM now
+    queue.enqueue_on_commit("profiler.stop_run", run.pk)  # e.g. terminate the EC2 VM now
     if curve:  # new training data: refit the comm model (in the background, it takes seconds)
-        transaction.on_commit(lambda: refit_comm_model_task.enqueue())
+        queue.enqueue_on_commit("profiler.refit_comm_model")
     return run
 
 

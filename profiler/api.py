@@ -20,7 +20,7 @@ from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
-from profiler import actions, cluster
+from profiler import actions
 from profiler.auth import AgentTokenAuthentication, IsAgentForThisRun
 from profiler.models import ProfilingRun, Provider, RunEvent
 from profiler.serializers import AgentEventSerializer, ProfilingRunDetailSerializer, ProfilingRunSerializer
@@ -171,7 +171,7 @@ class RendezvousView(APIView):
     )
     def get(self, request, pk: int):
         run = ProfilingRun.objects.get(pk=request.user.run.pk)
-        code, body = cluster.rendezvous(run, request.query_params.get("instance_id", "").strip())
+        code, body = actions.rendezvous(run, request.query_params.get("instance_id", "").strip())
         return Response(body, status=code)
 
 

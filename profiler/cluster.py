@@ -6,7 +6,7 @@ What a cluster run is (``EC2Provider.start`` does it, ``EC2Provider.stop`` undoe
 * one ``run_instances`` of ``nodes`` instances (all or none, one zone), with one EFA interface
   per network card where the type has EFA (``efa_interfaces``), the ClientToken of the run;
 * the same user-data on every node (``profiler.userdata.comm_cluster_user_data``): it asks this
-  server for its node rank and rank 0's private IP (``rendezvous``), sets the NCCL / libfabric
+  server for its node rank and rank 0's private IP (``profiler.actions.rendezvous``), sets the NCCL / libfabric
   environment of the type (``nccl_env``) and runs the agent's NCCL sweep over
   ``nodes × gpus_per_node`` ranks; global rank 0 posts the curves;
 * when the run ends, however it ends, every node is terminated and the placement group deleted
@@ -99,44 +99,3 @@ def subnet_for(run: ProfilingRun) -> str | None:
         if zone in subnets:
             return subnets[zone]
     return subnets[min(subnets)] if subnets else None
-
-
-# --- rendezvous ---------------------------------------------------------------------------
-
-
-def rendezvous(run: ProfilingRun, instance_id: str) -> tuple[int, dict]:
-    """The server side of the nodes' master discovery: 200 ``{"master_addr", "node_rank",
-    "nnodes"}`` go, 202 wait, 4xx give up (the protocol of ``userdata.training_user_data``).
-
-    Rank 0 is the instance with launch index 0; node ranks follow the launch index. While the
-    run's instances are not recorded yet (``run_instances`` has not returned) nodes wait.
-    """
-    from cloud import ec2
-    from profiler import actions
-
-    if not instance_id:
-        return 400, {"instance_id": ["required: the asking node's EC2 instance id"]}
-    if run.finished:
-        return 410, {"detail": f"run {run.pk} is {run.status}"}
-    if not run.is_cluster:
-        return 404, {"detail": f"run {run.pk} is not a cluster run"}
-    if instance_id not in run.instance_ids:
-        if not run.instance_ids:
-            return 202, {"detail": "the cluster is still launching"}
-        return 403, {"detail": "this instance is not a node of this run"}
-    master = run.instance_ids[0]
-    if not run.node_ips.get(master):
-        try:  # EC2 is eventually consistent: the IP may not have been visible at launch
-            found = {s.id: s.private_ip for s in ec2.describe(run.region, run.instance_ids) if s.private_ip}
-        except ec2.CloudError:
-            log.warning("describing run %s nodes for rendezvous failed", run.pk, exc_info=True)
-            found = {}
-        run = actions.record_node_ips(run, found)
-    addr = run.node_ips.get(master)
-    if not addr:
-        return 202, {"detail": "waiting for the master's private IP"}
-    return 200, {
-        "master_addr": addr,
-        "node_rank": run.instance_ids.index(instance_id),
-        "nnodes": len(run.instance_ids),
-    }

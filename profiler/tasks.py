@@ -15,6 +15,7 @@ from django_tasks import default_task_backend, task
 
 from profiler import actions, providers
 from profiler.models import ProfilingRun, Provider, RunKind, RunStatus
+from srifty_web import queue
 
 log = logging.getLogger(__name__)
 WATCH_EVERY_S = 3.0
@@ -164,3 +165,8 @@ def refit_comm_model_task() -> str:
 
     path = comm_training.refit()
     return f"wrote {path}"
+
+
+queue.provide("profiler.start_run", start_run_task.enqueue)
+queue.provide("profiler.stop_run", stop_run_task.enqueue)
+queue.provide("profiler.refit_comm_model", refit_comm_model_task.enqueue)

@@ -8,3 +8,7 @@ class PlannerAppConfig(AppConfig):
     name = "planner.app"
     label = "plans"
     verbose_name = "Planner"
+
+    def ready(self) -> None:
+        # Binds the background solve that planner.app.solving asks for by name (srifty_web.queue).
+        from planner.app import tasks  # noqa: F401

@@ -25,7 +25,6 @@ from typing import Any
 from django.conf import settings
 
 from planner.app import feed
-from planner.app.models import PlanRecord
 from planner.defaults import PLAN_DEFAULTS
 
 
@@ -531,21 +530,3 @@ def _baseline_json(b, rows: RowSource) -> dict:
         "cost_gain_pct": b.cost_gain_pct,
         "time_gain_pct": b.time_gain_pct,
     }
-
-
-def create_plan(owner, request: dict, *, name: str = "", allow_code: bool = False, echo=None) -> PlanRecord:
-    """Store ``request`` (already validated by ``PlanRequestSerializer``) and solve it here, in
-    the foreground, on the same path as the background worker (``solving.run_plan``).
-
-    Raises :class:`PlanInputError` for a contradictory request caught by the quick checks
-    (nothing stored); otherwise returns the stored plan: ``solved``, ``infeasible`` (with the
-    binding constraint, so it can be reopened and edited) or ``failed``. ``echo(phase,
-    evaluated, total)``: see ``solving.run_plan``.
-    """
-    from planner.app import solving
-
-    check_request(request, owner, allow_code=allow_code)
-    record = solving.store_plan(owner, request, name=name)
-    solving.run_plan(record.pk, allow_code=allow_code, echo=echo)
-    record.refresh_from_db()
-    return record

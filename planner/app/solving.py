@@ -38,6 +38,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from planner.app.models import PLAN_ACTIVE, PLAN_FINISHED, PlanRecord, PlanStatus
+from srifty_web import queue
 from srifty_web.live import send_on_commit
 
 log = logging.getLogger(__name__)
@@ -144,10 +145,8 @@ def queue_plan(owner, request: dict, *, name: str = "") -> PlanRecord:
 def enqueue(plan_id: int) -> None:
     """Hand the plan to the task backend; a backend that refuses fails the plan (never a plan
     queued with no task behind it)."""
-    from planner.app.tasks import solve_plan_task
-
     try:
-        solve_plan_task.enqueue(plan_id)
+        queue.enqueue("plans.solve_plan", plan_id)
     except Exception as exc:
         log.exception("queueing plan %s failed", plan_id)
         _update(
@@ -356,3 +355,21 @@ def run_plan(plan_id: int, *, allow_code: bool = False, echo=None) -> str:
     if not _update(plan_id, mine, **fields):
         return "stopped: the plan was cancelled or handed to another worker; result dropped"
     return f"plan {plan_id} {fields['status']}"
+
+
+def create_plan(owner, request: dict, *, name: str = "", allow_code: bool = False, echo=None) -> PlanRecord:
+    """Store ``request`` (already validated by ``PlanRequestSerializer``) and solve it here, in
+    the foreground, on the same path as the background worker (``run_plan``).
+
+    Raises :class:`planner.app.service.PlanInputError` for a contradictory request caught by the
+    quick checks (nothing stored); otherwise returns the stored plan: ``solved``, ``infeasible`` (with the
+    binding constraint, so it can be reopened and edited) or ``failed``. ``echo(phase,
+    evaluated, total)``: see ``run_plan``.
+    """
+    from planner.app import service
+
+    service.check_request(request, owner, allow_code=allow_code)
+    record = store_plan(owner, request, name=name)
+    run_plan(record.pk, allow_code=allow_code, echo=echo)
+    record.refresh_from_db()
+    return record

@@ -10,6 +10,7 @@ from django.conf import settings
 from django_tasks import task
 
 from planner.app import solving
+from srifty_web import queue
 
 
 def yield_cpu() -> None:
@@ -31,3 +32,6 @@ def solve_plan_task(plan_id: int) -> str:
     # A worker that starts a plan first recovers those whose worker died mid-solve.
     solving.recover_stale_plans()
     return solving.run_plan(plan_id)
+
+
+queue.provide("plans.solve_plan", solve_plan_task.enqueue)  # solving.enqueue asks for it by name

@@ -199,7 +199,7 @@ def test_the_replan_button_shows_the_offer_and_applying_it_replaces_the_job(
             owner=owner, request=request, status="solved", result={"plans": [single]}
         )
 
-    monkeypatch.setitem(sys.modules, "planner.app.service", types.SimpleNamespace(create_plan=create_plan))
+    monkeypatch.setitem(sys.modules, "planner.app.solving", types.SimpleNamespace(create_plan=create_plan))
     client.force_login(launcher)
     page = client.post(f"/jobs/{job.pk}/replan/", {"refresh": "1"}).content.decode()
     assert "Apply re-plan: stop job" in page and "g5.12xlarge" in page and "$1.20 per hour" in page

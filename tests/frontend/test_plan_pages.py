@@ -102,7 +102,7 @@ def _traced_run(make_run, compute_profile, **device):
 
 
 def _api_plan(owner, **model) -> PlanRecord:
-    from planner.app import service
+    from planner.app import solving
     from planner.app.serializers import PlanRequestSerializer
 
     body = {
@@ -118,7 +118,7 @@ def _api_plan(owner, **model) -> PlanRecord:
     }
     checked = PlanRequestSerializer(data=body)
     assert checked.is_valid(), checked.errors
-    return service.create_plan(owner, dict(checked.validated_data))
+    return solving.create_plan(owner, dict(checked.validated_data))
 
 
 def test_it_warns_on_the_page_when_the_profile_ran_another_precision(
@@ -273,7 +273,7 @@ def test_without_the_ec2_permission_the_offer_explains_instead_of_a_button(clien
 
 
 def test_no_cheap_gpu_offer_when_a_plan_row_is_measured(client, user, catalog, make_run, compute_profile):
-    from planner.app import service
+    from planner.app import solving
     from planner.app.serializers import PlanRequestSerializer
 
     run = _traced_run(make_run, compute_profile, type="cuda", name="NVIDIA A10G", precision="fp32")
@@ -291,7 +291,7 @@ def test_no_cheap_gpu_offer_when_a_plan_row_is_measured(client, user, catalog, m
     }
     checked = PlanRequestSerializer(data=body)
     assert checked.is_valid(), checked.errors
-    plan = service.create_plan(user, dict(checked.validated_data))
+    plan = solving.create_plan(user, dict(checked.validated_data))
     assert "measured" in {p["prediction_source"] for p in plan.result["plans"]}  # the 1-GPU g5 rows
     client.force_login(user)
     page = client.get(f"/plans/{plan.pk}/").content.decode()

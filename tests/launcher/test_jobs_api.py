@@ -12,7 +12,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from cloud import ec2, session
-from launcher import jobs, launch
+from launcher import jobs, options
 from launcher.models import Job, JobReport, JobStatus
 from planner.app.models import PlanRecord
 
@@ -358,4 +358,4 @@ def test_nodes_download_the_reporter_package_with_their_token(running):
     names = tarfile.open(fileobj=io.BytesIO(resp.content)).getnames()
     assert "profiler/agent/report.py" in names and "profiler/__init__.py" in names
     assert APIClient().get(f"/api/v1/jobs/{job.pk}/agent.tar.gz").status_code == 401
-    assert launch.agent_url(job.pk).endswith(f"/api/v1/jobs/{job.pk}/agent.tar.gz")
+    assert options.agent_url(job.pk).endswith(f"/api/v1/jobs/{job.pk}/agent.tar.gz")

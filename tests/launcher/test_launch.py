@@ -15,7 +15,7 @@ import pytest
 from django.contrib.auth.models import Permission
 
 from cloud import ec2, session
-from launcher import jobs, launch
+from launcher import jobs, launch, options
 from launcher.models import Job, JobStatus
 from planner.app.models import PlanRecord
 
@@ -164,7 +164,7 @@ def test_a_mixed_plan_launches_one_template_per_group_with_its_own_batch_and_mar
 
 def test_a_group_with_uneven_batches_is_split_so_each_node_gets_its_batch(cloud, launcher):
     opt = option(groups=[group(count=3, batches=[40, 40, 48])])
-    launches = launch.node_launches(opt)
+    launches = options.node_launches(opt)
     assert [(n.count, n.batch_per_node) for n in launches] == [(2, 40), (1, 48)]
     job = make_job(launcher, opt)
     assert launch.launch_job(job) == "launched 3 instances"
@@ -263,11 +263,11 @@ def test_stopping_terminates_every_tagged_instance_and_deletes_templates(
 
 def test_preview_shows_the_exact_instances_price_and_cap(launcher):
     opt = option(groups=[group(count=2, price=0.5), group("g5.2xlarge", "on-demand", count=1, price=1.2)])
-    shown = launch.preview(opt, Decimal("100"), 10.0)
+    shown = options.preview(opt, Decimal("100"), 10.0)
     assert shown["hourly_usd"] == "2.2" and shown["max_spend_usd"] == "22.00" and shown["cap_hours"] == 10.0
     assert [(i["instance_type"], i["count"], i["market"], i["zone"]) for i in shown["instances"]] == [
         ("g5.xlarge", 2, "spot", "us-east-1a"),
         ("g5.2xlarge", 1, "on-demand", "us-east-1a"),
     ]
-    capped = launch.preview(opt, Decimal("11"), 10.0)
+    capped = options.preview(opt, Decimal("11"), 10.0)
     assert capped["max_spend_usd"] == "11.00" and capped["cap_hours"] == pytest.approx(5.0)

@@ -243,7 +243,7 @@ def test_aws_credentials_never_go_into_user_data():
 def test_a_hostile_train_command_through_the_launch_path_stays_words(tmp_path, user, settings, payload):
     import shlex
 
-    from launcher import launch
+    from launcher import options
 
     settings.SITE_URL = "https://srifty.example.com"
     option = {
@@ -262,9 +262,9 @@ def test_a_hostile_train_command_through_the_launch_path_stays_words(tmp_path, u
         ],
     }
     command = f"train.py {shlex.quote(payload)}"
-    launch.check_user_data(option, command)  # accepted: it is the user's own command
-    node = launch.node_launches(option)[0]
-    script = launch.user_data(41, option, "tok", command, node, 60)
+    options.check_user_data(option, command)  # accepted: it is the user's own command
+    node = options.node_launches(option)[0]
+    script = options.user_data(41, option, "tok", command, node, 60)
     _syntax_ok(script)
     out = run_block(
         tmp_path,
@@ -273,7 +273,7 @@ def test_a_hostile_train_command_through_the_launch_path_stays_words(tmp_path, u
         "# A Python with torch",
         'printf "%s\\0" "${TRAIN_COMMAND[@]}" "$SRIFTY_GLOBAL_BATCH" "$PYTHONPATH"',
     )
-    assert out.split("\0")[:-1] == ["train.py", payload, "64", launch.WORK_DIR]
+    assert out.split("\0")[:-1] == ["train.py", payload, "64", options.WORK_DIR]
 
 
 @pytest.mark.django_db
@@ -354,7 +354,7 @@ def test_an_ec2_profiling_runs_script_carries_its_fields_only_quoted(tmp_path, m
 
 @pytest.mark.django_db
 def test_a_plan_name_or_job_fields_never_reach_the_script(user, settings):
-    from launcher import jobs, launch
+    from launcher import jobs, options
     from planner.app.models import PlanRecord
 
     settings.SITE_URL = "https://srifty.example.com"
@@ -389,7 +389,7 @@ def test_a_plan_name_or_job_fields_never_reach_the_script(user, settings):
     user.user_permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="launcher"))
     owner = type(user).objects.get(pk=user.pk)
     job = jobs.create_job(owner, plan, 1, "train.py", Decimal("5"), 1, confirm=True)
-    script = launch.user_data(
-        job.pk, job.option, "tok", job.train_command, launch.node_launches(job.option)[0], 30
+    script = options.user_data(
+        job.pk, job.option, "tok", job.train_command, options.node_launches(job.option)[0], 30
     )
     assert "reboot" not in script and "evil" not in script

@@ -9,7 +9,7 @@ import time
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from planner.app import service
+from planner.app import service, solving
 from planner.app.models import PlanStatus
 from planner.app.serializers import PlanRequestSerializer
 from planner.defaults import MARKET_DEFAULTS, PLAN_DEFAULTS
@@ -99,7 +99,7 @@ class Command(BaseCommand):
         # In the foreground, on the worker's path (planner.app.solving.run_plan); a bar on a terminal.
         bar = ProgressBar(self.stdout) if self.stdout.isatty() else None
         try:
-            record = service.create_plan(
+            record = solving.create_plan(
                 _owner(o["user"]), dict(checked.validated_data), allow_code=True, echo=bar
             )
         except service.PlanInputError as exc:
@@ -119,7 +119,7 @@ class Command(BaseCommand):
 
 
 class ProgressBar:
-    """``echo(phase, evaluated, total)`` for ``service.create_plan``: one line redrawn in place
+    """``echo(phase, evaluated, total)`` for ``solving.create_plan``: one line redrawn in place
     (at most 10 times a second), erased at the end."""
 
     WIDTH = 30

@@ -1,0 +1,21 @@
+"""The errors of launcher requests, shared by every launcher module (the API maps them to 400,
+403 and 409)."""
+
+from __future__ import annotations
+
+
+class JobError(ValueError):
+    """A request that cannot become a job; ``field`` names the offending field (API: 400)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class NotAllowed(PermissionError):
+    """The user lacks the permission for this (API: 403)."""
+
+
+class JobClosed(Exception):
+    """The job has finished; it accepts no more reports (API: 409)."""

@@ -1,0 +1,180 @@
+"""What a plan option launches and what it may cost, before anything starts.
+
+A plan option (one row of a solved plan, ``PlanRecord.option``) becomes ``node_launches``: one
+``run_instances`` per node group and batch size. ``limits`` turns the asked spend and hours into
+the job's cap, ``preview`` is what the launch confirmation shows, and ``user_data`` is the script
+each node boots with (``profiler.userdata.training_user_data``: rendezvous through the server,
+then ``torchrun`` the user's command). Nothing here touches the database or AWS.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import ROUND_DOWN, Decimal
+
+from django.conf import settings
+
+from launcher.errors import JobError
+from profiler.userdata import SERVER_DISCOVERY, training_user_data
+
+WORK_DIR = "/opt/srifty/work"
+
+
+@dataclass(frozen=True)
+class NodeLaunch:
+    """One ``run_instances`` call: ``count`` nodes of one type/market/zone with one batch size."""
+
+    index: int  # launch order; rank 0 is the first node of launch 0
+    group: int  # index into option["groups"]
+    instance_type: str
+    market: str
+    zone: str | None
+    count: int
+    gpus_per_node: int
+    batch_per_node: int
+    price_per_hour: float
+
+    @property
+    def hourly_usd(self) -> float:
+        return self.count * self.price_per_hour
+
+
+@dataclass(frozen=True)
+class Limits:
+    hourly_usd: Decimal
+    max_spend_usd: Decimal  # min(asked max spend, hourly x max hours)
+    cap_hours: float  # min(max hours, max spend / hourly)
+
+
+def node_launches(option: dict) -> list[NodeLaunch]:
+    out: list[NodeLaunch] = []
+    for g, group in enumerate(option["groups"]):
+        count = int(group["count"])
+        batches = [int(b) for b in (group.get("batch_per_node") or [])] or [0] * count
+        if len(batches) != count:
+            raise JobError("rank", f"group {g} has {count} nodes but {len(batches)} batch sizes")
+        runs: list[tuple[int, int]] = []  # (batch, nodes) in node order
+        for b in batches:
+            if runs and runs[-1][0] == b:
+                runs[-1] = (b, runs[-1][1] + 1)
+            else:
+                runs.append((b, 1))
+        for batch, n in runs:
+            out.append(
+                NodeLaunch(
+                    index=len(out),
+                    group=g,
+                    instance_type=group["instance_type"],
+                    market=group["market"],
+                    zone=group.get("zone"),
+                    count=n,
+                    gpus_per_node=max(1, int(group.get("gpus_per_node") or 1)),
+                    batch_per_node=batch,
+                    price_per_hour=float(group["price_per_hour"]),
+                )
+            )
+    return out
+
+
+def option_hourly(option: dict) -> float:
+    value = option.get("hourly_usd")
+    if isinstance(value, (int, float)) and value > 0:
+        return float(value)
+    return sum(int(g["count"]) * float(g["price_per_hour"]) for g in option["groups"])
+
+
+def limits(option: dict, max_spend_usd: Decimal, max_hours: float) -> Limits:
+    hourly = Decimal(str(round(option_hourly(option), 4)))
+    if hourly <= 0:
+        raise JobError("rank", "this option has no price")
+    by_time = (hourly * Decimal(str(max_hours))).quantize(Decimal("0.01"), rounding=ROUND_DOWN)
+    spend = min(max_spend_usd, by_time).quantize(Decimal("0.01"), rounding=ROUND_DOWN)
+    if spend <= 0:
+        raise JobError("max_spend_usd", "the cap allows less than one cent of compute")
+    return Limits(hourly_usd=hourly, max_spend_usd=spend, cap_hours=min(max_hours, float(spend / hourly)))
+
+
+def describe_option(option: dict) -> str:
+    parts = [
+        f"{g['count']}x {g['instance_type']} ({g['market']}{', ' + g['zone'] if g.get('zone') else ''})"
+        for g in option["groups"]
+    ]
+    return " + ".join(parts) + f" in {option['region']}"
+
+
+def preview(option: dict, max_spend_usd: Decimal, max_hours: float) -> dict:
+    """Exactly what a launch starts and what it may cost."""
+    lim = limits(option, max_spend_usd, max_hours)
+    launches = node_launches(option)
+    return {
+        "region": option["region"],
+        "instances": [
+            {
+                "instance_type": n.instance_type,
+                "count": n.count,
+                "market": n.market,
+                "zone": n.zone,
+                "gpus_per_node": n.gpus_per_node,
+                "gpu_model": option["groups"][n.group].get("gpu_model", ""),
+                "batch_per_node": n.batch_per_node,
+                "price_per_hour": n.price_per_hour,
+                "hourly_usd": round(n.hourly_usd, 4),
+            }
+            for n in launches
+        ],
+        "nodes": sum(n.count for n in launches),
+        "gpus": sum(n.count * n.gpus_per_node for n in launches),
+        "hourly_usd": format(lim.hourly_usd.normalize(), "f"),
+        "max_spend_usd": str(lim.max_spend_usd),
+        "cap_hours": round(lim.cap_hours, 4),
+        "predicted_iter_s": option.get("iter_time_s"),
+        "predicted_iter_p90_s": option.get("iter_time_p90_s"),
+        "predicted_time_h": option.get("time_h"),
+        "global_batch": option.get("global_batch"),
+        "placement_group": "cluster",
+        "label": describe_option(option),
+    }
+
+
+def _nnodes(option: dict) -> int:
+    return sum(int(g["count"]) for g in option["groups"])
+
+
+def agent_url(job_id) -> str:
+    return f"{settings.SITE_URL.rstrip('/')}/api/v1/jobs/{job_id}/agent.tar.gz"
+
+
+def user_data(
+    job_id, option: dict, token: str, train_command: str, node: NodeLaunch, max_minutes: int
+) -> str:
+    """The node script: rendezvous through the server, then torchrun the user's command.
+
+    The profiler package (with ``profiler.agent.report``) is unpacked into the working
+    directory, which is put on ``PYTHONPATH``, so the training script can report back.
+    """
+    return training_user_data(
+        server_url=settings.SITE_URL,
+        job_id=job_id,
+        token=token,
+        node_rank=None,
+        nnodes=_nnodes(option),
+        nproc_per_node=node.gpus_per_node,
+        master_addr_discovery=SERVER_DISCOVERY,
+        train_command=train_command,
+        per_node_batch=max(1, node.batch_per_node),
+        max_minutes=max(1, max_minutes),
+        env={"PYTHONPATH": WORK_DIR, "SRIFTY_GLOBAL_BATCH": option.get("global_batch") or ""},
+        repo_tarball_url=agent_url(job_id),
+    )
+
+
+def check_user_data(option: dict, train_command: str) -> None:
+    """Build every node script once with a placeholder token: a command that cannot become a
+    script (too long for EC2's 16 KiB, say) is refused before anything launches."""
+    try:
+        for node in node_launches(option):
+            user_data(0, option, "x" * 64, train_command, node, 60)
+    except ValueError as exc:
+        if isinstance(exc, JobError):
+            raise
+        raise JobError("train_command", str(exc)) from exc

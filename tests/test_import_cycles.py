@@ -1,0 +1,173 @@
+"""No import cycle among the project's modules.
+
+Every ``.py`` of the project's packages is parsed with ``ast`` (nothing is imported); each
+``import``/``from ... import`` anywhere in the file counts, at module level or inside a function,
+because a function-local import only hides a cycle, it does not break it. Relative imports are
+resolved, and ``from pkg import name`` is an edge to ``pkg.name`` when that is a module, else to
+``pkg`` (so a package ``__init__`` that re-exports its submodules is no cycle, but a submodule
+that takes a name back from that ``__init__`` is). The graph, restricted to project modules,
+must have no strongly connected component of more than one module.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("srifty_web", "catalog", "profiler", "planner", "launcher", "cloud", "frontend")
+SKIP_DIRS = {".venv", "tests", "bench", "migrations", "__pycache__", "node_modules", "static", "templates"}
+
+
+def project_modules() -> dict[str, Path]:
+    """Dotted module name -> file, for every project package that exists."""
+    found: dict[str, Path] = {}
+    for package in PACKAGES:
+        base = ROOT / package
+        if not (base / "__init__.py").exists():
+            continue
+        for path in sorted(base.rglob("*.py")):
+            rel = path.relative_to(ROOT)
+            if SKIP_DIRS.intersection(rel.parts[:-1]):
+                continue
+            parts = list(rel.with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """Project modules that ``name`` imports, anywhere in its file."""
+    is_package = path.name == "__init__.py"
+    package = name if is_package else name.rpartition(".")[0]
+    tree = ast.parse(path.read_text(), filename=str(path))
+    targets: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base_parts = package.split(".")
+                base_parts = base_parts[: len(base_parts) - (node.level - 1)]
+                base = ".".join(base_parts + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            for alias in node.names:
+                submodule = f"{base}.{alias.name}"
+                # ``from pkg import submodule`` is an edge to the submodule; ``from pkg import
+                # name`` (a function, a class, a constant) is an edge to ``pkg`` itself.
+                targets.add(submodule if submodule in modules else base)
+    edges: set[str] = set()
+    for target in targets:
+        parts = target.split(".")  # ``import a.b`` where ``a.b`` is a module, or its nearest module
+        while parts and ".".join(parts) not in modules:
+            parts.pop()
+        if parts:
+            edges.add(".".join(parts))
+    edges.discard(name)
+    return edges
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = project_modules()
+    return {name: imports_of(name, path, modules) for name, path in modules.items()}
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's algorithm, iterative (the graph has hundreds of modules)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    out: list[list[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            advanced = False
+            for child in children:
+                if child not in graph:
+                    continue
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                    advanced = True
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                out.append(sorted(component))
+    return out
+
+
+def a_cycle(graph: dict[str, set[str]], component: list[str]) -> list[str]:
+    """One concrete cycle inside a strongly connected component, for the failure message."""
+    members = set(component)
+    start = component[0]
+    path, seen = [start], {start}
+    node = start
+    while True:
+        nxt = sorted(graph[node] & members)
+        if start in nxt and len(path) > 1:
+            return [*path, start]
+        fresh = [n for n in nxt if n not in seen]
+        if not fresh:  # walk back into the component until the start is reachable
+            nxt_any = nxt[0]
+            i = path.index(nxt_any) if nxt_any in path else None
+            return [*path[i:], nxt_any] if i is not None else path
+        node = fresh[0]
+        path.append(node)
+        seen.add(node)
+
+
+def test_the_graph_sees_the_project():
+    graph = import_graph()
+    assert "launcher.tasks" in graph and "profiler.tasks" in graph and "planner.app.service" in graph
+    assert "launcher.jobs" in graph["launcher.tasks"]  # a module-level import
+    assert "planner.app.models" in graph["launcher.models"] or "srifty_web.teams" in graph["launcher.models"]
+
+
+def test_no_import_cycle_among_project_modules():
+    graph = import_graph()
+    cycles = [c for c in strongly_connected(graph) if len(c) > 1]
+    message = "\n".join(
+        f"cycle among {len(c)} modules: {', '.join(c)}\n  e.g. {' -> '.join(a_cycle(graph, c))}"
+        for c in cycles
+    )
+    assert not cycles, "import cycles (function-local imports count too):\n" + message
+
+
+def test_a_function_local_import_is_an_edge(tmp_path, monkeypatch):
+    pkg = tmp_path / "cyc"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from cyc import b\n")
+    (pkg / "b.py").write_text("def f():\n    from . import a\n    return a\n")
+    modules = {"cyc": pkg / "__init__.py", "cyc.a": pkg / "a.py", "cyc.b": pkg / "b.py"}
+    graph = {name: imports_of(name, path, modules) for name, path in modules.items()}
+    assert graph["cyc.a"] == {"cyc.b"} and graph["cyc.b"] == {"cyc.a"}
+    assert ["cyc.a", "cyc.b"] in strongly_connected(graph)
