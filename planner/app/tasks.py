@@ -14,16 +14,21 @@ from srifty_web import queue
 
 
 def yield_cpu() -> None:
-    """A solve is background work: lower this thread's CPU priority (Linux nice, per thread;
-    ``PLAN_WORKER_NICE``, default 10, 0 to leave it) so that on a shared host the web server's
-    requests come first. Threads the solve starts (its heartbeat) inherit it."""
+    """A solve is background work: lower the CPU priority of this worker's threads (Linux nice
+    is per thread: the calling one and every thread already running, such as numpy's or torch's
+    pools; ``PLAN_WORKER_NICE``, default 10, 0 to leave it) so that on a shared host the web
+    server's requests come first. Threads started later (the heartbeat) inherit it."""
     nice = int(getattr(settings, "PLAN_WORKER_NICE", 10))
     try:
-        tid = threading.get_native_id()
-        if os.getpriority(os.PRIO_PROCESS, tid) < nice:
-            os.setpriority(os.PRIO_PROCESS, tid, nice)
-    except (AttributeError, OSError):  # not Linux, or not allowed: run at the priority we have
-        pass
+        tids = {threading.get_native_id(), *(int(t) for t in os.listdir("/proc/self/task"))}
+    except OSError:  # not Linux
+        tids = {threading.get_native_id()}
+    for tid in tids:
+        try:
+            if os.getpriority(os.PRIO_PROCESS, tid) < nice:
+                os.setpriority(os.PRIO_PROCESS, tid, nice)
+        except (AttributeError, OSError):  # gone, not allowed, or no such call: leave it
+            pass
 
 
 @task()
