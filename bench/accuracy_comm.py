@@ -88,10 +88,10 @@ def main() -> int:
     ok = True
     for name, lo, hi in BANDS:
         band = [c for c in cases if lo <= c[0].size_bytes < hi]
-        learned = [c[1] for c in band]
-        print(line(name, learned))
+        band_errors = [c[1] for c in band]
+        print(line(name, band_errors))
         print(line(f"prior {name}", [c[2] for c in band]))
-        ok &= bool(learned) and statistics.median(learned) <= 0.12
+        ok &= bool(band_errors) and statistics.median(band_errors) <= 0.12
     print(line("the ring prior plans used before this model (all sizes)", today))
     print(
         f"p90 coverage: {100 * sum(covered) / max(1, len(covered)):.0f} % of validation points at or under the "

@@ -291,7 +291,7 @@ def profile_compute(
     case: Case, work: Path, iters: int, batches: tuple[int, ...] = (), tag: str = ""
 ) -> list[Path]:
     outs = [work / f"compute_{case.name}{tag}_{i}.json" for i in (0, 1)]
-    batches = ",".join(str(b) for b in batches or case.batches)
+    batch_list = ",".join(str(b) for b in batches or case.batches)
     cmds = [
         [
             PY,
@@ -303,7 +303,7 @@ def profile_compute(
             "--input-shape",
             case.shape,
             "--batch-sizes",
-            batches,
+            batch_list,
             "--device",
             "cpu",
             "--threads",
@@ -750,7 +750,7 @@ def main() -> int:
     cases = [c for c in CASES if not args.only or c.name in args.only.split(",")]
     link_name = f"tbf {args.rate_mbit} Mbit/s"
     started = time.monotonic()
-    load_before = os.getloadavg()
+    load_before: tuple[float, ...] = os.getloadavg()
     skip_reason = None
     if not args.reuse:
         for case in cases:
@@ -765,7 +765,7 @@ def main() -> int:
                 finally:
                     netns_down()
         measured_s = time.monotonic() - started
-        load_after = os.getloadavg()
+        load_after: tuple[float, ...] = os.getloadavg()
         (work / "meta.json").write_text(
             json.dumps(
                 {

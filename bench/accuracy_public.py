@@ -159,6 +159,8 @@ class Bench:
             if wl is None:
                 continue
             t = corpus.iteration_ms(r, m)
+            if t is None:
+                continue
             new = self._oracle_step(self.new, wl, r)
             old = self._oracle_step(self.old, wl, r)
             out.append(Case("analytical", r, t, new, old))
@@ -192,6 +194,8 @@ class Bench:
                 if wl is None:
                     continue
                 t_a, t_b = corpus.iteration_ms(a, m), corpus.iteration_ms(b, m)
+                if t_a is None or t_b is None:
+                    continue
                 new = self._transfer(self.new, wl.cost, a, b, t_a)
                 old = self._transfer(self.old, wl.cost, a, b, t_a)
                 out.append(Case("transferred", b, t_b, new, old, f"from {a.chip} b={a.per_gpu_batch}"))

@@ -63,8 +63,11 @@ def leave_one_out(
     for chip in chips:
         train = [r for r in rows if spec_name_for(r.gpu) != chip]
         test = [r for r in rows if spec_name_for(r.gpu) == chip]
-        kwargs = {"betas": betas} if betas else {}
-        model: TransferModel = calibrate(train, costs, specs, batch=BATCH, form=form, **kwargs)
+        model: TransferModel = (
+            calibrate(train, costs, specs, batch=BATCH, form=form, betas=betas)
+            if betas
+            else calibrate(train, costs, specs, batch=BATCH, form=form)
+        )
         spec = model.spec(test[0].gpu)
         cuda_note = "" if any(r.precision == "fp32" for r in train) else " (eta_cuda = prior)"
         if drop_arch:

@@ -18,9 +18,11 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -91,7 +93,7 @@ def _supported_pool(catalog: list[Candidate], oracle) -> list[Candidate]:
 
 def random_problem(
     rng: random.Random, catalog: list[Candidate], medium: bool = False
-) -> tuple[PlanRequest, list[Candidate], object]:
+) -> tuple[PlanRequest, list[Candidate], Callable[..., Any]]:
     """A seeded random instance with constraints on a sensible scale: small (3-6 candidates in 1-2
     regions, 2-6 nodes, up to 3 types) or ``medium`` (8-12 candidates of one region, 6-10 nodes,
     2 types), where the bounds have more to prune."""
@@ -244,6 +246,7 @@ def bench_speed(catalog: list[Candidate], repeats: int = 3) -> None:
             run_times.append(time.perf_counter() - t0)
             cpu_times.append(time.process_time() - c0)
         times.extend(run_times)
+        assert res is not None  # repeats >= 1
         st = res.stats
         print(
             f"  {name}: median {statistics.median(run_times):.2f} s; candidates {st.candidates_in} -> "

@@ -44,7 +44,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -98,7 +98,7 @@ class Workload:
     measured_on: str | None = None
     default_spread: PhaseSpread = field(default_factory=lambda: PhaseSpread(0.03, 0.03, 0.03))
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The measured model is not part of the cached form (it is the caller's, per request)."""
         return {
             "version": 1,
@@ -112,7 +112,7 @@ class Workload:
         }
 
     @classmethod
-    def from_dict(cls, doc: Mapping) -> Workload:
+    def from_dict(cls, doc: Mapping[str, Any]) -> Workload:
         """Read :meth:`to_dict`'s form, e.g. the ``workload`` an agent posted with its profile
         (untrusted: ``check_trace`` raises ``ValueError`` on anything malformed)."""
         from profiler.agent.workload import check_trace
@@ -159,7 +159,7 @@ class Oracle:
     placement_group: bool = True
     _phase_cache: dict[tuple[str, int], PhaseTimes | None] = field(default_factory=dict, repr=False)
     _max_cache: dict[str, int] = field(default_factory=dict, repr=False)
-    _comm_cache: dict[tuple, list[CommTime]] = field(default_factory=dict, repr=False)
+    _comm_cache: dict[tuple[Any, ...], list[CommTime]] = field(default_factory=dict, repr=False)
     calls: int = 0
 
     # --- per GPU ------------------------------------------------------------------------
@@ -467,7 +467,7 @@ def _bottleneck(communication_bound: bool, cluster: Cluster) -> str:
 #: Library workloads traced in this process, by (spec, input shape, precision, classes): a meta
 #: trace takes seconds and is the same every time, so repeated plans do not re-trace.
 WORKLOAD_CACHE_SIZE = 32
-_workload_cache: OrderedDict[tuple, Workload] = OrderedDict()
+_workload_cache: OrderedDict[tuple[Any, ...], Workload] = OrderedDict()
 _workload_lock = threading.Lock()
 
 
@@ -507,7 +507,7 @@ def workload_for_spec(
                 _workload_cache.move_to_end(key)
     if base is None:
 
-        def build():
+        def build() -> Any:
             return load_model(spec, num_classes=num_classes, input_shape=shape, allow_code=allow_code)
 
         doc = trace_workload(build, shape, precision=precision, model_spec=spec, num_classes=num_classes)

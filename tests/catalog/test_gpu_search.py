@@ -249,7 +249,7 @@ def test_command_bad_gpu_or_region_is_a_command_error(catalog):
         call_command("gpus", "H100", "--region", "mars-1")
 
 
-def _exit_code(capsys, *args: str) -> tuple[int, str]:
+def _exit_code(capsys, *args: str) -> tuple[int | str | None, str]:
     """``manage.py gpus ARGS`` as the shell runs it (``run_from_argv``): its exit code and stderr."""
     from django.core.management import ManagementUtility
 

@@ -22,9 +22,9 @@ def _page_charts(client, user, run) -> tuple[str, dict]:
     resp = client.get(f"/profiling/{run.pk}/")
     assert resp.status_code == 200
     page = resp.content.decode()
-    data = json.loads(
-        re.search(r'id="chart-data" type="application/json">(.*?)</script>', page, re.S).group(1)
-    )
+    found = re.search(r'id="chart-data" type="application/json">(.*?)</script>', page, re.S)
+    assert found, "no chart data on the page"
+    data = json.loads(found.group(1))
     return page, data
 
 

@@ -16,6 +16,7 @@ def _oracle_and_candidate(instance_type: str):
     from planner.oracle import Oracle
 
     t = InstanceType.objects.get(name=instance_type)
+    assert t.accelerator is not None
     wl = service.workload(TINY["spec"], (3, 32, 32), "amp")
     oracle = Oracle(wl, service.transfer_model(), service.gpu_specs(), service.comm_model())
     cand = Candidate(

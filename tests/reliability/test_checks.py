@@ -22,7 +22,9 @@ def _ours(**overrides) -> dict[str, int]:
     }
     with override_settings(**settings):
         return {
-            m.id: m.level for m in run_checks(include_deployment_checks=False) if m.id.startswith("srifty.")
+            m.id: m.level
+            for m in run_checks(include_deployment_checks=False)
+            if m.id is not None and m.id.startswith("srifty.")
         }
 
 

@@ -327,7 +327,9 @@ def _user_data_token(instance_id: str) -> str:
     cli = session.client("ec2", REGION)
     value = cli.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")["UserData"]["Value"]
     script = base64.b64decode(value).decode()
-    return shlex.split(re.search(r"^SRIFTY_TOKEN=(.*)$", script, re.M).group(1))[0]
+    found = re.search(r"^SRIFTY_TOKEN=(.*)$", script, re.M)
+    assert found, "no SRIFTY_TOKEN in the user data"
+    return shlex.split(found.group(1))[0]
 
 
 @pytest.mark.django_db

@@ -549,6 +549,7 @@ def test_access(cell: Cell, actor: str, world):
             assert gone.status_code == 404
             assert _normalised(body, IDS[key]) == _normalised(gone.content.decode(), MISSING), where
     elif expected in ("no_such_ref", "ref_ok"):
+        assert cell.ref is not None, where
         gone = request(cell, actor, world, {**IDS, cell.ref: MISSING})
         assert gone.status_code == 400, f"a missing {cell.ref} id: {gone.status_code} {gone.content[:300]}"
         same = _normalised(_errors(resp, api), IDS[cell.ref]) == _normalised(_errors(gone, api), MISSING)

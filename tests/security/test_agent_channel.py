@@ -648,7 +648,7 @@ def test_a_result_that_claims_another_run_lands_on_the_tokens_own_run_only(
 
 
 def _every_stored_text() -> str:
-    out = []
+    out: list[str] = []
     with connection.cursor() as cur:
         for table in connection.introspection.table_names():
             cur.execute(f'SELECT * FROM "{table}"')  # noqa: S608 - table names come from introspection

@@ -637,8 +637,9 @@ def chromium_page(live_server):
         b = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         page = b.new_context(base_url=live_server.url).new_page()
         page.add_init_script(RECORD_CSP)
-        page.errors = []
-        page.on("pageerror", lambda exc: page.errors.append(str(exc)))
+        errors: list[str] = []
+        page.errors = errors  # type: ignore[attr-defined]  # the test keeps the page's JS errors on it
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
         page.goto("/accounts/login/")
         page.fill("#id_username", username)
         page.fill("#id_password", password)
