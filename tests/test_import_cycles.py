@@ -5,7 +5,8 @@ Every ``.py`` of the project's packages is parsed with ``ast`` (nothing is impor
 because a function-local import only hides a cycle, it does not break it. Relative imports are
 resolved, and ``from pkg import name`` is an edge to ``pkg.name`` when that is a module, else to
 ``pkg`` (so a package ``__init__`` that re-exports its submodules is no cycle, but a submodule
-that takes a name back from that ``__init__`` is). The graph, restricted to project modules,
+that takes a name back from that ``__init__`` is). Imports under ``if TYPE_CHECKING:`` are
+annotations for the type checker, never executed, and are not edges. The graph, restricted to project modules,
 must have no strongly connected component of more than one module.
 """
 
@@ -43,7 +44,7 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     package = name if is_package else name.rpartition(".")[0]
     tree = ast.parse(path.read_text(), filename=str(path))
     targets: set[str] = set()
-    for node in ast.walk(tree):
+    for node in _runtime_nodes(tree):
         if isinstance(node, ast.Import):
             targets.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -67,6 +68,24 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
             edges.add(".".join(parts))
     edges.discard(name)
     return edges
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _runtime_nodes(tree: ast.AST):
+    """Every node but those under ``if TYPE_CHECKING:`` (annotations only, never executed)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            stack.extend(node.orelse)
+            continue
+        stack.extend(ast.iter_child_nodes(node))
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -161,7 +180,7 @@ def test_no_import_cycle_among_project_modules():
     assert not cycles, "import cycles (function-local imports count too):\n" + message
 
 
-def test_a_function_local_import_is_an_edge(tmp_path, monkeypatch):
+def test_a_function_local_import_is_an_edge_and_a_type_checking_one_is_not(tmp_path):
     pkg = tmp_path / "cyc"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
@@ -171,3 +190,5 @@ def test_a_function_local_import_is_an_edge(tmp_path, monkeypatch):
     graph = {name: imports_of(name, path, modules) for name, path in modules.items()}
     assert graph["cyc.a"] == {"cyc.b"} and graph["cyc.b"] == {"cyc.a"}
     assert ["cyc.a", "cyc.b"] in strongly_connected(graph)
+    (pkg / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from cyc import a\n")
+    assert imports_of("cyc.b", pkg / "b.py", modules) == set()
