@@ -368,10 +368,11 @@ class WebSocketError(Exception):
 async def ws_connect(port: int, path: str, cookie: str, timeout: float):
     """A websocket to the server, as a logged-in browser opens it (session cookie, same Origin)."""
     from websockets.asyncio.client import connect
+    from websockets.typing import Origin
 
     return await connect(
         f"ws://127.0.0.1:{port}{path}",
-        origin=f"http://127.0.0.1:{port}",
+        origin=Origin(f"http://127.0.0.1:{port}"),
         additional_headers={"Cookie": cookie},
         open_timeout=timeout,
         compression=None,  # the server offers none; a browser's deflate would only cost CPU here
@@ -448,7 +449,8 @@ class Load:
     def api_client(self, index: int, api_deadline: float) -> None:
         conn, n = None, index
         headers = {"Authorization": f"Token {self.server.api_token}"}
-        local, errors = [], {}
+        local: list[tuple[str, float, int]] = []
+        errors: dict[str, int] = {}
         # Independent dashboards do not poll in step: a random phase, then each pause uniform in
         # [0.5, 1.5] x think (seeded per client, so a rerun offers the same schedule).
         rng = random.Random(index)
@@ -709,7 +711,10 @@ class Load:
     # all of it --------------------------------------------------------------------------
     def run(self) -> Results:
         a = self.args
-        cpu0, self_cpu0 = group_cpu_s(self.server.proc.pid), self_cpu_s()
+        proc = self.server.proc
+        if proc is None:
+            raise RuntimeError("the server is not running")
+        cpu0, self_cpu0 = group_cpu_s(proc.pid), self_cpu_s()
         self.results.loadavg = os.getloadavg()
         self.hard_deadline = time.monotonic() + a.duration + a.drain + 60
         stop_flag: dict = {}
@@ -734,13 +739,13 @@ class Load:
         for t in clients:
             t.join(timeout=max(1.0, api_deadline + 35 - time.monotonic()))
         api_window_s = time.monotonic() - t0  # the last request started before the deadline
-        server_cpu_s, client_cpu_s = group_cpu_s(self.server.proc.pid) - cpu0, self_cpu_s() - self_cpu0
+        server_cpu_s, client_cpu_s = group_cpu_s(proc.pid) - cpu0, self_cpu_s() - self_cpu0
         for t in plan_threads:  # plans still going when the API load ended get until --plan-timeout
             t.join(timeout=max(1.0, t0 + a.plan_timeout + 35 - time.monotonic()))
         self.plans_stop.set()
         try:
             self.results.server_alive_after = (
-                self.server.proc.poll() is None and self.server.get("/api/v1/plans/")[0] == 200
+                proc.poll() is None and self.server.get("/api/v1/plans/")[0] == 200
             )
         except OSError:
             self.results.server_alive_after = False

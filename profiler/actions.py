@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -205,8 +206,9 @@ def _finish(run: ProfilingRun, status: str, *, error: str = "") -> ProfilingRun:
     return run
 
 
-def complete_run(run: ProfilingRun, profile: dict) -> ProfilingRun:
-    """Store a validated profile and its samples, then end the run as succeeded."""
+def complete_run(run: ProfilingRun, profile: Any) -> ProfilingRun:
+    """Store a validated profile and its samples, then end the run as succeeded (``profile`` is
+    the agent's document, checked here first)."""
     check_profile(run, profile)
     with transaction.atomic():
         run = ProfilingRun.objects.select_for_update().get(pk=run.pk)
@@ -244,7 +246,7 @@ def store_comm_curve(run: ProfilingRun, profile: dict) -> int:
     ):
         return 0
     itype = InstanceType.objects.select_related("accelerator").filter(name=run.instance_type).first()
-    if itype is None or not cluster.gpus_per_node(itype):
+    if itype is None or itype.accelerator is None or not cluster.gpus_per_node(itype):
         log.warning(
             "run %s: %s is not a GPU type of the catalog; its curve trains nothing", run.pk, run.instance_type
         )

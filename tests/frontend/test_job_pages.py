@@ -72,7 +72,9 @@ def launcher(user, settings):
 
 
 def hidden(page: str, name: str) -> str:
-    return re.search(rf'name="{name}" value="([^"]*)"', page).group(1)
+    found = re.search(rf'name="{name}" value="([^"]*)"', page)
+    assert found, f"no hidden {name} field"
+    return found.group(1)
 
 
 def test_the_confirmation_page_shows_the_exact_instances_price_and_max_spend(client, launcher, plan):

@@ -143,8 +143,9 @@ def test_the_page_shows_no_precision_warning_when_the_precisions_match(
 
 
 def _rows(page: str) -> list[str]:
-    body = re.search(r'<table id="ranked-table">.*?<tbody>(.*?)</tbody>', page, re.S).group(1)
-    return re.findall(r"<tr>(.*?)</tr>", body, re.S)
+    found = re.search(r'<table id="ranked-table">.*?<tbody>(.*?)</tbody>', page, re.S)
+    assert found, "no ranked table on the page"
+    return re.findall(r"<tr>(.*?)</tr>", found.group(1), re.S)
 
 
 def test_each_ranked_row_shows_its_prediction_source_and_the_validated_p90_error(
@@ -188,6 +189,7 @@ def _cheapest_on_demand(name: str) -> tuple[float, str]:
     from catalog.models import OnDemandPrice
 
     price = OnDemandPrice.objects.current().filter(instance_type__name=name).order_by("usd_per_hour").first()
+    assert price is not None, f"no on-demand price for {name}"
     return float(price.usd_per_hour), price.region.code
 
 

@@ -113,7 +113,7 @@ class Command(BaseCommand):
             field = f"{record.error_field}: " if record.error_field else ""
             raise CommandError(f"plan {record.pk} {record.status}: {field}{record.error}")
         if o["json"]:
-            self.stdout.write(json.dumps({"plan": record.pk, **record.result}, indent=2, default=str))
+            self.stdout.write(json.dumps({"plan": record.pk, **(record.result or {})}, indent=2, default=str))
             return
         self.stdout.write(render(record))
 
