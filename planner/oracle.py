@@ -288,6 +288,11 @@ class Oracle:
         t = self.step_ms(model, 1)
         return 0.0 if math.isinf(t) else 1.0 / t
 
+    def max_workers(self, global_batch: int) -> int:
+        """Most GPUs a configuration can have at ``global_batch``: every worker needs a sample
+        (:meth:`split` returns ``None`` beyond it), whatever the mix."""
+        return int(global_batch)
+
     def throughput_bound(self, candidate: Candidate, counts: np.ndarray, global_batch: int) -> np.ndarray:
         """An upper bound on ``self(((candidate, n),), global_batch).throughput_sps`` for every ``n``
         of ``counts`` at once (numpy), from compute alone; 0 exactly where the oracle returns

@@ -34,6 +34,9 @@ evaluated (:meth:`MixBounds.refine`: its members' points and the merged counts o
 than a mix, whose batch split is a bisection); the tighter bound then rules it out or sends it
 back into the queue.
 
+An oracle that says how many GPUs it can run at most (``max_workers(G)``; the product oracle:
+``G``, one sample per worker) lets terms and count vectors beyond it go: no mix runs there.
+
 Their minimum gives, for all count vectors of a subset at once (numpy), lower bounds on time and
 cost and an upper bound on goodput (all monotone in ``T``, :func:`planner.solver.evaluate.metrics`).
 
@@ -43,7 +46,7 @@ Nothing of size ``subsets x counts`` is ever built: subsets of ``k`` candidates 
 in blocks of whole first members (about 65,536 rows at a time) and bounded at subset level
 (:meth:`MixBounds.subset_survivors`, with the $/h cap limiting each member's count); a
 surviving subset's count vectors are generated one slice at a time (the first member's count
-fixed for ``k = 3``, at most ``N^2`` rows), filtered by ``sum n_i <= N``, joint quotas and the
+in blocks for ``k = 3``, at most ``max(N^2, SLICE_ROWS)`` rows), filtered by ``sum n_i <= N``, joint quotas and the
 vector bound, and only the survivors go on to the search's queue.
 """
 
@@ -61,7 +64,9 @@ from planner.solver.evaluate import Memo, Progress, Spec, lim, metrics, value_of
 from planner.solver.request import REL, PerfOracle, qkey
 
 #: Evaluate every curve point up front when ``types x max_nodes x batches`` is at most this.
-FULL_CURVE_LIMIT = 4096
+FULL_CURVE_LIMIT = 2048
+#: Count vectors built at once for a subset of three (the first member's counts in blocks).
+SLICE_ROWS = 1 << 18
 
 
 class Curves:
@@ -85,6 +90,8 @@ class Curves:
         self.tidx = {t: i for i, t in enumerate(self.types)}
         for t, c in reps.items():
             memo.rep.setdefault(t, c)
+        workers_fn = getattr(perf, "max_workers", None)
+        self.max_workers = max(int(workers_fn(g)) for g in self.grid) if callable(workers_fn) else None
         bound_fn = getattr(perf, "throughput_bound", None)
         self.has_bound = callable(bound_fn)
         counts = np.arange(1, self.N + 1)
@@ -232,7 +239,12 @@ class MixBounds:
             self.pnb[t] = pnb
             up = curves.upper(t)
             lin = np.arange(N + 1) * pnb
-            self.term[t] = np.where(up > 0, up, lin)
+            term = np.where(up > 0, up, lin)
+            if curves.max_workers is not None:
+                # more GPUs than the oracle can ever run (every worker needs a sample): no mix either
+                gpn = int(curves.reps[t].gpus_per_node)
+                term = np.where(np.arange(N + 1) * gpn > curves.max_workers, 0.0, term)
+            self.term[t] = term
         # replacement bound: "a's curve is at least b's at every count" -- read off the curves
         # when they are all known, else from the hardware (A3: same GPU model and GPUs per node,
         # a link at least as fast, EFA if b has it)
@@ -273,7 +285,8 @@ class MixBounds:
         for t, n in points:
             if not self.curves.known(t, n):
                 thr, _ = self.curves.evaluate(t, n)
-                self.term[t][n] = thr if thr > 0 else n * self.pnb[t]
+                if thr > 0 or self.term[t][n] > 0:
+                    self.term[t][n] = thr if thr > 0 else n * self.pnb[t]
                 changed = True
         return changed
 
@@ -473,14 +486,66 @@ class MixBounds:
             ]
         return ms
 
+    def allowed_counts(
+        self, spec: Spec, subset: Sequence[Candidate], ms: Sequence[int], theta: float, request: Any
+    ) -> list[np.ndarray]:
+        """The counts of each member that can be part of a useful vector, by two separable
+        necessary conditions on the separability bound ``U(n) = sum_i term_i(n_i)``:
+
+        * money (budget ``B``, or the incumbent when minimising cost): cost >= rate * S / (3600 U),
+          so ``sum_i (p_i n_i S / 3600 - B term_i(n_i)) < 0``;
+        * speed (deadline ``D``, or the incumbent when minimising time): time >= o + S / (3600 U),
+          so ``sum_i term_i(n_i) >= S / (3600 (D - o))``.
+
+        For ``sum_i g_i(n_i) < c`` a count ``n`` of member ``i`` survives only if
+        ``g_i(n) + sum_{j != i} min g_j < c`` (iterated twice).  Beyond a type's scaling knee
+        ``g_i`` grows with ``n`` (price grows, throughput does not), so those counts go."""
+        k = len(subset)
+        allowed = [np.arange(1, m + 1) for m in ms]
+        if request is None:
+            return allowed
+        S = request.total_samples
+        terms = [self.term[c.instance_type][1 : m + 1] for c, m in zip(subset, ms, strict=True)]
+        conds: list[tuple[list[np.ndarray], float]] = []
+        cmax = spec.budget * (1 + REL) if spec.budget is not None else math.inf
+        if spec.objective == "cost" and math.isfinite(theta):
+            cmax = min(cmax, lim(theta, spec.tie_tol))
+        if math.isfinite(cmax):
+            g = [
+                c.price_per_hour * np.arange(1, m + 1) * S / 3600.0 - cmax * tm
+                for c, m, tm in zip(subset, ms, terms, strict=True)
+            ]
+            conds.append((g, 0.0))
+        tmax = spec.deadline * (1 + REL) if spec.deadline is not None else math.inf
+        if spec.objective == "time" and math.isfinite(theta):
+            tmax = min(tmax, lim(theta, spec.tie_tol))
+        if math.isfinite(tmax) and tmax > request.startup_overhead_h:
+            need = S / (3600.0 * (tmax - request.startup_overhead_h))
+            conds.append(([-tm for tm in terms], -need))
+        if not conds:
+            return allowed
+        keep = [np.ones(m, dtype=bool) for m in ms]
+        for _ in range(2):
+            for g, c in conds:
+                mins = [float(gi[kp].min()) if kp.any() else math.inf for gi, kp in zip(g, keep, strict=True)]
+                total = sum(mins)
+                if not math.isfinite(total):
+                    return [np.zeros(0, dtype=int) for _ in range(k)]
+                slack = 1e-9 * max(1.0, abs(c), *(abs(x) for x in mins))
+                for i in range(k):
+                    keep[i] &= g[i] + (total - mins[i]) < c + slack
+        return [a[kp] for a, kp in zip(allowed, keep, strict=True)]
+
     def count_vectors(
-        self, spec: Spec, subset: Sequence[Candidate], ms: Sequence[int]
+        self, spec: Spec, subset: Sequence[Candidate], counts: Sequence[np.ndarray]
     ) -> Iterator[list[np.ndarray]]:
-        """Count vectors of ``subset`` with ``1 <= n_i <= ms[i]``, ``sum n_i <= N`` and the joint
-        quotas of members sharing a (market, quota class), one slice at a time (the first member's
-        count fixed when ``k >= 3``)."""
+        """Count vectors of ``subset`` with ``n_i`` in ``counts[i]``, ``sum n_i <= N`` and the joint
+        quotas of members sharing a (market, quota class), one slice at a time (a block of the
+        first member's counts when ``k >= 3``)."""
         N = self.N
         k = len(subset)
+        if any(len(a) == 0 for a in counts):
+            return
         shared: dict[tuple[str, str], list[int]] = defaultdict(list)
         for i, c in enumerate(subset):
             shared[qkey(c)].append(i)
@@ -489,16 +554,15 @@ class MixBounds:
             for q, members in shared.items()
             if len(members) > 1 and q in spec.quotas
         ]
-        heads: list[Any] = [None] if k < 3 else list(range(1, ms[0] + 1))
-        for head in heads:
-            if head is None:
-                grids = np.meshgrid(*[np.arange(1, m + 1) for m in ms], indexing="ij")
-                ns = [g.ravel() for g in grids]
-            else:
-                grids = np.meshgrid(*[np.arange(1, m + 1) for m in ms[1:]], indexing="ij")
-                rest = [g.ravel() for g in grids]
-                ns = [np.full(len(rest[0]), head), *rest]
+        rest_rows = math.prod(len(a) for a in counts[1:])
+        step = max(1, SLICE_ROWS // max(1, rest_rows)) if k >= 3 else len(counts[0])
+        for first in range(0, len(counts[0]), step):
+            head = counts[0][first : first + step]
+            grids = np.meshgrid(head, *counts[1:], indexing="ij")
+            ns = [g.ravel() for g in grids]
             mask = sum(ns) <= N
+            if self.curves.max_workers is not None:
+                mask &= sum(ns[i] * int(subset[i].gpus_per_node) for i in range(k)) <= self.curves.max_workers
             for members, q in joint:
                 used = sum(ns[i] * subset[i].vcpus for i in members)
                 mask &= used <= q + 1e-9

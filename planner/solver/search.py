@@ -606,7 +606,12 @@ class Engine:
                             stats["pruned"] += 1
                             continue
                         any_vectors = False
-                        for ns in bounds.count_vectors(spec, subset, ms):
+                        allowed = (
+                            bounds.allowed_counts(spec, subset, ms, state["theta"], req)
+                            if level >= 1
+                            else [np.arange(1, m + 1) for m in ms]
+                        )
+                        for ns in bounds.count_vectors(spec, subset, allowed):
                             any_vectors = True
                             stats["bounded"] += len(ns[0])
                             slice_bytes = len(ns[0]) * (k * 8 * 4 + 8 * 8)
