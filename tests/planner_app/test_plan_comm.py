@@ -67,7 +67,7 @@ def test_near_points_count_the_train_sweeps_of_the_same_interconnect_nodes_and_g
     assert one_gpu.comm_source(((cand1, 1),)).source == "none"
 
 
-def test_plan_rows_on_several_nodes_name_the_learned_comm_model(user_api, catalog):
+def test_plan_rows_on_several_nodes_name_the_learned_comm_model(user_api, catalog, run_queued_plans):
     body = {
         "model": TINY,
         "samples_per_epoch": 1_281_167,
@@ -83,8 +83,9 @@ def test_plan_rows_on_several_nodes_name_the_learned_comm_model(user_api, catalo
         "global_batch_max": 1024,
     }
     resp = user_api.post("/api/v1/plans/", body, format="json")
-    assert resp.status_code == 201, resp.json()
-    rows = resp.json()["result"]["plans"]
+    assert resp.status_code == 202, resp.json()
+    run_queued_plans()
+    rows = user_api.get(resp["Location"]).json()["result"]["plans"]
     multi = [r for r in rows if sum(g["count"] for g in r["groups"]) == 2]
     assert multi, [r["label"] for r in rows]
     for row in multi:
