@@ -58,7 +58,23 @@ to be exact.  Exact enumeration with the bounds above is exact on the enumerated
 needs no solver; PuLP is not imported on the plan path.  ``CROSS_CHECK_MILP`` keeps the old
 model as a cross-check for the bench.
 
-MEASUREMENTS
+Measured (2-core VM, product oracle, full bundled catalog, 5 Dec 2026):
+
+* CBC on or off (``CROSS_CHECK_MILP``) on the ``bench/solver.py`` speed problems (64 nodes,
+  2 types, batch 256..4096): median solve 0.31 s without, 0.30 s with -- CBC's one-hot model
+  costs tens of ms, within the noise -- and it agreed with the sorted columns on every one, and
+  on 20/20 small random problems; it never changed an answer.
+* Optimality vs :func:`exhaustive_search`: ``bench/solver.py --quick`` 20/20 small and 5/5
+  medium seeded problems equal the brute-force optimum.
+* The old path (737ef96) vs this one, ``bench/plan_speed.py``: ResNet-50 min cost 24 h on
+  16 nodes 0.30 s -> 0.24 s; 64 nodes x 2 types x batch 256..4096 1.49 s -> 0.28 s (18,240 ->
+  770 oracle calls); 512 nodes x 3 types: the old path materialises every count vector (the
+  23 GB worker of issue 21) while this one ends in about 1 s with ~21 MB of search state.
+* Not yet good enough: "fastest within a budget" over many nodes and types.  Its bound is the
+  sum of the members' throughputs, which does not see that a large mix is communication bound,
+  so tens of thousands of mixes are evaluated (ResNet-50 $500 on 64 nodes x 2 types, VGG-19
+  $500 in the speed problems: ~20 s).  A comm-aware cut per candidate (the cluster's all-reduce
+  sum is an iteration floor) is the next step.
 
 :func:`exhaustive_search` is the brute-force reference used by the tests and the bench.
 """
