@@ -126,7 +126,7 @@ from planner.solver.request import (
 )
 
 #: Run the one-hot CBC model over the ranked columns after the search and record its status
-#: (``bench/solver.py --milp`` measures what that costs; it never changes the answer).
+#: (to time CBC against the plain search; it never changes the answer).
 CROSS_CHECK_MILP = False
 MB = 1 << 20
 
@@ -694,8 +694,8 @@ def exhaustive_search(
 
 
 def milp_pick(cols: Sequence[Col], spec: Spec, max_nodes: int) -> tuple[int | None, str]:
-    """The one-hot column-selection model the solver used to hand CBC (kept for the measurement in
-    ``bench/solver.py --milp``; see the module docstring): ``(index of the chosen column, status)``."""
+    """The one-hot column-selection model the solver used to hand CBC (kept for the
+    ``CROSS_CHECK_MILP`` measurement; see the module docstring): ``(index of the chosen column, status)``."""
     import warnings
 
     import pulp
