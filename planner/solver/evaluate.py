@@ -60,6 +60,8 @@ def hazard_of(groups: Iterable[tuple[Candidate, int]]) -> float:
 def metrics(thr: Any, rate: Any, hazard: Any, request: PlanRequest) -> tuple[Any, Any, Any, Any]:
     """``(base_h, time_h, cost, goodput)``; works on floats and numpy arrays."""
     params = request.spot_params
+    if np.ndim(thr) == 0 and np.ndim(rate) == 0 and np.ndim(hazard) == 0:
+        return _metrics_scalar(float(thr), float(rate), float(hazard), request, params)
     with np.errstate(divide="ignore", invalid="ignore"):
         thr_a = np.asarray(thr, dtype=float)
         haz = np.asarray(hazard, dtype=float)
@@ -74,6 +76,20 @@ def metrics(thr: Any, rate: Any, hazard: Any, request: PlanRequest) -> tuple[Any
         good = np.where(np.isfinite(exp_h) & (exp_h > 0), request.total_samples / (3600.0 * exp_h), 0.0)
     if np.ndim(base) == 0:
         return float(base), float(t), float(cost), float(good)
+    return base, t, cost, good
+
+
+def _metrics_scalar(
+    thr: float, rate: float, haz: float, request: PlanRequest, params: Any
+) -> tuple[float, float, float, float]:
+    """:func:`metrics` for one configuration, in plain floats (the same operations)."""
+    base = request.total_samples / (3600.0 * thr) if thr > 0 else math.inf
+    work = base * (1.0 + params.checkpoint_write_h / params.checkpoint_interval_h) if haz > 0 else base
+    denom = 1.0 - haz * params.loss_per_interruption_h
+    exp_h = work / denom if denom > 0 else math.inf
+    t = request.startup_overhead_h + exp_h
+    cost = rate * t
+    good = request.total_samples / (3600.0 * exp_h) if math.isfinite(exp_h) and exp_h > 0 else 0.0
     return base, t, cost, good
 
 

@@ -575,7 +575,12 @@ class Engine:
             haz = hazard_of(groups)
             base, t, cost, good = metrics(thr, rate, haz, req)
             val = float(value_of(spec.objective, t, cost, good, rate))
-            feasible = bool(spec.feasible_mask(np.array([t]), np.array([cost]), np.array([rate]))[0])
+            feasible = (
+                math.isfinite(t)
+                and (spec.deadline is None or t <= spec.deadline * (1 + REL))
+                and (spec.budget is None or cost <= spec.budget * (1 + REL))
+                and (spec.cap is None or rate <= spec.cap * (1 + REL))
+            )
             col = Col(
                 region, groups, thr, g, rate, haz, base, t, cost, good, sum(counts), val, feasible, bound=lb
             )
