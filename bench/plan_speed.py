@@ -207,7 +207,7 @@ def _fmt(r: dict) -> str:
 
 
 def _summary(tag: str, rows: list[dict]) -> str:
-    ok = [r for r in rows if r.get("status") == "ok"]
+    ok = [r for r in rows if r.get("status") == "ok" and r.get("plan") != "MemoryError"]
     bad = len(rows) - len(ok)
     if not ok:
         return f"{tag} plan time: no request finished ({bad} killed or timed out)"
@@ -215,7 +215,7 @@ def _summary(tag: str, rows: list[dict]) -> str:
     return (
         f"{tag} plan time: median {statistics.median(walls):.2f} s, max {max(walls):.2f} s, "
         f"peak RSS {max(r['rss_mb'] for r in ok):,.0f} MB"
-        + (f"  ({bad} of {len(rows)} killed or timed out, not in the figures)" if bad else "")
+        + (f"  ({bad} of {len(rows)} out of memory or time, not in the figures)" if bad else "")
     )
 
 

@@ -66,15 +66,21 @@ Measured (2-core VM, product oracle, full bundled catalog, 5 Dec 2026):
   on 20/20 small random problems; it never changed an answer.
 * Optimality vs :func:`exhaustive_search`: ``bench/solver.py --quick`` 20/20 small and 5/5
   medium seeded problems equal the brute-force optimum.
-* The old path (737ef96) vs this one, ``bench/plan_speed.py``: ResNet-50 min cost 24 h on
-  16 nodes 0.30 s -> 0.24 s; 64 nodes x 2 types x batch 256..4096 1.49 s -> 0.28 s (18,240 ->
-  770 oracle calls); 512 nodes x 3 types: the old path materialises every count vector (the
-  23 GB worker of issue 21) while this one ends in about 1 s with ~21 MB of search state.
-* Not yet good enough: "fastest within a budget" over many nodes and types.  Its bound is the
-  sum of the members' throughputs, which does not see that a large mix is communication bound,
-  so tens of thousands of mixes are evaluated (ResNet-50 $500 on 64 nodes x 2 types, VGG-19
-  $500 in the speed problems: ~20 s).  A comm-aware cut per candidate (the cluster's all-reduce
-  sum is an iteration floor) is the next step.
+* The old path (737ef96) vs this one, ``bench/plan_speed.py`` (12 requests, each in a child
+  under ``ulimit -v 4000000``, 30 s timeout): ResNet-50 min cost 24 h on 16 nodes 0.30 -> 0.24 s;
+  64 nodes x 2 types x batch 256..4096 1.49 -> 0.28 s (18,240 -> 770 oracle calls); the issue's
+  512 nodes x 3 types ImageNet request: old MemoryError at 3.2 GB RSS after 6.9 s, new 0.68 s
+  (232 oracle calls, ~21 MB of counted search state, RSS at its import baseline); max $25/h on
+  512 nodes x 2 types x batch 256..2048 6.82 -> 0.77 s; 512 x 1 type spot 1.17 -> 1.21 s.
+  Median over the requests that finished: new 0.72 s (max 4.28 s: 256 on-demand nodes x 3
+  types; old timed out), old 1.13 s (max 6.82 s; 4 timed out, 2 out of memory).
+* Not yet good enough: "fastest within a budget" and "most throughput under a cap" over many
+  nodes and fast types (4 of the 12 requests time out here, and on the old path too).  Their bound is the sum
+  of the members' throughputs, which does not see that a large mix of H100/H200/B200 nodes is
+  communication bound, and those mixes are within ~15 % of the optimum, so tens of thousands
+  are evaluated (VGG-19 $500 on 64 nodes x 2 types: 21 s).  A comm-aware cut (the cluster's
+  all-reduces are an iteration floor) was tried and was not tight enough; a tighter mix model
+  is the next step.
 
 :func:`exhaustive_search` is the brute-force reference used by the tests and the bench.
 """
