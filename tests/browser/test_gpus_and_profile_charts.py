@@ -10,6 +10,7 @@ all-reduce points against a fitted ring. Screenshots go to the session's screens
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
@@ -97,15 +98,15 @@ def test_gpu_search_finds_h100_spot_across_regions_sorted_by_dollars_per_gpu_hou
     assert per_gpu == sorted(per_gpu)
     assert len({c[5] for c in cells}) > 1  # several regions in one list
     # a sparkline per row, drawn (not zero-sized), and an interruption cell per spot row
-    assert page.locator("#gpu-table svg.spark").count() == n
-    box = page.locator("#gpu-table svg.spark").first.bounding_box()
+    assert page.locator("#gpu-table img.spark").count() == n
+    box = page.locator("#gpu-table img.spark").first.bounding_box()
     assert box and box["width"] > 50 and box["height"] > 10
     assert all(c[11] for c in cells)
     # the offer with a history draws it as a line of four observations
     row = page.locator("#gpu-table tbody tr", has_text="use2-az1")
-    assert row.locator("svg.spark polyline").count() == 1
-    assert "4 observations" in row.locator("svg.spark title").text_content()
-    row.locator("svg.spark").screenshot(path=str(staff_tab._shots / "sparkline.png"))
+    svg = base64.b64decode(row.locator("img.spark").get_attribute("src").split(",", 1)[1]).decode()
+    assert svg.count("<polyline") == 1 and "4 observations" in svg
+    row.locator("img.spark").screenshot(path=str(staff_tab._shots / "sparkline.png"))
     assert "of" in page.inner_text("#gpu-count")
     staff_tab.shot("h100-spot")
 
