@@ -15,13 +15,13 @@ neither knows the type and region the bucket is ``None``; plans then assume
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
 from functools import cache
 from pathlib import Path
 
+from catalog import spot_advisor
 from catalog.models import (
     DEFAULT_INTERRUPTION_BUCKET,
     Accelerator,
@@ -243,12 +243,12 @@ def _attach_history(offers: list[GpuOffer]) -> None:
 
 
 @cache
+@cache
 def spot_advisor_buckets() -> dict[tuple[str, str], int]:
-    """(instance type, region) -> Spot Advisor interruption bucket 0..4 of the bundled snapshot."""
-    with open(SPOT_ADVISOR_CSV, newline="") as fh:
-        return {
-            (r["instance_type"], r["region"]): int(r["interruption_range_index"]) for r in csv.DictReader(fh)
-        }
+    """(instance type, region) -> Spot Advisor interruption bucket 0..4 of the bundled snapshot
+    (read once per process: the bundled file does not change while the server runs)."""
+    rows = spot_advisor.parse_csv(SPOT_ADVISOR_CSV)
+    return {(r.instance_type, r.region): r.bucket for r in rows}
 
 
 def _attach_interruptions(offers: list[GpuOffer]) -> None:

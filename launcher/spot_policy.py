@@ -7,7 +7,7 @@ With a checkpoint that costs ``w`` hours to write and a cluster that fails on av
 ``tau = sqrt(2 w M)`` (Daly's refinement adds ``- w`` and matters only when ``w`` is a sizeable
 share of ``M``; we use it: ``tau = sqrt(2 w M) - w`` for ``w < M / 2``, else ``M``). A
 synchronous DDP cluster stops when any node is lost, so with ``n_i`` spot nodes of Spot Advisor
-bucket ``b_i`` (:func:`planner.spot.hourly_hazard`)::
+bucket ``b_i`` (:func:`planner.spot.job_hazard`)::
 
     M = 1 / sum_i n_i * lambda(b_i)                                        [h]
 
@@ -47,7 +47,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from planner.spot import hourly_hazard
+from planner.spot import job_hazard
 
 MIN_INTERVAL_MIN = 5.0
 MAX_INTERVAL_MIN = 60.0
@@ -56,7 +56,7 @@ SPOT, ON_DEMAND, NONE = "spot", "on_demand", "none"
 
 def cluster_mtbf_h(groups: Iterable[tuple[int, int, bool]]) -> float:
     """Mean hours between interruptions of a cluster of ``(count, bucket, is_spot)`` groups."""
-    hazard = sum(n * hourly_hazard(b) for n, b, spot in groups if spot)
+    hazard = job_hazard(groups)
     return math.inf if hazard <= 0 else 1.0 / hazard
 
 

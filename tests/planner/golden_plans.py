@@ -11,14 +11,12 @@ Re-record (only when a change of plans is intended, and say why in the commit)::
 
 from __future__ import annotations
 
-import csv
 import json
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-FIXTURES = ROOT / "catalog" / "fixtures"
 GOLDEN = Path(__file__).with_name("golden_plans.json")
 IMAGENET = 1_281_167
 REGIONS = ("us-east-1", "us-west-2", "eu-west-1")
@@ -64,49 +62,24 @@ REQUESTS: dict[str, tuple[str, dict[str, Any]]] = {
 
 
 @cache
-def _models():
-    from planner.calibration import load_compute_model
-    from planner.hardware import load_gpu_specs
-
-    specs = load_gpu_specs(FIXTURES / "gpu_specs.csv")
-    return load_compute_model(specs), specs
-
-
-@cache
-def _workload(spec: str):
-    from planner.oracle import workload_for_spec
-
-    return workload_for_spec(spec, (3, 224, 224), precision="amp")
-
-
-@cache
 def catalog(markets: tuple[str, ...] = ("on_demand", "spot")) -> tuple:
-    from planner.candidates import load_candidates, load_network
+    # The solver bench's loader and oracle: the golden plans are solved the way the bench solves.
+    from bench.solver import load_catalog
 
-    with open(FIXTURES / "aws_instance_network.csv", newline="") as f:
-        net = load_network(csv.DictReader(f))
-    with open(FIXTURES / "aws_gpu_instances.csv", newline="") as f:
-        return tuple(
-            load_candidates(
-                csv.DictReader(f),
-                net,
-                regions=REGIONS,
-                allow_spot="spot" in markets,
-                allow_on_demand="on_demand" in markets,
-            )
-        )
+    return tuple(
+        load_catalog(regions=REGIONS, allow_spot="spot" in markets, allow_on_demand="on_demand" in markets)
+    )
 
 
 def solve_named(name: str) -> list[dict[str, Any]]:
     """Solve one golden request; the ranked options as plain JSON (or the infeasibility)."""
-    from planner.oracle import Oracle
+    from bench.solver import ModelSpec, product_oracle
     from planner.solver import Infeasible, PlanRequest, solve
 
     spec, fields = REQUESTS[name]
     fields = dict(fields)
     markets = tuple(fields.pop("_markets", ("on_demand", "spot")))
-    transfer, specs = _models()
-    oracle = Oracle(_workload(spec), transfer, specs)
+    oracle = product_oracle(ModelSpec(spec, spec))  # amp, 3x224x224
     request = PlanRequest(total_samples=90 * IMAGENET, **fields)
     try:
         result = solve(request, list(catalog(markets)), oracle)
