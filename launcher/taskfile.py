@@ -139,7 +139,7 @@ class TaskSpec:
 
 # ------------------------------------------------------------------------------------- parsing
 class _Lines:
-    """Line numbers of the keys of a YAML document (``yaml.compose``), by dotted path."""
+    """Line numbers of the keys of a YAML document (its composed node tree), by dotted path."""
 
     def __init__(self, node: yaml.Node | None) -> None:
         self.lines: dict[str, int] = {}
@@ -172,14 +172,17 @@ def parse_task(text: str | bytes) -> TaskSpec:
             raise TaskFileError([TaskIssue(None, "file", "not UTF-8 text")]) from None
     if len(text.encode()) > MAX_TASK_BYTES:
         raise TaskFileError([TaskIssue(None, "file", f"larger than {MAX_TASK_BYTES} bytes")])
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        doc = yaml.safe_load(text)
+    loader = yaml.SafeLoader(text)
+    try:  # one parse: the node tree gives the lines, the same tree gives the values
+        node = loader.get_single_node()
+        doc = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
         problem = getattr(exc, "problem", None) or str(exc)
         raise TaskFileError([TaskIssue(line, "file", f"not valid YAML: {problem}")]) from None
+    finally:
+        loader.dispose()
     if not isinstance(doc, dict):
         raise TaskFileError(
             [TaskIssue(1, "file", "must be a mapping of keys (name, workdir, setup, run, ...)")]
