@@ -17,9 +17,7 @@ No Django import: it runs inside the agent on a bare VM.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 KINDS = ("image", "text")
 
@@ -46,10 +44,6 @@ def _jpeg(seed: int, width: int = 500, height: int = 375) -> bytes:
     noise = torch.randint(-40, 40, (3, height, width), generator=g)
     img = (base + noise).clamp(0, 255).to(torch.uint8)
     return bytes(encode_jpeg(img, quality=90).numpy().tobytes())
-
-
-def _image_step(data: Any, transform: Callable[[Any], Any], decode: Callable[[Any], Any]) -> Any:
-    return transform(decode(data))
 
 
 def measure(kind: str, seconds: float = 2.0, *, seq_len: int = 512, seed: int = 0) -> PipelineRate:
@@ -82,10 +76,10 @@ def _measure_image(seconds: float, seed: int) -> PipelineRate:
             v2.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225]),
         ]
     )
-    _image_step(files[0], transform, decode_jpeg)  # warm-up
+    transform(decode_jpeg(files[0]))  # warm-up
     n, start = 0, time.perf_counter()
     while (elapsed := time.perf_counter() - start) < seconds or n < 10:
-        _image_step(files[n % len(files)], transform, decode_jpeg)
+        transform(decode_jpeg(files[n % len(files)]))
         n += 1
     size_kb = sum(f.numel() for f in files) / len(files) / 1024
     return PipelineRate(
