@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
@@ -142,7 +143,9 @@ def plan_list(request: HttpRequest) -> HttpResponse:
 
 
 def _values_from_request(req: dict) -> dict:
-    v = {k: ("" if req.get(k) is None else str(req.get(k))) for k in FORM_DEFAULTS if k in req}
+    v: dict[str, Any] = {
+        k: ("" if req.get(k) is None else str(req.get(k))) for k in FORM_DEFAULTS if k in req
+    }
     model = req.get("model", {})
     if model.get("profile_run"):
         v.update(model_source="profile", profile_run=str(model["profile_run"]))

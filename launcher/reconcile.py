@@ -103,7 +103,8 @@ def verdict(state: ec2.InstanceState, now) -> tuple[str, str, Job | None]:
     grace = timedelta(minutes=float(jobs.setting("RECONCILE_GRACE_MINUTES", 5)))
     job_tag, run_tag = state.tags.get("srifty:job-id"), state.tags.get("srifty:run-id")
     if job_tag is not None:
-        job = Job.objects.filter(pk=_int(job_tag)).first() if _int(job_tag) else None
+        job_pk = _int(job_tag)
+        job = Job.objects.filter(pk=job_pk).first() if job_pk else None
         if job is None:
             return "terminate", f"job {job_tag} does not exist", None
         if job.finished:
@@ -112,7 +113,8 @@ def verdict(state: ec2.InstanceState, now) -> tuple[str, str, Job | None]:
             return "terminate", f"job {job.pk} is past its cap ({job.cap_at:%Y-%m-%d %H:%M} UTC)", job
         return "keep", f"job {job.pk} is {job.status}", None
     if run_tag is not None:
-        run = ProfilingRun.objects.filter(pk=_int(run_tag)).first() if _int(run_tag) else None
+        run_pk = _int(run_tag)
+        run = ProfilingRun.objects.filter(pk=run_pk).first() if run_pk else None
         if run is None:
             return "terminate", f"run {run_tag} does not exist", None
         if run.finished:

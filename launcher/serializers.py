@@ -53,7 +53,7 @@ class PreviewSerializer(serializers.Serializer):
     plan = serializers.IntegerField()
     rank = serializers.IntegerField()
     region = serializers.CharField()
-    label = serializers.CharField()
+    label: serializers.CharField = serializers.CharField()  # type: ignore[assignment]  # a field named like Field.label
     instances = LaunchInstanceSerializer(many=True)
     nodes = serializers.IntegerField()
     gpus = serializers.IntegerField()
@@ -107,7 +107,7 @@ JOB_FIELDS = [
 
 
 class JobSerializer(ModelSerializer):
-    owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    owner: serializers.SlugRelatedField = serializers.SlugRelatedField(slug_field="username", read_only=True)
     spend_usd = serializers.SerializerMethodField(help_text="Spend so far ($/h x hours since launch)")
     cap_at = serializers.DateTimeField(read_only=True)
     nodes = serializers.SerializerMethodField()
@@ -167,7 +167,8 @@ class ReportBatchSerializer(serializers.Serializer):
 
     seq = serializers.IntegerField(min_value=1, max_value=MAX_SEQ)
     rank = serializers.IntegerField(min_value=0, max_value=1_000_000)
-    reports = ReportItemSerializer(many=True, allow_empty=False, max_length=MAX_REPORTS_PER_POST)
+    # many=True builds a ListSerializer, which takes max_length (the stubs type the child's kwargs)
+    reports = ReportItemSerializer(many=True, allow_empty=False, max_length=MAX_REPORTS_PER_POST)  # type: ignore[call-arg]
 
 
 class ReplanRequestSerializer(serializers.Serializer):

@@ -171,15 +171,15 @@ class PlanRequestSerializer(serializers.Serializer):
     )
     spot = serializers.BooleanField(default=MARKET_DEFAULTS["spot"])
     on_demand = serializers.BooleanField(default=MARKET_DEFAULTS["on_demand"])
-    max_nodes = serializers.IntegerField(default=PLAN_DEFAULTS["max_nodes"], min_value=1, max_value=512)
-    max_types = serializers.IntegerField(default=PLAN_DEFAULTS["max_types"], min_value=1, max_value=3)
+    max_nodes = serializers.IntegerField(default=int(PLAN_DEFAULTS["max_nodes"]), min_value=1, max_value=512)
+    max_types = serializers.IntegerField(default=int(PLAN_DEFAULTS["max_types"]), min_value=1, max_value=3)
     quotas_on_demand = QuotaField(required=False)
     quotas_spot = QuotaField(required=False)
     global_batch_min = serializers.IntegerField(
-        default=PLAN_DEFAULTS["global_batch_min"], min_value=1, max_value=1 << 20
+        default=int(PLAN_DEFAULTS["global_batch_min"]), min_value=1, max_value=1 << 20
     )
     global_batch_max = serializers.IntegerField(
-        default=PLAN_DEFAULTS["global_batch_max"], min_value=1, max_value=1 << 20
+        default=int(PLAN_DEFAULTS["global_batch_max"]), min_value=1, max_value=1 << 20
     )
     checkpoint_interval_h = serializers.FloatField(
         default=PLAN_DEFAULTS["checkpoint_interval_h"], min_value=0.01, max_value=24 * 365
@@ -197,7 +197,7 @@ class PlanRequestSerializer(serializers.Serializer):
         max_length=64,
         help_text="GPU a SkyPilot-style user would ask for, e.g. A100",
     )
-    top_k = serializers.IntegerField(default=PLAN_DEFAULTS["top_k"], min_value=1, max_value=50)
+    top_k = serializers.IntegerField(default=int(PLAN_DEFAULTS["top_k"]), min_value=1, max_value=50)
 
     def _quotas(self, value: dict) -> dict:
         if len(value) > MAX_LIST:
@@ -297,7 +297,7 @@ class PlanProgressSerializer(serializers.Serializer):
 
 
 class PlanSerializer(ModelSerializer):
-    owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    owner: serializers.SlugRelatedField = serializers.SlugRelatedField(slug_field="username", read_only=True)
     warnings = serializers.SerializerMethodField(
         help_text="What to know about how the plan was predicted "
         "(also in result.warnings); empty for older plans"
@@ -334,7 +334,7 @@ class PlanSerializer(ModelSerializer):
 
 
 class PlanSummarySerializer(ModelSerializer):
-    owner = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    owner: serializers.SlugRelatedField = serializers.SlugRelatedField(slug_field="username", read_only=True)
     best = serializers.SerializerMethodField()
 
     class Meta:

@@ -398,7 +398,7 @@ def _market_alternatives(pr, cands, oracle, rows: RowSource, progress=None) -> d
 
     from planner.solver import Infeasible, solve
 
-    out = {}
+    out: dict[str, dict] = {}
     for market in ("spot", "on-demand"):
         pool = [c for c in cands if c.market == market]
         if not pool:

@@ -31,6 +31,8 @@ import logging
 import threading
 import time
 from datetime import timedelta
+from functools import partial
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -180,7 +182,7 @@ def recover_stale_plans(now=None) -> list[tuple[int, str]]:
     dead = Q(status=PlanStatus.RUNNING) & (
         Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, started_at__lt=cutoff)
     )
-    out = []
+    out: list[tuple[int, str]] = []
     max_attempts = int(setting("PLAN_MAX_ATTEMPTS", 2))
     for pk, attempts in PlanRecord.objects.filter(dead).values_list("pk", "attempts"):
         lost = dead & Q(attempts=attempts)
@@ -194,7 +196,7 @@ def recover_stale_plans(now=None) -> list[tuple[int, str]]:
                     heartbeat_at=None,
                     error=f"its worker stopped while solving it (try {attempts}); queued again",
                 ):
-                    transaction.on_commit(lambda pk=pk: enqueue(pk))
+                    transaction.on_commit(partial(enqueue, pk))
                     out.append((pk, PlanStatus.QUEUED))
                     log.warning("plan %s: worker lost mid-solve (try %s); queued again", pk, attempts)
         elif _update(
@@ -317,13 +319,13 @@ def run_plan(plan_id: int, *, allow_code: bool = False, echo=None) -> str:
     heartbeat = None if connection.in_atomic_block else _Heartbeat(plan_id, attempt)
     if heartbeat is not None:
         heartbeat.start()
-    done = {"finished_at": timezone.now, "phase": ""}
+    done: dict[str, Any] = {"finished_at": timezone.now, "phase": ""}
     try:
         result = service.solve_request(record.request, record.owner, allow_code=allow_code, progress=reporter)
     except PlanStopped:
         return "stopped: the plan was cancelled or handed to another worker"
     except service.PlanInputError as exc:
-        fields = {"status": PlanStatus.FAILED, "error": exc.message, "error_field": exc.field}
+        fields: dict[str, Any] = {"status": PlanStatus.FAILED, "error": exc.message, "error_field": exc.field}
     except Infeasible as exc:
         fields = {
             "status": PlanStatus.INFEASIBLE,

@@ -252,11 +252,11 @@ class MixBounds:
         types = curves.types
         if types and curves.full:
             F = np.array([np.nan_to_num(curves.thr[t][1:]) for t in types])
-            self.dom = (F[:, None, :] >= F[None, :, :]).all(axis=2)
+            self.dom: np.ndarray = np.asarray((F[:, None, :] >= F[None, :, :]).all(axis=2))
             self.curve_sum = F.sum(axis=1)
         elif types:
             H = hardware_rows([curves.reps[t] for t in types])
-            self.dom = (H[:, None, :] >= H[None, :, :]).all(axis=2)
+            self.dom = np.asarray((H[:, None, :] >= H[None, :, :]).all(axis=2))
             self.curve_sum = np.array([float(curves.upper(t)[1:].sum()) for t in types])
         else:
             self.dom = np.zeros((0, 0), dtype=bool)
@@ -580,7 +580,7 @@ class MixBounds:
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(lower bound on the objective value, possibly feasible)`` of each count vector."""
         ub = self.ub(subset, ns, level)
-        rate = sum(subset[i].price_per_hour * ns[i] for i in range(len(subset)))
+        rate = np.asarray(sum(subset[i].price_per_hour * ns[i] for i in range(len(subset))), dtype=float)
         haz = sum(lam[subset[i]] * ns[i] for i in range(len(subset)))
         _, t, cost, good = metrics(ub, rate, haz, request)
         lb = value_of(spec.objective, t, cost, good, rate)

@@ -201,7 +201,7 @@ class Spec:
             ok &= cost <= self.budget * (1 + REL)
         if self.cap is not None:
             ok &= rate <= self.cap * (1 + REL)
-        return ok
+        return np.asarray(ok, dtype=bool)
 
 
 @dataclass

@@ -45,7 +45,7 @@ def _frontier(cost: np.ndarray, hours: np.ndarray) -> np.ndarray:
     order = order[np.isfinite(cost[order]) & np.isfinite(hours[order])]
     t = hours[order]
     prev_min = np.concatenate(([np.inf], np.minimum.accumulate(t)[:-1]))
-    return order[t < prev_min]
+    return np.asarray(order[t < prev_min])
 
 
 class PointStore:
