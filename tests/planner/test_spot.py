@@ -160,3 +160,51 @@ def test_a_spot_p90_exceeds_its_p50_by_the_hand_worked_interruption_cost():
     assert spot.completion_quantile(0.5, 20.0, lam, params) == pytest.approx(20.0)
     assert c.p90_h == pytest.approx(20.0 + 0.1 + 0.5 * u, abs=1e-6)
     assert c.p90_h - 20.0 == pytest.approx(0.1841, abs=1e-4)
+
+
+def test_a_spot_p90_keeps_the_iteration_jitter_and_meets_the_on_demand_p90_as_the_hazard_vanishes():
+    """The bug this pins: with any hazard > 0 the jitter was dropped, so a spot plan with a tiny
+    hazard had a smaller p90 (20 h) than the same plan on on-demand (20 + 1.2816 s h)."""
+    params = spot.SpotParams(checkpoint_interval_h=0.5, restart_overhead_h=0.1)
+    s = 0.05
+    on_demand = spot.completion(20.0, 0.0, params, jitter_sd_h=s).p90_h
+    assert on_demand == pytest.approx(20.0 + 1.2815515655 * s)
+    tiny = spot.completion(20.0, 1e-9, params, jitter_sd_h=s).p90_h
+    assert tiny == pytest.approx(on_demand, abs=1e-5)
+    assert spot.miss_probability(20.0, 20.0, 1e-9, params, s) == pytest.approx(0.5, abs=1e-6)
+
+
+def test_the_jittered_spot_distribution_is_the_convolution_of_interruptions_and_jitter():
+    """16 ">20 %" nodes, 20 h, tau 0.5 h, r 0.1 h and a jitter of s = 0.05 h (3 minutes).
+
+    T = 20 + J + sum_{k<=K} (0.1 + 0.5 U_k); an independent numerical convolution (scipy quad over
+    J of the Irwin-Hall CDF) gives P(T <= t), and its 0.9 root (brentq) is the p90 the planner
+    must report: 20.1835 h. The p50 is checked by hand: P(K >= 1, T <= ~20.01) is nil, so
+    P0 Phi(z) = 0.5 -> Phi(z) = 0.5674 -> z = 0.1696 -> p50 = 20 + 0.05 z = 20.0085 h.
+    """
+    from scipy import integrate, optimize, stats
+
+    params = spot.SpotParams(checkpoint_interval_h=0.5, restart_overhead_h=0.1)
+    lam, s = spot.job_hazard([(16, 4, True)]), 0.05
+    m = lam * spot.expected_completion_h(20.0, lam, params)
+    pk = [math.exp(-m) * m**k / math.factorial(k) for k in range(6)]
+
+    def cdf(t):
+        total = pk[0] * stats.norm.cdf((t - 20.0) / s)
+        for k in range(1, 6):
+            x = t - 20.0 - 0.1 * k
+
+            def integrand(j, x=x, k=k):
+                return stats.norm.pdf(j, 0.0, s) * spot._irwin_hall_cdf((x - j) / 0.5, k)
+
+            total += pk[k] * integrate.quad(integrand, -10 * s, 10 * s, limit=200)[0]
+        return total
+
+    for t in (19.95, 20.0, 20.1, 20.2, 20.4, 20.8):
+        assert spot.completion_cdf(t, 20.0, lam, params, s) == pytest.approx(cdf(t), abs=1e-7)
+    p90 = optimize.brentq(lambda t: cdf(t) - 0.9, 20.0, 21.0, xtol=1e-9)
+    p50 = optimize.brentq(lambda t: cdf(t) - 0.5, 19.9, 20.2, xtol=1e-9)
+    c = spot.completion(20.0, lam, params, jitter_sd_h=s)
+    assert c.p90_h == pytest.approx(p90, abs=1e-6)
+    assert spot.completion_quantile(0.5, 20.0, lam, params, s) == pytest.approx(p50, abs=1e-6)
+    assert (round(p90, 4), round(p50, 4)) == (20.1835, 20.0085)
