@@ -38,16 +38,67 @@ def fp(x: float) -> str:
     return f"{x:.1f}%" if x < 10 else f"{x:.0f}%"
 
 
+def usd(x: float) -> str:
+    """A money figure with its currency: cents below $100, whole dollars above."""
+    return f"${x:,.2f}" if abs(x) < 100 else f"${x:,.0f}"
+
+
+def objective_phrase(spec: Spec, req: PlanRequest) -> str:
+    if spec.objective == "cost":
+        return f"cheapest plan meeting the {req.deadline_hours:g} h deadline"
+    if spec.objective == "time":
+        return f"fastest plan within the ${req.budget_usd:,.0f} budget"
+    return f"highest throughput within ${req.max_hourly_usd:,.2f}/h"
+
+
+def dominance_text(spec: Spec, req: PlanRequest, optimum: Col, chosen: Col) -> str:
+    """Why plan #1 is not the plain optimum: it is as fast (within 0.5 %) and cheaper, or as cheap
+    and faster (:func:`planner.solver.rank.dominates`)."""
+    ref = f"{optimum.label()} in {optimum.region}: {fh(optimum.time)} h, {usd(optimum.cost)}"
+    if chosen.cost < optimum.cost:
+        slower = pct(chosen.time, optimum.time)
+        speed = "as fast as" if slower <= 0 else f"{fp(slower)} slower than"
+        return (
+            f"{speed} the {objective_phrase(spec, req)} ({ref}) but {usd(optimum.cost - chosen.cost)} "
+            f"cheaper ({fp(pct(chosen.cost, optimum.cost))} less): within 0.5% of its time, the cheaper "
+            "plan ranks first"
+        )
+    return (
+        f"as cheap as the {objective_phrase(spec, req)} ({ref}) and {fh(optimum.time - chosen.time)} h "
+        "faster, so it ranks first"
+    )
+
+
+def cluster(col: Col) -> tuple[tuple[str, int], ...]:
+    """The hardware of a column, whatever its market and region."""
+    return tuple(sorted((c.instance_type, n) for c, n in col.groups))
+
+
+def twin_text(rank: int, col: Col, cols: Sequence[Col]) -> str | None:
+    """When a higher-ranked plan is the same cluster in the other market: what this one trades."""
+    spot = any(c.is_spot for c, _ in col.groups)
+    for j, other in enumerate(cols[:rank]):
+        if cluster(other) != cluster(col) or any(c.is_spot for c, _ in other.groups) == spot:
+            continue
+        if not spot:
+            return (
+                f"same cluster as #{j + 1} on spot: {usd(col.cost - other.cost)} more"
+                if col.cost >= other.cost
+                else f"same cluster as #{j + 1} on spot: {usd(other.cost - col.cost)} less"
+            ) + " for no interruption risk"
+        return f"same cluster as #{j + 1} on demand: {fh(abs(col.time - other.time))} h " + (
+            f"slower from spot interruptions, {usd(other.cost - col.cost)} cheaper"
+            if col.cost <= other.cost
+            else f"slower from spot interruptions, {usd(col.cost - other.cost)} dearer"
+        )
+    return None
+
+
 def why_text(
     rank: int, col: Col, cols: Sequence[Col], spec: Spec, req: PlanRequest, binding: list[str]
 ) -> str:
     obj = spec.objective
-    if obj == "cost":
-        what = f"cheapest plan meeting the {req.deadline_hours:g} h deadline"
-    elif obj == "time":
-        what = f"fastest plan within the ${req.budget_usd:,.0f} budget"
-    else:
-        what = f"highest throughput within ${req.max_hourly_usd:,.2f}/h"
+    what = objective_phrase(spec, req)
     parts: list[str] = []
     if rank == 0:
         parts.append(what)
@@ -70,18 +121,21 @@ def why_text(
             word = "dearer" if col.cost >= best.cost else "cheaper"
             parts.append(f"#{rank + 1}: {fp(pct(col.cost, best.cost))} {word} than #1")
             if col.time < best.time:
-                parts.append(f"{best.time - col.time:.1f} h faster")
+                parts.append(f"{fh(best.time - col.time)} h faster")
         elif obj == "time":
             word = "slower" if col.time >= best.time else "faster"
             parts.append(f"#{rank + 1}: {fp(pct(col.time, best.time))} {word} than #1")
             if col.cost < best.cost:
-                parts.append(f"${best.cost - col.cost:,.0f} cheaper")
+                parts.append(f"{usd(best.cost - col.cost)} cheaper")
         else:
             word = "less" if col.good <= best.good else "more"
             parts.append(f"#{rank + 1}: {fp(pct(col.good, best.good))} {word} throughput than #1")
             if col.rate < best.rate:
                 parts.append(f"${best.rate - col.rate:,.2f}/h cheaper")
-        if not any(c.is_spot for c, _ in col.groups) and any(c.is_spot for c, _ in best.groups):
+        twin = twin_text(rank, col, cols)
+        if twin is not None:
+            parts.append(twin)
+        elif not any(c.is_spot for c, _ in col.groups) and any(c.is_spot for c, _ in best.groups):
             parts.append("no spot interruptions")
     if len(col.groups) > 1:
         parts.append(f"mixes {len(col.groups)} node types")

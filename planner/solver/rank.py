@@ -1,14 +1,30 @@
 """Order and dominance: ranking the evaluated columns, the Pareto frontier of the evaluated
 points, and the plans built from the ranked columns.
 
-Ranking: plan #1 is the exact optimum.  Plans #2.. are the best column of each other set of
-(instance type, market) groups, over all regions: exact for single-type sets (the search
-proves that no unevaluated count can enter the top ``k``), and for a mixed set the best among
-its count vectors whose bound could beat plan #1 (the ones the search had to evaluate) -- a
-mixed alternative may have an unevaluated, slightly better count vector.  With
-``tie_tolerance > 0`` plans within that relative distance of the optimum count as tied and the
-secondary objective decides (time for ``"cost"``, cost for ``"time"`` and ``"throughput"``).
-Ties in value go to fewer nodes, then region and label.
+Ranking: the candidates are the best column of each set of (instance type, market) groups, over
+all regions: exact for single-type sets (the search proves that no unevaluated count can enter
+the top ``k``; it evaluates a type's spot and on-demand offers together, so the other market of a
+ranked single-type cluster is always there to compare), and for a mixed set the best among its
+count vectors whose bound could beat the optimum (the ones the search had to evaluate) -- a mixed
+alternative may have an unevaluated, slightly better count vector.
+
+1. **Priority** is the objective value, then fewer nodes, then region and label (stable and total).
+   With ``tie_tolerance > 0`` the column within that relative distance of the optimum that is best
+   on the secondary objective (time for ``"cost"``, cost for ``"time"`` and ``"throughput"``)
+   moves to the front.
+2. **Dominance** (:func:`dominates`): column ``a`` dominates ``b`` when ``a`` is at least as fast
+   within :data:`DOMINANCE_TOL` (0.5 %) and strictly cheaper in total, or exactly as cheap (or
+   cheaper) and strictly faster.  The tolerance is on time only: with it on both axes two plans
+   could each dominate the other.  As stated the relation never cycles (``a`` dominating ``b``
+   means ``(cost, time)`` of ``a`` is lexicographically smaller), so an order without a plan above
+   one that dominates it always exists.
+3. **The order** is the first such order by priority: each next plan is the highest-priority
+   remaining column that no remaining column dominates (the lexicographically smallest
+   topological order of the dominance relation).  So plan #1 is the optimum unless a plan within
+   0.5 % of its time is cheaper (it then says so in its *why*); for ``"cost"`` the optimum is only
+   displaced by an equally cheap, faster plan.  The same cluster on spot and on demand is ranked
+   by this rule like any two plans: the spot one first whenever it is within 0.5 % as fast and
+   cheaper, and the second one's *why* names the first ("same cluster as #1 on spot").
 
 Points: every evaluated configuration is a point on the cost/time chart.  The search keeps
 them in compact arrays; :class:`PointStore` thins them when they grow past its cap (always
@@ -26,7 +42,7 @@ import numpy as np
 from planner import spot as spotmodel
 from planner.candidates import Candidate
 from planner.solver.evaluate import Col, Memo, Spec, evaluate_config, jitter_sd_h
-from planner.solver.explain import binding, fh, fp, pct, why_text
+from planner.solver.explain import binding, dominance_text, fh, fp, pct, why_text
 from planner.solver.request import Config, Estimate, NodeGroup, PerfOracle, Plan, PlanRequest, Point
 
 
@@ -155,13 +171,59 @@ class PointStore:
         return out
 
 
+#: Two plans within this relative time of each other are "as fast": the cheaper ranks first.
+DOMINANCE_TOL = 0.005
+
+
+def dominates(a: Col, b: Col, tol: float = DOMINANCE_TOL) -> bool:
+    """``a`` is at least as fast as ``b`` (within ``tol``) and cheaper, or as cheap and faster."""
+    return (a.time <= b.time * (1 + tol) and a.cost < b.cost) or (a.cost <= b.cost and a.time < b.time)
+
+
+def dominated_mask(time_h: np.ndarray, cost: np.ndarray, tol: float = DOMINANCE_TOL) -> np.ndarray:
+    """For each column, whether another one dominates it (:func:`dominates`), in O(n log n).
+
+    "As fast and cheaper": the cheapest column with ``time <= t (1 + tol)`` costs less.
+    "As cheap and faster": the fastest column with ``cost <= c`` takes less time."""
+    by_t = np.argsort(time_h, kind="stable")
+    t_sorted = time_h[by_t]
+    cheapest_upto = np.minimum.accumulate(cost[by_t])
+    k = np.searchsorted(t_sorted, time_h * (1 + tol), side="right")
+    first = np.where(k > 0, cheapest_upto[np.maximum(k - 1, 0)], np.inf) < cost
+    by_c = np.argsort(cost, kind="stable")
+    c_sorted = cost[by_c]
+    fastest_upto = np.minimum.accumulate(time_h[by_c])
+    k = np.searchsorted(c_sorted, cost, side="right")
+    second = np.where(k > 0, fastest_upto[np.maximum(k - 1, 0)], np.inf) < time_h
+    return np.asarray(first | second, dtype=bool)
+
+
+def dominance_order(cols: Sequence[Col], want: int) -> list[Col]:
+    """``cols`` (in priority order) reordered so that no column precedes one that dominates it:
+    each next column is the first remaining one no remaining column dominates (module docstring).
+    Only the first ``want`` distinct type sets are placed so; the rest follow in priority order."""
+    remaining = list(cols)
+    out: list[Col] = []
+    keys: set[tuple[tuple[str, str], ...]] = set()
+    while remaining and len(keys) < want:
+        t = np.fromiter((c.time for c in remaining), dtype=float, count=len(remaining))
+        cost = np.fromiter((c.cost for c in remaining), dtype=float, count=len(remaining))
+        free = np.flatnonzero(~dominated_mask(t, cost))
+        pick = int(free[0]) if len(free) else 0  # never empty: the relation has no cycle
+        col = remaining.pop(pick)
+        out.append(col)
+        keys.add(col.key)
+    return out + remaining
+
+
 def rank_columns(
     cols: Sequence[Col], spec: Spec, request: PlanRequest
 ) -> tuple[list[Col], list[Col], str | None]:
-    """``(ranked, all columns in order, why of a tie-tolerance choice)``: the best column of
-    each distinct type set, first ``top_k`` (module docstring)."""
+    """``(ranked, all columns in order, why of plan #1 when it is not the plain optimum)``: the
+    best column of each distinct type set, first ``top_k``, in the order of the module docstring."""
     ranked_all = sorted(cols, key=lambda c: (c.value, c.nodes, c.region, c.label()))
     tie_why: str | None = None
+    optimum = ranked_all[0] if ranked_all else None
     if spec.tie_tol > 0 and len(ranked_all) > 1:
         strict = ranked_all[0]
         limit = strict.value + abs(strict.value) * spec.tie_tol
@@ -175,6 +237,10 @@ def rank_columns(
             ranked_all.remove(choice)
             ranked_all.insert(0, choice)
             tie_why = tie_text(spec, request, strict, choice)
+    head = ranked_all[0] if ranked_all else None
+    ranked_all = dominance_order(ranked_all, request.top_k)
+    if ranked_all and optimum is not None and ranked_all[0] is not head:
+        tie_why = dominance_text(spec, request, optimum, ranked_all[0])
     seen: set[tuple[tuple[str, str], ...]] = set()
     ranked: list[Col] = []
     for col in ranked_all:

@@ -550,7 +550,15 @@ def test_deadline_miss_risk_constraint_excludes_risky_spot_plans():
 
 
 def test_tie_tolerance_prefers_the_cheaper_of_nearly_equal_plans():
-    od, sp = cand("p3.2xlarge"), cand("p3.2xlarge", market="spot", bucket=0)
+    fast = cand("p3.2xlarge")
+    slow = replace(cand("p3.2xlarge", price=1.0), instance_type="slow.2xlarge")  # a third of the price
+
+    def perf(config, g):  # "slow" is 0.8 % slower: outside the 0.5 % dominance band, inside 1 %
+        est = toy_perf(tuple((replace(c, instance_type="p3.2xlarge"), n) for c, n in config), g)
+        if est is None or not any(c.instance_type == "slow.2xlarge" for c, _ in config):
+            return est
+        return replace(est, iter_time_s=est.iter_time_s * 1.008, throughput_sps=est.throughput_sps / 1.008)
+
     req = PlanRequest(
         objective="time",
         total_samples=1e7,
@@ -559,10 +567,10 @@ def test_tie_tolerance_prefers_the_cheaper_of_nearly_equal_plans():
         global_batch_min=64,
         global_batch_max=64,
     )
-    strict = solve(req, [od, sp], toy_perf).best
-    assert strict.groups[0].market == "on-demand"  # spot is slower by the (tiny) interruption overhead
-    tied = solve(replace(req, tie_tolerance=0.01), [od, sp], toy_perf).best
-    assert tied.groups[0].market == "spot" and tied.total_usd < strict.total_usd
+    strict = solve(req, [fast, slow], perf).best
+    assert strict.groups[0].instance_type == "p3.2xlarge"
+    tied = solve(replace(req, tie_tolerance=0.01), [fast, slow], perf).best
+    assert tied.groups[0].instance_type == "slow.2xlarge" and tied.total_usd < strict.total_usd
     assert tied.why.startswith("within 1% of the fastest plan") and "cheaper" in tied.why
 
 
