@@ -31,6 +31,12 @@ It joins the pure models for a cluster of catalog instances:
   one GPU backward is slowed by ``1 + κ`` (``nccl_slowdown`` of the compute model: NCCL kernels
   take SMs from backward while they overlap it) and each step pays the shared host's input
   pipeline, ``δ`` ns per input element of its batch (``input_ns_per_element``).
+* **Input pipeline** — a node trains no faster than its data loaders feed it
+  (:mod:`planner.input_pipeline`): ``(vCPUs - GPUs) x rate per vCPU`` samples/s, the rate measured
+  by the profiler (``input_rate_per_vcpu``) or the default of the data kind (image or token
+  input), an assumption the row states. The iteration takes at least the slowest node's batch
+  over its ceiling; where that binds, the bottleneck is "input pipeline" with a type that has
+  more vCPUs per GPU.
 
 The oracle is pure: no ORM, no printing; callers build :class:`Workload` once per model (it
 needs torch) and reuse it for every configuration the solver asks about.
@@ -49,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from planner.hardware import Cluster, GpuSpec
+from planner.input_pipeline import InputPipeline
 from planner.models.comm import CommModel, CommQuery
 from planner.models.compute import BucketSpec, ComputeModel, ComputeRangeError, PhaseSpread, PhaseTimes
 from planner.models.nccl import LearnedComm, Topology, shipped_model
@@ -157,10 +164,17 @@ class Oracle:
     samples: int = 0
     seed: int = 0
     placement_group: bool = True
+    # samples/s one data-loader worker prepares on one vCPU (profiler/agent/dataloader.py);
+    # None: the default of the workload's data kind (planner.input_pipeline)
+    input_rate_per_vcpu: float | None = None
     _phase_cache: dict[tuple[str, int], PhaseTimes | None] = field(default_factory=dict, repr=False)
     _max_cache: dict[str, int] = field(default_factory=dict, repr=False)
     _comm_cache: dict[tuple[Any, ...], list[CommTime]] = field(default_factory=dict, repr=False)
     calls: int = 0
+
+    @property
+    def pipeline(self) -> InputPipeline | None:
+        return InputPipeline.for_workload(self.workload.input_shape, self.input_rate_per_vcpu)
 
     # --- per GPU ------------------------------------------------------------------------
     def gpu(self, model: str) -> GpuSpec:
@@ -293,6 +307,40 @@ class Oracle:
         (:meth:`split` returns ``None`` beyond it), whatever the mix."""
         return int(global_batch)
 
+    def comm_floor_ms(self, members: Sequence[Candidate], nodes: np.ndarray) -> np.ndarray:
+        """For every total node count of ``nodes`` (numpy), a lower bound (ms) on the iteration of
+        any configuration of that many nodes made of ``members`` (each with at least one node):
+        the sum of its all-reduces.  The cluster a mix runs on does not depend on the counts
+        (fewest GPUs per node, slowest link, EFA only if all have it, the slowest GPU), its
+        all-reduces run one after another, and the deterministic timeline's iteration is
+        ``max(backward end, last all-reduce end) + tail`` (the input floor only lengthens it), so
+        ``global_batch / floor`` bounds the throughput of the mix at any batch.
+
+        0 where it cannot say: one GPU, fewer nodes than members, a GPU without a datasheet, and
+        the Monte-Carlo oracle (``samples > 0``: its median is not the deterministic timeline)."""
+        counts = np.asarray(nodes, dtype=np.int64)
+        out = np.zeros(counts.shape, dtype=float)
+        if self.samples or not members:
+            return out
+        # every bucket layout a configuration's first worker may get (profiled layouts per batch)
+        layouts = {tuple(int(s) for s in self.workload.bucket_sizes)}
+        measured = self.workload.measured
+        for layout in getattr(measured, "buckets_by_batch", {}).values():
+            layouts.add(tuple(int(b.size_bytes) for b in layout))
+        specs = [tuple(BucketSpec(s, 1.0) for s in layout) for layout in layouts]
+        k = len(members)
+        for i, n in enumerate(counts.tolist()):
+            if n < max(k, 1):
+                continue
+            config = tuple((c, 1) for c in members[:-1]) + ((members[-1], n - k + 1),)
+            try:
+                cluster = self.cluster(config)
+            except KeyError:
+                continue
+            if cluster.world_size > 1:
+                out[i] = min(sum(c.p50_ms for c in self._comm(cluster, s)) for s in specs)
+        return out
+
     def throughput_bound(self, candidate: Candidate, counts: np.ndarray, global_batch: int) -> np.ndarray:
         """An upper bound on ``self(((candidate, n),), global_batch).throughput_sps`` for every ``n``
         of ``counts`` at once (numpy), from compute alone; 0 exactly where the oracle returns
@@ -313,6 +361,8 @@ class Oracle:
         kappa_all = getattr(self.transfer, "nccl_slowdown", 0.0)
         input_all = getattr(self.transfer, "input_ns_per_element", 0.0)
         elements = math.prod(self.workload.input_shape) if self.workload.input_shape else 0
+        pipeline = self.pipeline
+        ceiling = pipeline.ceiling(candidate.vcpus, gpn) if pipeline else math.inf
         g = int(global_batch)
         workers = counts * gpn
         ok = (workers >= 1) & (workers <= g)
@@ -335,6 +385,7 @@ class Oracle:
                     bwd = phases.backward * (1 + kappa) if (kappa or sync_ms) else phases.backward
                     opt = phases.optimizer + sync_ms if (kappa or sync_ms) else phases.optimizer
                     compute_ms = (opt + phases.forward) + bwd
+                    compute_ms = max(compute_ms, b * gpn / ceiling * 1e3)  # the loaders' floor
                     per_batch[key] = g / (compute_ms / 1e3) if compute_ms > 0 else math.inf
             out[i] = per_batch[key]
         return out
@@ -384,13 +435,36 @@ class Oracle:
             communication_bound = exposed >= COMM_BOUND_SHARE * p50_ms
         per_node = tuple(b * c.gpus_per_node for (c, _), b in zip(config, batches, strict=True))
         processed = sum(b * w for (_, w), b in zip(groups, batches, strict=True))
+        bottleneck = _bottleneck(communication_bound, cluster)
+        fed = self._input_floor(config, per_node, p50_ms)
+        if fed is not None:  # the loaders, not the GPUs, set the pace; the jitter stays
+            input_ms, bottleneck = fed
+            p90_ms, p50_ms = input_ms + (p90_ms - p50_ms), input_ms
         return Estimate(
             iter_time_s=p50_ms / 1e3,
             iter_time_p90_s=p90_ms / 1e3,
             throughput_sps=min(processed, global_batch) / (p50_ms / 1e3),
-            bottleneck=_bottleneck(communication_bound, cluster),
+            bottleneck=bottleneck,
             per_node_batch=per_node,
         )
+
+    def _input_floor(
+        self, config: Config, per_node: Sequence[int], iteration_ms: float
+    ) -> tuple[float, str] | None:
+        """``(ms, bottleneck text)`` when the slowest node's loaders need longer than
+        ``iteration_ms`` for its batch, else None."""
+        pipeline = self.pipeline
+        if pipeline is None:
+            return None
+        floors = [
+            (nb / pipeline.ceiling(c.vcpus, c.gpus_per_node) * 1e3, c, nb)
+            for (c, _), nb in zip(config, per_node, strict=True)
+        ]
+        input_ms, c, nb = max(floors, key=lambda t: t[0])
+        if not input_ms > iteration_ms:
+            return None
+        wanted = nb / (iteration_ms / 1e3)
+        return input_ms, pipeline.describe(c.instance_type, c.vcpus, c.gpus_per_node, c.gpu_model, wanted)
 
     def _comm(self, cluster: Cluster, buckets: Sequence[BucketSpec]) -> list[CommTime]:
         if cluster.world_size <= 1:

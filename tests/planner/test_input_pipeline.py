@@ -1,0 +1,116 @@
+"""The input-pipeline limit: a node trains no faster than (vCPUs - GPUs) x the loader rate per vCPU."""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import cache
+
+import numpy as np
+import pytest
+
+from planner import input_pipeline as ip
+from planner.solver import PlanRequest, solve
+
+
+@cache
+def _catalog():
+    from bench.solver import load_catalog
+
+    return tuple(load_catalog(regions=("us-east-1",), allow_spot=False))
+
+
+def offer(name: str):
+    return next(c for c in _catalog() if c.instance_type == name)
+
+
+@cache
+def resnet50():
+    from bench.solver import ModelSpec, product_oracle
+
+    return product_oracle(ModelSpec("torchvision:resnet50", "torchvision:resnet50"))  # amp, 3x224x224
+
+
+def unfed(oracle):
+    """The same oracle with loaders that never bind: what the GPUs alone would do."""
+    return dataclasses.replace(oracle, input_rate_per_vcpu=1e12)
+
+
+def test_it_knows_the_data_kind_from_the_input_shape():
+    assert ip.data_kind((3, 224, 224)) == "image"
+    assert ip.data_kind((512,)) == "text"
+    assert ip.data_kind((2, 3, 8, 8)) is None
+    assert ip.InputPipeline.for_workload((2, 3, 8, 8)) is None
+
+
+def test_a_node_keeps_one_vcpu_per_gpu_for_training_and_loads_on_the_rest():
+    pipe = ip.InputPipeline.for_workload((3, 224, 224))
+    assert pipe == ip.InputPipeline("image", 100.0, measured=False)
+    assert pipe.ceiling(4, 1) == 300.0  # g4dn.xlarge: 3 loader vCPUs
+    assert pipe.ceiling(96, 8) == 8800.0  # p4d.24xlarge: 88
+    assert pipe.ceiling(0, 1) == float("inf")  # vCPUs unknown: no cap
+    assert ip.InputPipeline.for_workload((3, 224, 224), 250.0) == ip.InputPipeline("image", 250.0, True)
+
+
+def test_a_g4dn_xlarge_resnet50_node_is_capped_by_its_input_pipeline_and_says_so():
+    """T4 at global batch 256 trains ~379 images/s; 3 loader vCPUs x 100/s (assumed) = 300/s,
+    so one iteration takes 256 / 300 = 0.8533 s and the row names the pipeline and g4dn.2xlarge
+    (8 vCPUs: 7 x 100 = 700/s >= 379/s)."""
+    g4 = offer("g4dn.xlarge")
+    assert (g4.vcpus, g4.gpus_per_node, g4.gpu_model) == (4, 1, "T4")
+    gpus_alone = unfed(resnet50())(((g4, 1),), 256)
+    assert gpus_alone.throughput_sps > 300
+    est = resnet50()(((g4, 1),), 256)
+    assert est.iter_time_s == pytest.approx(256 / 300)
+    assert est.throughput_sps == pytest.approx(300.0)
+    assert est.iter_time_p90_s - est.iter_time_s == pytest.approx(
+        gpus_alone.iter_time_p90_s - gpus_alone.iter_time_s
+    )
+    assert est.bottleneck.startswith("input pipeline: g4dn.xlarge feeds 3 loader vCPUs x 100 samples/s")
+    assert "assumed for image data" in est.bottleneck
+    assert "g4dn.2xlarge (8 vCPUs for 1 T4) keeps them fed" in est.bottleneck
+
+
+def test_a_p4d_resnet50_node_at_the_default_batch_is_not_capped():
+    """88 loader vCPUs x 100/s = 8,800/s against ~7,200/s on 8 A100 at global batch 256 (the
+    default request). (At 1024 and more the A100s would take ~9,500/s and the pipeline binds.)"""
+    p4d = offer("p4d.24xlarge")
+    est = resnet50()(((p4d, 1),), 256)
+    assert est == unfed(resnet50())(((p4d, 1),), 256)
+    assert not est.bottleneck.startswith("input pipeline")
+    assert est.throughput_sps < 8800
+
+
+def test_a_measured_rate_replaces_the_default_and_is_called_measured():
+    g4 = offer("g4dn.xlarge")
+    fast = dataclasses.replace(resnet50(), input_rate_per_vcpu=200.0)  # 600/s > what the T4 takes
+    assert fast(((g4, 1),), 256) == unfed(resnet50())(((g4, 1),), 256)
+    slow = dataclasses.replace(resnet50(), input_rate_per_vcpu=50.0)
+    est = slow(((g4, 1),), 256)
+    assert est.throughput_sps == pytest.approx(150.0)
+    assert "50 samples/s (measured)" in est.bottleneck
+
+
+def test_the_throughput_bound_stays_an_upper_bound_and_meets_a_capped_node():
+    g4 = offer("g4dn.xlarge")
+    oracle = resnet50()
+    counts = np.array([1, 2, 4, 8])
+    bound = oracle.throughput_bound(g4, counts, 256)
+    for n, b in zip(counts.tolist(), bound.tolist(), strict=True):
+        est = oracle(((g4, n),), 256)
+        assert est is not None and est.throughput_sps <= b * (1 + 1e-9)
+    assert bound[0] == pytest.approx(300.0)
+
+
+def test_a_plan_on_g4dn_xlarge_names_the_input_pipeline_as_its_bottleneck():
+    req = PlanRequest(
+        objective="cost", total_samples=1_281_167, deadline_hours=100, max_nodes=1, startup_overhead_h=0.0
+    )
+    plan = solve(req, [offer("g4dn.xlarge")], resnet50()).best
+    assert plan.bottleneck.startswith("input pipeline")
+    assert plan.throughput_sps == pytest.approx(300.0)
+
+
+def test_it_suggests_the_nearest_type_of_the_same_gpu_that_keeps_it_fed():
+    assert ip.suggest_type("T4", 1, 379.0, 100.0, exclude="g4dn.xlarge") == ("g4dn.2xlarge", 8, 1)
+    assert ip.suggest_type("T4", 1, 900.0, 100.0) == ("g4dn.4xlarge", 16, 1)
+    assert ip.suggest_type("V100", 1, 1019.0, 100.0) is None  # 7 loader vCPUs per V100 at most
