@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from cloud import session
 from cloud.errors import CloudError, call
 
-__all__ = ["EC2_QUOTAS", "Identity", "caller_identity", "service_quota", "ssm_parameter"]
+__all__ = ["EC2_QUOTAS", "Identity", "caller_identity", "quota_class", "service_quota", "ssm_parameter"]
 
 # Service Quotas codes of EC2's vCPU limits per instance family group (on-demand and spot).
 EC2_QUOTAS = {
@@ -16,7 +16,25 @@ EC2_QUOTAS = {
     ("on-demand", "G"): "L-DB2E81BA",
     ("spot", "P"): "L-7212CCBC",
     ("spot", "G"): "L-3819A6DF",
+    ("on-demand", "Inf"): "L-1945791B",
+    ("spot", "Inf"): "L-B5D1601B",
+    ("on-demand", "Trn"): "L-2C3B7624",
+    ("spot", "Trn"): "L-6B0D517C",
+    ("on-demand", "DL"): "L-6E869C2A",
+    ("spot", "DL"): "L-85EED4F7",
+    ("on-demand", "Standard"): "L-1216C47A",
+    ("spot", "Standard"): "L-34B43A08",
 }
+
+
+def quota_class(instance_type: str) -> str:
+    """The vCPU quota an instance type counts against: its family's class (``p5.48xlarge`` -> P,
+    ``g6e.xlarge`` -> G, ``trn1.32xlarge`` -> Trn...); Standard for A, C, D, H, I, M, R, T, Z."""
+    family = instance_type.split(".")[0].lower()
+    for prefix, cls in (("trn", "Trn"), ("inf", "Inf"), ("dl", "DL"), ("p", "P"), ("g", "G")):
+        if family.startswith(prefix):
+            return cls
+    return "Standard"
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from cloud import session, tags
+from cloud import account, session, tags
 from cloud.errors import CloudError, call, pages
 from cloud.tags import CLIENT_TOKEN_TAG, INSTALL_TAG, MANAGED_TAG
 from cloud.userdata import check_size, with_time_limit
@@ -53,23 +53,32 @@ from cloud.userdata import check_size, with_time_limit
 __all__ = [
     "CloudError",
     "INSTALL_TAG",
+    "Image",
     "InstanceState",
     "LaunchSpec",
     "MANAGED_TAG",
+    "Subnet",
     "console_output",
+    "create_cluster_security_group",
     "create_launch_template",
     "create_placement_group",
     "default_image",
+    "dlami_image",
     "default_subnets",
     "describe_instance_types",
     "delete_launch_template",
     "delete_placement_group",
+    "delete_security_group",
     "describe",
     "efa_network_interfaces",
     "find_managed",
+    "find_security_groups",
+    "instance_type_offerings",
+    "live_instance_types",
     "launch",
     "launch_from_template",
     "spot_interruption_notices",
+    "subnets",
     "terminate",
     "zone_ids",
     "zone_subnets",
@@ -271,6 +280,40 @@ def default_image(region: str, arch: str = "x86_64") -> str:
     raise CloudError("NoImage", text, "ec2.describe_images", text=text)
 
 
+# AWS publishes the newest Deep Learning AMI of each flavour as a public SSM parameter
+# (https://docs.aws.amazon.com/dlami/latest/devguide/find-dlami-id.html); tried in order: PyTorch
+# images first (torch, NCCL, aws-ofi-nccl and the EFA installer ready), then the base image
+# (drivers, CUDA and EFA; the user-data pip-installs torch there).
+DLAMI_PARAMETERS = (
+    "/aws/service/deeplearning/ami/{arch}/oss-nvidia-driver-gpu-pytorch-2.7-ubuntu-22.04/latest/ami-id",
+    "/aws/service/deeplearning/ami/{arch}/oss-nvidia-driver-gpu-pytorch-2.6-ubuntu-22.04/latest/ami-id",
+    "/aws/service/deeplearning/ami/{arch}/base-oss-nvidia-driver-gpu-ubuntu-22.04/latest/ami-id",
+)
+
+
+@dataclass(frozen=True)
+class Image:
+    image_id: str
+    source: str  # the SSM parameter it came from, "custom", or "describe_images: <name>"
+
+
+def dlami_image(region: str, arch: str = "x86_64", parameters: Sequence[str] = DLAMI_PARAMETERS) -> Image:
+    """The AWS Deep Learning AMI for ``arch`` (``x86_64`` or ``arm64``) in ``region``, read from
+    its public SSM parameter (the first of ``parameters`` that exists there). Without one (a
+    region or an emulator that has none) the newest image ``default_image`` finds, with a
+    warning."""
+    if arch not in ("x86_64", "arm64"):
+        raise ValueError(f"arch must be x86_64 or arm64, not {arch!r}")
+    for template in parameters:
+        name = template.format(arch=arch)
+        value = account.ssm_parameter(region, name)
+        if value:
+            return Image(value, name)
+    log.warning("no Deep Learning AMI SSM parameter for %s in %s; searching images", arch, region)
+    found = default_image(region, arch)
+    return Image(found, f"describe_images ({arch})")
+
+
 # --- Launching --------------------------------------------------------------------------------
 
 
@@ -420,8 +463,18 @@ def launch_from_template(
     *,
     client_token: str | None = None,
     spot_max_price: str | Decimal | None = None,
+    image_id: str | None = None,
+    placement_group: str | None = None,
+    security_group_ids: Sequence[str] = (),
+    efa_interfaces: int = 0,
 ) -> list[str]:
     """Start ``count`` instances (all or none) from the template's latest version.
+
+    ``image_id``, ``placement_group`` and ``security_group_ids`` are passed again at launch
+    (EC2 lets RunInstances override a template), so every RunInstances call says which AMI,
+    group and firewall it asks for. With ``efa_interfaces`` the call carries one EFA interface
+    per network card (``efa_network_interfaces``), each in the subnet tried and the security
+    groups (EC2 refuses instance-level groups next to ``NetworkInterfaces``).
 
     All instances go to one subnet (a cluster placement group is single-zone anyway): the
     subnets are tried in order and the next one is tried only when EC2 reports no capacity
@@ -447,11 +500,28 @@ def launch_from_template(
         "TagSpecifications": _tag_specs(_tags(tags, client_token), spot=market == "spot"),
         **_market_options(market, spot_max_price),
     }
+    if image_id:
+        base["ImageId"] = image_id
+    if placement_group:
+        base["Placement"] = {"GroupName": placement_group}
     last: CloudError | None = None
     for index, subnet in enumerate(subnets):
         params = dict(base)
-        if subnet:
-            params["SubnetId"] = subnet
+        if efa_interfaces:
+            nic_spec = LaunchSpec(
+                region=region,
+                instance_type="-",
+                max_minutes=1,
+                subnet_id=subnet,
+                security_group_ids=tuple(security_group_ids),
+                efa_interfaces=efa_interfaces,
+            )
+            params["NetworkInterfaces"] = efa_network_interfaces(nic_spec)
+        else:
+            if subnet:
+                params["SubnetId"] = subnet
+            if security_group_ids:
+                params["SecurityGroupIds"] = list(security_group_ids)
         if client_token:  # one token per subnet: EC2 rejects a reused token with other parameters
             params["ClientToken"] = f"{client_token}-{index}"
         try:
@@ -498,7 +568,143 @@ def zone_ids(region: str) -> dict[str, str]:
     return {z["ZoneName"]: z["ZoneId"] for z in resp.get("AvailabilityZones", [])}
 
 
+@dataclass(frozen=True)
+class Subnet:
+    id: str
+    vpc_id: str
+    zone: str  # name, e.g. us-east-1a
+    zone_id: str  # e.g. use1-az6
+    free_ips: int
+    default_for_az: bool
+
+
+def subnets(region: str, subnet_ids: Sequence[str] = (), *, zone: str | None = None) -> list[Subnet]:
+    """Subnets by id (every one of ``subnet_ids``; a missing one is a CloudError), or the
+    default subnet of ``zone`` (a zone id or name), or every default subnet; sorted by id."""
+    filters: list[dict[str, Any]] = []
+    if subnet_ids:
+        filters.append({"Name": "subnet-id", "Values": list(subnet_ids)})
+    else:
+        filters.append({"Name": "default-for-az", "Values": ["true"]})
+    if zone:
+        key = "availability-zone-id" if _ZONE_ID_RE.match(zone) else "availability-zone"
+        filters.append({"Name": key, "Values": [zone]})
+    resp = call(_ec2(region), "describe_subnets", Filters=filters)
+    return sorted(
+        (
+            Subnet(
+                id=s["SubnetId"],
+                vpc_id=s.get("VpcId", ""),
+                zone=s.get("AvailabilityZone", ""),
+                zone_id=s.get("AvailabilityZoneId", ""),
+                free_ips=int(s.get("AvailableIpAddressCount") or 0),
+                default_for_az=bool(s.get("DefaultForAz")),
+            )
+            for s in resp.get("Subnets", [])
+        ),
+        key=lambda s: s.id,
+    )
+
+
+def _default_vpc(region: str) -> str:
+    resp = call(_ec2(region), "describe_vpcs", Filters=[{"Name": "is-default", "Values": ["true"]}])
+    vpcs = resp.get("Vpcs", [])
+    if not vpcs:
+        text = f"ec2.describe_vpcs: {region} has no default VPC; set JOB_SUBNET_IDS"
+        raise CloudError("NoDefaultVpc", text, "ec2.describe_vpcs", text=text)
+    return str(vpcs[0]["VpcId"])
+
+
+# --- Security groups ----------------------------------------------------------------------------
+
+
+def create_cluster_security_group(
+    region: str, name: str, extra_tags: Mapping[str, str], subnet_id: str | None = None
+) -> str:
+    """A security group that admits only its own members (every protocol and port, as c10d,
+    NCCL and EFA need), in the VPC of ``subnet_id`` (the default VPC if None). Outbound stays
+    open (the nodes fetch code and post to Srifty). Tagged like instances; a group called
+    ``name`` that exists already (a retried launch) is reused. Returns its id."""
+    cli = _ec2(region)
+    vpc = subnets(region, [subnet_id])[0].vpc_id if subnet_id else _default_vpc(region)
+    found = call(
+        cli,
+        "describe_security_groups",
+        Filters=[{"Name": "group-name", "Values": [name]}, {"Name": "vpc-id", "Values": [vpc]}],
+    ).get("SecurityGroups", [])
+    if found:
+        return str(found[0]["GroupId"])
+    resp = call(
+        cli,
+        "create_security_group",
+        GroupName=name,
+        Description="Srifty training cluster: members only",
+        VpcId=vpc,
+        TagSpecifications=[{"ResourceType": "security-group", "Tags": _tags(extra_tags)}],
+    )
+    group = str(resp["GroupId"])
+    call(
+        cli,
+        "authorize_security_group_ingress",
+        GroupId=group,
+        IpPermissions=[{"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": group}]}],
+    )
+    return group
+
+
+def delete_security_group(region: str, group_id: str) -> None:
+    """Delete a security group; one already gone is fine. While instances still use it (they
+    take a minute to terminate) EC2 answers ``DependencyViolation``: a CloudError to retry."""
+    try:
+        call(_ec2(region), "delete_security_group", GroupId=group_id)
+    except CloudError as exc:
+        if exc.code not in ("InvalidGroup.NotFound", "InvalidGroupId.NotFound"):
+            raise
+
+
+def find_security_groups(region: str, tag_filters: Mapping[str, str]) -> list[str]:
+    """Ids of this install's security groups with these tags (the reconciler's sweep)."""
+    filters = [
+        {"Name": f"tag:{MANAGED_TAG}", "Values": ["true"]},
+        {"Name": f"tag:{INSTALL_TAG}", "Values": [tags.install_id()]},
+        *({"Name": f"tag:{k}", "Values": [str(v)]} for k, v in tag_filters.items()),
+    ]
+    resp = call(_ec2(region), "describe_security_groups", Filters=filters)
+    return sorted(str(g["GroupId"]) for g in resp.get("SecurityGroups", []))
+
+
 # --- Instance types -----------------------------------------------------------------------------
+
+
+def instance_type_offerings(region: str, instance_types: Iterable[str], zone: str | None = None) -> set[str]:
+    """Which of ``instance_types`` EC2 offers in ``region`` (or in ``zone``, an id or a name)."""
+    names = sorted(set(instance_types))
+    if not names:
+        return set()
+    if zone:
+        location_type = "availability-zone-id" if _ZONE_ID_RE.match(zone) else "availability-zone"
+        filters = [{"Name": "location", "Values": [zone]}]
+    else:
+        location_type, filters = "region", [{"Name": "location", "Values": [region]}]
+    filters.append({"Name": "instance-type", "Values": names})
+    found = pages(
+        _ec2(region),
+        "describe_instance_type_offerings",
+        "InstanceTypeOfferings",
+        LocationType=location_type,
+        Filters=filters,
+    )
+    return {str(o["InstanceType"]) for o in found}
+
+
+def live_instance_types(region: str) -> list[tuple[str, str]]:
+    """``(instance type, market)`` of every pending or running instance of the account in
+    ``region``, Srifty's or not: they all count against the vCPU quotas."""
+    filters = [{"Name": "instance-state-name", "Values": ["pending", "running"]}]
+    return [
+        (i.get("InstanceType", ""), "spot" if i.get("InstanceLifecycle") == "spot" else "on-demand")
+        for i in _instances(_ec2(region), Filters=filters)
+    ]
 
 
 def describe_instance_types(region: str, names: Iterable[str] | None = None) -> list[dict[str, Any]]:

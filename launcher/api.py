@@ -7,7 +7,12 @@ offer as a preview + confirmation id) and ``POST /jobs/{id}/replan/apply/``.
 
 Nodes (``Authorization: Bearer <job token>``, valid for its own job only, dead when it ends):
 ``POST /jobs/{id}/reports/``, ``GET /jobs/{id}/rendezvous/?instance_id=...`` and
-``GET /jobs/{id}/agent.tar.gz`` (the profiler package, for ``profiler.agent.report``).
+``GET /jobs/{id}/agent.tar.gz`` (the profiler package, for ``profiler.agent.report``) and
+``GET /jobs/{id}/workdir.tar.gz`` (the task's uploaded workdir).
+
+``POST /jobs/precheck/`` asks AWS what it would refuse (credentials, quotas, offerings, subnets)
+before the preview; ``preview`` and ``POST /jobs/`` take a task file's text in ``task`` (errors:
+``{"task": [{"line", "field", "message"}]}``).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from functools import wraps
 
 from django.conf import settings
 from django.core.cache import cache
-from django.http import HttpResponse
+from django.http import FileResponse, HttpResponse
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import permissions, status, viewsets
@@ -25,7 +30,7 @@ from rest_framework.response import Response
 from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import APIView
 
-from launcher import jobs, launch, monitor
+from launcher import jobs, launch, monitor, prechecks, workdirs
 from launcher.models import Job
 from launcher.serializers import (
     ApplyReplanSerializer,
@@ -33,6 +38,8 @@ from launcher.serializers import (
     JobDetailSerializer,
     JobSerializer,
     LaunchParamsSerializer,
+    PrecheckParamsSerializer,
+    PrechecksSerializer,
     PreviewSerializer,
     ReplanRequestSerializer,
     ReportBatchSerializer,
@@ -108,7 +115,8 @@ def _job_errors(view):
         except jobs.NotAllowed as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_403_FORBIDDEN)
         except jobs.JobError as exc:
-            return Response({exc.field: [exc.message]}, status=status.HTTP_400_BAD_REQUEST)
+            problems: list = exc.details or [exc.message]
+            return Response({exc.field: problems}, status=status.HTTP_400_BAD_REQUEST)
 
     return wrapped
 
@@ -138,9 +146,33 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
         v = params.validated_data
         return Response(
             launch.prepare(
-                request.user, v["plan"], v["rank"], v["train_command"], v["max_spend_usd"], v["max_hours"]
+                request.user,
+                v["plan"],
+                v["rank"],
+                v["train_command"],
+                v["max_spend_usd"],
+                v["max_hours"],
+                task=v["task"],
+                image_id=v["image_id"],
             )
         )
+
+    @extend_schema(
+        request=PrecheckParamsSerializer, responses={200: PrechecksSerializer, 400: None, 403: None}
+    )
+    @action(detail=False, methods=["post"])
+    @_job_errors
+    def precheck(self, request, *args, **kwargs):
+        """Ask AWS what it would refuse before the confirmation: credentials (STS), the vCPU
+        quota of each type class and market, the type's offering in the region and zone, and a
+        subnet with room. ``ok`` false: a check failed; each says how to fix it."""
+        if not jobs.can_launch(request.user):
+            raise jobs.NotAllowed("launching a job needs the launcher.add_job permission")
+        params = PrecheckParamsSerializer(data=request.data)
+        params.is_valid(raise_exception=True)
+        v = params.validated_data
+        plan = launch._plan(request.user, v["plan"])
+        return Response(prechecks.summary(jobs.plan_option(request.user, plan, v["rank"])))
 
     @extend_schema(request=CreateJobSerializer, responses={201: JobDetailSerializer, 400: None, 403: None})
     @_job_errors
@@ -159,6 +191,8 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
             v["max_spend_usd"],
             v["max_hours"],
             v["confirmation"],
+            task=v["task"],
+            image_id=v["image_id"],
         )
         return Response(JobDetailSerializer(job).data, status=status.HTTP_201_CREATED)
 
@@ -285,3 +319,15 @@ class JobAgentTarballView(JobAgentView):
         from profiler.api import _agent_tarball
 
         return HttpResponse(_agent_tarball(), content_type="application/gzip")
+
+
+class JobWorkdirView(JobAgentView):
+    """The task's uploaded workdir (``manage.py launch`` packs the local folder) for a node."""
+
+    @extend_schema(responses={200: OpenApiResponse(description="gzip tarball of the workdir"), 404: None})
+    def get(self, request, pk: int):
+        job = request.user.job
+        path = workdirs.archive_path(job.workdir_archive) if job.workdir_archive else None
+        if path is None or not path.is_file():
+            return Response({"detail": "this job has no uploaded workdir"}, status=status.HTTP_404_NOT_FOUND)
+        return FileResponse(path.open("rb"), content_type="application/gzip")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import secrets
 import shlex
 from datetime import timedelta
@@ -31,7 +32,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
-from launcher import options
+from launcher import options, taskfile
 from launcher.errors import JobClosed as JobClosed
 from launcher.errors import JobError as JobError
 from launcher.errors import NotAllowed as NotAllowed
@@ -49,6 +50,7 @@ MAX_TRAIN_COMMAND = 4000
 MAX_SPEND_USD = Decimal("1000000")
 MAX_HOURS = 24 * 30
 BROADCAST_REPORTS = 200  # per post: a websocket message each, the rest only lands in the database
+IMAGE_ID_RE = re.compile(r"^ami-[0-9a-f]{8,17}$")
 TOKEN_GRACE = timedelta(minutes=15)  # the job token outlives the cap a little; ending the job revokes it
 
 
@@ -127,6 +129,28 @@ def clean_params(train_command, max_spend_usd, max_hours) -> tuple[str, Decimal,
     return train_command.strip(), spend, round(hours, 4)
 
 
+def clean_task(task) -> taskfile.TaskSpec | None:
+    """The task file of a launch (None: none given), or JobError("task") listing every problem
+    with its line and field. A local workdir is uploaded by ``manage.py launch``; the API and
+    the dialog send text only, so there it must be ``git:`` (or absent)."""
+    if task is None or (isinstance(task, str) and not task.strip()):
+        return None
+    if not isinstance(task, str):
+        raise JobError("task", "the task file as text")
+    try:
+        return taskfile.parse_task(task)
+    except taskfile.TaskFileError as exc:
+        raise JobError("task", str(exc), exc.as_dict()) from exc
+
+
+def clean_image_id(image_id) -> str:
+    if not image_id:
+        return ""
+    if not isinstance(image_id, str) or not IMAGE_ID_RE.match(image_id):
+        raise JobError("image_id", "an AMI id like ami-0123456789abcdef0")
+    return image_id
+
+
 def plan_option(owner, plan: PlanRecord, rank) -> dict:
     """The option ``rank`` of a solved plan the owner may see, or JobError."""
     if not PlanRecord.objects.visible_to(owner).filter(pk=plan.pk).exists():
@@ -167,21 +191,35 @@ def create_job(
     confirm: bool,
     *,
     replaces: Job | None = None,
+    task: str = "",
+    image_id: str = "",
+    workdir_archive: str = "",
 ) -> Job:
     """A job for one plan option, launched by a background task once this commits.
 
     Nothing launches unless ``confirm`` is True and ``owner`` holds ``launcher.add_job``. The job's
     spend cap is ``min(max_spend_usd, hourly x max_hours)``; that is what is stored as
-    ``max_spend_usd``, and ``Job.cap_at`` is when it is reached.
+    ``max_spend_usd``, and ``Job.cap_at`` is when it is reached. With ``task`` (a task file's
+    text) the nodes run its setup and run and ``train_command`` is ignored (the task's ``run`` is
+    stored in its place); ``workdir_archive`` is its uploaded local workdir. ``image_id`` (or
+    the task's ``resources.image_id``) replaces the Deep Learning AMI.
     """
     if not can_launch(owner):
         raise NotAllowed("launching a job needs the launcher.add_job permission")
     if confirm is not True:
         raise JobError("confirmation", "a launch needs an explicit confirmation of instances and spend")
-    train_command, spend, hours = clean_params(train_command, max_spend_usd, max_hours)
+    spec = clean_task(task)
+    checked, spend, hours = clean_params("task" if spec else train_command, max_spend_usd, max_hours)
+    if spec is None:
+        train_command = checked
+    else:  # the job's command is the task's run (shown on the job page and kept by re-plans)
+        train_command = spec.run.strip()[:MAX_TRAIN_COMMAND]
+        if spec.workdir is not None and spec.workdir.kind == "local" and not workdir_archive:
+            raise JobError("task", "workdir: a local folder needs its archive (manage.py launch uploads it)")
+    image_id = clean_image_id(image_id) or (spec.image_id if spec else "")
     option = plan_option(owner, plan, rank)
     limits = options.limits(option, spend, hours)
-    options.check_user_data(option, train_command)
+    options.check_user_data(spec or options.task_spec("", train_command), "task" if spec else "train_command")
     samples = total_samples(plan, option)
     global_batch = max(1, int(option.get("global_batch") or 1))
     with transaction.atomic():
@@ -199,6 +237,10 @@ def create_job(
             predicted_iter_p90_s=float(option.get("iter_time_p90_s") or option["iter_time_s"]),
             total_iterations=math.ceil(samples / global_batch) if samples > 0 else 0,
             launch_token=f"job{secrets.token_hex(8)}",
+            task=task if spec is not None else "",
+            workdir_archive=workdir_archive,
+            image_id=image_id,
+            image_source="custom" if image_id else "",
         )
         add_event(
             job,
@@ -259,6 +301,21 @@ def mark_launched(
     return locked
 
 
+def set_cluster(job: Job, **fields: str) -> Job:
+    """Record what the launch made or chose for the cluster (``placement_group``,
+    ``security_group_id``, ``image_id``, ``image_source``) before the nodes start, so teardown
+    finds it however the launch ends."""
+    allowed = {"placement_group", "security_group_id", "image_id", "image_source"}
+    if not set(fields) <= allowed:
+        raise ValueError(f"not a cluster field: {sorted(set(fields) - allowed)}")
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().get(pk=job.pk)
+        for name, value in fields.items():
+            setattr(locked, name, value)
+        locked.save(update_fields=sorted(fields))
+    return locked
+
+
 def set_node_ips(job: Job, node_ips: dict[str, str | None]) -> Job:
     with transaction.atomic():
         locked = Job.objects.select_for_update().get(pk=job.pk)
@@ -269,15 +326,55 @@ def set_node_ips(job: Job, node_ips: dict[str, str | None]) -> Job:
 
 def mark_running(job: Job, message: str) -> Job:
     """Every node group is launched: the job runs."""
+    return transition(job, JobStatus.RUNNING, message, kind="launched", only_from=(JobStatus.LAUNCHING,))
+
+
+# Which status may follow which: a finished job never changes again (first writer wins).
+TRANSITIONS = {
+    JobStatus.LAUNCHING: (JobStatus.RUNNING, JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED),
+    JobStatus.RUNNING: (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED),
+}
+
+
+def transition(
+    job: Job,
+    status: str,
+    reason: str,
+    *,
+    kind: str | None = None,
+    data: dict | None = None,
+    only_from: tuple[str, ...] | None = None,
+) -> Job:
+    """The one function that changes a job's status, and it always writes the event saying so
+    (kind ``kind``, default the new status) in the same transaction: the status a page shows
+    and the newest status event in its log never disagree. A change the job's current status
+    does not allow (see ``TRANSITIONS``; ``only_from`` narrows it) changes nothing and writes
+    nothing. Finishing revokes the job's token and asks for its teardown after commit.
+    """
     with transaction.atomic():
         locked = Job.objects.select_for_update().get(pk=job.pk)
-        if locked.status != JobStatus.LAUNCHING:
+        allowed = TRANSITIONS.get(JobStatus(locked.status), ())
+        if status not in allowed or (only_from is not None and locked.status not in only_from):
             return locked
-        locked.status = JobStatus.RUNNING
-        locked.started_at = locked.started_at or timezone.now()
-        locked.save(update_fields=["status", "started_at"])
-        add_event(locked, "launched", message, {"instance_ids": locked.instance_ids})
+        now = timezone.now()
+        locked.status = status
+        fields = ["status"]
+        if status == JobStatus.RUNNING:
+            locked.started_at = locked.started_at or now
+            fields.append("started_at")
+        if locked.finished:
+            locked.status_reason = reason[:10_000]
+            locked.finished_at = now
+            locked.token_expires_at = now
+            fields += ["status_reason", "finished_at", "token_expires_at"]
+        locked.save(update_fields=fields)
+        event_data = dict(data or {})
+        if status == JobStatus.RUNNING:
+            event_data.setdefault("instance_ids", list(locked.instance_ids))
+        add_event(locked, kind or status, reason, {**event_data, "status": status})
         broadcast(locked, status_message(locked))
+        if locked.finished:
+            queue.enqueue_on_commit("launcher.stop_job", locked.pk)
     return locked
 
 
@@ -384,19 +481,7 @@ def succeed_job(job: Job, reason: str) -> Job:
 
 def _finish(job: Job, status: str, reason: str) -> Job:
     """End a job (first writer wins), revoke its token and terminate its cluster after commit."""
-    with transaction.atomic():
-        locked = Job.objects.select_for_update().get(pk=job.pk)
-        if locked.finished:
-            return locked
-        locked.status = status
-        locked.status_reason = reason[:10_000]
-        locked.finished_at = timezone.now()
-        locked.token_expires_at = locked.finished_at
-        locked.save(update_fields=["status", "status_reason", "finished_at", "token_expires_at"])
-        add_event(locked, status, reason)
-        broadcast(locked, status_message(locked))
-        queue.enqueue_on_commit("launcher.stop_job", locked.pk)
-    return locked
+    return transition(job, status, reason)
 
 
 def apply_replan(job: Job, user, plan: PlanRecord, rank, max_spend_usd, max_hours, confirm: bool) -> Job:
@@ -406,7 +491,19 @@ def apply_replan(job: Job, user, plan: PlanRecord, rank, max_spend_usd, max_hour
     if not can_stop(user, job):
         raise NotAllowed("only the owner (or launcher.change_job) may replace this job")
     with transaction.atomic():
-        new = create_job(user, plan, rank, job.train_command, max_spend_usd, max_hours, confirm, replaces=job)
+        new = create_job(
+            user,
+            plan,
+            rank,
+            job.train_command,
+            max_spend_usd,
+            max_hours,
+            confirm,
+            replaces=job,
+            task=job.task,
+            image_id=job.image_id if job.image_source == "custom" else "",
+            workdir_archive=job.workdir_archive,
+        )
         stop_job(job, f"replaced by job {new.pk} (re-plan)")
         add_event(
             job,

@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
 
@@ -41,9 +42,10 @@ from django.core import signing
 from django.utils import timezone
 
 from cloud import ec2
-from launcher import jobs, options
+from launcher import jobs, options, taskfile, workdirs
 from launcher.models import Job, JobStatus
 from planner.app.models import PlanRecord
+from profiler import cluster
 from srifty_web.teams import visible_owner_q
 
 log = logging.getLogger(__name__)
@@ -140,78 +142,204 @@ def zone_subnets(region: str, zone: str | None) -> list[str | None]:
     return list(subnets) or [None]
 
 
+def _type_row(instance_type: str):
+    from catalog.models import InstanceType
+
+    return InstanceType.objects.filter(name=instance_type).first()
+
+
+def efa_interfaces(instance_type: str) -> int:
+    """EFA interfaces a node of this type gets: one per network card, as the catalog lists the
+    type (0: no EFA, the default ENA interface)."""
+    row = _type_row(instance_type)
+    return cluster.efa_interfaces(row) if row is not None else 0
+
+
+# NCCL over EFA on top of what ``profiler.cluster.nccl_env`` sets (libfabric's EFA provider and
+# GPUDirect RDMA where the GPUs have it): bootstrap over the node's real interface, and
+# libfabric safe with the forked data-loader workers PyTorch starts.
+EFA_NCCL_ENV = {"NCCL_SOCKET_IFNAME": "^lo,docker", "FI_EFA_FORK_SAFE": "1"}
+
+
+def network_env(instance_types) -> dict[str, dict[str, str]]:
+    """Per instance type, the NCCL / libfabric environment of its nodes (``taskfile.node_env``
+    puts it into every node's environment): EFA types get the EFA provider, the others NCCL's
+    socket thread and socket counts, which get past EC2's per-flow bandwidth limit."""
+    out: dict[str, dict[str, str]] = {}
+    for name in set(instance_types):
+        row = _type_row(name)
+        if row is not None and cluster.efa_interfaces(row):
+            out[name] = {**cluster.nccl_env(row), **EFA_NCCL_ENV}
+        else:
+            out[name] = dict(cluster.TCP_NCCL_ENV)
+    return out
+
+
+def _arch_of(instance_type: str) -> str:
+    """The catalog's CPU architecture of a type (EC2 needs an image built for it)."""
+    row = _type_row(instance_type)
+    return row.arch if row is not None and row.arch else "x86_64"
+
+
+def resolve_images(job: Job, launches: list[options.NodeLaunch]) -> Job:
+    """The AMI of every node: the job's custom one, else the AWS Deep Learning AMI of each
+    architecture from its public SSM parameter; recorded on the job (``arch:ami`` pairs when
+    the cluster mixes architectures)."""
+    if job.image_id and job.image_source == "custom":
+        return job
+    archs = sorted({_arch_of(n.instance_type) for n in launches})
+    found = {arch: ec2.dlami_image(job.region, arch) for arch in archs}
+    if len(found) == 1:
+        [image] = found.values()
+        return jobs.set_cluster(job, image_id=image.image_id, image_source=image.source)
+    return jobs.set_cluster(
+        job,
+        image_id=",".join(f"{a}:{i.image_id}" for a, i in found.items())[:64],
+        image_source=",".join(i.source for i in found.values())[:255],
+    )
+
+
+def image_for(job: Job, instance_type: str) -> str:
+    """The AMI ``resolve_images`` recorded for this type's architecture."""
+    if "," not in job.image_id and ":" not in job.image_id:
+        return job.image_id
+    pairs = dict(p.split(":", 1) for p in job.image_id.split(","))
+    return pairs[_arch_of(instance_type)]
+
+
+def prepare_cluster(job: Job, launches: list[options.NodeLaunch]) -> Job:
+    """Before any node: the cluster placement group (one zone only), the members-only security
+    group (in the VPC of the first node group's subnet) and the image, all recorded on the job
+    first, so a launch that fails half-way still removes them."""
+    zones = {n.zone for n in launches}
+    name = f"srifty-job-{job.pk}"
+    if len(zones) == 1:  # a cluster placement group lives in one zone
+        job = jobs.set_cluster(job, placement_group=name)
+        ec2.create_placement_group(job.region, name)
+    if not job.security_group_id:
+        subnet = zone_subnets(job.region, launches[0].zone)[0]
+        group = ec2.create_cluster_security_group(
+            job.region, name, {"srifty:job-id": str(job.pk), "Name": name}, subnet
+        )
+        job = jobs.set_cluster(job, security_group_id=group)
+    return resolve_images(job, launches)
+
+
+def launch_nodes(job: Job, node: options.NodeLaunch, token: str, *, attempt: str = "") -> list[str]:
+    """Start one node group of ``job`` (``node.count`` nodes of one type, market and zone) in
+    the job's placement group and security group, with EFA interfaces where the type has them;
+    records the instances and their IPs on the job and returns their ids.
+
+    Reusable for a running job (a replacement node: ``launch_replacement``): ``attempt`` makes
+    the template name and client token new, so a retried call with the same ``attempt`` finds
+    the instances it started instead of starting more."""
+    lim = options.limits(job.option, job.max_spend_usd, job.max_hours)
+    minutes = _minutes_to_cap(job, lim.cap_hours)
+    spec = options.task_spec(job.task, job.train_command)
+    archive = (
+        workdirs.download_url(job.workdir_archive, job.region, job.pk, minutes * 60 + 3600)
+        if job.workdir_archive
+        else None
+    )
+    name = f"srifty-job-{job.pk}-g{node.index}{attempt}"
+    tags = {"srifty:job-id": str(job.pk), "Name": name}
+    launch_spec = ec2.LaunchSpec(
+        region=job.region,
+        instance_type=node.instance_type,
+        max_minutes=minutes,
+        market=node.market,
+        user_data=options.user_data(job.pk, spec, token, minutes, archive_url=archive),
+        tags=tags,
+        image_id=image_for(job, node.instance_type),
+        key_name=jobs.setting("JOB_KEY_NAME", None) or None,
+        iam_instance_profile=jobs.setting("JOB_INSTANCE_PROFILE", None) or None,
+        placement_group=job.placement_group or None,
+    )
+    template = ec2.create_launch_template(job.region, name, launch_spec)
+    job = jobs.mark_launched(job, instance_ids=[], node_ips={}, template_id=template)
+    groups = [g for g in (job.security_group_id,) if g]
+    groups += list(jobs.setting("JOB_SECURITY_GROUP_IDS", ()) or ())
+    ids = ec2.launch_from_template(
+        job.region,
+        template,
+        node.count,
+        node.market,
+        tags,
+        zone_subnets(job.region, node.zone),
+        client_token=f"{job.launch_token}-g{node.index}{attempt}",
+        image_id=launch_spec.image_id,
+        placement_group=job.placement_group or None,
+        security_group_ids=groups,
+        efa_interfaces=efa_interfaces(node.instance_type),
+    )
+    ips = {s.id: s.private_ip for s in ec2.describe(job.region, ids)}
+    jobs.mark_launched(job, instance_ids=ids, node_ips=ips)
+    return ids
+
+
+def launch_replacement(
+    job: Job, instance_type: str, count: int = 1, *, market: str | None = None, attempt: str = "-r1"
+) -> list[str]:
+    """Start ``count`` more nodes of ``instance_type`` for a running job (after a spot
+    interruption): the first node group of that type is the template (zone, batch, GPUs),
+    ``market`` may switch it (e.g. to on-demand). New ranks follow the existing ones; the nodes
+    get their environment from the rendezvous like the others."""
+    group = next((n for n in options.node_launches(job.option) if n.instance_type == instance_type), None)
+    if group is None:
+        raise jobs.JobError("instance_type", f"job {job.pk} has no {instance_type} nodes")
+    node = replace(group, count=count, market=market or group.market)
+    return launch_nodes(job, node, jobs.issue_token(job), attempt=attempt)
+
+
 def launch_job(job: Job) -> str:
-    """The launch task's body; safe to run again for the same job (see module doc)."""
+    """The launch task's body; safe to run again for the same job (see module doc). A launch
+    that fails half-way takes down what it started (instances, templates, placement group,
+    security group) before the job is marked failed: a job is never left half-launched."""
     job = Job.objects.get(pk=job.pk)
     if job.status != JobStatus.LAUNCHING:
         return f"job {job.pk} is {job.status}; not launching it again"
-    option = job.option
     token = jobs.issue_token(job)
-    lim = options.limits(option, job.max_spend_usd, job.max_hours)
-    tags = {"srifty:job-id": str(job.pk)}
     try:
-        launches = options.node_launches(option)
-        zones = {n.zone for n in launches}
-        group_name = f"srifty-job-{job.pk}"
-        use_group = len(zones) == 1  # a cluster placement group lives in one zone
-        if use_group:
-            ec2.create_placement_group(job.region, group_name)
-        job = jobs.mark_launched(
-            job, instance_ids=[], node_ips={}, placement_group=group_name if use_group else ""
-        )
-        images: dict[str, str] = {}
+        launches = options.node_launches(job.option)
+        job = prepare_cluster(job, launches)
         for node in launches:
-            arch = _arch_of(node.instance_type)
-            if arch not in images:
-                images[arch] = ec2.default_image(job.region, arch)
-            image = images[arch]
-            minutes = _minutes_to_cap(job, lim.cap_hours)
-            spec = ec2.LaunchSpec(
-                region=job.region,
-                instance_type=node.instance_type,
-                max_minutes=minutes,
-                market=node.market,
-                user_data=options.user_data(job.pk, option, token, job.train_command, node, minutes),
-                tags={**tags, "Name": f"srifty-job-{job.pk}-g{node.index}"},
-                image_id=image,
-                security_group_ids=tuple(jobs.setting("JOB_SECURITY_GROUP_IDS", ()) or ()),
-                key_name=jobs.setting("JOB_KEY_NAME", None) or None,
-                iam_instance_profile=jobs.setting("JOB_INSTANCE_PROFILE", None) or None,
-                placement_group=group_name if use_group else None,
-            )
-            template = ec2.create_launch_template(job.region, f"srifty-job-{job.pk}-g{node.index}", spec)
-            ids = ec2.launch_from_template(
-                job.region,
-                template,
-                node.count,
-                node.market,
-                {**tags, "Name": f"srifty-job-{job.pk}-g{node.index}"},
-                zone_subnets(job.region, node.zone),
-                client_token=f"{job.launch_token}-g{node.index}",
-            )
-            ips = {s.id: s.private_ip for s in ec2.describe(job.region, ids)}
-            job = jobs.mark_launched(job, instance_ids=ids, node_ips=ips, template_id=template)
+            launch_nodes(job, node, token)
+            job = Job.objects.get(pk=job.pk)
             if job.finished:  # stopped (user, cap) while launching: what started since goes too
                 teardown(job)
                 return f"job {job.pk} was {job.status} during the launch; terminated its instances"
     except (ec2.CloudError, ValueError) as exc:
         log.exception("launching job %s failed", job.pk)
+        rollback(job)
         jobs.fail_job(job, f"launch failed: {exc}")
         return "failed to launch"
     job = jobs.mark_running(
-        job, f"launched {len(job.instance_ids)} instances: {options.describe_option(option)}"
+        job, f"launched {len(job.instance_ids)} instances: {options.describe_option(job.option)}"
     )
     return f"launched {len(job.instance_ids)} instances"
+
+
+def rollback(job: Job) -> None:
+    """Undo a failed launch at once: terminate what started, then delete the templates, the
+    placement group and the security group (what EC2 still holds is retried by the stop task)."""
+    job = Job.objects.get(pk=job.pk)
+    try:
+        teardown(job)
+        cleanup(job)
+    except ec2.CloudError:
+        log.warning("rolling back job %s: the stop task retries", job.pk, exc_info=True)
 
 
 # --- rendezvous ---------------------------------------------------------------------------
 
 
 def rendezvous(job: Job, instance_id: str) -> tuple[int, dict]:
-    """The server side of the nodes' master discovery (``profiler.userdata.training_user_data``):
-    200 ``{"master_addr", "node_rank", "nnodes"}`` go, 202 wait, 4xx give up.
+    """The server side of the nodes' discovery (``profiler.userdata.task_user_data``): 200
+    ``{"master_addr", "node_rank", "nnodes", "env"}`` go, 202 wait, 4xx give up.
 
     Rank 0 is the first instance of the first node group; node ranks follow launch order.
+    ``env`` is the node's whole environment (``taskfile.node_env``); it needs every node's
+    private IP (``SKYPILOT_NODE_IPS``), so the answer waits until EC2 shows them all.
     """
     if not instance_id:
         return 400, {"instance_id": ["required: the asking node's EC2 instance id"]}
@@ -223,22 +351,21 @@ def rendezvous(job: Job, instance_id: str) -> tuple[int, dict]:
         return 403, {"detail": "this instance is not a node of this job"}
     if job.status == JobStatus.LAUNCHING:
         return 202, {"detail": "the cluster is still launching"}
-    master = job.instance_ids[0]
-    if not job.node_ips.get(master):
-        try:  # EC2 is eventually consistent: the IP may not have been visible at launch
+    if any(not job.node_ips.get(i) for i in job.instance_ids):
+        try:  # EC2 is eventually consistent: an IP may not have been visible at launch
             found = {s.id: s.private_ip for s in ec2.describe(job.region, job.instance_ids)}
         except ec2.CloudError:
             log.warning("describing job %s nodes for rendezvous failed", job.pk, exc_info=True)
             found = {}
         job = jobs.set_node_ips(job, found)
-    addr = job.node_ips.get(master)
-    if not addr:
-        return 202, {"detail": "waiting for the master's private IP"}
-    return 200, {
-        "master_addr": addr,
-        "node_rank": job.instance_ids.index(instance_id),
-        "nnodes": len(job.instance_ids),
-    }
+    ips = [job.node_ips.get(i) or "" for i in job.instance_ids]
+    if not all(ips):
+        return 202, {"detail": "waiting for the nodes' private IPs"}
+    rank = job.instance_ids.index(instance_id)
+    spec = options.task_spec(job.task, job.train_command)
+    types = [g["instance_type"] for g in job.option["groups"]]
+    env = taskfile.node_env(spec, job.option, rank, ips, type_env=network_env(types))
+    return 200, {"master_addr": ips[0], "node_rank": rank, "nnodes": len(ips), "env": env}
 
 
 # --- taking it down -----------------------------------------------------------------------
@@ -261,17 +388,33 @@ def teardown(job: Job) -> list[str]:
 
 
 def cleanup(job: Job) -> bool:
-    """Delete launch templates and the placement group; False while the group is still in use
-    (terminating instances keep it busy for a minute or two)."""
+    """Delete launch templates, the placement group and the security group; False while EC2
+    still holds one of them (terminating instances keep both groups busy for a minute or two)."""
     for template in job.launch_template_ids:
         ec2.delete_launch_template(job.region, template)
+    done = True
     if job.placement_group:
         try:
             ec2.delete_placement_group(job.region, job.placement_group)
         except ec2.CloudError as exc:
             log.info("placement group %s not deleted yet: %s", job.placement_group, exc)
-            return False
-    return True
+            done = False
+    for group in _security_groups(job):
+        try:
+            ec2.delete_security_group(job.region, group)
+        except ec2.CloudError as exc:
+            log.info("security group %s not deleted yet: %s", group, exc)
+            done = False
+    return done
+
+
+def _security_groups(job: Job) -> list[str]:
+    """The recorded group, and any group EC2 shows with the job's tag (made by a launch that
+    died before recording it)."""
+    found = set(ec2.find_security_groups(job.region, {"srifty:job-id": str(job.pk)}))
+    if job.security_group_id:
+        found.add(job.security_group_id)
+    return sorted(found)
 
 
 # --- the two-step launch (API and pages) --------------------------------------------------
@@ -284,53 +427,139 @@ def _plan(user, plan_id):
     return plan
 
 
+def _launched_what(train_command: str, task: str, image_id: str) -> str:
+    """What a confirmation binds besides plan, option and limits: the command or the task file
+    (its whole text) and a custom AMI."""
+    return train_command if not (task or image_id) else f"{train_command}\0{task}\0{image_id}"
+
+
+def _clean(train_command, max_spend_usd, max_hours, task, image_id, *, uploaded: bool = False):
+    """(command, task text, spend, hours, image id) of a launch request, or JobError."""
+    spec = jobs.clean_task(task)
+    command = "task" if spec is not None else train_command
+    command, spend, hours = jobs.clean_params(command, max_spend_usd, max_hours)
+    if spec is not None:
+        options.check_user_data(spec, "task")
+        if spec.workdir is not None and spec.workdir.kind == "local" and not uploaded:
+            raise jobs.JobError(
+                "task",
+                "workdir: a local folder is uploaded by manage.py launch; here use git: URL@ref",
+                [
+                    {
+                        "line": _key_line(task, "workdir"),
+                        "field": "workdir",
+                        "message": "a local folder is uploaded by manage.py launch; "
+                        "here use git: https://host/org/repo.git@ref, or leave workdir out",
+                    }
+                ],
+            )
+    return command, (task if spec is not None else ""), spend, hours, jobs.clean_image_id(image_id)
+
+
+def _key_line(text: str, key: str) -> int | None:
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith(f"{key}:"):
+            return number
+    return None
+
+
 def prepare(
-    user, plan_id, rank, train_command, max_spend_usd, max_hours, *, replaces: int | None = None
+    user,
+    plan_id,
+    rank,
+    train_command,
+    max_spend_usd,
+    max_hours,
+    *,
+    replaces: int | None = None,
+    task: str = "",
+    image_id: str = "",
 ) -> dict:
-    """Step 1: the exact launch (``preview``) plus a confirmation id bound to it."""
+    """Step 1: the exact launch (``preview``) plus a confirmation id bound to it. ``task``: a
+    task file's text instead of ``train_command`` (errors: JobError("task") with line and field)."""
     if not jobs.can_launch(user):
         raise jobs.NotAllowed("launching a job needs the launcher.add_job permission")
-    train_command, spend, hours = jobs.clean_params(train_command, max_spend_usd, max_hours)
+    uploaded = False
+    if replaces is not None:  # a re-plan runs what the job it replaces ran
+        train_command, task, image_id, uploaded = _replaced(replaces, train_command)
+    train_command, task, spend, hours, image_id = _clean(
+        train_command, max_spend_usd, max_hours, task, image_id, uploaded=uploaded
+    )
     plan = _plan(user, plan_id)
     option = jobs.plan_option(user, plan, rank)
-    options.check_user_data(option, train_command)
+    if not task:
+        options.check_user_data(options.task_spec("", train_command))
     out = options.preview(option, spend, hours)
+    what = _launched_what(train_command, task, image_id)
     out.update(
         {
             "plan": plan.pk,
             "rank": int(rank),
-            "train_command": train_command,
+            "train_command": train_command if not task else "",
+            "task": task,
+            "image_id": image_id,
+            "task_notes": taskfile.plan_conflicts(taskfile.parse_task(task), option) if task else [],
             "requested": {"max_spend_usd": str(spend), "max_hours": hours},  # send these back with the id
-            "confirmation": confirmation_for(user, plan.pk, int(rank), train_command, spend, hours, replaces),
+            "confirmation": confirmation_for(user, plan.pk, int(rank), what, spend, hours, replaces),
             "confirmation_expires_s": int(jobs.setting("JOB_CONFIRM_MAX_AGE_S", 600)),
         }
     )
     return out
 
 
-def confirm_and_create(user, plan_id, rank, train_command, max_spend_usd, max_hours, confirmation) -> Job:
+def confirm_and_create(
+    user,
+    plan_id,
+    rank,
+    train_command,
+    max_spend_usd,
+    max_hours,
+    confirmation,
+    *,
+    task: str = "",
+    image_id: str = "",
+) -> Job:
     """Step 2: launch, if ``confirmation`` confirms exactly these parameters for this user."""
     if not jobs.can_launch(user):
         raise jobs.NotAllowed("launching a job needs the launcher.add_job permission")
-    train_command, spend, hours = jobs.clean_params(train_command, max_spend_usd, max_hours)
+    train_command, task, spend, hours, image_id = _clean(
+        train_command, max_spend_usd, max_hours, task, image_id
+    )
     plan = _plan(user, plan_id)
-    check_confirmation(confirmation, user, plan.pk, int(rank), train_command, spend, hours)
-    return jobs.create_job(user, plan, rank, train_command, spend, hours, confirm=True)
+    what = _launched_what(train_command, task, image_id)
+    check_confirmation(confirmation, user, plan.pk, int(rank), what, spend, hours)
+    return jobs.create_job(
+        user,
+        plan,
+        rank,
+        train_command,
+        spend,
+        hours,
+        confirm=True,
+        task=task,
+        image_id=image_id,
+    )
+
+
+def _replaced(job_id: int, train_command: str) -> tuple[str, str, str, bool]:
+    """(command, task, custom image, has an uploaded workdir) of the job a re-plan replaces."""
+    old = Job.objects.filter(pk=job_id).first()
+    if old is None:
+        return train_command, "", "", False
+    image = old.image_id if old.image_source == "custom" else ""
+    if not old.task:
+        return train_command, "", image, False
+    return "", old.task, image, bool(old.workdir_archive)
 
 
 def apply_replan(user, job: Job, plan_id, rank, max_spend_usd, max_hours, confirmation) -> Job:
     if not jobs.can_launch(user):
         raise jobs.NotAllowed("launching a job needs the launcher.add_job permission")
-    _, spend, hours = jobs.clean_params(job.train_command, max_spend_usd, max_hours)
-    plan = _plan(user, plan_id)
-    check_confirmation(
-        confirmation, user, plan.pk, int(rank), job.train_command, spend, hours, replaces=job.pk
+    command, task, image_id, uploaded = _replaced(job.pk, job.train_command)
+    command, task, spend, hours, image_id = _clean(
+        command, max_spend_usd, max_hours, task, image_id, uploaded=uploaded
     )
+    plan = _plan(user, plan_id)
+    what = _launched_what(command, task, image_id)
+    check_confirmation(confirmation, user, plan.pk, int(rank), what, spend, hours, replaces=job.pk)
     return jobs.apply_replan(job, user, plan, rank, spend, hours, confirm=True)
-
-
-def _arch_of(instance_type: str) -> str:
-    """The catalog's CPU architecture of a type (EC2 needs an image built for it)."""
-    from catalog.models import InstanceType
-
-    return InstanceType.objects.filter(name=instance_type).values_list("arch", flat=True).first() or "x86_64"

@@ -51,6 +51,23 @@ class Job(ScopedTokenMixin, models.Model):
     node_ips = models.JSONField(default=dict, blank=True, help_text="instance id -> private IP")
     placement_group = models.CharField(max_length=255, blank=True)
     launch_template_ids = models.JSONField(default=list, blank=True)
+    security_group_id = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="The cluster's own security group (members only); deleted with the job",
+    )
+    image_id = models.CharField(max_length=64, blank=True, help_text="The AMI the nodes boot")
+    image_source = models.CharField(
+        max_length=255, blank=True, help_text="Where the AMI id came from: the DLAMI SSM parameter, or custom"
+    )
+    task = models.TextField(
+        blank=True, help_text="The task file as launched (launcher.taskfile); empty: train_command"
+    )
+    workdir_archive = models.CharField(
+        max_length=255,
+        blank=True,
+        help_text="The uploaded workdir (tar.gz under SRIFTY_DATA_DIR) the nodes fetch",
+    )
     launch_token = models.CharField(max_length=64, blank=True)
     token_hash = models.CharField(max_length=64, blank=True, db_index=True)
     token_expires_at = models.DateTimeField(null=True, blank=True)

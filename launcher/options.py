@@ -3,8 +3,9 @@
 A plan option (one row of a solved plan, ``PlanRecord.option``) becomes ``node_launches``: one
 ``run_instances`` per node group and batch size. ``limits`` turns the asked spend and hours into
 the job's cap, ``preview`` is what the launch confirmation shows, and ``user_data`` is the script
-each node boots with (``profiler.userdata.training_user_data``: rendezvous through the server,
-then ``torchrun`` the user's command). Nothing here touches the database or AWS.
+each node boots with (``profiler.userdata.task_user_data``: fetch the workdir, get the node's
+environment from the server, run the task's setup and run). Nothing here touches the database or
+AWS.
 """
 
 from __future__ import annotations
@@ -14,10 +15,9 @@ from decimal import ROUND_DOWN, Decimal
 
 from django.conf import settings
 
+from launcher import taskfile
 from launcher.errors import JobError
-from profiler.userdata import SERVER_DISCOVERY, training_user_data
-
-WORK_DIR = "/opt/srifty/work"
+from profiler.userdata import task_user_data
 
 
 @dataclass(frozen=True)
@@ -136,45 +136,47 @@ def preview(option: dict, max_spend_usd: Decimal, max_hours: float) -> dict:
     }
 
 
-def _nnodes(option: dict) -> int:
-    return sum(int(g["count"]) for g in option["groups"])
-
-
 def agent_url(job_id) -> str:
     return f"{settings.SITE_URL.rstrip('/')}/api/v1/jobs/{job_id}/agent.tar.gz"
 
 
-def user_data(
-    job_id, option: dict, token: str, train_command: str, node: NodeLaunch, max_minutes: int
-) -> str:
-    """The node script: rendezvous through the server, then torchrun the user's command.
+def workdir_url(job_id) -> str:
+    """Where the nodes download the job's uploaded workdir (with the job token)."""
+    return f"{settings.SITE_URL.rstrip('/')}/api/v1/jobs/{job_id}/workdir.tar.gz"
 
-    The profiler package (with ``profiler.agent.report``) is unpacked into the working
-    directory, which is put on ``PYTHONPATH``, so the training script can report back.
-    """
-    return training_user_data(
+
+def task_spec(task: str, train_command: str) -> taskfile.TaskSpec:
+    """What the nodes run: the job's task file, or its training command under torchrun."""
+    if task:
+        return taskfile.parse_task(task)
+    return taskfile.from_command(train_command)
+
+
+def user_data(
+    job_id, spec: taskfile.TaskSpec, token: str, max_minutes: int, *, archive_url: str | None = None
+) -> str:
+    """The node script (``profiler.userdata.task_user_data``), the same on every node: fetch the
+    workdir, ask the server for the node's environment (``taskfile.node_env``), run ``setup``
+    once and ``run``. ``archive_url``: where the uploaded local workdir is (Srifty or S3)."""
+    git = spec.workdir if spec.workdir is not None and spec.workdir.kind == "git" else None
+    return task_user_data(
         server_url=settings.SITE_URL,
         job_id=job_id,
         token=token,
-        node_rank=None,
-        nnodes=_nnodes(option),
-        nproc_per_node=node.gpus_per_node,
-        master_addr_discovery=SERVER_DISCOVERY,
-        train_command=train_command,
-        per_node_batch=max(1, node.batch_per_node),
+        setup=spec.setup,
+        run=spec.run,
         max_minutes=max(1, max_minutes),
-        env={"PYTHONPATH": WORK_DIR, "SRIFTY_GLOBAL_BATCH": option.get("global_batch") or ""},
-        repo_tarball_url=agent_url(job_id),
+        workdir_url=archive_url,
+        git_url=git.url if git else None,
+        git_ref=git.ref if git else "HEAD",
+        agent_url=agent_url(job_id),
     )
 
 
-def check_user_data(option: dict, train_command: str) -> None:
-    """Build every node script once with a placeholder token: a command that cannot become a
-    script (too long for EC2's 16 KiB, say) is refused before anything launches."""
+def check_user_data(spec: taskfile.TaskSpec, field: str = "train_command") -> None:
+    """Build the node script once with a placeholder token: a task that cannot become a script
+    (too long for EC2's 16 KiB, say) is refused before anything launches."""
     try:
-        for node in node_launches(option):
-            user_data(0, option, "x" * 64, train_command, node, 60)
+        user_data(0, spec, "x" * 64, 60, archive_url=workdir_url(0))
     except ValueError as exc:
-        if isinstance(exc, JobError):
-            raise
-        raise JobError("train_command", str(exc)) from exc
+        raise JobError(field, str(exc)) from exc

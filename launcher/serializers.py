@@ -6,7 +6,7 @@ from decimal import Decimal
 
 from rest_framework import serializers
 
-from launcher import jobs, monitor
+from launcher import jobs, monitor, taskfile
 from launcher.models import Job, JobEvent
 from srifty_web.serializers import ModelSerializer
 
@@ -23,12 +23,55 @@ class LaunchParamsSerializer(serializers.Serializer):
     train_command = serializers.CharField(
         max_length=jobs.MAX_TRAIN_COMMAND,
         trim_whitespace=True,
-        help_text="Script and arguments after torchrun, e.g. train.py --epochs 3",
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Script and arguments after torchrun, e.g. train.py --epochs 3 (required without task)",
+    )
+    task = serializers.CharField(
+        max_length=taskfile.MAX_TASK_BYTES,
+        required=False,
+        allow_blank=True,
+        default="",
+        trim_whitespace=False,
+        help_text="A task file (Srifty's YAML or SkyPilot's) instead of train_command; "
+        "errors come back as task: [{line, field, message}]",
+    )
+    image_id = serializers.CharField(
+        max_length=32,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="A custom AMI instead of the DLAMI",
     )
     max_spend_usd = serializers.DecimalField(
         max_digits=12, decimal_places=2, min_value=Decimal("0.01"), max_value=jobs.MAX_SPEND_USD
     )
     max_hours = serializers.FloatField(min_value=0.01, max_value=jobs.MAX_HOURS)
+
+    def validate_train_command(self, value: str) -> str:
+        task = self.initial_data.get("task") if hasattr(self.initial_data, "get") else None
+        if not value and not (isinstance(task, str) and task.strip()):
+            raise serializers.ValidationError("the training command is required (or a task file in task)")
+        return value
+
+
+class PrecheckParamsSerializer(serializers.Serializer):
+    plan = serializers.IntegerField(min_value=1, max_value=MAX_ID, help_text="PlanRecord id")
+    rank = serializers.IntegerField(min_value=1, max_value=10_000, help_text="Option of the plan (its rank)")
+
+
+class PrecheckSerializer(serializers.Serializer):
+    name = serializers.CharField(help_text="credentials, quota, offering or subnet")
+    status = serializers.ChoiceField(choices=["ok", "warning", "error"])
+    message = serializers.CharField()
+    fix = serializers.CharField(allow_blank=True)
+
+
+class PrechecksSerializer(serializers.Serializer):
+    ok = serializers.BooleanField(help_text="false: an error below stops the launch")
+    region = serializers.CharField()
+    checks = PrecheckSerializer(many=True)
 
 
 class CreateJobSerializer(LaunchParamsSerializer):
@@ -65,7 +108,14 @@ class PreviewSerializer(serializers.Serializer):
     predicted_time_h = serializers.FloatField(allow_null=True)
     global_batch = serializers.IntegerField(allow_null=True)
     placement_group = serializers.CharField()
-    train_command = serializers.CharField()
+    train_command = serializers.CharField(allow_blank=True)
+    task = serializers.CharField(allow_blank=True, required=False, help_text="The task file launched")
+    image_id = serializers.CharField(allow_blank=True, required=False, help_text="A custom AMI, if any")
+    task_notes = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        help_text="Where a SkyPilot file's request and the plan differ",
+    )
     requested = serializers.DictField(
         help_text="max_spend_usd and max_hours to send back with the confirmation"
     )
@@ -138,6 +188,10 @@ class JobDetailSerializer(JobSerializer):
             "instance_ids",
             "node_ips",
             "placement_group",
+            "security_group_id",
+            "image_id",
+            "image_source",
+            "task",
             "events",
             "observed",
             "progress",

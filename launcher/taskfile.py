@@ -36,6 +36,8 @@ No Django import: the CLI, the API and the launch code share this module.
 from __future__ import annotations
 
 import re
+import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -401,7 +403,25 @@ def plan_conflicts(spec: TaskSpec, option: dict[str, Any]) -> list[str]:
     return notes
 
 
+# ------------------------------------------------------------------------ plain commands
+def from_command(train_command: str, name: str = "job") -> TaskSpec:
+    """A job launched with a training command (``train.py --epochs 3``) and no task file: the
+    task that runs it under ``torchrun`` on every node, with the node's torchrun variables. The
+    words are re-quoted, so the shell on the node sees exactly the words ``shlex`` split."""
+    words = shlex.split(train_command)
+    if not words:
+        raise TaskFileError([TaskIssue(None, "train_command", "is empty")])
+    run = (
+        'torchrun --nnodes "$NNODES" --nproc-per-node "$NPROC_PER_NODE" --node-rank "$NODE_RANK" '
+        '--master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" ' + shlex.join(words)
+    )
+    return TaskSpec(name=name, run=run)
+
+
 # -------------------------------------------------------------------------------- node env
+CHECKPOINT_DIR = "/opt/srifty/checkpoints"
+
+
 def node_env(
     spec: TaskSpec,
     option: dict[str, Any],
@@ -409,8 +429,15 @@ def node_env(
     node_ips: list[str],
     *,
     master_port: int = DEFAULT_MASTER_PORT,
+    type_env: Mapping[str, Mapping[str, str]] | None = None,
 ) -> dict[str, str]:
-    """The environment of node ``node_rank`` (0-based over the option's groups, in order)."""
+    """The environment of node ``node_rank`` (0-based over the option's groups, in order).
+
+    The one place a node's environment is made: the server answers a node's rendezvous with it
+    (``launcher.launch.rendezvous``) and the node's script exports exactly this. ``type_env``:
+    per instance type, the network settings (NCCL / libfabric on EFA types, NCCL's socket
+    counts elsewhere; ``launcher.launch.network_env``); the file's ``envs`` may override them.
+    """
     counts: list[tuple[dict[str, Any], int]] = []
     for g in option["groups"]:
         counts += [(g, i) for i in range(int(g["count"]))]
@@ -419,7 +446,10 @@ def node_env(
     group, index = counts[node_rank]
     batches = group.get("batch_per_node") or []
     batch = batches[index] if index < len(batches) else (batches[0] if batches else 0)
-    env = dict(spec.envs)
+    env = dict((type_env or {}).get(group["instance_type"], {}))
+    env.update(spec.envs)
+    if spec.checkpoint is not None:
+        env.update(SRIFTY_CHECKPOINT_DIR=CHECKPOINT_DIR, SRIFTY_CHECKPOINT_S3=spec.checkpoint.s3_prefix)
     env.update(
         MASTER_ADDR=node_ips[0] if node_ips else "127.0.0.1",
         MASTER_PORT=str(master_port),
@@ -427,6 +457,9 @@ def node_env(
         NNODES=str(len(counts)),
         NPROC_PER_NODE=str(group["gpus_per_node"]),
         SRIFTY_BATCH_PER_NODE=str(batch),
+        SRIFTY_PER_NODE_BATCH=str(batch),  # the name scripts written for train_command jobs read
+        SRIFTY_NNODES=str(len(counts)),
+        SRIFTY_NODE_RANK=str(node_rank),
         SRIFTY_GLOBAL_BATCH=str(option.get("global_batch", "")),
         SKYPILOT_NODE_RANK=str(node_rank),
         SKYPILOT_NODE_IPS="\n".join(node_ips),

@@ -3,7 +3,7 @@
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from launcher.api import JobAgentTarballView, JobReportsView, JobViewSet, RendezvousView
+from launcher.api import JobAgentTarballView, JobReportsView, JobViewSet, JobWorkdirView, RendezvousView
 
 router = DefaultRouter()
 router.register("jobs", JobViewSet, basename="job")
@@ -12,5 +12,6 @@ urlpatterns = [
     path("jobs/<int:pk>/reports/", JobReportsView.as_view(), name="job-reports"),
     path("jobs/<int:pk>/rendezvous/", RendezvousView.as_view(), name="job-rendezvous"),
     path("jobs/<int:pk>/agent.tar.gz", JobAgentTarballView.as_view(), name="job-agent-tarball"),
+    path("jobs/<int:pk>/workdir.tar.gz", JobWorkdirView.as_view(), name="job-workdir-tarball"),
     *router.urls,
 ]

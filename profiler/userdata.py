@@ -394,3 +394,120 @@ def comm_cluster_user_data(
         _LINGER.format(linger_s=linger_s),
     ]
     return check_size("\n".join(lines) + "\n")
+
+
+_TASK_RENDEZVOUS = """\
+# The node's environment comes from the server (launcher.taskfile.node_env, the one place it is
+# made): MASTER_ADDR, MASTER_PORT, NODE_RANK, NNODES, NPROC_PER_NODE, the plan's per-node batch,
+# the SKYPILOT_* variables, the network settings of the type and the task's envs. 200 go,
+# 202 wait, 4xx stop (see training_user_data).
+IMDS_TOKEN=$(curl -fsS --retry 5 -X PUT -H "X-aws-ec2-metadata-token-ttl-seconds: 300" http://169.254.169.254/latest/api/token)
+INSTANCE_ID=$(curl -fsS --retry 5 -H "X-aws-ec2-metadata-token: $IMDS_TOKEN" http://169.254.169.254/latest/meta-data/instance-id)
+RDZV_DEADLINE=$(( $(date +%s) + {wait_s} ))
+while :; do
+  CODE=$(curl -sS -o /opt/srifty/rendezvous.json -w '%{{http_code}}' -H "Authorization: Bearer $SRIFTY_TOKEN" \\
+    "{url}?instance_id=$INSTANCE_ID" || true)
+  case "$CODE" in
+    200)
+      if "$PY" - /opt/srifty/rendezvous.json > /opt/srifty/node.env <<'PYEOF'
+import json, re, shlex, sys
+env = json.load(open(sys.argv[1])).get("env") or {{}}
+if not env.get("MASTER_ADDR"):
+    sys.exit(1)
+for name, value in sorted(env.items()):
+    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+        print("export %s=%s" % (name, shlex.quote(str(value))))
+PYEOF
+      then break; fi ;;
+    400|401|403|404|410)
+      echo "srifty: rendezvous refused (HTTP $CODE); giving up"
+      exit 1 ;;
+  esac
+  if [ "$(date +%s)" -ge "$RDZV_DEADLINE" ]; then
+    echo "srifty: no rendezvous answer after {wait_s}s; giving up"
+    exit 1
+  fi
+  sleep 5
+done
+# shellcheck disable=SC1091
+. /opt/srifty/node.env
+"""
+
+_FETCH_WORKDIR = """\
+# The task's workdir: an archive (served by Srifty with the job token, or a presigned S3 URL)
+# or a git repository at a ref.
+if [ -n "$SRIFTY_WORKDIR_URL" ]; then
+  WD_AUTH=()
+  case "$SRIFTY_WORKDIR_URL" in
+    "$SRIFTY_SERVER"/*) WD_AUTH=(-H "Authorization: Bearer $SRIFTY_TOKEN") ;;
+  esac
+  curl -fsSL --retry 5 --retry-connrefused --retry-delay 5 "${WD_AUTH[@]}" "$SRIFTY_WORKDIR_URL" -o /opt/srifty/workdir.tgz
+  tar -xzf /opt/srifty/workdir.tgz -C /opt/srifty/work
+elif [ -n "$SRIFTY_GIT_URL" ]; then
+  command -v git >/dev/null 2>&1 || { apt-get -o DPkg::Lock::Timeout=600 install -yq git || dnf install -yq git; }
+  git clone --quiet "$SRIFTY_GIT_URL" /opt/srifty/work/.clone
+  git -C /opt/srifty/work/.clone checkout --quiet "$SRIFTY_GIT_REF"
+  cp -a /opt/srifty/work/.clone/. /opt/srifty/work/ && rm -rf /opt/srifty/work/.clone
+fi
+"""
+
+
+def task_user_data(
+    server_url: str,
+    job_id: object,
+    token: str,
+    setup: str,
+    run: str,
+    max_minutes: int,
+    *,
+    workdir_url: str | None = None,
+    git_url: str | None = None,
+    git_ref: str = "HEAD",
+    agent_url: str | None = None,
+) -> str:
+    """Script for one node of a task job (``launcher.taskfile``), the same on every node.
+
+    It finds a Python with torch (the Deep Learning AMI's; its ``torchrun`` goes first on
+    ``PATH``), fetches the profiler package (``agent_url``: ``profiler.agent.report`` for the
+    training callback) and the task's workdir into ``/opt/srifty/work`` (``workdir_url``: an
+    archive, Srifty's own URL gets the job token; or ``git_url`` at ``git_ref``), asks the
+    server for the node's environment (rendezvous: it answers once every node's private IP is
+    known, with ``launcher.taskfile.node_env``), runs ``setup`` once per node (a marker file
+    keeps a rebooted node from running it again) and then ``run``, both with ``bash`` in the
+    workdir. ``SRIFTY_SERVER``, ``SRIFTY_JOB_ID`` and ``SRIFTY_TOKEN`` are exported for
+    ``Reporter.from_env``. The VM powers off when ``run`` ends, and at ``max_minutes`` at the
+    latest.
+    """
+    server = _server(server_url)
+    if not run.strip():
+        raise ValueError("run is empty")
+    lines = _header(max_minutes, "srifty-train.log")
+    lines += [
+        f"export SRIFTY_SERVER={_q(server)}",
+        f"export SRIFTY_JOB_ID={_q(job_id)}",
+        f"export SRIFTY_TOKEN={_q(token)}",
+        f"SRIFTY_REPO_URL={_q(agent_url or '')}",
+        f"SRIFTY_WORKDIR_URL={_q(workdir_url or '')}",
+        f"SRIFTY_GIT_URL={_q(git_url or '')}",
+        f"SRIFTY_GIT_REF={_q(git_ref)}",
+        f"SRIFTY_SETUP={_q(setup)}",
+        f"SRIFTY_RUN={_q(run)}",
+        "",
+        _FIND_PYTHON.format(candidates=" ".join(_TORCH_PYTHONS)),
+        'export PATH="$(dirname "$PY"):$PATH"  # torchrun and python of the torch environment',
+        _FETCH_REPO,
+        _FETCH_WORKDIR,
+        _TASK_RENDEZVOUS.format(wait_s=RENDEZVOUS_WAIT_S, url=JOB_RENDEZVOUS_URL),
+        "cd /opt/srifty/work",
+        'export PYTHONPATH="/opt/srifty/work${PYTHONPATH:+:$PYTHONPATH}"',
+        'if [ -n "${SRIFTY_CHECKPOINT_DIR:-}" ]; then mkdir -p "$SRIFTY_CHECKPOINT_DIR"; fi',
+        'echo "srifty: job $SRIFTY_JOB_ID node $NODE_RANK of $NNODES, master $MASTER_ADDR:$MASTER_PORT"',
+        'if [ -n "$SRIFTY_SETUP" ] && [ ! -f /opt/srifty/setup.done ]; then',
+        '  echo "srifty: setup"',
+        '  bash -euo pipefail -c "$SRIFTY_SETUP"',
+        "  touch /opt/srifty/setup.done",
+        "fi",
+        'echo "srifty: run"',
+        'bash -euo pipefail -c "$SRIFTY_RUN"',
+    ]
+    return check_size("\n".join(lines) + "\n")

@@ -165,7 +165,7 @@ def test_preview_then_create_launches_exactly_the_previewed_instances(
         ]["Value"]
     ).decode()
     assert script.splitlines()[1].startswith("shutdown -h +2400")  # the 40 h cap, on the VM itself
-    assert "torch.distributed.run" in script and "SRIFTY_PER_NODE_BATCH=32" in script
+    assert "torchrun --nnodes" in script and "/rendezvous/?instance_id=" in script  # batch: from the server
 
 
 def test_nothing_launches_without_a_matching_confirmation(cloud, launcher_api, plan):
@@ -324,11 +324,18 @@ def test_a_job_token_works_for_its_own_job_only(running, plan, user):
 def test_rendezvous_names_the_master_and_each_nodes_rank(running):
     job, token = running
     url = f"/api/v1/jobs/{job.pk}/rendezvous/"
-    assert agent(token).get(url, {"instance_id": "i-0bbb"}).json() == {
-        "master_addr": "10.0.0.5",
-        "node_rank": 1,
-        "nnodes": 2,
-    }
+    answer = agent(token).get(url, {"instance_id": "i-0bbb"}).json()
+    env = answer.pop("env")
+    assert answer == {"master_addr": "10.0.0.5", "node_rank": 1, "nnodes": 2}
+    # The node's whole environment (launcher.taskfile.node_env): torchrun's names and SkyPilot's.
+    assert (env["MASTER_ADDR"], env["NODE_RANK"], env["NNODES"], env["MASTER_PORT"]) == (
+        "10.0.0.5",
+        "1",
+        "2",
+        "29500",
+    )
+    assert env["SKYPILOT_NODE_RANK"] == "1" and env["SKYPILOT_NODE_IPS"].splitlines()[0] == "10.0.0.5"
+    assert env["SRIFTY_BATCH_PER_NODE"] == "32" and env["NCCL_SOCKET_NTHREADS"] == "2"  # g5.xlarge: no EFA
     assert agent(token).get(url, {"instance_id": "i-0aaa"}).json()["node_rank"] == 0
     assert agent(token).get(url, {"instance_id": "i-0zzz"}).status_code == 403  # not a node of this job
     assert agent(token).get(url).status_code == 400

@@ -146,10 +146,13 @@ def test_a_mixed_plan_launches_one_template_per_group_with_its_own_batch_and_mar
     script = user_data(cloud, by_type["g5.xlarge"][0]["InstanceId"])
     lines = script.splitlines()
     assert lines[1].startswith("shutdown -h +") and 595 <= int(lines[1].split("+")[1].split()[0]) <= 600
-    assert "-m torch.distributed.run" in script and "TRAIN_COMMAND=(train.py --epochs 3)" in script
-    assert "export SRIFTY_PER_NODE_BATCH=48" in script and "export SRIFTY_NNODES=3" in script
+    assert "torchrun --nnodes" in script and "train.py --epochs 3" in script  # the command as a task's run
     assert f"export SRIFTY_JOB_ID={job.pk}" in script and "/rendezvous/?instance_id=" in script
-    assert "export SRIFTY_PER_NODE_BATCH=64" in user_data(cloud, by_type["g5.2xlarge"][0]["InstanceId"])
+    # The batch and the node's identity come from the rendezvous answer (taskfile.node_env).
+    ranks = {iid: launch.rendezvous(job, iid)[1]["env"] for iid in job.instance_ids}
+    assert [ranks[i["InstanceId"]]["SRIFTY_PER_NODE_BATCH"] for i in by_type["g5.xlarge"]] == ["48", "48"]
+    assert ranks[by_type["g5.2xlarge"][0]["InstanceId"]]["SRIFTY_BATCH_PER_NODE"] == "64"
+    assert {e["NNODES"] for e in ranks.values()} == {"3"}
     templates = cloud.describe_launch_templates()["LaunchTemplates"]
     assert sorted(t["LaunchTemplateName"] for t in templates) == [
         f"srifty-job-{job.pk}-g0",
@@ -168,11 +171,9 @@ def test_a_group_with_uneven_batches_is_split_so_each_node_gets_its_batch(cloud,
     assert [(n.count, n.batch_per_node) for n in launches] == [(2, 40), (1, 48)]
     job = make_job(launcher, opt)
     assert launch.launch_job(job) == "launched 3 instances"
-    batches = sorted(
-        user_data(cloud, i["InstanceId"]).split("SRIFTY_PER_NODE_BATCH=")[1].split("\n")[0]
-        for i in instances(cloud, job.pk)
-    )
-    assert batches == ["40", "40", "48"]
+    job.refresh_from_db()
+    batches = [launch.rendezvous(job, i)[1]["env"]["SRIFTY_BATCH_PER_NODE"] for i in job.instance_ids]
+    assert batches == ["40", "40", "48"]  # in rank order
 
 
 def test_a_retried_launch_task_does_not_launch_twice(cloud, launcher):
