@@ -115,7 +115,7 @@ def _job_errors(view):
         except jobs.NotAllowed as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_403_FORBIDDEN)
         except jobs.JobError as exc:
-            problems: list = exc.details or [exc.message]
+            problems: list[object] = list(exc.details) if exc.details else [exc.message]
             return Response({exc.field: problems}, status=status.HTTP_400_BAD_REQUEST)
 
     return wrapped
