@@ -73,6 +73,13 @@ class Job(ScopedTokenMixin, models.Model):
     token_expires_at = models.DateTimeField(null=True, blank=True)
     last_seq = models.PositiveBigIntegerField(default=0)
     drift_since = models.DateTimeField(null=True, blank=True)
+    # The rate changes when the deadline guard moves spot nodes to on-demand: spend is what was
+    # billed before ``rate_since`` plus the current ``hourly_usd`` since then.
+    spend_before_usd = models.DecimalField(max_digits=12, decimal_places=4, default=0)
+    rate_since = models.DateTimeField(null=True, blank=True)
+    on_demand_since = models.DateTimeField(
+        null=True, blank=True, help_text="When the deadline guard moved the spot nodes to on-demand"
+    )
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -98,16 +105,19 @@ class Job(ScopedTokenMixin, models.Model):
     def cap_at(self):
         """When the time or spend cap is reached, whichever is first."""
         start = self.started_at or self.created_at
-        hours = min(
-            self.max_hours, float(self.max_spend_usd / self.hourly_usd) if self.hourly_usd else self.max_hours
-        )
-        return start + timedelta(hours=hours)
+        by_time = start + timedelta(hours=self.max_hours)
+        if not self.hourly_usd:
+            return by_time
+        since = self.rate_since or start
+        left = float(self.max_spend_usd - self.spend_before_usd) / float(self.hourly_usd)
+        return min(by_time, since + timedelta(hours=max(0.0, left)))
 
     def spend_so_far(self, now=None) -> float:
         now = now or timezone.now()
-        start = self.started_at or self.created_at
+        start = self.rate_since or self.started_at or self.created_at
         end = self.finished_at or now
-        return max(0.0, (end - start).total_seconds() / 3600.0) * float(self.hourly_usd)
+        hours = max(0.0, (end - start).total_seconds() / 3600.0)
+        return float(self.spend_before_usd) + hours * float(self.hourly_usd)
 
     def token_expiry(self):
         """Node tokens die at the job's cap (or earlier, when the job ends)."""
@@ -143,3 +153,55 @@ class JobEvent(models.Model):
     class Meta:
         db_table = "plans_jobevent"
         ordering = ["at"]
+
+
+class JobCheckpoint(models.Model):
+    """A checkpoint the training reported (``POST /jobs/{id}/checkpoints/``): where a
+    replacement resumes after an interruption."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="checkpoints")
+    iteration = models.PositiveBigIntegerField()
+    samples = models.PositiveBigIntegerField(null=True, blank=True, help_text="Samples trained so far")
+    path = models.CharField(max_length=1024, blank=True, help_text="Where it was written (e.g. an S3 key)")
+    rank = models.PositiveIntegerField(default=0)
+    reported_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ["reported_at", "pk"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "iteration"], name="uniq_job_checkpoint_iteration")
+        ]
+
+
+class JobInterruption(models.Model):
+    """A node lost (spot notice, gone, stopped) or moved by the deadline guard; what it cost
+    and what replaced it (``launcher.interruptions``)."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="interruptions")
+    instance_id = models.CharField(max_length=32)
+    instance_type = models.CharField(max_length=64, blank=True)
+    market = models.CharField(max_length=16, blank=True, help_text="The lost node's market")
+    cause = models.CharField(max_length=32, help_text="spot_notice, gone, stopped or deadline_guard")
+    at = models.DateTimeField(help_text="When the node stopped training (the notice's action time)")
+    checkpoint = models.ForeignKey(
+        JobCheckpoint, null=True, blank=True, on_delete=models.SET_NULL, help_text="Where the run resumes"
+    )
+    lost_min = models.FloatField(help_text="Training since the last checkpoint, done again")
+    restart_min = models.FloatField(help_text="Until the replacement trains: assumed, then measured")
+    hourly_usd = models.DecimalField(max_digits=12, decimal_places=4, help_text="The cluster's rate")
+    replacement_ids = models.JSONField(default=list, blank=True)
+    replacement_market = models.CharField(max_length=16, blank=True)
+    resumed_at = models.DateTimeField(null=True, blank=True)
+    resumed_iteration = models.PositiveBigIntegerField(null=True, blank=True)
+    detail = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["at", "pk"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "instance_id"], name="uniq_job_interruption_instance")
+        ]
+
+    @property
+    def cost_usd(self) -> float:
+        """The cluster's rate over the lost and restart time (spot_policy.interruption_cost)."""
+        return (self.lost_min + self.restart_min) / 60.0 * float(self.hourly_usd)
