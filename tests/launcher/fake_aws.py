@@ -16,6 +16,7 @@ not echo what a launch asks for (EFA ``InterfaceType``, ``Placement.GroupName``)
 
 from __future__ import annotations
 
+import json
 from copy import deepcopy
 
 import boto3
@@ -42,6 +43,7 @@ class LaunchAws:
     def handlers(self) -> list[tuple[str, object]]:
         return [
             ("provide-client-params.ec2", self._record),
+            ("provide-client-params.ssm", self._record),
             ("before-call.ec2.CreatePlacementGroup", self._create_group),
             ("before-call.ec2.DeletePlacementGroup", self._delete_group),
             ("before-call.ec2.RunInstances", self._run_instances),
@@ -102,7 +104,7 @@ class LaunchAws:
             self.members.setdefault(group, []).extend(i["InstanceId"] for i in parsed.get("Instances", []))
 
     def _get_parameter(self, params, **kwargs):
-        name = params["body"]["Name"]
+        name = json.loads(params["body"])["Name"]
         if not name.startswith("/aws/"):
             return None  # moto's own
         if name not in self.ssm:
@@ -116,7 +118,7 @@ class LaunchAws:
         )
 
     def _get_quota(self, params, **kwargs):
-        code = params["body"]["QuotaCode"]
+        code = json.loads(params["body"])["QuotaCode"]
         if code not in self.quotas:
             return self._error("NoSuchResourceException", f"no quota {code}")
         quota = {"ServiceCode": "ec2", "QuotaCode": code, "Value": self.quotas[code], "Unit": "None"}

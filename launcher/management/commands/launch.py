@@ -2,7 +2,7 @@
 
 Launches option K of solved plan N with a task file (Srifty's YAML or SkyPilot's, see
 ``launcher.taskfile``): the file is checked (every error with its line and field, exit 1), the
-pre-checks ask AWS what it would refuse (``launcher.prechecks``; ``--skip-checks`` skips
+pre-checks ask AWS what it would refuse (``launcher.prechecks``; ``--no-prechecks`` skips
 them), the exact launch is shown, and after a ``y`` (or ``--yes``) a local workdir is packed and
 uploaded (``launcher.workdirs``) and the job is created and launched in the foreground; the job
 row is printed at the end. The same confirmation rules as the web: ``launcher.add_job`` (the
@@ -37,7 +37,7 @@ class Command(BaseCommand):
         parser.add_argument("--image-id", default="", help="a custom AMI instead of the Deep Learning AMI")
         parser.add_argument("--user", default=None, help="who launches (default: the first superuser)")
         parser.add_argument("--yes", action="store_true", help="launch without asking")
-        parser.add_argument("--skip-checks", action="store_true", help="do not ask AWS before launching")
+        parser.add_argument("--no-prechecks", action="store_true", help="do not ask AWS before launching")
 
     def handle(self, *args, **o):
         path = Path(o["task"])
@@ -63,7 +63,7 @@ class Command(BaseCommand):
         for note in taskfile.plan_conflicts(spec, option):
             self.stdout.write(f"note: {note}")
         spend, hours = _caps(option, o["max_spend"], o["max_hours"])
-        if not o["skip_checks"]:
+        if not o["no_prechecks"]:
             self._prechecks(option)
         shown = options.preview(option, spend, hours)
         self.stdout.write(
@@ -107,7 +107,7 @@ class Command(BaseCommand):
         failed = [c for c in checks if c.failed]
         if failed:
             raise CommandError(
-                f"{len(failed)} pre-check(s) failed; nothing launched (fix them or --skip-checks)"
+                f"{len(failed)} pre-check(s) failed; nothing launched (fix them or --no-prechecks)"
             )
 
 
