@@ -17,6 +17,7 @@ from planner.app.api import CANCEL_PERMISSION
 from planner.app.models import PlanRecord
 from planner.app.serializers import PlanRequestSerializer
 from planner.defaults import PLAN_DEFAULTS
+from planner.solver.explain import saves_or_costs, sooner_or_longer
 from profiler import actions
 from profiler.models import ProfilingRun, RunKind, RunStatus
 from srifty_web.teams import acts_for_owner
@@ -177,6 +178,27 @@ def plan_cancel(request: HttpRequest, plan_id: int) -> HttpResponse:
     return redirect("plan-page", plan_id=plan_id)
 
 
+def ranked_rows(result: dict) -> list[dict]:
+    """The ranked plans, each with its why-a-mix sentence (``result["mix_reasons"]``, by rank)."""
+    reasons = result.get("mix_reasons") or {}
+    return [{**p, "why_mix": reasons.get(str(p.get("rank")))} for p in result.get("plans", [])]
+
+
+def baseline_rows(result: dict) -> list[dict]:
+    """The baselines, each with plan #1 against it in words ("saves $120 (45%)", "costs $30.00
+    more (12%)"): computed from the stored totals, so older results read the same way."""
+    plans = result.get("plans") or []
+    best = plans[0] if plans else None
+    rows = []
+    for b in result.get("baselines", []):
+        row = dict(b)
+        if b.get("plan") and best is not None:
+            row["cost_words"] = saves_or_costs(best["total_usd"], b["plan"]["total_usd"])
+            row["time_words"] = sooner_or_longer(best["time_h"], b["plan"]["time_h"])
+        rows.append(row)
+    return rows
+
+
 @login_required
 def plan_detail(request: HttpRequest, plan_id: int) -> HttpResponse:
     solving.recover_stale_plans()
@@ -213,6 +235,9 @@ def plan_detail(request: HttpRequest, plan_id: int) -> HttpResponse:
             "live": solving.status_message(record),
             "can_cancel": not record.finished and acts_for_owner(request.user, record, CANCEL_PERMISSION),
             "result": result,
+            "ranked": ranked_rows(result),
+            "baselines": baseline_rows(result),
+            "assumptions": result.get("assumptions"),
             "req": req,
             "chart": chart,
             "can_launch": request.user.has_perm("launcher.add_job"),

@@ -24,6 +24,8 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 SOURCES = ("measured", "transferred", "analytical")
+#: Not a prediction source of a row: the error of scaling to several GPUs and nodes (plans state it).
+SCALING = "scaling"
 DEFAULT_PATH = Path(__file__).resolve().parent / "data" / "validated_errors.json"
 
 
@@ -84,7 +86,7 @@ def load_validated_errors(path: Path | None = None) -> dict[str, SourceError]:
         log.warning("validated errors %s is not an object; ignored", path)
         return {}
     out = {}
-    for source in SOURCES:
+    for source in (*SOURCES, SCALING):
         entry = _entry(source, doc.get(source))
         if entry is not None:
             out[source] = entry

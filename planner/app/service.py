@@ -217,6 +217,32 @@ def plan_warnings(req: dict, wl, run, profile) -> list[dict]:
     return out
 
 
+def plan_assumptions(plans, pr, req: dict, wl, profile, oracle, warnings: list[dict]) -> dict:
+    """What the plans assume (``planner.assumptions``): each GPU type's prediction source and
+    validated error, the precision the profile ran, the data-loader assumption, what p90 includes."""
+    from planner.assumptions import describe
+
+    def source_of(gpu: str, batch: int) -> str:
+        try:
+            t = oracle.phases(gpu, batch)
+        except KeyError:
+            t = None
+        return t.source if t is not None else "analytical"
+
+    return describe(
+        plans,
+        pr,
+        source_of=source_of,
+        errors=validated_errors(),
+        measured_on=wl.measured_on,
+        requested_precision=req["model"].get("precision"),
+        profile_precision=profile.device.precision if profile else None,
+        planned_precision=wl.precision,
+        precision_warning=next((w["message"] for w in warnings if w["code"] == "precision_mismatch"), None),
+        pipeline=oracle.pipeline,
+    )
+
+
 def plan_request(req: dict):
     """The pure :class:`planner.solver.PlanRequest` for a validated request dict."""
     from planner.solver import PlanRequest, RequestError
@@ -334,6 +360,7 @@ def solve_request(req: dict, owner, *, allow_code: bool = False, progress=None) 
     from planner.baselines import evaluate_baselines
     from planner.oracle import Oracle
     from planner.solver import solve
+    from planner.why_mix import mix_reasons
 
     stages = _Stages(progress)
     started = time.perf_counter()
@@ -360,6 +387,7 @@ def solve_request(req: dict, owner, *, allow_code: bool = False, progress=None) 
         else {}
     )
     stages.enter("baselines")
+    warnings = plan_warnings(req, wl, run, profile)
     baselines = evaluate_baselines(
         pr,
         cands,
@@ -388,7 +416,9 @@ def solve_request(req: dict, owner, *, allow_code: bool = False, progress=None) 
             "profile_precision": profile.device.precision if profile else None,
         },
         "request": {"total_samples": pr.total_samples},
-        "warnings": plan_warnings(req, wl, run, profile),
+        "warnings": warnings,
+        "assumptions": plan_assumptions(result.plans, pr, req, wl, profile, oracle, warnings),
+        "mix_reasons": mix_reasons(result.plans, pr, cands, oracle),
     }
 
 

@@ -10,6 +10,7 @@ carries the constraint's request field name in ``constraint``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -41,6 +42,31 @@ def fp(x: float) -> str:
 def usd(x: float) -> str:
     """A money figure with its currency: cents below $100, whole dollars above."""
     return f"${x:,.2f}" if abs(x) < 100 else f"${x:,.0f}"
+
+
+def saves_or_costs(ours: float, theirs: float) -> str:
+    """Our total against another plan's, as words that never read as a negative saving:
+    "saves $120 (45%)", "costs $30.00 more (12%)", "costs $3,460 more (14.4× as much)"."""
+    d = theirs - ours
+    if abs(d) < 0.005:
+        return "same cost"
+    if d > 0:
+        return f"saves {usd(d)} ({fp(100 * d / theirs)})" if theirs > 0 else f"saves {usd(d)}"
+    ratio = ours / theirs if theirs > 0 else math.inf
+    if ratio >= 1.5:
+        times = f"{ratio:.1f}× as much" if math.isfinite(ratio) else "where it costs nothing"
+        return f"costs {usd(-d)} more ({times})"
+    return f"costs {usd(-d)} more ({fp(100 * -d / theirs)})"
+
+
+def sooner_or_longer(ours_h: float, theirs_h: float) -> str:
+    """Our time against another plan's: "finishes 2.40 h sooner (35%)", "takes 12 min longer (4.0%)"."""
+    d = theirs_h - ours_h
+    if theirs_h <= 0 or abs(d) / theirs_h < 0.0005:
+        return "same time"
+    span = f"{fh(abs(d))} h" if abs(d) >= 1 else f"{abs(d) * 60:.0f} min"
+    share = fp(100 * abs(d) / theirs_h)
+    return f"finishes {span} sooner ({share})" if d > 0 else f"takes {span} longer ({share})"
 
 
 def objective_phrase(spec: Spec, req: PlanRequest) -> str:

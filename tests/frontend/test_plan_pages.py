@@ -145,7 +145,7 @@ def test_the_page_shows_no_precision_warning_when_the_precisions_match(
 def _rows(page: str) -> list[str]:
     found = re.search(r'<table id="ranked-table">.*?<tbody>(.*?)</tbody>', page, re.S)
     assert found, "no ranked table on the page"
-    return re.findall(r"<tr>(.*?)</tr>", found.group(1), re.S)
+    return re.findall(r"<tr[^>]*>(.*?)</tr>", found.group(1), re.S)
 
 
 def test_each_ranked_row_shows_its_prediction_source_and_the_validated_p90_error(

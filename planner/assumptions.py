@@ -1,0 +1,167 @@
+"""What every plan assumes, stated: where each GPU type's prediction comes from and its validated
+error, the precision the profile really ran, the data-loader assumption and what p90 includes.
+
+The validated errors come from one place, ``planner/data/validated_errors.json``
+(:mod:`planner.validated`), which the benches write: ``bench/accuracy_local.py`` for *measured*,
+``bench/accuracy_public.py`` for *transferred*, *analytical* and *scaling* (multi-GPU, multi-node).
+A source the file does not validate is said to be "not validated", never given a number.
+
+Pure: no Django.  :func:`describe` returns plain JSON for the API result and the plan page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from planner.input_pipeline import InputPipeline
+from planner.precision import same_precision
+from planner.solver.request import Plan, PlanRequest
+from planner.validated import SCALING, SOURCES, SourceError, error_of
+
+SOURCE_WORDS = {
+    "measured": "measured: profiled on this GPU",
+    "transferred": "transferred: scaled from the profile on {measured_on} by the compute model",
+    "analytical": "analytical: the compute model's operator counts, no profile of this model",
+}
+
+
+def _error_words(err: Mapping[str, Any]) -> str:
+    if not err.get("validated"):
+        return "not validated"
+    when = f", {err['measured_at']}" if err.get("measured_at") else ""
+    return (
+        f"validated p90 error ±{err['p90_pct']:.1f}% (median {err['median_pct']:.1f}%, "
+        f"n={err['n']}, {err['bench']}{when})"
+    )
+
+
+def gpu_types(
+    plans: Sequence[Plan],
+    source_of: Callable[[str, int], str],
+    errors: Mapping[str, SourceError],
+    measured_on: str | None,
+) -> list[dict[str, Any]]:
+    """One entry per GPU model of the plans: its instance types, prediction source and error.
+
+    ``source_of(gpu_model, per_gpu_batch)`` is the oracle's ``PhaseTimes.source`` (or
+    ``"analytical"`` when it has none)."""
+    seen: dict[str, dict[str, Any]] = {}
+    for p in plans:
+        for g in p.groups:
+            b = g.batch_per_node[0] // max(1, g.gpus_per_node) if g.batch_per_node else 1
+            entry = seen.get(g.gpu_model)
+            if entry is None:
+                source = source_of(g.gpu_model, max(1, b))
+                source = source if source in SOURCES else "analytical"
+                err = error_of(source, errors)
+                entry = seen[g.gpu_model] = {
+                    "gpu_model": g.gpu_model,
+                    "instance_types": [],
+                    "source": source,
+                    "source_text": SOURCE_WORDS[source].format(measured_on=measured_on or "another GPU"),
+                    "error": err,
+                    "error_text": _error_words(err),
+                }
+            if g.instance_type not in entry["instance_types"]:
+                entry["instance_types"].append(g.instance_type)
+    return list(seen.values())
+
+
+def precision(
+    requested: str | None, profile_ran: str | None, planned: str, warning: str | None
+) -> dict[str, Any]:
+    """The precision asked for, the one the profile ran and the one predictions are made at.
+
+    ``warning``: :func:`planner.precision.precision_warning`'s sentence (the mismatch flag)."""
+    mismatch = warning is not None or (
+        requested is not None and profile_ran is not None and not same_precision(requested, profile_ran)
+    )
+    if warning:
+        text = warning
+    elif profile_ran is not None:
+        text = f"Predictions are made at {planned}; the profile ran {profile_ran}, as asked."
+    else:
+        text = f"No profile: predictions are made at {planned} from the model's operator counts."
+    return {
+        "requested": requested,
+        "profile_ran": profile_ran,
+        "planned": planned,
+        "mismatch": mismatch,
+        "text": text,
+    }
+
+
+def data_loader(pipeline: InputPipeline | None) -> dict[str, Any]:
+    """The input-pipeline assumption (:mod:`planner.input_pipeline`)."""
+    if pipeline is None:
+        return {
+            "kind": None,
+            "rate_per_vcpu": None,
+            "measured": False,
+            "text": "No input-pipeline limit: the input shape is neither image (C, H, W) nor token "
+            "(seq_len,) data, so the data loaders are assumed to keep up.",
+        }
+    origin = (
+        "measured by the profile"
+        if pipeline.measured
+        else f"assumed for {pipeline.kind} data (planner/input_pipeline.py: the PyTorch reference "
+        "pipeline on one core, 0.6 of it per vCPU)"
+    )
+    return {
+        "kind": pipeline.kind,
+        "rate_per_vcpu": pipeline.rate_per_vcpu,
+        "measured": pipeline.measured,
+        "text": f"Each vCPU beyond one per GPU runs a data-loader worker preparing "
+        f"{pipeline.rate_per_vcpu:,.0f} samples/s ({origin}); a node trains no faster than its "
+        "loaders feed it. Storage is assumed not to stall the loaders.",
+    }
+
+
+def p90(request: PlanRequest, uses_spot: bool) -> str:
+    """What the p90 time includes (and leaves out)."""
+    parts = [
+        f"{request.startup_overhead_h:g} h of startup",
+        "the iteration-time jitter of the simulator's p90 iteration over the whole run",
+    ]
+    if uses_spot:
+        parts.append(
+            "for spot nodes, interruptions at the hourly rate of each type's Spot Advisor bucket, "
+            f"each losing the work since the last checkpoint (every {request.checkpoint_interval_h:g} h) "
+            f"plus {request.restart_overhead_h:g} h to replace the node"
+        )
+    return (
+        "p90 time: 9 runs in 10 finish by then. It includes "
+        + ", ".join(parts[:-1])
+        + " and "
+        + parts[-1]
+        + ". It leaves out price changes, waiting for capacity and a slower input pipeline than assumed."
+    )
+
+
+def describe(
+    plans: Sequence[Plan],
+    request: PlanRequest,
+    *,
+    source_of: Callable[[str, int], str],
+    errors: Mapping[str, SourceError],
+    measured_on: str | None,
+    requested_precision: str | None,
+    profile_precision: str | None,
+    planned_precision: str,
+    precision_warning: str | None,
+    pipeline: InputPipeline | None,
+) -> dict[str, Any]:
+    """The assumptions block of a plan result (module docstring)."""
+    scaling = error_of(SCALING, errors)
+    return {
+        "types": gpu_types(plans, source_of, errors, measured_on),
+        "scaling": {
+            "error": scaling,
+            "text": "Scaling to several GPUs and nodes (all-reduce and input-pipeline model): "
+            + _error_words(scaling),
+        },
+        "precision": precision(requested_precision, profile_precision, planned_precision, precision_warning),
+        "data_loader": data_loader(pipeline),
+        "p90": p90(request, any(p.uses_spot for p in plans)),
+    }
