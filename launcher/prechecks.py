@@ -52,7 +52,20 @@ def run(option: dict) -> list[Check]:
     if found.failed:
         return [found]
     launches = options.node_launches(option)
-    return [found, *quotas(region, launches), *offerings(region, launches), *subnets(region, launches)]
+    out = [found]
+    for name, check in (("quota", quotas), ("offering", offerings), ("subnet", subnets)):
+        try:
+            out += check(region, launches)
+        except ec2.CloudError as exc:  # a question AWS would not answer is a failed check, not a crash
+            out.append(
+                Check(
+                    name,
+                    "error",
+                    f"could not ask AWS: {exc}",
+                    "Retry; if it persists, check the server's IAM permissions.",
+                )
+            )
+    return out
 
 
 def summary(option: dict) -> dict:
@@ -80,9 +93,12 @@ def _vcpus(names: set[str], region: str) -> dict[str, int]:
 
     known = dict(InstanceType.objects.filter(name__in=names).values_list("name", "vcpus"))
     missing = sorted(n for n in names if n not in known and n)
-    if missing:
-        for item in ec2.describe_instance_types(region, missing):
-            known[item["InstanceType"]] = int(item.get("VCpuInfo", {}).get("DefaultVCpus", 0))
+    for name in missing:  # one by one: EC2 refuses the whole call for one unknown name
+        try:
+            for item in ec2.describe_instance_types(region, [name]):
+                known[item["InstanceType"]] = int(item.get("VCpuInfo", {}).get("DefaultVCpus", 0))
+        except ec2.CloudError:
+            known[name] = 0  # not a type EC2 knows: the offering check says so
     return known
 
 
