@@ -18,7 +18,12 @@ from tests.launcher.test_task_launch import option
 
 pytestmark = pytest.mark.django_db
 ROOT = Path(__file__).resolve().parents[2]
-STATUS_EVENTS = {
+STATUS_EVENTS: dict[str, str] = {
+    "launched": JobStatus.RUNNING,
+    JobStatus.SUCCEEDED: JobStatus.SUCCEEDED,
+    JobStatus.FAILED: JobStatus.FAILED,
+    JobStatus.STOPPED: JobStatus.STOPPED,
+}
     "launched": JobStatus.RUNNING,
     **{s: s for s in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED)},
 }
@@ -35,7 +40,7 @@ def job(user, settings):
 
 def status_by_log(job) -> str:
     """The status the event log says the job has: that of its newest status event."""
-    said = JobStatus.LAUNCHING
+    said: str = JobStatus.LAUNCHING
     for event in job.events.order_by("at", "pk"):
         said = STATUS_EVENTS.get(event.kind, said)
     return said
