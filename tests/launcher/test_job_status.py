@@ -24,9 +24,6 @@ STATUS_EVENTS: dict[str, str] = {
     JobStatus.FAILED: JobStatus.FAILED,
     JobStatus.STOPPED: JobStatus.STOPPED,
 }
-    "launched": JobStatus.RUNNING,
-    **{s: s for s in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED)},
-}
 
 
 @pytest.fixture
