@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -67,6 +67,8 @@ from planner.solver.request import REL, PerfOracle, qkey
 FULL_CURVE_LIMIT = 2048
 #: Count vectors built at once for a subset of three (the first member's counts in blocks).
 SLICE_ROWS = 1 << 18
+#: Bytes of cached comm-floor caps (A4) per solve.
+COMM_CACHE_BYTES = 8 << 20
 
 
 class Curves:
@@ -94,6 +96,11 @@ class Curves:
         self.max_workers = max(int(workers_fn(g)) for g in self.grid) if callable(workers_fn) else None
         bound_fn = getattr(perf, "throughput_bound", None)
         self.has_bound = callable(bound_fn)
+        floor_fn = getattr(perf, "comm_floor_ms", None)
+        self.comm_floor: Callable[[Sequence[Candidate], np.ndarray], np.ndarray] | None = (
+            floor_fn if callable(floor_fn) else None
+        )
+        self.g_max = max(self.grid)
         counts = np.arange(1, self.N + 1)
         self.ub: dict[str, np.ndarray] = {}  # t -> (|grid|, N + 1) upper bounds (0: cannot run)
         for t, c in reps.items():
@@ -261,6 +268,11 @@ class MixBounds:
         else:
             self.dom = np.zeros((0, 0), dtype=bool)
             self.curve_sum = np.zeros(0)
+        # comm floor (A4): throughput caps of mixes by their all-reduces, per distinct type set and
+        # total count (nan: not asked yet), filled as vectors need them
+        self.comm = curves.comm_floor is not None
+        self._comm_ub: dict[tuple[str, ...], np.ndarray] = {}
+        self.comm_entries = max(16, COMM_CACHE_BYTES // (8 * (N + 1)))
         self.pmax: dict[str, np.ndarray] = {}
         self.rmin: dict[str, np.ndarray] = {}
         for t, term in self.term.items():
@@ -309,15 +321,42 @@ class MixBounds:
     def ub(self, subset: Sequence[Candidate], ns: Sequence[Any], level: int) -> Any:
         """Upper bound on the mix throughput for count vectors ``ns`` (arrays or ints)."""
         sep = sum(self.term[c.instance_type][n] for c, n in zip(subset, ns, strict=True))
-        if level < 2 or not self.replacement:
-            return sep
-        merged: dict[int, Any] = {}
-        for i, r in enumerate(self.reps(subset)):
-            merged[r] = merged.get(r, 0) + ns[i]
-        if len(merged) == len(subset):
-            return sep
-        rep = sum(self.term[subset[r].instance_type][cnt] for r, cnt in merged.items())
-        return np.minimum(sep, rep)
+        out = sep
+        if level >= 2 and self.replacement:
+            merged: dict[int, Any] = {}
+            for i, r in enumerate(self.reps(subset)):
+                merged[r] = merged.get(r, 0) + ns[i]
+            if len(merged) < len(subset):
+                rep = sum(self.term[subset[r].instance_type][cnt] for r, cnt in merged.items())
+                out = np.minimum(sep, rep)
+        if level >= 3 and self.comm:
+            out = np.minimum(out, self.comm_ub(subset, sum(ns)))
+        return out
+
+    def comm_ub(self, subset: Sequence[Candidate], totals: Any) -> np.ndarray:
+        """(A4) ``G_max / floor(n)`` for each total node count ``n`` of ``totals``: a mix runs on
+        one cluster (fewest GPUs per node, slowest link, slowest GPU, whatever the counts) and
+        its iteration takes at least that cluster's all-reduces (``comm_floor_ms`` of the
+        oracle); inf where the oracle cannot say."""
+        key = tuple(sorted({c.instance_type for c in subset}))
+        arr = self._comm_ub.get(key)
+        if arr is None:
+            if len(self._comm_ub) >= self.comm_entries:
+                self._comm_ub.clear()  # a cache: asked again when needed
+            arr = self._comm_ub[key] = np.full(self.N + 1, np.nan)
+        t = np.asarray(totals, dtype=np.int64)
+        vals = arr[t]
+        miss = np.isnan(vals)
+        if miss.any():
+            assert self.curves.comm_floor is not None
+            need = np.unique(t[miss])
+            floor = np.asarray(self.curves.comm_floor([self.curves.reps[x] for x in key], need), dtype=float)
+            with np.errstate(divide="ignore"):
+                arr[need] = np.where(
+                    floor > 0, self.curves.g_max * 1e3 / np.where(floor > 0, floor, 1.0), np.inf
+                )
+            vals = arr[t]
+        return vals
 
     def member_tables(
         self,

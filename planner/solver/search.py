@@ -100,7 +100,7 @@ import numpy as np
 
 from planner import spot as spotmodel
 from planner.candidates import Candidate, find_dominated
-from planner.solver.candidates import Curves, MixBounds, combinations, hardware_rows
+from planner.solver.candidates import COMM_CACHE_BYTES, Curves, MixBounds, combinations, hardware_rows
 from planner.solver.evaluate import (
     Col,
     ConfigMetrics,
@@ -309,7 +309,9 @@ class Engine:
             "max_nodes",
             f"bounds of {len(self.kept)} offers x {self.N} nodes",
         )
-        self.bound_level = 2
+        self.budget.charge(COMM_CACHE_BYTES, "max_nodes", "the comm-floor cache")
+        # 3: comm floor + replacement + separability (see planner.solver.candidates); lowered on a violation
+        self.bound_level = 3 if self.curves.comm_floor is not None else 2
 
     # -- helpers
     def per_node(self, c: Candidate) -> float:
