@@ -30,7 +30,7 @@ from rest_framework.response import Response
 from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import APIView
 
-from launcher import jobs, launch, monitor, prechecks, workdirs
+from launcher import jobs, launch, monitor, prechecks, skyexport, workdirs
 from launcher.models import Job
 from launcher.serializers import (
     ApplyReplanSerializer,
@@ -156,6 +156,31 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
                 image_id=v["image_id"],
             )
         )
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("plan", int, required=True),
+            OpenApiParameter("rank", int, required=True),
+        ],
+        responses={
+            200: OpenApiResponse(description="a SkyPilot task file (YAML), or a zip of one per type"),
+            400: None,
+        },
+    )
+    @action(detail=False, methods=["get"], url_path="sky-export")
+    @_job_errors
+    def sky_export(self, request, *args, **kwargs):
+        """A plan option as a SkyPilot task file, for ``sky launch`` (a mixed-type option: a zip
+        with one file per instance type and a note)."""
+        params = PrecheckParamsSerializer(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        v = params.validated_data
+        plan = launch._plan(request.user, v["plan"])
+        option = jobs.plan_option(request.user, plan, v["rank"])
+        name, data, kind = skyexport.download(option, plan.pk)
+        response = HttpResponse(data, content_type=kind)
+        response["Content-Disposition"] = f'attachment; filename="{name}"'
+        return response
 
     @extend_schema(
         request=PrecheckParamsSerializer, responses={200: PrechecksSerializer, 400: None, 403: None}

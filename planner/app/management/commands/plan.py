@@ -57,6 +57,12 @@ class Command(BaseCommand):
         parser.add_argument("--baseline-gpu", default="", help="the GPU a SkyPilot-style user would request")
         parser.add_argument("--user", default=None)
         parser.add_argument("--json", action="store_true")
+        parser.add_argument(
+            "--export-sky",
+            metavar="DIR",
+            help="also write option --export-option as SkyPilot task files into DIR (one per instance type)",
+        )
+        parser.add_argument("--export-option", type=int, default=1, metavar="K")
 
     def handle(self, *args, **o):
         data = {
@@ -112,6 +118,8 @@ class Command(BaseCommand):
         if record.status != PlanStatus.SOLVED:
             field = f"{record.error_field}: " if record.error_field else ""
             raise CommandError(f"plan {record.pk} {record.status}: {field}{record.error}")
+        if o["export_sky"]:
+            _export_sky(self, record, o["export_option"], o["export_sky"])
         if o["json"]:
             self.stdout.write(json.dumps({"plan": record.pk, **(record.result or {})}, indent=2, default=str))
             return
@@ -148,6 +156,26 @@ class ProgressBar:
         if self._len:
             self.out.write("\r" + " " * self._len + "\r", ending="")
             self.out.flush()
+
+
+def _export_sky(cmd, record, rank: int, folder: str) -> None:
+    """Option ``rank`` as SkyPilot task files (``launcher.taskfile.to_skypilot``: one per type,
+    a mixed plan's files say so at the top), for teams who launch with ``sky launch``."""
+    from pathlib import Path
+
+    from launcher.taskfile import to_skypilot  # the task-file format lives with the launcher
+
+    option = record.option(rank)
+    if option is None:
+        raise CommandError(f"--export-option {rank}: plan {record.pk} has no option {rank}")
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    files = to_skypilot(option)
+    for name, text in files:
+        (out / name).write_text(text)
+        cmd.stderr.write(f"wrote {out / name}")
+    if len(files) > 1:
+        cmd.stderr.write(f"note: option {rank} mixes {len(files)} instance types: one SkyPilot file per type")
 
 
 def _quotas(items: list[str], flag: str) -> dict[str, float]:
