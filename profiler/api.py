@@ -12,7 +12,14 @@ from pathlib import Path
 from django.conf import settings
 from django.db import transaction
 from django.http import HttpResponse
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import (
+    OpenApiExample,
+    OpenApiParameter,
+    OpenApiResponse,
+    PolymorphicProxySerializer,
+    extend_schema,
+    extend_schema_view,
+)
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, PermissionDenied
@@ -23,7 +30,13 @@ from rest_framework.views import APIView
 from profiler import actions
 from profiler.auth import AgentTokenAuthentication, IsAgentForThisRun
 from profiler.models import ProfilingRun, Provider, RunEvent
-from profiler.serializers import AgentEventSerializer, ProfilingRunDetailSerializer, ProfilingRunSerializer
+from profiler.serializers import (
+    AgentEventSerializer,
+    CommRunRequestSerializer,
+    ComputeRunRequestSerializer,
+    ProfilingRunDetailSerializer,
+    ProfilingRunSerializer,
+)
 from srifty_web.teams import acts_for_owner
 
 CANCEL_PERMISSION = "profiler.change_profilingrun"  # teammates without it may read a run, not cancel it
@@ -62,6 +75,40 @@ def content_length(request) -> int | None:
     return int(raw) if raw.isdigit() and len(raw) <= 18 else None
 
 
+# The schema states what validate() requires: a compute run names its model and input shape.
+@extend_schema_view(
+    create=extend_schema(
+        request=PolymorphicProxySerializer(
+            component_name="ProfilingRunCreate",
+            serializers=[ComputeRunRequestSerializer, CommRunRequestSerializer],
+            resource_type_field_name=None,
+        ),
+        responses={201: ProfilingRunSerializer},
+        examples=[
+            OpenApiExample(
+                "Compute run on this server",
+                request_only=True,
+                value={
+                    "model_spec": "torchvision:resnet50",
+                    "input_shape": "3,224,224",
+                    "batch_sizes": "auto",
+                },
+            ),
+            OpenApiExample(
+                "AllReduce sweep on one EC2 node",
+                request_only=True,
+                value={
+                    "kind": "comm",
+                    "provider": "ec2",
+                    "instance_type": "g5.12xlarge",
+                    "region": "us-east-1",
+                    "backend": "nccl",
+                    "world_size": 4,
+                },
+            ),
+        ],
+    )
+)
 class ProfilingRunViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     """Start profiling runs and read them with their samples (your team's runs only)."""
 

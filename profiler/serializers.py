@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 from django.conf import settings
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from catalog.models import InstanceType
@@ -310,6 +311,47 @@ class ProfilingRunSerializer(ModelSerializer):
         if errors:
             raise serializers.ValidationError(errors)
         return attrs
+
+
+@extend_schema_field(
+    {
+        "type": "string",
+        "maxLength": 64,
+        "example": "3,224,224",
+        "description": "one sample's shape, comma-separated: 3,224,224 (C,H,W image) or 512 (tokens)",
+    }
+)
+class InputShapeField(serializers.CharField):
+    """A sample's input shape (checked against ``SHAPE_RE`` by the serializer that uses it)."""
+
+
+# --- request schemas (OpenAPI only): what validate() requires of each kind of run -------------
+WRITABLE = [f for f in RUN_FIELDS if f not in READ_ONLY] + ["max_minutes"]
+
+
+class ComputeRunRequestSerializer(ProfilingRunSerializer):
+    """A compute run: ``model_spec`` and ``input_shape`` are required (``kind`` defaults to compute)."""
+
+    kind = serializers.ChoiceField(choices=["compute"], required=False, help_text="compute (the default)")
+    model_spec = serializers.CharField(
+        max_length=200,
+        help_text="torchvision:NAME, timm:NAME, transformers:MODEL_TYPE or package.module:factory",
+    )
+    input_shape = InputShapeField(max_length=64)
+
+    class Meta(ProfilingRunSerializer.Meta):
+        fields = WRITABLE
+        read_only_fields: list[str] = []
+
+
+class CommRunRequestSerializer(ProfilingRunSerializer):
+    """A communication run (AllReduce vs message size): ``kind`` is required and is comm."""
+
+    kind = serializers.ChoiceField(choices=["comm"])
+
+    class Meta(ProfilingRunSerializer.Meta):
+        fields = WRITABLE
+        read_only_fields: list[str] = []
 
 
 class ProfilingRunDetailSerializer(ProfilingRunSerializer):

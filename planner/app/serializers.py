@@ -5,14 +5,19 @@ from __future__ import annotations
 import math
 import re
 
-from drf_spectacular.utils import extend_schema_field
+from drf_spectacular.utils import (
+    OpenApiExample,
+    PolymorphicProxySerializer,
+    extend_schema_field,
+    extend_schema_serializer,
+)
 from rest_framework import serializers
 
 from catalog.models import Accelerator
 from catalog.regions import AWS_REGIONS
 from planner.app.models import PlanRecord, PlanStatus
 from planner.defaults import MARKET_DEFAULTS, PLAN_DEFAULTS
-from profiler.serializers import SHAPE_RE
+from profiler.serializers import SHAPE_RE, InputShapeField
 from srifty_web.serializers import ModelSerializer
 
 
@@ -31,6 +36,51 @@ def warm_model_registries() -> None:
         pass
 
 
+@extend_schema_field(
+    {
+        "type": "string",
+        "maxLength": 200,
+        "example": "torchvision:resnet50",
+        "description": "torchvision:NAME, timm:NAME or transformers:MODEL_TYPE",
+    }
+)
+class SpecField(serializers.CharField):
+    """A library model spec (checked by ``check_library_spec``)."""
+
+
+PRECISION_HELP = (
+    "default amp for a spec; with profile_run, the profile's own precision (another one is planned "
+    "with the profile's, and the plan's warnings say so)"
+)
+
+
+class PlanSpecModelSerializer(serializers.Serializer):
+    """``model`` as a library model predicted from its operator counts (schema only)."""
+
+    spec = SpecField(max_length=200)
+    input_shape = InputShapeField(max_length=64)
+    precision = serializers.ChoiceField(
+        choices=["fp32", "tf32", "amp", "fp16", "bf16"], required=False, help_text=PRECISION_HELP
+    )
+
+
+class PlanProfileModelSerializer(serializers.Serializer):
+    """``model`` as a finished compute profiling run of the team (schema only)."""
+
+    profile_run = serializers.IntegerField(min_value=1, help_text="id of a succeeded compute profiling run")
+    precision = serializers.ChoiceField(
+        choices=["fp32", "tf32", "amp", "fp16", "bf16"], required=False, help_text=PRECISION_HELP
+    )
+
+
+# The schema says what validate() enforces: either spec and input_shape, or profile_run.
+@extend_schema_field(
+    PolymorphicProxySerializer(
+        component_name="PlanModel",
+        serializers=[PlanSpecModelSerializer, PlanProfileModelSerializer],
+        resource_type_field_name=None,
+    )
+)
 class ModelChoiceSerializer(serializers.Serializer):
     """Either a finished compute profiling run, or a library model to predict analytically.
 
@@ -40,15 +90,10 @@ class ModelChoiceSerializer(serializers.Serializer):
     ``manage.py plan`` passes ``context={"allow_code": True}`` to plan a factory directly."""
 
     profile_run = serializers.IntegerField(required=False, min_value=1)
-    spec = serializers.CharField(
-        required=False, max_length=200, help_text="torchvision:NAME, timm:NAME or transformers:MODEL_TYPE"
-    )
-    input_shape = serializers.CharField(required=False, max_length=64)
+    spec = SpecField(required=False, max_length=200)
+    input_shape = InputShapeField(required=False, max_length=64)
     precision = serializers.ChoiceField(
-        choices=["fp32", "tf32", "amp", "fp16", "bf16"],
-        required=False,
-        help_text="default amp for a spec; with profile_run, the profile's own precision (another one is planned "
-        "with the profile's, and the plan's warnings say so)",
+        choices=["fp32", "tf32", "amp", "fp16", "bf16"], required=False, help_text=PRECISION_HELP
     )
 
     def validate(self, attrs: dict) -> dict:
@@ -151,6 +196,33 @@ def search_size_problems(attrs: dict) -> dict[str, str]:
     return {}
 
 
+@extend_schema_serializer(
+    examples=[
+        OpenApiExample(
+            "Cheapest within a deadline",
+            request_only=True,
+            value={
+                "model": {"spec": "torchvision:resnet50", "input_shape": "3,224,224", "precision": "amp"},
+                "samples_per_epoch": 1281167,
+                "epochs": 90,
+                "objective": "cost",
+                "deadline_hours": 24,
+            },
+        ),
+        OpenApiExample(
+            "Fastest within a budget, from a profile",
+            request_only=True,
+            value={
+                "model": {"profile_run": 12},
+                "samples_per_epoch": 1281167,
+                "epochs": 90,
+                "objective": "time",
+                "budget_usd": 1000,
+                "max_types": 2,
+            },
+        ),
+    ]
+)
 class PlanRequestSerializer(serializers.Serializer):
     name = serializers.CharField(required=False, allow_blank=True, max_length=120)
     model = ModelChoiceSerializer()
@@ -261,6 +333,38 @@ class PlanWarningSerializer(serializers.Serializer):
     message = serializers.CharField()
 
 
+class PlanTypeAssumptionSerializer(serializers.Serializer):
+    gpu_model = serializers.CharField()
+    instance_types = serializers.ListField(child=serializers.CharField())
+    # the JSON key; DRF's metaclass takes it as a declared field, not as Field.source
+    source = serializers.ChoiceField(choices=["measured", "transferred", "analytical"])  # type: ignore[assignment]
+    source_text = serializers.CharField()
+    error = serializers.DictField(
+        help_text="planner.validated entry: validated, median_pct, p90_pct, n, bench"
+    )
+    error_text = serializers.CharField(help_text='e.g. "validated p90 error ±19.8% (...)" or "not validated"')
+
+
+class PlanPrecisionAssumptionSerializer(serializers.Serializer):
+    requested = serializers.CharField(allow_null=True)
+    profile_ran = serializers.CharField(allow_null=True, help_text="null: no profile")
+    planned = serializers.CharField(help_text="the precision predictions are made at")
+    mismatch = serializers.BooleanField(
+        help_text="the profile ran another precision than asked (e.g. amp from fp32)"
+    )
+    text = serializers.CharField()
+
+
+class PlanAssumptionsSerializer(serializers.Serializer):
+    """What the plans assume (planner.assumptions); also in result.assumptions."""
+
+    types = PlanTypeAssumptionSerializer(many=True)
+    scaling = serializers.DictField(help_text="error (validated error of multi-GPU scaling) and text")
+    precision = PlanPrecisionAssumptionSerializer()
+    data_loader = serializers.DictField(help_text="kind, rate_per_vcpu, measured, text")
+    p90 = serializers.CharField(help_text="what the p90 time includes")
+
+
 class PlanQueuedSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     url = serializers.URLField(help_text="the plan (also the Location header)")
@@ -302,6 +406,12 @@ class PlanSerializer(ModelSerializer):
         help_text="What to know about how the plan was predicted "
         "(also in result.warnings); empty for older plans"
     )
+    assumptions = serializers.SerializerMethodField(
+        help_text="What the plans assume (also in result.assumptions); null for older plans"
+    )
+    mix_reasons = serializers.SerializerMethodField(
+        help_text="Rank -> why that mixed plan beats its types alone (also in result.mix_reasons)"
+    )
 
     class Meta:
         model = PlanRecord
@@ -325,12 +435,22 @@ class PlanSerializer(ModelSerializer):
             "finished_at",
             "profile_run",
             "warnings",
+            "assumptions",
+            "mix_reasons",
         ]
         read_only_fields = fields
 
     @extend_schema_field(PlanWarningSerializer(many=True))
     def get_warnings(self, obj: PlanRecord) -> list[dict]:
         return list((obj.result or {}).get("warnings") or [])
+
+    @extend_schema_field(PlanAssumptionsSerializer(allow_null=True))
+    def get_assumptions(self, obj: PlanRecord) -> dict | None:
+        return (obj.result or {}).get("assumptions")
+
+    @extend_schema_field(serializers.DictField(child=serializers.CharField()))
+    def get_mix_reasons(self, obj: PlanRecord) -> dict:
+        return dict((obj.result or {}).get("mix_reasons") or {})
 
 
 class PlanSummarySerializer(ModelSerializer):

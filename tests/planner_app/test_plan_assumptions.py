@@ -1,0 +1,72 @@
+"""Every plan states its assumptions, and a mixed plan why it is a mix (API result)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from planner.validated import DEFAULT_PATH
+from tests.planner_app.test_plans_api import _profile_run, _request
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def solve(user_api, run_queued_plans):
+    def post_and_solve(body: dict) -> dict:
+        resp = user_api.post("/api/v1/plans/", body, format="json")
+        assert resp.status_code == 202, resp.json()
+        run_queued_plans()
+        return user_api.get(resp["Location"]).json()
+
+    return post_and_solve
+
+
+def test_every_plan_states_where_each_gpu_type_is_predicted_from_and_its_validated_error(catalog, solve):
+    plan = solve(_request())
+    a = plan["assumptions"]
+    assert a == plan["result"]["assumptions"]
+    gpus = {g["gpu_model"] for p in plan["result"]["plans"] for g in p["groups"]}
+    assert {t["gpu_model"] for t in a["types"]} == gpus
+    file = json.loads(DEFAULT_PATH.read_text())  # the one place the benches write
+    for t in a["types"]:
+        assert t["source"] == "analytical"  # a spec: no profile of this model
+        want = file["analytical"]
+        assert t["error"]["p90_pct"] == want["p90_pct"] and t["error"]["bench"] == want["bench"]
+        assert f"±{want['p90_pct']:.1f}%" in t["error_text"]
+    assert f"±{file['scaling']['p90_pct']:.1f}%" in a["scaling"]["text"]
+    assert a["precision"]["profile_ran"] is None and not a["precision"]["mismatch"]
+    assert a["data_loader"]["kind"] == "image" and a["data_loader"]["rate_per_vcpu"] == 100.0
+    uses_spot = any(p["uses_spot"] for p in plan["result"]["plans"])
+    assert uses_spot and "interruptions" in a["p90"]
+
+
+def test_an_amp_request_answered_from_an_fp32_profile_is_flagged(catalog, make_run, compute_profile, solve):
+    run = _profile_run(make_run, compute_profile, precision="fp32", precision_requested="fp32")
+    plan = solve(_request(model={"profile_run": run.pk, "precision": "amp"}))
+    precision = plan["assumptions"]["precision"]
+    assert precision["mismatch"] and precision["requested"] == "amp" and precision["profile_ran"] == "fp32"
+    assert precision["text"] == plan["warnings"][0]["message"]
+
+
+def test_a_mixed_plan_compares_itself_with_each_type_alone(catalog, solve):
+    plan = solve(
+        _request(
+            model={"spec": "torchvision:vgg19", "input_shape": "3,224,224", "precision": "amp"},
+            epochs=90,
+            objective="time",
+            deadline_hours=None,
+            budget_usd=800,
+            max_types=2,
+            max_nodes=8,
+            regions=["us-east-1"],
+        )
+    )
+    mixed = {str(p["rank"]): p for p in plan["result"]["plans"] if len(p["groups"]) > 1}
+    assert mixed, [p["label"] for p in plan["result"]["plans"]]
+    assert set(plan["mix_reasons"]) == set(mixed)
+    for rank, text in plan["mix_reasons"].items():
+        for g in mixed[rank]["groups"]:
+            assert f"{g['instance_type']} alone: " in text
+        assert text.endswith(".") and " h (" in text and "$" in text
