@@ -6,7 +6,8 @@ that confirmation id), ``POST /jobs/{id}/stop/``, ``POST /jobs/{id}/replan/`` (t
 offer as a preview + confirmation id) and ``POST /jobs/{id}/replan/apply/``.
 
 Nodes (``Authorization: Bearer <job token>``, valid for its own job only, dead when it ends):
-``POST /jobs/{id}/reports/``, ``GET /jobs/{id}/rendezvous/?instance_id=...`` and
+``POST /jobs/{id}/reports/``, ``POST /jobs/{id}/checkpoints/`` (a checkpoint written),
+``POST /jobs/{id}/interruptions/`` (a node's spot notice), ``GET /jobs/{id}/rendezvous/?instance_id=...`` and
 ``GET /jobs/{id}/agent.tar.gz`` (the profiler package, for ``profiler.agent.report``) and
 ``GET /jobs/{id}/workdir.tar.gz`` (the task's uploaded workdir).
 
@@ -30,10 +31,11 @@ from rest_framework.response import Response
 from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import APIView
 
-from launcher import jobs, launch, monitor, prechecks, skyexport, workdirs
+from launcher import interruptions, jobs, launch, monitor, prechecks, skyexport, workdirs
 from launcher.models import Job
 from launcher.serializers import (
     ApplyReplanSerializer,
+    CheckpointSerializer,
     CreateJobSerializer,
     JobDetailSerializer,
     JobSerializer,
@@ -43,6 +45,7 @@ from launcher.serializers import (
     PreviewSerializer,
     ReplanRequestSerializer,
     ReportBatchSerializer,
+    SpotNoticeSerializer,
 )
 from profiler.api import content_length
 from srifty_web.bearer import BearerTokenAuthentication
@@ -356,3 +359,46 @@ class JobWorkdirView(JobAgentView):
         if path is None or not path.is_file():
             return Response({"detail": "this job has no uploaded workdir"}, status=status.HTTP_404_NOT_FOUND)
         return FileResponse(path.open("rb"), content_type="application/gzip")
+
+
+class JobCheckpointsView(JobAgentView):
+    """Where the training reports a checkpoint it wrote (``Reporter.checkpoint``): a replacement
+    node resumes from the last one, and the job page lists them."""
+
+    @extend_schema(request=CheckpointSerializer, responses={201: None, 200: None, 409: None})
+    def post(self, request, pk: int):
+        data = CheckpointSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+        try:
+            stored = interruptions.record_checkpoint(
+                request.user.job, v["iteration"], samples=v.get("samples"), path=v["path"], rank=v["rank"]
+            )
+        except jobs.JobClosed as exc:
+            return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
+        return Response(
+            {"iteration": v["iteration"], "stored": stored is not None},
+            status=status.HTTP_201_CREATED if stored else status.HTTP_200_OK,
+        )
+
+
+class JobSpotNoticeView(JobAgentView):
+    """Where a node's IMDS watcher reports its 2-minute spot notice; the next watch pass
+    replaces the node (``launcher.interruptions``)."""
+
+    @extend_schema(request=SpotNoticeSerializer, responses={201: None, 200: None, 403: None})
+    def post(self, request, pk: int):
+        data = SpotNoticeSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+        job = Job.objects.get(pk=request.user.job.pk)
+        when = v.get("time")
+        stored, why = interruptions.record_notice(
+            job, v["instance_id"], v["action"], when.isoformat() if when else ""
+        )
+        if not stored and why != "already reported":
+            return Response({"instance_id": [why]}, status=status.HTTP_403_FORBIDDEN)
+        return Response(
+            {"stored": stored, "detail": why},
+            status=status.HTTP_201_CREATED if stored else status.HTTP_200_OK,
+        )

@@ -26,10 +26,15 @@ stalled job) leave the state as it is.
 Watching (``watch_job``, every ``JOB_WATCH_EVERY_S`` = 30 s)
 ------------------------------------------------------------
 Past ``Job.cap_at`` (spend or time, whichever first) the job is stopped and its instances
-terminated. Otherwise its instances are described: a spot interruption notice or a node that
-is gone (not by its own shutdown) adds one event per instance and a re-plan offer for the
-remaining samples (total minus reported) at current prices. When every node is gone the job
-ends: succeeded when the nodes shut themselves down after the work was done, else failed.
+terminated. Otherwise its instances are described: a spot interruption notice (the node's own
+IMDS watcher's, or EC2's) or a node that is gone or stopped (not by its own shutdown) adds one
+event per instance and a re-plan offer for the remaining samples (total minus reported) at
+current prices, and ``launcher.interruptions.handle_loss`` records what it cost and launches a
+replacement in its rank that resumes from the last checkpoint (not for an instance someone
+terminated on purpose: ``Client.UserInitiated*``). Each pass also notes replaced nodes that
+train again (the measured restart) and runs the deadline guard, which moves spot nodes to
+on-demand when the job falls behind its deadline. When every node is gone the job ends:
+succeeded when the nodes shut themselves down after the work was done, else failed.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ from django.db.models import Count, Max, Sum
 from django.utils import timezone
 
 from cloud import ec2
-from launcher import jobs, launch, options
+from launcher import interruptions, jobs, launch, options
 from launcher.models import Job, JobEvent, JobReport, JobStatus
 
 log = logging.getLogger(__name__)
@@ -52,6 +57,7 @@ log = logging.getLogger(__name__)
 MAX_WINDOW_REPORTS = 20_000
 LIVE = ("pending", "running")
 SELF_SHUTDOWN = "Client.InstanceInitiatedShutdown"
+USER_TERMINATED = "Client.UserInitiated"
 LOSS_KINDS = ("spot_interruption", "node_lost")
 
 
@@ -291,9 +297,13 @@ def watch_job(job: Job, now=None) -> str:
             return "failed"
         return "watching"
     states = {s.id: s for s in ec2.describe(job.region, job.instance_ids)}
-    interrupted = set(ec2.spot_interruption_notices(job.region, job.instance_ids))
+    # A notice from the node's own IMDS watcher (with the action time) or from EC2's spot request.
+    noticed = interruptions.reported_notices(job)
+    interrupted = set(ec2.spot_interruption_notices(job.region, job.instance_ids)) | set(noticed)
     fresh_grace = timedelta(minutes=5)  # describe may not show a just-launched instance yet
-    losses, exited = [], []
+    fresh = interruptions.recent_replacements(job, now - fresh_grace)
+    losses: list[tuple[str, str, object]] = []  # (instance, cause, when it stopped training)
+    new, exited = 0, []
     for instance_id in job.instance_ids:
         state = states.get(instance_id)
         if instance_id in interrupted:
@@ -303,36 +313,53 @@ def watch_job(job: Job, now=None) -> str:
                 f"spot interruption of {instance_id} ({state.instance_type if state else '?'})",
                 once_for=instance_id,
             )
-            losses.append(ev)
+            new += ev is not None
+            losses.append((instance_id, "spot_notice", noticed.get(instance_id)))
             continue
         if state is None:
-            if job.started_at and now - job.started_at > fresh_grace:
-                losses.append(
-                    jobs.add_event(job, "node_lost", f"{instance_id} is gone", once_for=instance_id)
-                )
+            if job.started_at and now - job.started_at > fresh_grace and instance_id not in fresh:
+                ev = jobs.add_event(job, "node_lost", f"{instance_id} is gone", once_for=instance_id)
+                new += ev is not None
+                losses.append((instance_id, "gone", None))
             continue
         if state.state in LIVE:
             continue
         if state.state_reason == SELF_SHUTDOWN:
             exited.append(instance_id)
             continue
-        losses.append(
-            jobs.add_event(
-                job,
-                "node_lost",
-                f"{instance_id} ({state.instance_type}) is {state.state}"
-                + (f": {state.state_reason}" if state.state_reason else ""),
-                {"state": state.state, "reason": state.state_reason},
-                once_for=instance_id,
-            )
+        ev = jobs.add_event(
+            job,
+            "node_lost",
+            f"{instance_id} ({state.instance_type}) is {state.state}"
+            + (f": {state.state_reason}" if state.state_reason else ""),
+            {"state": state.state, "reason": state.state_reason},
+            once_for=instance_id,
         )
-    new_losses = [e for e in losses if e is not None]
-    if new_losses:
-        offer_replan(job, f"lost {len(new_losses)} node(s)")
-    live = [i for i in job.instance_ids if states.get(i) and states[i].state in LIVE and i not in interrupted]
+        new += ev is not None
+        if not (state.state_reason or "").startswith(USER_TERMINATED):  # someone meant it: no replacement
+            losses.append((instance_id, state.state, None))
+    # Every lost node is handed on each pass: handle_loss does each node once, and a pass that
+    # failed half-way (EC2 hiccup) is finished by the next one.
+    replaced = [
+        row
+        for instance_id, cause, at in losses
+        if (row := interruptions.handle_loss(job, instance_id, cause, at, now)) is not None
+        and row.replacement_ids
+    ]
+    if new:
+        offer_replan(job, f"lost {new} node(s)" + (f", {len(replaced)} replaced" if replaced else ""))
+    job = Job.objects.get(pk=job.pk)
+    fresh |= {i for row in replaced for i in row.replacement_ids}
+    live = [
+        i
+        for i in job.instance_ids
+        if (i in states and states[i].state in LIVE and i not in interrupted) or i in fresh
+    ]
     if not live:
         return _all_nodes_gone(job, exited)
+    interruptions.note_resumes(job)
     check_drift(job, now)
+    interruptions.guard(job, now)
     return "watching"
 
 

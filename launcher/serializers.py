@@ -6,7 +6,7 @@ from decimal import Decimal
 
 from rest_framework import serializers
 
-from launcher import jobs, monitor, taskfile
+from launcher import interruptions, jobs, monitor, taskfile
 from launcher.models import Job, JobEvent
 from srifty_web.serializers import ModelSerializer
 
@@ -179,6 +179,9 @@ class JobDetailSerializer(JobSerializer):
     observed = serializers.SerializerMethodField(help_text="Observed vs predicted iteration time")
     progress = serializers.SerializerMethodField()
     replan_offer = serializers.SerializerMethodField()
+    resilience = serializers.SerializerMethodField(
+        help_text="Checkpoints, interruptions and their cost, the deadline guard, the checkpoint interval"
+    )
 
     class Meta(JobSerializer.Meta):
         fields = [
@@ -196,6 +199,7 @@ class JobDetailSerializer(JobSerializer):
             "observed",
             "progress",
             "replan_offer",
+            "resilience",
         ]
         read_only_fields = fields
 
@@ -208,6 +212,26 @@ class JobDetailSerializer(JobSerializer):
     def get_replan_offer(self, job: Job) -> dict | None:
         offer = monitor.latest_offer(job)
         return None if offer is None else {"message": offer.message, "at": offer.at, **offer.data}
+
+    def get_resilience(self, job: Job) -> dict:
+        return interruptions.summary(job)
+
+
+class CheckpointSerializer(serializers.Serializer):
+    """A checkpoint the training wrote (``Reporter.checkpoint``)."""
+
+    iteration = serializers.IntegerField(min_value=0, max_value=MAX_SEQ)
+    samples = serializers.IntegerField(min_value=0, max_value=MAX_SEQ, required=False, allow_null=True)
+    path = serializers.CharField(max_length=1024, required=False, allow_blank=True, default="")
+    rank = serializers.IntegerField(min_value=0, max_value=1_000_000, default=0)
+
+
+class SpotNoticeSerializer(serializers.Serializer):
+    """A node's spot interruption notice, as IMDS gave it (``profiler.agent.spotwatch``)."""
+
+    instance_id = serializers.RegexField(r"^i-[0-9a-f]{8,17}$", max_length=19)
+    action = serializers.ChoiceField(choices=["terminate", "stop", "hibernate"], default="terminate")
+    time = serializers.DateTimeField(required=False, allow_null=True, help_text="The notice's action time")
 
 
 class ReportItemSerializer(serializers.Serializer):

@@ -8,7 +8,11 @@
             train_step(batch)
     reporter.close()                        # optional: also done at interpreter exit
 
-or ``reporter.step(iteration, iter_time_s, samples=None)`` with your own timing. Without the
+or ``reporter.step(iteration, iter_time_s, samples=None)`` with your own timing. After writing a
+checkpoint, ``reporter.checkpoint(iteration, path="s3://...", samples=n)`` tells Srifty (``POST
+{server}/api/v1/jobs/{id}/checkpoints/``, on a short-lived thread with a few retries): a node
+that replaces an interrupted one resumes from the last checkpoint reported, and the job page
+counts the training lost since it. Without the
 environment variables (a run outside Srifty) ``from_env`` returns a reporter that does
 nothing, so the same script runs anywhere. Importing this module does not import torch.
 
@@ -107,6 +111,12 @@ class NullReporter:
     def flush(self, timeout_s: float = 10.0) -> bool:
         return True
 
+    def checkpoint(
+        self, iteration: int, path: str = "", samples: int | None = None
+    ) -> threading.Thread | None:
+        """Report a checkpoint written at ``iteration`` (here: nothing to report to)."""
+        return None
+
     def close(self, timeout_s: float | None = None) -> None:
         pass
 
@@ -134,6 +144,8 @@ class Reporter(NullReporter):
     ) -> None:
         super().__init__()
         self.url = f"{server.rstrip('/')}/api/v1/jobs/{job_id}/reports/"
+        self.checkpoint_url = f"{server.rstrip('/')}/api/v1/jobs/{job_id}/checkpoints/"
+        self.checkpoints_sent = 0
         self.rank = int(rank)
         self._token = token
         self.batch_size = max(1, int(batch_size))
@@ -190,6 +202,42 @@ class Reporter(NullReporter):
             self._queue.append(item)
             if len(self._queue) >= self.batch_size:
                 self._cv.notify_all()
+
+    def checkpoint(self, iteration: int, path: str = "", samples: int | None = None) -> threading.Thread:
+        """Report a checkpoint written at ``iteration`` (where, and the samples trained so far),
+        on a thread of its own: the training loop does not wait. Returns the thread (join it to
+        be sure the report went out, e.g. right before the process exits)."""
+        item: dict[str, Any] = {"iteration": int(iteration), "path": str(path)[:1024], "rank": self.rank}
+        if samples is not None:
+            item["samples"] = int(samples)
+        thread = threading.Thread(
+            target=self._send_checkpoint, args=(item,), name="srifty-checkpoint", daemon=True
+        )
+        thread.start()
+        return thread
+
+    def _send_checkpoint(self, item: dict[str, Any]) -> None:
+        body = json.dumps(item).encode()
+        headers = {"Content-Type": "application/json", "Authorization": f"Bearer {self._token}"}
+        delays = self.retry.delays()
+        while True:
+            try:
+                status: int | None = self._transport(self.checkpoint_url, body, headers, self.retry.timeout_s)
+            except PostError:
+                status = None
+            except Exception:  # reporting must never kill training
+                log.exception("srifty report: checkpoint post failed")
+                return
+            if status is not None and 200 <= status < 300:
+                self.checkpoints_sent += 1
+                return
+            delay = next(delays, None) if (status is None or status in _RETRYABLE) else None
+            if delay is None:
+                log.warning(
+                    "srifty report: checkpoint at iteration %s not reported (%s)", item["iteration"], status
+                )
+                return
+            time.sleep(delay)
 
     def flush(self, timeout_s: float = 10.0) -> bool:
         """Send what is queued now; wait up to ``timeout_s``. True when nothing is left."""

@@ -1,0 +1,309 @@
+"""Spot interruptions of a running job against hand-worked cases (EC2 is moto's server; moto
+never interrupts spot instances, so the notice comes from the node watcher's API call).
+
+The job: 2 x g5.xlarge spot at $0.50/h ($1/h), 1,000 iterations of 28.8 s predicted (8 h of
+work), a 10 h deadline, the plan's restart overhead 0.1 h (6 min)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.utils import timezone
+
+from catalog.models import InstanceType, OnDemandPrice, PriceSource, Region
+from cloud import ec2, session
+from launcher import interruptions, jobs, launch, monitor
+from launcher.models import Job, JobEvent, JobInterruption, JobReport, JobStatus
+from planner.app.models import PlanRecord
+
+pytestmark = pytest.mark.django_db
+REGION = "us-east-1"
+MIN = timedelta(minutes=1)
+
+
+def option():
+    return {
+        "rank": 1,
+        "region": REGION,
+        "global_batch": 128,
+        "nodes": 2,
+        "gpus": 2,
+        "groups": [
+            {
+                "instance_type": "g5.xlarge",
+                "market": "spot",
+                "zone": "us-east-1a",
+                "count": 2,
+                "gpus_per_node": 1,
+                "gpu_model": "A10G",
+                "price_per_hour": 0.5,
+                "batch_per_node": [64, 64],
+                "interruption_bucket": 1,
+            }
+        ],
+        "hourly_usd": 1.0,
+        "total_usd": 8.0,
+        "time_h": 8.0,
+        "time_p90_h": 8.5,
+        "throughput_sps": 4.44,
+        "iter_time_s": 28.8,
+        "iter_time_p90_s": 30.0,
+        "bottleneck": "compute",
+        "why": "cheapest",
+    }
+
+
+@pytest.fixture
+def owner(user):
+    user.user_permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="launcher"))
+    return type(user).objects.get(pk=user.pk)
+
+
+@pytest.fixture
+def plan(owner):
+    return PlanRecord.objects.create(
+        owner=owner,
+        request={
+            "total_samples": 128_000,
+            "objective": "cost",
+            "deadline_hours": 10,
+            "restart_overhead_h": 0.1,
+        },
+        status="solved",
+        result={"plans": [option()]},
+    )
+
+
+@pytest.fixture
+def cloud(aws, settings, monkeypatch):
+    settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.immediate.ImmediateBackend"}}
+    monkeypatch.setattr(ec2, "create_placement_group", lambda region, name: None)  # not in moto
+    monkeypatch.setattr(ec2, "delete_placement_group", lambda region, name: None)
+    return session.client("ec2", REGION)
+
+
+def running(owner, plan, started_h_ago: float) -> tuple[Job, datetime]:
+    job = jobs.create_job(owner, plan, 1, "train.py", Decimal("100"), 24, confirm=True)
+    assert launch.launch_job(job).startswith("launched")
+    t0 = timezone.now() - timedelta(hours=started_h_ago)
+    Job.objects.filter(pk=job.pk).update(started_at=t0)
+    job = Job.objects.get(pk=job.pk)
+    assert job.total_iterations == 1000 and job.status == JobStatus.RUNNING
+    return job, t0
+
+
+def report_at(job, at, iteration, rank=0):
+    seq = JobReport.objects.filter(job=job, rank=rank).count() + 1
+    JobReport.objects.create(
+        job=job, rank=rank, seq=seq, iteration=iteration, iter_time_s=28.8, reported_at=at
+    )
+
+
+def token_client(api, job):
+    raw = jobs.derived_token(job)
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    return api
+
+
+def test_a_spot_notice_records_the_lost_minutes_replaces_the_node_and_resumes_from_the_last_checkpoint(
+    cloud, owner, plan, api
+):
+    """Hand-worked: checkpoints at t0+30 min (iteration 100) and t0+60 min (iteration 200);
+    node 2's notice says it goes at t0+80 min. Lost: 80 - 60 = 20 min of training; restart
+    assumed 6 min -> (20 + 6) / 60 h x $1/h = $0.4333. Progress at t0+80 min is iteration 220
+    (1.76 h of work) against uniform progress's 8 h x 1.333/10 = 1.067 h: ahead, so the
+    replacement is spot, same type, in rank 1. The replacement reports iteration 201 at
+    t0+90 min: resumed from the checkpoint, restart measured 10 min -> $0.50 in all."""
+    job, t0 = running(owner, plan, started_h_ago=1.5)
+    first, taken = job.instance_ids
+    client = token_client(api, job)
+    for iteration in (100, 200):
+        r = client.post(
+            f"/api/v1/jobs/{job.pk}/checkpoints/",
+            {"iteration": iteration, "path": f"s3://b/ckpt/{iteration}.pt"},
+            format="json",
+        )
+        assert r.status_code == 201, r.content
+    written = {100: t0 + 30 * MIN, 200: t0 + 60 * MIN}
+    for ckpt in job.checkpoints.all():
+        ckpt.reported_at = written[ckpt.iteration]
+        ckpt.save()
+    report_at(job, t0 + 79 * MIN, 220)
+    notice = {"instance_id": taken, "action": "terminate", "time": (t0 + 80 * MIN).isoformat()}
+    r = client.post(f"/api/v1/jobs/{job.pk}/interruptions/", notice, format="json")
+    assert r.status_code == 201, r.content
+    assert client.post(f"/api/v1/jobs/{job.pk}/interruptions/", notice, format="json").status_code == 200
+
+    assert monitor.watch_job(job, now=t0 + 78 * MIN) == "watching"
+    row = JobInterruption.objects.get(job=job)
+    assert (row.instance_id, row.cause, row.market, row.instance_type) == (
+        taken,
+        "spot_notice",
+        "spot",
+        "g5.xlarge",
+    )
+    assert row.at == t0 + 80 * MIN and row.checkpoint.iteration == 200
+    assert row.lost_min == pytest.approx(20.0) and row.restart_min == pytest.approx(6.0)
+    assert row.cost_usd == pytest.approx(26 / 60)
+    (new,) = row.replacement_ids
+    assert row.replacement_market == "spot"
+    job.refresh_from_db()
+    assert job.instance_ids == [first, new]  # the replacement took rank 1
+    assert (
+        cloud.describe_instances(InstanceIds=[new])["Reservations"][0]["Instances"][0]["InstanceType"]
+        == "g5.xlarge"
+    )
+    assert launch.rendezvous(job, new)[1]["node_rank"] == 1
+    assert JobEvent.objects.filter(job=job, kind="spot_interruption").count() == 1
+    assert "resumes from iteration 200" in JobEvent.objects.get(job=job, kind="interruption_cost").message
+
+    assert monitor.watch_job(job, now=t0 + 85 * MIN) == "watching"  # nothing new, nothing twice
+    assert JobInterruption.objects.filter(job=job).count() == 1
+
+    report_at(job, t0 + 90 * MIN, 201, rank=1)
+    assert interruptions.note_resumes(job) == 1
+    row.refresh_from_db()
+    assert row.resumed_iteration == 201 and row.restart_min == pytest.approx(10.0)
+    assert row.cost_usd == pytest.approx(0.5)
+    resumed = JobEvent.objects.get(job=job, kind="resumed")
+    assert "resumed at iteration 201 (checkpoint: 200)" in resumed.message and "$0.50" in resumed.message
+
+    api.credentials()  # the job page's data, for its owner
+    api.force_authenticate(owner)
+    detail = api.get(f"/api/v1/jobs/{job.pk}/").json()["resilience"]
+    assert [c["iteration"] for c in detail["checkpoints"]] == [200, 100]
+    (shown,) = detail["interruptions"]
+    assert shown["lost_min"] == 20.0 and shown["restart_min"] == 10.0 and shown["cost_usd"] == 0.5
+    assert detail["lost_min"] == 30.0 and detail["cost_usd"] == 0.5
+
+
+def test_a_node_found_gone_without_a_checkpoint_loses_everything_since_the_start(cloud, owner, plan):
+    """No checkpoint: an instance that is found terminated by EC2 (not by a user) at t0+40 min
+    loses all 40 min, +6 min restart = $0.7667; its replacement resumes from the start."""
+    job, t0 = running(owner, plan, started_h_ago=40 / 60)
+    report_at(job, t0 + 39 * MIN, 90)
+    lost = job.instance_ids[0]
+    real = ec2.describe
+
+    def describe(region, ids):
+        out = []
+        for s in real(region, ids):
+            if s.id == lost:
+                s = ec2.InstanceState(
+                    **{
+                        **s.__dict__,
+                        "state": "terminated",
+                        "state_reason": "Server.SpotInstanceTermination: Spot instance termination",
+                    }
+                )
+            out.append(s)
+        return out
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ec2, "describe", describe)
+        assert monitor.watch_job(job, now=t0 + 40 * MIN) == "watching"
+    row = JobInterruption.objects.get(job=job)
+    assert row.checkpoint is None and row.cause == "terminated"
+    assert row.lost_min == pytest.approx(40.0, abs=0.05) and row.cost_usd == pytest.approx(46 / 60, abs=1e-3)
+    job.refresh_from_db()
+    assert job.instance_ids[0] == row.replacement_ids[0] != lost
+
+
+def test_the_deadline_guard_moves_to_on_demand_when_progress_falls_behind_uniform_progress(
+    cloud, owner, plan
+):
+    """Hand-worked: C = 1,000 x 28.8 s = 8 h of work, D = 10 h, d = 0.1 h. The job trains at
+    the planned 125 iterations/h for 4 h (500), then at 50/h. Uniform progress needs 100 t
+    iterations, so 500 + 50 (t - 4) >= 100 t holds until t = 6 h: at 5.9 h (595 >= 590) the job
+    stays on spot, at 6.1 h (605 < 610) it moves. On-demand g5.xlarge is $1.006/h in the
+    catalog, so the rate goes from $1/h to 2 x 1.006 = $2.012/h from then on."""
+    region = Region.objects.get_or_create(code=REGION)[0]
+    itype = InstanceType.objects.get_or_create(
+        name="g5.xlarge", defaults={"family": "g5", "vcpus": 4, "memory_gib": 16}
+    )[0]
+    OnDemandPrice.objects.create(
+        instance_type=itype,
+        region=region,
+        usd_per_hour=Decimal("1.006"),
+        observed_at=timezone.now(),
+        source=PriceSource.ADMIN,
+    )
+    job, t0 = running(owner, plan, started_h_ago=6.1)
+    spot_ids = list(job.instance_ids)
+
+    def progress(t_h):
+        return round(125 * t_h) if t_h <= 4 else 500 + round(50 * (t_h - 4))
+
+    report_at(job, t0 + timedelta(hours=5.9), progress(5.9))
+    assert progress(5.9) == 595
+    decision = interruptions.guard(job, now=t0 + timedelta(hours=5.9))
+    assert decision is not None and decision.market == "spot"
+    assert Job.objects.get(pk=job.pk).on_demand_since is None
+
+    report_at(job, t0 + timedelta(hours=6.1), progress(6.1))
+    moved_at = t0 + timedelta(hours=6.1)
+    decision = interruptions.guard(job, now=moved_at)
+    assert (decision.market, decision.reason) == ("on_demand", "behind")
+    assert "4.84 h of 8.00 h done at 6.10 h" in decision.why and "needs 4.88 h" in decision.why
+    job.refresh_from_db()
+    assert job.on_demand_since == moved_at and job.hourly_usd == Decimal("2.0120")
+    assert set(job.instance_ids).isdisjoint(spot_ids) and len(job.instance_ids) == 2
+    for i in job.instance_ids:
+        got = cloud.describe_instances(InstanceIds=[i])["Reservations"][0]["Instances"][0]
+        assert got["InstanceType"] == "g5.xlarge" and "InstanceLifecycle" not in got  # on-demand
+    assert {
+        cloud.describe_instances(InstanceIds=[i])["Reservations"][0]["Instances"][0]["State"]["Name"]
+        for i in spot_ids
+    } <= {"shutting-down", "terminated"}
+    event = JobEvent.objects.get(job=job, kind="deadline_guard")
+    assert "moved 2 spot node(s) to on-demand" in event.message and "uniform progress" in event.message
+    # spend: $1/h for 6.1 h, then $2.012/h; the cap follows the new rate
+    assert job.spend_so_far(moved_at + timedelta(hours=1)) == pytest.approx(6.1 + 2.012)
+    assert interruptions.guard(job, now=moved_at + MIN) is None  # on on-demand: nothing left to guard
+    assert "moved 2 spot node(s)" in interruptions.summary(job)["guard"]
+
+
+def test_an_interruption_while_behind_moves_the_whole_job_to_on_demand_at_no_extra_loss(cloud, owner, plan):
+    """At t0+3 h with iteration 200 (1.6 h of work; uniform needs 2.4 h) a spot notice comes:
+    the guard sends the replacement *and* the other spot node to on-demand in one restart."""
+    job, t0 = running(owner, plan, started_h_ago=3)
+    report_at(job, t0 + timedelta(hours=3) - MIN, 200)
+    taken = job.instance_ids[1]
+    row = interruptions.handle_loss(
+        job, taken, "spot_notice", at=t0 + timedelta(hours=3), now=t0 + timedelta(hours=3)
+    )
+    assert row.replacement_market == "on-demand" and len(row.replacement_ids) == 2
+    assert "moved to on-demand" in row.detail
+    job.refresh_from_db()
+    assert job.on_demand_since is not None and job.instance_ids == row.replacement_ids
+    assert JobInterruption.objects.filter(job=job).count() == 1  # one restart, one cost
+
+
+def test_auto_checkpoint_interval_is_young_daly_from_the_interruption_rate(owner, plan):
+    """2 spot nodes of bucket 1 (5-10 %): lambda = -ln(0.925)/730 per node, M = 1/(2 lambda)
+    = 4,682 h; with the assumed 1 min checkpoint, sqrt(2 x 1 x 280,900) - 1 = 748 min -> the
+    60 min ceiling."""
+    job = jobs.create_job(owner, plan, 1, "train.py", Decimal("100"), 24, confirm=True)
+    minutes, why = interruptions.checkpoint_interval(job)
+    assert minutes == 60.0 and "Young/Daly" in why and "assumed" in why
+    plan.request = {**plan.request, "checkpoint_write_s": 30}
+    plan.save()
+    group = {**job.option["groups"][0], "count": 64, "interruption_bucket": 4}
+    Job.objects.filter(pk=job.pk).update(option={**job.option, "groups": [group]})
+    # 64 nodes of ">20 %": Lambda = 64 x -ln(0.75)/730 = 0.025221/h, M = 39.649 h = 2,378.9 min;
+    # w = 30 s = 0.5 min -> sqrt(2 x 0.5 x 2,378.9) - 0.5 = 48.27 min
+    minutes, why = interruptions.checkpoint_interval(Job.objects.get(pk=job.pk))
+    assert minutes == pytest.approx(48.275, abs=0.01) and "0.5 min checkpoint x 40 h" in why
+
+
+def test_a_notice_for_an_instance_of_another_job_is_refused(cloud, owner, plan, api):
+    job, _ = running(owner, plan, started_h_ago=1)
+    r = token_client(api, job).post(
+        f"/api/v1/jobs/{job.pk}/interruptions/", {"instance_id": "i-0123456789abcdef0"}, format="json"
+    )
+    assert r.status_code == 403 and "not a node of this job" in r.json()["instance_id"][0]
+    r = token_client(api, job).post(f"/api/v1/jobs/{job.pk}/checkpoints/", {"iteration": -1}, format="json")
+    assert r.status_code == 400 and "iteration" in r.json()
