@@ -15,7 +15,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
-from launcher import jobs, launch, monitor, options
+from launcher import interruptions, jobs, launch, monitor, options
 from planner.app.models import PlanRecord
 
 
@@ -123,6 +123,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
             "observed": seen,
             "progress": monitor.progress(job),
             "offer": monitor.latest_offer(job),
+            "resilience": interruptions.summary(job),
             "spend": job.spend_so_far(),
             "can_stop": jobs.can_stop(request.user, job) and not job.finished,
             "can_replan": jobs.can_launch(request.user) and jobs.can_stop(request.user, job),

@@ -32,7 +32,8 @@ Deadline guard (``spot_policy.decide``, "Can't Be Late", NSDI'24)
 A job whose plan has a deadline and whose cluster has spot nodes is checked on every watch
 pass and at every interruption: ``C`` = total iterations x the predicted iteration time,
 ``p`` = the latest reported iteration x the same, ``t`` = hours since the start, ``D`` = the
-plan's deadline, ``d`` = its restart overhead. When ``p < C t / D`` (behind uniform progress) or
+plan's deadline, ``d`` = its restart overhead; ``t`` and ``D`` count from the first report (when
+training began, so that booting and setup are not "behind"). When ``p < C t / D`` (behind uniform progress) or
 ``D - t - (C - p) <= 2 d`` (one more restart would miss the deadline) every spot node is
 replaced by an on-demand node of the same type, the job's rate becomes the on-demand one
 (catalog prices) and an event says when and why. It does not move back to spot: every move
@@ -350,11 +351,16 @@ def guard_decision(job: Job, now=None, current: str | None = None) -> spot_polic
         if not any(node_market(job, i) == SPOT_MARKET for i in job.instance_ids):
             return None
         current = spot_policy.SPOT
+    # Uniform progress counts from when training began (the first report), with the deadline
+    # that was left then: booting, setup and the first rendezvous are not "behind".
+    first = JobReport.objects.filter(job=job).order_by("reported_at", "pk").first()
+    if first is None:
+        return None
     per_it_h = job.predicted_iter_s / 3600
     return spot_policy.decide(
         spot_policy.Progress(
-            now_h=(now - job.started_at).total_seconds() / 3600,
-            deadline_h=float(deadline),
+            now_h=max(0.0, (now - first.reported_at).total_seconds() / 3600),
+            deadline_h=float(deadline) - (first.reported_at - job.started_at).total_seconds() / 3600,
             work_total_h=job.total_iterations * per_it_h,
             work_done_h=min(job.total_iterations, _latest_iteration(job)) * per_it_h,
             restart_h=restart_h(job),
@@ -474,7 +480,8 @@ def _set_rate(job: Job, rate: Decimal, now) -> Job:
 
 
 def summary(job: Job) -> dict:
-    """Checkpoints, interruptions and what they cost, the guard's state and the interval."""
+    """Checkpoints, interruptions and what they cost, the guard's state and the interval
+    (datetimes as such: the page formats them, the API's JSON encoder writes ISO 8601)."""
     interval, why = checkpoint_interval(job)
     rows = list(JobInterruption.objects.filter(job=job).select_related("checkpoint"))
     ckpts = list(JobCheckpoint.objects.filter(job=job).order_by("-reported_at", "-pk")[:50])
@@ -482,7 +489,7 @@ def summary(job: Job) -> dict:
         "checkpoint_interval_min": round(interval, 2),
         "checkpoint_interval_why": why,
         "checkpoints": [
-            {"iteration": c.iteration, "samples": c.samples, "path": c.path, "at": c.reported_at.isoformat()}
+            {"iteration": c.iteration, "samples": c.samples, "path": c.path, "at": c.reported_at}
             for c in ckpts
         ],
         "interruptions": [
@@ -491,7 +498,7 @@ def summary(job: Job) -> dict:
                 "instance_type": r.instance_type,
                 "market": r.market,
                 "cause": r.cause,
-                "at": r.at.isoformat(),
+                "at": r.at,
                 "checkpoint_iteration": r.checkpoint.iteration if r.checkpoint else None,
                 "lost_min": round(r.lost_min, 2),
                 "restart_min": round(r.restart_min, 2),
@@ -499,7 +506,7 @@ def summary(job: Job) -> dict:
                 "cost_usd": round(r.cost_usd, 4),
                 "replacement_ids": r.replacement_ids,
                 "replacement_market": r.replacement_market,
-                "resumed_at": r.resumed_at.isoformat() if r.resumed_at else None,
+                "resumed_at": r.resumed_at,
                 "resumed_iteration": r.resumed_iteration,
                 "detail": r.detail,
             }
@@ -507,7 +514,7 @@ def summary(job: Job) -> dict:
         ],
         "lost_min": round(sum(r.lost_min + r.restart_min for r in rows), 2),
         "cost_usd": round(sum(r.cost_usd for r in rows), 4),
-        "on_demand_since": job.on_demand_since.isoformat() if job.on_demand_since else None,
+        "on_demand_since": job.on_demand_since,
         "guard": _guard_text(job),
     }
 
@@ -518,8 +525,8 @@ def _guard_text(job: Job) -> str:
         return moved.message
     decision = guard_decision(job)
     if decision is None:
-        return "no deadline guard (no deadline, no spot nodes, or not started)"
-    return f"{decision.market.replace('_', '-')}: {decision.why}"
+        return "not active (no deadline, no spot nodes, or no training reported yet)"
+    return decision.why if decision.market == spot_policy.SPOT else f"would move to on-demand: {decision.why}"
 
 
 def recent_replacements(job: Job, since) -> set[str]:

@@ -131,6 +131,7 @@ def test_a_spot_notice_records_the_lost_minutes_replaces_the_node_and_resumes_fr
     for ckpt in job.checkpoints.all():
         ckpt.reported_at = written[ckpt.iteration]
         ckpt.save()
+    report_at(job, t0, 1)  # training began at t0
     report_at(job, t0 + 79 * MIN, 220)
     notice = {"instance_id": taken, "action": "terminate", "time": (t0 + 80 * MIN).isoformat()}
     r = client.post(f"/api/v1/jobs/{job.pk}/interruptions/", notice, format="json")
@@ -184,6 +185,7 @@ def test_a_node_found_gone_without_a_checkpoint_loses_everything_since_the_start
     """No checkpoint: an instance that is found terminated by EC2 (not by a user) at t0+40 min
     loses all 40 min, +6 min restart = $0.7667; its replacement resumes from the start."""
     job, t0 = running(owner, plan, started_h_ago=40 / 60)
+    report_at(job, t0, 1)
     report_at(job, t0 + 39 * MIN, 90)
     lost = job.instance_ids[0]
     real = ec2.describe
@@ -237,6 +239,8 @@ def test_the_deadline_guard_moves_to_on_demand_when_progress_falls_behind_unifor
     def progress(t_h):
         return round(125 * t_h) if t_h <= 4 else 500 + round(50 * (t_h - 4))
 
+    assert interruptions.guard(job, now=t0 + MIN) is None  # booting: nothing reported, not "behind"
+    report_at(job, t0, 1)  # training began at t0
     report_at(job, t0 + timedelta(hours=5.9), progress(5.9))
     assert progress(5.9) == 595
     decision = interruptions.guard(job, now=t0 + timedelta(hours=5.9))
@@ -270,6 +274,7 @@ def test_an_interruption_while_behind_moves_the_whole_job_to_on_demand_at_no_ext
     """At t0+3 h with iteration 200 (1.6 h of work; uniform needs 2.4 h) a spot notice comes:
     the guard sends the replacement *and* the other spot node to on-demand in one restart."""
     job, t0 = running(owner, plan, started_h_ago=3)
+    report_at(job, t0, 1)
     report_at(job, t0 + timedelta(hours=3) - MIN, 200)
     taken = job.instance_ids[1]
     row = interruptions.handle_loss(

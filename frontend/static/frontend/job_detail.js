@@ -43,10 +43,58 @@
   }
   addReports(data.series || []);
 
+  // Checkpoints, interruptions, their cost and the deadline guard: re-drawn from the job's API
+  // whenever an event says one of them changed (textContent only: the values are stored strings).
+  const RESILIENCE = ["checkpoint", "spot_interruption", "node_lost", "interruption_cost", "replacement", "resumed", "deadline_guard"];
+  const usd = (v) => `$${Number(v).toFixed(Number(v) < 1 ? 4 : 2)}`;
+  const when = (iso) => (iso || "").replace("T", " ").slice(0, 19);
+  function cell(tr, text, cls) { const td = document.createElement("td"); td.textContent = text; if (cls) td.className = cls; tr.append(td); return td; }
+  function fillTable(id, rows, empty, cols) {
+    const body = document.querySelector(`#${id} tbody`);
+    body.replaceChildren();
+    if (!rows.length) { const tr = document.createElement("tr"); const td = cell(tr, empty, "muted"); td.colSpan = cols; body.append(tr); return; }
+    rows.forEach((row) => body.append(row));
+  }
+  function renderResilience(r) {
+    if (!r || !$("resilience")) return;
+    $("ckpt-interval").textContent = `${Number(r.checkpoint_interval_min).toFixed(1)} min`;
+    $("ckpt-why").textContent = r.checkpoint_interval_why;
+    $("guard").textContent = r.guard;
+    $("interruptions-cost").textContent = usd(r.cost_usd);
+    $("interruptions-lost").textContent = `${Number(r.lost_min).toFixed(1)} min`;
+    fillTable("interruptions-table", r.interruptions.map((i) => {
+      const tr = document.createElement("tr");
+      cell(tr, when(i.at)); cell(tr, `${i.instance_id} ${i.instance_type} ${i.market}`); cell(tr, i.cause);
+      cell(tr, i.checkpoint_iteration === null ? "start" : String(i.checkpoint_iteration), "num");
+      cell(tr, i.lost_min.toFixed(1), "num"); cell(tr, i.restart_min.toFixed(1) + (i.restart_measured ? "" : " (assumed)"), "num");
+      cell(tr, usd(i.cost_usd), "num");
+      cell(tr, `${i.replacement_ids.join(", ") || "—"} ${i.replacement_market}${i.detail ? " · " + i.detail : ""}`);
+      cell(tr, i.resumed_iteration === null ? "—" : `iteration ${i.resumed_iteration}`);
+      return tr;
+    }), "No interruptions.", 9);
+    fillTable("checkpoints-table", r.checkpoints.map((c) => {
+      const tr = document.createElement("tr");
+      cell(tr, when(c.at)); cell(tr, String(c.iteration), "num"); cell(tr, c.samples === null ? "—" : String(c.samples), "num"); cell(tr, c.path || "—");
+      return tr;
+    }), "No checkpoint reported yet.", 4);
+  }
+  let refreshing = null;
+  function refreshResilience() {
+    if (refreshing) return;
+    refreshing = setTimeout(async () => {
+      refreshing = null;
+      try {
+        const resp = await fetch(`/api/v1/jobs/${jobId}/`, { headers: { Accept: "application/json" } });
+        if (resp.ok) renderResilience((await resp.json()).resilience);
+      } catch (err) { /* the next event tries again */ }
+    }, 300);
+  }
+
   function addEvent(ev) {
     const key = `${ev.kind}|${ev.message}`;
     if (shown.has(key)) return;
     shown.add(key);
+    if (RESILIENCE.includes(ev.kind)) refreshResilience();
     const list = $("events"), none = $("no-events");
     if (none) none.remove();
     const li = document.createElement("li");
@@ -101,6 +149,7 @@
       if (!resp.ok) return;
       const job = await resp.json();
       (job.events || []).forEach(addEvent);
+      renderResilience(job.resilience);
       onStatus({ status: job.status, spend_usd: Number(job.spend_usd), drift: job.drift_since !== null,
                  reason: job.status_reason });
     } catch (err) { /* offline for a moment: try again next tick */ }

@@ -1,0 +1,154 @@
+"""The job page shows checkpoints, interruptions, what they cost and the deadline guard: server
+rendered (no JavaScript), and re-drawn live in Chromium when an event says they changed."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.test import Client
+from django.utils import timezone
+
+from launcher import interruptions, jobs
+from launcher.models import Job, JobInterruption
+from planner.app.models import PlanRecord
+
+CHROMIUM = "/usr/bin/chromium"
+OPTION = {
+    "rank": 1,
+    "region": "us-east-1",
+    "global_batch": 64,
+    "hourly_usd": 1.0,
+    "iter_time_s": 0.5,
+    "iter_time_p90_s": 0.6,
+    "time_h": 1.0,
+    "throughput_sps": 10.0,
+    "groups": [
+        {
+            "instance_type": "g5.xlarge",
+            "market": "spot",
+            "zone": None,
+            "count": 2,
+            "gpus_per_node": 1,
+            "gpu_model": "A10G",
+            "price_per_hour": 0.5,
+            "batch_per_node": [32, 32],
+            "interruption_bucket": 1,
+        }
+    ],
+}
+
+
+def make_job(user) -> Job:
+    user.user_permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="launcher"))
+    owner = type(user).objects.get(pk=user.pk)
+    plan = PlanRecord.objects.create(
+        owner=owner,
+        request={"total_samples": 6400, "deadline_hours": 5},
+        status="solved",
+        result={"plans": [OPTION]},
+    )
+    job = jobs.create_job(owner, plan, 1, "train.py", Decimal("10"), 5, confirm=True)
+    jobs.mark_launched(job, instance_ids=["i-0aaa", "i-0ccc"], node_ips={"i-0aaa": "10.0.0.1"})
+    return jobs.mark_running(job, "launched")
+
+
+def interrupt(job: Job, minutes_ago: float = 10) -> JobInterruption:
+    at = timezone.now() - timedelta(minutes=minutes_ago)
+    ckpt = interruptions.record_checkpoint(
+        job, 120, samples=7680, path="s3://b/ckpt/120.pt", at=at - timedelta(minutes=12)
+    )
+    return JobInterruption.objects.create(
+        job=job,
+        instance_id="i-0bbb",
+        instance_type="g5.xlarge",
+        market="spot",
+        cause="spot_notice",
+        at=at,
+        checkpoint=ckpt,
+        lost_min=12.0,
+        restart_min=6.0,
+        hourly_usd=Decimal("1.0"),
+        replacement_ids=["i-0ccc"],
+        replacement_market="spot",
+    )
+
+
+@pytest.mark.django_db
+def test_the_page_lists_checkpoints_and_interruptions_with_their_cost_without_javascript(
+    client, user, settings
+):
+    settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
+    job = make_job(user)
+    interrupt(job)
+    client.force_login(user)
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert "Checkpoints and interruptions" in page
+    assert "i-0bbb" in page and "spot_notice" in page and "s3://b/ckpt/120.pt" in page
+    assert ">12.0<" in page and '6.0 <span class="muted">(assumed)</span>' in page
+    assert 'id="interruptions-cost">$0.3000<' in page and 'id="interruptions-lost">18.0 min<' in page
+    assert "Young/Daly" in page and 'id="guard"' in page
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Chromium")
+def test_an_interruption_event_redraws_the_tables_from_the_api(live_server, user, settings):
+    from playwright.sync_api import sync_playwright
+
+    settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
+    job = make_job(user)
+    login = Client()
+    login.force_login(user)
+    fake_socket = "window.WebSocket = function () { window.__ws = this; };"
+    errors: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        try:
+            context = browser.new_context(viewport={"width": 1300, "height": 1800})
+            host = live_server.url.split("//")[1].split(":")[0]
+            context.add_cookies(
+                [
+                    {
+                        "name": "sessionid",
+                        "value": login.cookies["sessionid"].value,
+                        "domain": host,
+                        "path": "/",
+                    }
+                ]
+            )
+            context.add_init_script(fake_socket)
+            page = context.new_page()
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.goto(f"{live_server.url}/jobs/{job.pk}/")
+            assert "No interruptions." in page.inner_text("#interruptions-table")
+            with ThreadPoolExecutor(1) as pool:  # the ORM refuses Playwright's event-loop thread
+                pool.submit(interrupt, job).result()
+            page.evaluate(
+                """window.__ws.onmessage({data: JSON.stringify({type: "event", kind: "interruption_cost",
+                   message: "i-0bbb lost", at: "2026-12-06T01:00:00+00:00"})})"""
+            )
+            page.wait_for_function(
+                "document.querySelector('#interruptions-table tbody').innerText.includes('i-0bbb')",
+                timeout=20_000,
+            )
+            row = page.inner_text("#interruptions-table tbody tr")
+            assert (
+                "spot_notice" in row
+                and "12.0" in row
+                and "6.0 (assumed)" in row
+                and "$0.3000" in row
+                and "i-0ccc" in row
+            )
+            assert page.inner_text("#interruptions-cost") == "$0.3000"
+            assert "s3://b/ckpt/120.pt" in page.inner_text("#checkpoints-table")
+            shots = Path(os.environ.get("SRIFTY_SCREENSHOTS", "/tmp"))
+            page.locator("#resilience").screenshot(path=str(shots / "job_resilience.png"))
+        finally:
+            browser.close()
+    assert not errors
