@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from planner.candidates import Candidate
 from planner.solver import Infeasible, PerfOracle, Plan, PlanRequest, solve
-from planner.solver.explain import fh, fp, pct, usd
+from planner.solver.explain import fp, ft, pct, usd
 from planner.solver.request import quota_table
 
 
@@ -122,7 +122,7 @@ def why_mix(
         g = alone.groups[0]
         market = "spot" if g.market == "spot" else "on demand"
         parts.append(
-            f"{t} alone: {usd(alone.total_usd)}, {fh(alone.time_h)} h ({g.count}x, {market}, {alone.region})"
+            f"{t} alone: {usd(alone.total_usd)}, {ft(alone.time_h)} ({g.count}x, {market}, {alone.region})"
         )
         singles.append((t, alone))
     if not singles:

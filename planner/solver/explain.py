@@ -27,6 +27,11 @@ def fh(hours: float) -> str:
     return f"{hours:.2f}" if hours < 10 else f"{hours:.1f}"
 
 
+def ft(hours: float) -> str:
+    """A duration with its unit: minutes below an hour ("32 min"), else hours ("1.62 h")."""
+    return f"{hours * 60:.0f} min" if hours < 1 else f"{fh(hours)} h"
+
+
 def pct(a: float, b: float) -> float:
     return 100.0 * (a - b) / b if b else 0.0
 
@@ -64,9 +69,21 @@ def sooner_or_longer(ours_h: float, theirs_h: float) -> str:
     d = theirs_h - ours_h
     if theirs_h <= 0 or abs(d) / theirs_h < 0.0005:
         return "same time"
-    span = f"{fh(abs(d))} h" if abs(d) >= 1 else f"{abs(d) * 60:.0f} min"
-    share = fp(100 * abs(d) / theirs_h)
-    return f"finishes {span} sooner ({share})" if d > 0 else f"takes {span} longer ({share})"
+    span = ft(abs(d))
+    if d > 0:
+        ratio = theirs_h / ours_h if ours_h > 0 else math.inf
+        # "100%" sooner reads as instant: past 2x say how many times as fast
+        share = (
+            f"{ratio:.1f}× as fast"
+            if 2 <= ratio < 10
+            else f"{ratio:.0f}× as fast"
+            if ratio >= 10
+            else fp(100 * d / theirs_h)
+        )
+        return f"finishes {span} sooner ({share})"
+    ratio = ours_h / theirs_h
+    share = f"{ratio:.1f}× as long" if ratio >= 2 else fp(100 * -d / theirs_h)
+    return f"takes {span} longer ({share})"
 
 
 def objective_phrase(spec: Spec, req: PlanRequest) -> str:
@@ -80,7 +97,7 @@ def objective_phrase(spec: Spec, req: PlanRequest) -> str:
 def dominance_text(spec: Spec, req: PlanRequest, optimum: Col, chosen: Col) -> str:
     """Why plan #1 is not the plain optimum: it is as fast (within 0.5 %) and cheaper, or as cheap
     and faster (:func:`planner.solver.rank.dominates`)."""
-    ref = f"{optimum.label()} in {optimum.region}: {fh(optimum.time)} h, {usd(optimum.cost)}"
+    ref = f"{optimum.label()} in {optimum.region}: {ft(optimum.time)}, {usd(optimum.cost)}"
     if chosen.cost < optimum.cost:
         slower = pct(chosen.time, optimum.time)
         speed = "as fast as" if slower <= 0 else f"{fp(slower)} slower than"
@@ -90,7 +107,7 @@ def dominance_text(spec: Spec, req: PlanRequest, optimum: Col, chosen: Col) -> s
             "plan ranks first"
         )
     return (
-        f"as cheap as the {objective_phrase(spec, req)} ({ref}) and {fh(optimum.time - chosen.time)} h "
+        f"as cheap as the {objective_phrase(spec, req)} ({ref}) and {ft(optimum.time - chosen.time)} "
         "faster, so it ranks first"
     )
 
@@ -112,7 +129,7 @@ def twin_text(rank: int, col: Col, cols: Sequence[Col]) -> str | None:
                 if col.cost >= other.cost
                 else f"same cluster as #{j + 1} on spot: {usd(other.cost - col.cost)} less"
             ) + " for no interruption risk"
-        return f"same cluster as #{j + 1} on demand: {fh(abs(col.time - other.time))} h " + (
+        return f"same cluster as #{j + 1} on demand: {fp(pct(col.time, other.time))} " + (
             f"slower from spot interruptions, {usd(other.cost - col.cost)} cheaper"
             if col.cost <= other.cost
             else f"slower from spot interruptions, {usd(col.cost - other.cost)} dearer"
@@ -147,7 +164,7 @@ def why_text(
             word = "dearer" if col.cost >= best.cost else "cheaper"
             parts.append(f"#{rank + 1}: {fp(pct(col.cost, best.cost))} {word} than #1")
             if col.time < best.time:
-                parts.append(f"{fh(best.time - col.time)} h faster")
+                parts.append(f"{ft(best.time - col.time)} faster")
         elif obj == "time":
             word = "slower" if col.time >= best.time else "faster"
             parts.append(f"#{rank + 1}: {fp(pct(col.time, best.time))} {word} than #1")

@@ -27,8 +27,11 @@ def test_it_says_saves_or_costs_more_with_the_dollars(ours, theirs, words):
 @pytest.mark.parametrize(
     ("ours", "theirs", "words"),
     [
-        (2.0, 4.4, "finishes 2.40 h sooner (55%)"),
+        (3.0, 4.4, "finishes 1.40 h sooner (32%)"),
+        (2.0, 4.4, "finishes 2.40 h sooner (2.2× as fast)"),
+        (0.5, 130.9, "finishes 130.4 h sooner (262× as fast)"),
         (5.2, 5.0, "takes 12 min longer (4.0%)"),
+        (10.0, 4.0, "takes 6.00 h longer (2.5× as long)"),
         (5.0, 5.0001, "same time"),
     ],
 )

@@ -26,6 +26,23 @@
       y: d.baselines.map((b) => b.time_h), text: d.baselines.map((b) => `${esc(b.name)}: ${hover(b)}`), hoverinfo: "text",
       marker: { size: 11, color: "#c62828", symbol: "diamond" } },
   ];
+  // Log axes labelled with their units at 1-2-5 steps ("$50", "30 min", "2 h"): Plotly's own
+  // log labels abbreviate 0.5 as "5", which reads as five hours.
+  const ticks = (values, label) => {
+    const v = values.filter((x) => x > 0 && Number.isFinite(x));
+    if (!v.length) return {};
+    const lo = Math.min(...v), hi = Math.max(...v), vals = [];
+    for (let e = Math.floor(Math.log10(lo)) - 1; e <= Math.ceil(Math.log10(hi)) + 1; e++) {
+      for (const m of [1, 2, 5]) {
+        const x = m * Math.pow(10, e);
+        if (x >= lo / 2.5 && x <= hi * 2.5) vals.push(x);
+      }
+    }
+    return { tickvals: vals, ticktext: vals.map(label) };
+  };
+  const usd = (x) => (x >= 1 ? `$${x.toLocaleString("en-US", { maximumFractionDigits: 0 })}` : `$${x}`);
+  const hrs = (x) => (x < 1 ? `${Math.round(x * 60)} min` : `${x} h`);
+  const all = d.points.concat(d.plans, d.baselines);
   const shapes = [];
   if (d.deadline_hours) shapes.push({ type: "line", xref: "paper", x0: 0, x1: 1, y0: d.deadline_hours,
     y1: d.deadline_hours, line: { dash: "dash", color: "#c62828" } });
@@ -33,7 +50,7 @@
     line: { dash: "dash", color: "#c62828" } });
   Plotly.newPlot("tradeoff-chart", traces, {
     margin: { t: 10, r: 10 }, shapes, legend: { orientation: "h", y: -0.2 },
-    xaxis: { title: { text: "total cost (USD)" }, type: "log" },
-    yaxis: { title: { text: "time to finish (hours)" }, type: "log" },
+    xaxis: { title: { text: "total cost (USD)" }, type: "log", ...ticks(all.map((p) => p.total_usd).concat([d.budget_usd || 0]), usd) },
+    yaxis: { title: { text: "time to finish" }, type: "log", ...ticks(all.map((p) => p.time_h).concat([d.deadline_hours || 0]), hrs) },
   }, { responsive: true, displaylogo: false });
 })();
