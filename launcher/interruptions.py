@@ -43,7 +43,6 @@ costs a restart, and a job that was behind once has no slack to spend on it.
 from __future__ import annotations
 
 import logging
-import math
 from datetime import datetime
 from decimal import Decimal
 
@@ -59,7 +58,6 @@ log = logging.getLogger(__name__)
 
 SPOT_MARKET = "spot"
 ON_DEMAND_MARKET = "on-demand"
-DEFAULT_CHECKPOINT_COST_MIN = 1.0  # writing a checkpoint, when the plan does not say (assumption)
 
 
 # --- reading the plan ---------------------------------------------------------------------
@@ -101,29 +99,17 @@ def node_type(job: Job, instance_id: str) -> str:
 
 
 def checkpoint_interval(job: Job) -> tuple[float, str]:
-    """Minutes between checkpoints and why: the task file's interval, or ``auto`` (and jobs
-    without a task file): Young/Daly from the cluster's interruption rate (``spot_policy``)."""
+    """Minutes between checkpoints and why (``spot_policy.option_interval_min``): the task
+    file's interval, or ``auto``: Young/Daly from the cluster's interruption rate."""
+    task_min = None
     if job.task:
         from launcher.options import task_spec
 
         spec = task_spec(job.task, job.train_command)
-        if spec.checkpoint is not None and spec.checkpoint.interval_min is not None:
-            return spec.checkpoint.interval_min, "the task file's checkpoint.interval"
+        task_min = spec.checkpoint.interval_min if spec.checkpoint is not None else None
     write_s = _request(job).get("checkpoint_write_s")
-    cost = float(write_s) / 60.0 if isinstance(write_s, (int, float)) and write_s > 0 else None
-    groups = [
-        (int(g["count"]), int(g.get("interruption_bucket") or 0), g.get("market") == SPOT_MARKET)
-        for g in job.option.get("groups", [])
-    ]
-    mtbf = spot_policy.cluster_mtbf_h(groups)
-    minutes = spot_policy.checkpoint_interval_min(
-        cost if cost is not None else DEFAULT_CHECKPOINT_COST_MIN, mtbf
-    )
-    if math.isinf(mtbf):
-        return minutes, "auto: no spot nodes, so the longest interval (against node failures)"
-    return minutes, (
-        f"auto (Young/Daly): sqrt(2 x {cost if cost is not None else DEFAULT_CHECKPOINT_COST_MIN:g} min "
-        f"checkpoint{'' if cost is not None else ', assumed'} x {mtbf:,.0f} h between interruptions)"
+    return spot_policy.option_interval_min(
+        job.option.get("groups", []), float(write_s) if isinstance(write_s, (int, float)) else None, task_min
     )
 
 

@@ -72,6 +72,31 @@ def checkpoint_interval_min(checkpoint_cost_min: float, mtbf_h: float) -> float:
     return min(MAX_INTERVAL_MIN, max(MIN_INTERVAL_MIN, tau))
 
 
+DEFAULT_CHECKPOINT_COST_MIN = 1.0  # writing a checkpoint, when the plan does not say (assumption)
+
+
+def option_interval_min(
+    groups: Iterable[dict], checkpoint_write_s: float | None = None, task_interval_min: float | None = None
+) -> tuple[float, str]:
+    """Minutes between checkpoints for a plan option's node ``groups`` and why: the task file's
+    interval when it gives one, else ``auto``: Young/Daly from the cluster's interruption rate
+    with the plan's checkpoint write time (``DEFAULT_CHECKPOINT_COST_MIN`` when it has none)."""
+    if task_interval_min is not None:
+        return float(task_interval_min), "the task file's checkpoint.interval"
+    cost = checkpoint_write_s / 60.0 if checkpoint_write_s and checkpoint_write_s > 0 else None
+    w = cost if cost is not None else DEFAULT_CHECKPOINT_COST_MIN
+    mtbf = cluster_mtbf_h(
+        (int(g["count"]), int(g.get("interruption_bucket") or 0), g.get("market") == "spot") for g in groups
+    )
+    minutes = checkpoint_interval_min(w, mtbf)
+    if math.isinf(mtbf):
+        return minutes, "auto: no spot nodes, so the longest interval (against node failures)"
+    return minutes, (
+        f"auto (Young/Daly): sqrt(2 x {w:g} min checkpoint{'' if cost is not None else ', assumed'} "
+        f"x {mtbf:,.0f} h between interruptions)"
+    )
+
+
 @dataclass(frozen=True)
 class Progress:
     """Where a job stands (hours since it started; work in hours at the plan's speed)."""
