@@ -204,6 +204,8 @@ def _owner(username):
 
 
 def render(record) -> str:
+    from planner.solver.explain import saves_or_costs, sooner_or_longer
+
     r = record.result
     lines = [
         f"plan {record.pk}: {r['model']['spec']} ({r['model']['source']}), solved in {r['solve_time_s']:.2f} s "
@@ -219,12 +221,18 @@ def render(record) -> str:
             f"{p['time_h']:>7.2f} {p['time_p90_h']:>7.2f} {p['throughput_sps']:>10.0f}  "
             f"{p['bottleneck']}; {p['why']}"
         )
+    best = r["plans"][0] if r["plans"] else None
     for b in r["baselines"]:
         if b["plan"]:
+            versus = (
+                f" — plan #1 {saves_or_costs(best['total_usd'], b['plan']['total_usd'])}, "
+                f"{sooner_or_longer(best['time_h'], b['plan']['time_h'])}"
+                if best
+                else ""
+            )
             lines.append(
                 f"baseline {b['name']}: {b['plan']['label']} ${b['plan']['total_usd']:.2f} "
-                f"{b['plan']['time_h']:.2f} h — Srifty {b['cost_gain_pct']:+.1f}% cost, "
-                f"{b['throughput_gain_pct']:+.1f}% throughput"
+                f"{b['plan']['time_h']:.2f} h{versus}"
             )
         else:
             lines.append(f"baseline {b['name']}: {b['infeasible_reason']}")
