@@ -241,6 +241,14 @@ def handle_loss(job: Job, instance_id: str, cause: str, at=None, now=None) -> Jo
         move_to_on_demand(job, decision, now, lost=row)
         return JobInterruption.objects.get(pk=row.pk)
     _replace(job, row, market or ON_DEMAND_MARKET)
+    if cause not in (
+        "spot_notice",
+        "gone",
+    ):  # a stopped node would wait (and bill its disks) until the job ends
+        try:
+            ec2.terminate(job.region, [instance_id])
+        except ec2.CloudError:
+            log.warning("job %s: terminating lost node %s failed", job.pk, instance_id, exc_info=True)
     return JobInterruption.objects.get(pk=row.pk)
 
 

@@ -313,3 +313,27 @@ def test_a_notice_for_an_instance_of_another_job_is_refused(cloud, owner, plan, 
     assert r.status_code == 403 and "not a node of this job" in r.json()["instance_id"][0]
     r = token_client(api, job).post(f"/api/v1/jobs/{job.pk}/checkpoints/", {"iteration": -1}, format="json")
     assert r.status_code == 400 and "iteration" in r.json()
+
+
+def test_a_stopped_node_is_replaced_and_terminated_so_it_does_not_wait_for_the_job(cloud, owner, plan):
+    job, t0 = running(owner, plan, started_h_ago=1)
+    report_at(job, t0, 1)
+    report_at(job, t0 + 59 * MIN, 150)  # ahead of uniform progress (100): the replacement is spot
+    stopped = job.instance_ids[1]
+    real = ec2.describe
+
+    def describe(region, ids):
+        return [
+            ec2.InstanceState(**{**s.__dict__, "state": "stopped", "state_reason": "Server.InternalError"})
+            if s.id == stopped
+            else s
+            for s in real(region, ids)
+        ]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ec2, "describe", describe)
+        assert monitor.watch_job(job, now=t0 + 60 * MIN) == "watching"
+    row = JobInterruption.objects.get(job=job)
+    assert row.cause == "stopped" and row.replacement_ids and row.replacement_market == "spot"
+    old = cloud.describe_instances(InstanceIds=[stopped])["Reservations"][0]["Instances"][0]["State"]["Name"]
+    assert old in ("shutting-down", "terminated")
