@@ -219,6 +219,20 @@ MATRIX = [
         "api/v1/jobs/<int:pk>/rendezvous/", "GET", "/api/v1/jobs/{job}/rendezvous/?instance_id=i-07301a", NODE
     ),
     Cell("api/v1/jobs/<int:pk>/agent.tar.gz", "GET", "/api/v1/jobs/{job}/agent.tar.gz", NODE),
+    Cell(
+        "api/v1/jobs/<int:pk>/checkpoints/",
+        "POST",
+        "/api/v1/jobs/{job}/checkpoints/",
+        NODE,
+        {"iteration": 100, "path": "s3://b/ckpt/100.pt"},
+    ),
+    Cell(
+        "api/v1/jobs/<int:pk>/interruptions/",
+        "POST",
+        "/api/v1/jobs/{job}/interruptions/",
+        NODE,
+        {"instance_id": "i-07301a0000000000", "action": "terminate"},
+    ),
     # jobs: the users
     Cell(R + "jobs/$", "GET", "/api/v1/jobs/", API_LIST),
     Cell(R + "jobs/$", "POST", "/api/v1/jobs/", API_REF, {**LAUNCH, "confirmation": "x"}, ref="plan"),
