@@ -24,6 +24,11 @@ itself down. The watch (``launcher.monitor.watch_job``) then calls :func:`handle
    the interruption is recorded as the resume (:func:`note_resumes`: the iteration it resumed
    at and the measured restart).
 
+A surviving node whose ``run`` fails with its lost peer (NCCL errors out, the node script ends
+and the VM powers itself off) while the replacement has not trained yet is replaced too (cause
+``peer_lost``, no cost of its own: the interruption's lost and restart minutes already count the
+whole cluster), so the whole cluster restarts from the checkpoint with every rank in place.
+
 At most ``JOB_MAX_REPLACEMENTS`` (20) nodes are replaced per job; past that (or when no
 capacity is found at all) a lost node stays lost and the watch's re-plan offer is what is left.
 
@@ -190,6 +195,8 @@ def handle_loss(job: Job, instance_id: str, cause: str, at=None, now=None) -> Jo
     job = Job.objects.get(pk=job.pk)
     if job.finished or JobInterruption.objects.filter(job=job, instance_id=instance_id).exists():
         return None
+    if cause == PEER_LOST:
+        return _replace_peer(job, instance_id, at)
     ckpt = last_checkpoint(job, before=at)
     start = job.started_at or job.created_at
     since = ckpt.reported_at if ckpt else start
@@ -252,6 +259,44 @@ def handle_loss(job: Job, instance_id: str, cause: str, at=None, now=None) -> Jo
     return JobInterruption.objects.get(pk=row.pk)
 
 
+PEER_LOST = "peer_lost"
+
+
+def pending_restart(job: Job) -> JobInterruption | None:
+    """The latest interruption whose replacement has not trained yet (the cluster restarts)."""
+    return (
+        JobInterruption.objects.filter(job=job, resumed_at__isnull=True)
+        .exclude(replacement_ids=[])
+        .exclude(cause=PEER_LOST)
+        .order_by("-at", "-pk")
+        .first()
+    )
+
+
+def _replace_peer(job: Job, instance_id: str, at) -> JobInterruption | None:
+    """A surviving node whose ``run`` ended (its peer was lost, so NCCL failed and the node
+    powered off) while the cluster waits for a replacement: it is replaced too, so the whole
+    cluster restarts from the checkpoint. Its time is already the interruption's cost (0 here)."""
+    cause = pending_restart(job)
+    if cause is None:
+        return None
+    row = JobInterruption.objects.create(
+        job=job,
+        instance_id=instance_id,
+        instance_type=node_type(job, instance_id),
+        market=node_market(job, instance_id),
+        cause=PEER_LOST,
+        at=at,
+        checkpoint=cause.checkpoint,
+        lost_min=0.0,
+        restart_min=0.0,
+        hourly_usd=job.hourly_usd,
+        detail=f"its run ended when {cause.instance_id} was lost; counted in that interruption's cost",
+    )
+    _replace(job, row, row.market or ON_DEMAND_MARKET)
+    return JobInterruption.objects.get(pk=row.pk)
+
+
 def _annotate(row: JobInterruption, text: str) -> None:
     row.detail = (row.detail + "; " if row.detail else "") + text
     row.save(update_fields=["detail"])
@@ -307,6 +352,10 @@ def note_resumes(job: Job) -> int:
             JobReport.objects.filter(job=job, reported_at__gt=row.at).order_by("reported_at", "pk").first()
         )
         if first is None:
+            continue
+        if row.cause == PEER_LOST:  # its restart is the interruption's, counted there
+            row.resumed_at, row.resumed_iteration = first.reported_at, first.iteration
+            row.save(update_fields=["resumed_at", "resumed_iteration"])
             continue
         row.resumed_at, row.resumed_iteration = first.reported_at, first.iteration
         row.restart_min = max(0.0, (first.reported_at - row.at).total_seconds() / 60)

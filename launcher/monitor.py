@@ -302,6 +302,7 @@ def watch_job(job: Job, now=None) -> str:
     interrupted = set(ec2.spot_interruption_notices(job.region, job.instance_ids)) | set(noticed)
     fresh_grace = timedelta(minutes=5)  # describe may not show a just-launched instance yet
     fresh = interruptions.recent_replacements(job, now - fresh_grace)
+    restarting = interruptions.pending_restart(job)
     losses: list[tuple[str, str, object]] = []  # (instance, cause, when it stopped training)
     new, exited = 0, []
     for instance_id in job.instance_ids:
@@ -325,6 +326,9 @@ def watch_job(job: Job, now=None) -> str:
         if state.state in LIVE:
             continue
         if state.state_reason == SELF_SHUTDOWN:
+            if restarting is not None:  # its run failed with the lost peer: replace it too
+                losses.append((instance_id, interruptions.PEER_LOST, None))
+                continue
             exited.append(instance_id)
             continue
         ev = jobs.add_event(

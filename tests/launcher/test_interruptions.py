@@ -337,3 +337,45 @@ def test_a_stopped_node_is_replaced_and_terminated_so_it_does_not_wait_for_the_j
     assert row.cause == "stopped" and row.replacement_ids and row.replacement_market == "spot"
     old = cloud.describe_instances(InstanceIds=[stopped])["Reservations"][0]["Instances"][0]["State"]["Name"]
     assert old in ("shutting-down", "terminated")
+
+
+def test_a_survivor_whose_run_ended_with_its_lost_peer_is_replaced_too_at_no_extra_cost(
+    cloud, owner, plan, api
+):
+    """After node 2's interruption (the hand-worked $0.4333 case) node 1's torchrun fails and
+    its VM powers itself off: while the replacement has not trained yet, that is the cluster
+    restarting, so node 1 is replaced as well (cause peer_lost, 0 min, $0) instead of counting
+    as a finished node; once training resumed, a self-shutdown means done again."""
+    job, t0 = running(owner, plan, started_h_ago=1.5)
+    first, taken = job.instance_ids
+    interruptions.record_checkpoint(job, 200, at=t0 + 60 * MIN)
+    report_at(job, t0, 1)
+    report_at(job, t0 + 79 * MIN, 220)
+    row = interruptions.handle_loss(job, taken, "spot_notice", at=t0 + 80 * MIN, now=t0 + 78 * MIN)
+    assert row.cost_usd == pytest.approx(26 / 60)
+    real = ec2.describe
+
+    def describe(region, ids):
+        return [
+            ec2.InstanceState(
+                **{**s.__dict__, "state": "terminated", "state_reason": "Client.InstanceInitiatedShutdown"}
+            )
+            if s.id == first
+            else s
+            for s in real(region, ids)
+        ]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ec2, "describe", describe)
+        assert monitor.watch_job(job, now=t0 + 82 * MIN) == "watching"
+    peer = JobInterruption.objects.get(job=job, instance_id=first)
+    assert peer.cause == "peer_lost" and peer.cost_usd == 0 and peer.replacement_ids
+    job.refresh_from_db()
+    assert job.instance_ids == [peer.replacement_ids[0], row.replacement_ids[0]]  # both ranks kept
+    assert interruptions.summary(job)["cost_usd"] == pytest.approx(26 / 60, abs=1e-4)
+    report_at(job, t0 + 90 * MIN, 201)
+    interruptions.note_resumes(job)
+    peer.refresh_from_db()
+    assert peer.resumed_iteration == 201 and peer.restart_min == 0
+    assert interruptions.pending_restart(job) is None
+    assert interruptions.summary(job)["cost_usd"] == pytest.approx(0.5, abs=1e-4)  # 20 + 10 measured
