@@ -276,6 +276,9 @@ AWS_ENDPOINT_URL = env_str("AWS_ENDPOINT_URL")
 PROFILER_PROVIDER_DEFAULT = env_str("PROFILER_PROVIDER_DEFAULT", "local")
 PROFILER_MAX_RUN_MINUTES = env_int("PROFILER_MAX_RUN_MINUTES", 60)
 AGENT_TOKEN_TTL_HOURS = env_float("AGENT_TOKEN_TTL_HOURS", 6.0)
+# Search state one plan's solve may hold (MB, counted by planner.solver): a request that cannot
+# fit is refused naming max_nodes / max_types and this limit, instead of growing the worker.
+PLAN_MAX_MEMORY_MB = env_float("PLAN_MAX_MEMORY_MB", 512.0)
 
 LOGGING = {
     "version": 1,

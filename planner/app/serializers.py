@@ -130,7 +130,6 @@ MAX_LIST = 64  # gpu_models, quota classes
 MAX_QUOTA_VCPUS = 10_000_000
 QUOTA_KEY_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}\Z")
 MAX_NODE_BATCH_POINTS = 2048  # max_nodes x global batches searched: ~57 x 2048 oracle calls, ~10 s
-MAX_COUNT_VECTORS = 2_000_000  # count vectors of one k-type subset x batches (numpy arrays per subset)
 MAX_MIXED_SEARCH = 30_000_000  # "time"/"throughput": sum over regions of k-subsets x count vectors x batches
 
 
@@ -175,12 +174,8 @@ def search_size_problems(attrs: dict) -> dict[str, str]:
             "max_nodes": f"max_nodes {nodes} x {grid} global batch sizes searched is more than "
             f"{MAX_NODE_BATCH_POINTS}: lower max_nodes or narrow global_batch_min..global_batch_max"
         }
-    vectors = math.comb(nodes, types) * grid
-    if types > 1 and vectors > MAX_COUNT_VECTORS:
-        return {
-            "max_types": f"{types} types over max_nodes {nodes} x {grid} batch sizes is {vectors} node-count "
-            f"combinations per type set; at most {MAX_COUNT_VECTORS}: lower max_types or max_nodes"
-        }
+    # No gate on count vectors: the solver streams them under a counted memory budget
+    # (PLAN_MAX_MEMORY_MB) and refuses, naming max_nodes / max_types, what cannot fit.
     if types > 1 and attrs.get("objective") != "cost":
         search = sum(
             math.comb(k_r, k) * math.comb(nodes, k) * grid

@@ -292,11 +292,56 @@ def check_request(req: dict, owner, *, allow_code: bool = False) -> None:
     worker's (:func:`solve_request` checks all of this again)."""
     from planner.app.serializers import offers_per_region
 
-    plan_request(req)
+    pr = plan_request(req)
     if req["model"].get("profile_run"):
         _profile_run(req, owner, allow_code)
-    if not sum(offers_per_region(req)):
+    offers = sum(offers_per_region(req))
+    if not offers:
         raise PlanInputError("regions", NO_CANDIDATES)
+    _check_memory(pr, _instance_types(req), offers)
+
+
+def memory_limit_mb() -> float:
+    """The search state one solve may hold (``PLAN_MAX_MEMORY_MB``)."""
+    from planner.solver import DEFAULT_MAX_MEMORY_MB
+
+    return float(getattr(settings, "PLAN_MAX_MEMORY_MB", DEFAULT_MAX_MEMORY_MB))
+
+
+def _instance_types(req: dict) -> int:
+    """Distinct CUDA instance types with an offer in the regions the request allows."""
+    from catalog.models import InstanceOffering, InstanceType
+
+    types = InstanceType.objects.ddp_capable()
+    if req.get("gpu_models"):
+        types = types.filter(accelerator__name__in=req["gpu_models"])
+    offers = InstanceOffering.objects.filter(instance_type__in=types)
+    if req.get("regions"):
+        offers = offers.filter(zone__region__code__in=req["regions"])
+    return offers.values("instance_type").distinct().count()
+
+
+def _check_memory(pr, types: int, offers: int) -> None:
+    """A request whose up-front search state cannot fit the memory limit is refused now, naming
+    the field and the limit (:func:`planner.solver.preflight`); what only the search finds out
+    fails the plan instead (:func:`_solve`)."""
+    from planner.solver import RequestError, preflight
+
+    try:
+        preflight(pr, types, offers, memory_limit_mb())
+    except RequestError as exc:
+        raise PlanInputError(exc.field, str(exc).split(": ", 1)[-1]) from exc
+
+
+def _solve(pr, cands, oracle, progress=None):
+    """``planner.solver.solve`` under the memory limit; its request errors (a search that would
+    outgrow the limit names max_nodes or max_types) become :class:`PlanInputError`."""
+    from planner.solver import RequestError, solve
+
+    try:
+        return solve(pr, cands, oracle, progress=progress, max_memory_mb=memory_limit_mb())
+    except RequestError as exc:
+        raise PlanInputError(exc.field, str(exc).split(": ", 1)[-1]) from exc
 
 
 def _profile_run(req: dict, owner, allow_code: bool):
@@ -359,7 +404,6 @@ def solve_request(req: dict, owner, *, allow_code: bool = False, progress=None) 
     propagates (how a worker stops a cancelled plan)."""
     from planner.baselines import evaluate_baselines
     from planner.oracle import Oracle
-    from planner.solver import solve
     from planner.why_mix import mix_reasons
 
     stages = _Stages(progress)
@@ -376,7 +420,7 @@ def solve_request(req: dict, owner, *, allow_code: bool = False, progress=None) 
         wl = dataclasses.replace(wl, measured_on=datasheet_gpu_name(wl.measured_on, transfer))
     oracle = Oracle(wl, transfer, gpu_specs(), comm_model())
     stages.enter("search")
-    result = solve(pr, cands, oracle, progress=stages.counts if progress else None)
+    result = _solve(pr, cands, oracle, progress=stages.counts if progress else None)
     stages.enter("verify")
     verified = _verify(result.plans, pr, wl, oracle, {c.key: c for c in cands})
     rows = RowSource(oracle, validated_errors(), {c.key: c for c in cands})
@@ -426,7 +470,7 @@ def _market_alternatives(pr, cands, oracle, rows: RowSource, progress=None) -> d
     """The best spot-only and on-demand-only plan, side by side (same request, same oracle)."""
     from dataclasses import replace
 
-    from planner.solver import Infeasible, solve
+    from planner.solver import Infeasible
 
     out: dict[str, dict] = {}
     for market in ("spot", "on-demand"):
@@ -435,7 +479,7 @@ def _market_alternatives(pr, cands, oracle, rows: RowSource, progress=None) -> d
             out[market] = {"plan": None, "reason": f"no {market} offers in the allowed regions"}
             continue
         try:
-            best = solve(replace(pr, top_k=1), pool, oracle, progress=progress).best
+            best = _solve(replace(pr, top_k=1), pool, oracle, progress=progress).best
             out[market] = {"plan": _plan_json(best, None, rows), "reason": None}
         except Infeasible as exc:
             out[market] = {"plan": None, "reason": str(exc)}

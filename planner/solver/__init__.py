@@ -40,7 +40,7 @@ from planner.solver.request import (
     SolveStats,
     batch_grid,
 )
-from planner.solver.search import exhaustive_search, solve
+from planner.solver.search import exhaustive_search, preflight, solve
 
 __all__ = [
     "DEFAULT_MAX_MEMORY_MB",
@@ -63,5 +63,6 @@ __all__ = [
     "exhaustive_search",
     "pareto_frontier",
     "plan_for_config",
+    "preflight",
     "solve",
 ]

@@ -137,6 +137,11 @@ CROSS_CHECK_MILP = False
 MB = 1 << 20
 
 
+def _mb(nbytes: float) -> str:
+    mb = nbytes / MB
+    return f"{mb:,.0f}" if mb >= 10 else f"{mb:.2g}"
+
+
 class MemoryBudget:
     """Bytes of search state one solve may hold, counted as it goes (module docstring)."""
 
@@ -161,13 +166,41 @@ class MemoryBudget:
             value = getattr(self.request, field_name, None)
             raise RequestError(
                 field_name,
-                f"{what} needs about {need / MB:,.0f} MB of search state, over the "
-                f"{self.limit / MB:,.0f} MB limit per plan; lower {field_name} (now {value})"
+                f"{what} needs about {_mb(need)} MB of search state, over the "
+                f"{_mb(self.limit)} MB limit per plan; lower {field_name} (now {value})"
                 + (" or restrict regions/instance types" if field_name == "max_types" else ""),
             )
 
     def room(self) -> float:
         return self.limit - self.fixed
+
+
+def curves_bytes(n_types: int, max_nodes: int, batches: int) -> int:
+    """The homogeneous curves: bounds and values per type, count and batch (:class:`Curves`)."""
+    return n_types * (max_nodes + 1) * (2 * batches + 3) * 8
+
+
+def bounds_bytes(n_offers: int, max_nodes: int) -> int:
+    """The per-offer bound arrays of the homogeneous and mixed search."""
+    return n_offers * max_nodes * 17 + n_offers * 200
+
+
+def preflight(request: PlanRequest, n_types: int, n_offers: int, max_memory_mb: float) -> MemoryBudget:
+    """Charge what a solve over ``n_types`` instance types and ``n_offers`` offers holds from its
+    start (curves, bound arrays, the comm-floor cache); raises :class:`RequestError` naming
+    ``max_nodes`` and the limit when that alone cannot fit, before anything is built.  The
+    service calls it when a plan is submitted, so such a request is refused at once."""
+    budget = MemoryBudget(max_memory_mb, request)
+    N, grid = int(request.max_nodes), batch_grid(request)
+    budget.charge(
+        curves_bytes(n_types, N, len(grid)),
+        "max_nodes",
+        f"throughput curves of {n_types} instance types x {N} nodes x {len(grid)} batches",
+    )
+    budget.charge(bounds_bytes(n_offers, N), "max_nodes", f"bounds of {n_offers} offers x {N} nodes")
+    if request.max_types > 1:
+        budget.charge(COMM_CACHE_BYTES, "max_nodes", "the comm-floor cache")
+    return budget
 
 
 class TopK:
@@ -274,17 +307,13 @@ class Engine:
         self.progress = progress or Progress(None)
         self.memo = Memo(perf)
         self.N = int(request.max_nodes)
-        self.budget = MemoryBudget(max_memory_mb, request)
         cands = [c for c in candidates if request.regions is None or c.region in request.regions]
         self.candidates_in = len(cands)
         reps: dict[str, Candidate] = {}
         for c in cands:
             reps.setdefault(c.instance_type, c)
-        self.budget.charge(
-            len(reps) * (self.N + 1) * (2 * len(self.grid) + 3) * 8,
-            "max_nodes",
-            f"throughput curves of {len(reps)} instance types x {self.N} nodes x {len(self.grid)} batches",
-        )
+        # the up-front state, counted before it is built (as for a plan being submitted)
+        self.budget = preflight(request, len(reps), len(cands), max_memory_mb)
         self.curves = Curves(reps, self.N, self.grid, self.memo, perf, self.progress)
         supported = [c for c in cands if self.curves.runnable(c.instance_type)]
         self.supported = supported
@@ -304,12 +333,6 @@ class Engine:
         self.by_type: dict[str, list[int]] = defaultdict(list)
         for i, c in enumerate(self.kept):
             self.by_type[c.instance_type].append(i)
-        self.budget.charge(
-            len(self.kept) * self.N * 17 + len(self.kept) * 200,
-            "max_nodes",
-            f"bounds of {len(self.kept)} offers x {self.N} nodes",
-        )
-        self.budget.charge(COMM_CACHE_BYTES, "max_nodes", "the comm-floor cache")
         # 3: comm floor + replacement + separability (see planner.solver.candidates); lowered on a violation
         self.bound_level = 3 if self.curves.comm_floor is not None else 2
 
