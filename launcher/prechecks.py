@@ -114,6 +114,8 @@ def quotas(region: str, launches: list[options.NodeLaunch]) -> list[Check]:
         running[(market, account.quota_class(itype))] += vcpus.get(itype, 0)
     out = []
     for (market, cls), need in sorted(wanted.items()):
+        if need == 0:
+            continue  # only types EC2 does not know: the offering check names them
         code = account.EC2_QUOTAS.get((market, cls))
         label = f"{market} {cls} vCPUs"
         value = account.service_quota(region, "ec2", code) if code else None

@@ -96,7 +96,11 @@ def test_the_precheck_endpoint_answers_the_dialog(fake, user):
     assert resp.status_code == 200
     body = resp.json()
     assert body["ok"] is False and body["region"] == "us-east-1"
-    assert {"name": "offering", "status": "error"}.items() <= body["checks"][2].items()
+    assert [(c["name"], c["status"]) for c in body["checks"]] == [
+        ("credentials", "ok"),
+        ("offering", "error"),
+        ("subnet", "ok"),
+    ]
     assert client.post("/api/v1/jobs/precheck/", {"plan": plan.pk, "rank": 7}, format="json").json() == {
         "rank": ["the plan has no option 7"]
     }

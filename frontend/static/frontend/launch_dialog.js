@@ -1,0 +1,156 @@
+// Plan page: the launch dialog. Pick an option, paste or upload a task file, then
+// 1. POST /api/v1/jobs/precheck/  (credentials, quotas, offerings, subnets; each failure with its fix)
+// 2. POST /api/v1/jobs/preview/   (the task file's errors come back with line and field)
+// 3. POST /api/v1/jobs/           (with the preview's confirmation id) -> the job's page.
+// Every text from the server or the file goes in as textContent, never as HTML.
+(function () {
+  "use strict";
+  const dialog = document.getElementById("launch-dialog");
+  const opener = document.getElementById("launch-open");
+  if (!dialog || !opener) return;
+  const $ = (id) => document.getElementById(id);
+  const form = $("launch-dialog-form");
+  const plan = Number(dialog.dataset.plan);
+  const csrf = form.querySelector("input[name=csrfmiddlewaretoken]").value;
+  const rank = $("launch-rank"), text = $("launch-task-text"), spend = $("launch-spend"), hours = $("launch-hours");
+  const go = $("launch-go");
+  let prepared = null;
+
+  const el = (tag, cls, content) => {
+    const node = document.createElement(tag);
+    if (cls) node.className = cls;
+    if (content !== undefined) node.textContent = content;
+    return node;
+  };
+  const show = (node, on) => { node.hidden = !on; };
+  const money = (v) => "$" + Number(v).toFixed(2);
+
+  function defaults() {
+    // As the launch page suggests: 1.5x the p90 time (at least half an hour), and its cost.
+    const opt = rank.selectedOptions[0];
+    const h = Math.max(0.5, Math.ceil(Number(opt.dataset.p90 || 1) * 1.5 * 10) / 10);
+    hours.value = String(h);
+    spend.value = String(Math.ceil(Number(opt.dataset.hourly || 0) * h));
+    $("launch-sky").href = `/api/v1/jobs/sky-export/?plan=${plan}&rank=${rank.value}`;
+  }
+
+  function reset() {
+    prepared = null;
+    show(go, false);
+    show($("launch-confirm"), false);
+    show($("launch-task-errors"), false);
+    show($("launch-field-errors"), false);
+    $("launch-review").disabled = false;
+  }
+
+  async function post(url, body) {
+    const resp = await fetch(url, {
+      method: "POST",
+      credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-CSRFToken": csrf, Accept: "application/json" },
+      body: JSON.stringify(body),
+    });
+    let data = {};
+    try { data = await resp.json(); } catch (e) { data = { detail: `HTTP ${resp.status}` }; }
+    return { status: resp.status, data };
+  }
+
+  function showChecks(result) {
+    const list = $("launch-check-list");
+    list.replaceChildren();
+    $("launch-region").textContent = result.region;
+    for (const c of result.checks) {
+      const item = el("li", `check check-${c.status}`);
+      item.dataset.name = c.name;
+      item.dataset.status = c.status;
+      item.append(el("strong", "", `${c.status === "ok" ? "✓" : c.status === "warning" ? "!" : "✗"} ${c.name}: `));
+      item.append(el("span", "check-message", c.message));
+      if (c.fix) {
+        const fix = el("div", "check-fix");
+        fix.append(el("strong", "", "Fix: "), el("span", "", c.fix));
+        item.append(fix);
+      }
+      list.append(item);
+    }
+    show($("launch-checks"), true);
+  }
+
+  function showErrors(data) {
+    // task: [{line, field, message}] from the task file; other fields: ["message"].
+    const box = $("launch-task-errors"), list = box.querySelector("ul");
+    list.replaceChildren();
+    const others = [];
+    for (const [field, problems] of Object.entries(data)) {
+      for (const p of Array.isArray(problems) ? problems : [problems]) {
+        if (field === "task" && typeof p === "object" && p) {
+          const item = el("li", "task-error", `${p.line ? `line ${p.line} · ` : ""}${p.field}: ${p.message}`);
+          if (p.line) item.dataset.line = p.line;
+          item.dataset.field = p.field;
+          list.append(item);
+        } else if (field === "task") {
+          list.append(el("li", "task-error", String(p)));
+        } else {
+          others.push(`${field}: ${p}`);
+        }
+      }
+    }
+    show(box, list.children.length > 0);
+    $("launch-field-errors").textContent = others.join(" · ");
+    show($("launch-field-errors"), others.length > 0);
+  }
+
+  function showPreview(p) {
+    const nodes = p.nodes, label = `${nodes} instance${nodes === 1 ? "" : "s"}`;
+    $("launch-summary").textContent =
+      `${p.label} · ${p.gpus} GPU${p.gpus === 1 ? "" : "s"} · ${money(p.hourly_usd)} per hour · ` +
+      `at most ${money(p.max_spend_usd)} (stopped after ${Number(p.cap_hours).toFixed(2)} h) · ` +
+      "one cluster placement group, a security group for the cluster only, EFA where the type has it.";
+    const notes = $("launch-notes");
+    notes.replaceChildren(...(p.task_notes || []).map((n) => el("li", "", `Note: ${n}`)));
+    go.textContent = `Launch ${label} · up to ${money(p.max_spend_usd)}`;
+    show($("launch-confirm"), true);
+    show(go, true);
+  }
+
+  async function review(event) {
+    event.preventDefault();
+    reset();
+    $("launch-review").disabled = true;
+    try {
+      const checks = await post("/api/v1/jobs/precheck/", { plan, rank: Number(rank.value) });
+      if (checks.status !== 200) { showErrors(checks.data); return; }
+      showChecks(checks.data);
+      if (!checks.data.ok) return; // fix first: no confirm button
+      const body = { plan, rank: Number(rank.value), task: text.value, max_spend_usd: spend.value, max_hours: hours.value };
+      const shown = await post("/api/v1/jobs/preview/", body);
+      if (shown.status !== 200) { showErrors(shown.data); return; }
+      prepared = { ...body, ...shown.data.requested, confirmation: shown.data.confirmation };
+      showPreview(shown.data);
+    } finally {
+      $("launch-review").disabled = false;
+    }
+  }
+
+  async function launch() {
+    if (!prepared) return;
+    go.disabled = true;
+    const made = await post("/api/v1/jobs/", prepared);
+    go.disabled = false;
+    if (made.status === 201) { window.location.assign(`/jobs/${made.data.id}/`); return; }
+    reset();
+    showErrors(made.data);
+  }
+
+  opener.addEventListener("click", () => { defaults(); reset(); dialog.showModal(); text.focus(); });
+  $("launch-cancel").addEventListener("click", () => dialog.close());
+  rank.addEventListener("change", () => { defaults(); reset(); });
+  for (const input of [text, spend, hours]) input.addEventListener("input", reset);
+  $("launch-task-file").addEventListener("change", async (ev) => {
+    const file = ev.target.files[0];
+    if (!file) return;
+    text.value = await file.text();
+    reset();
+  });
+  form.addEventListener("submit", review);
+  go.addEventListener("click", launch);
+})();
