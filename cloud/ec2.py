@@ -75,6 +75,7 @@ __all__ = [
     "find_security_groups",
     "instance_type_offerings",
     "live_instance_types",
+    "managed_security_groups",
     "launch",
     "launch_from_template",
     "spot_interruption_notices",
@@ -663,14 +664,23 @@ def delete_security_group(region: str, group_id: str) -> None:
 
 
 def find_security_groups(region: str, tag_filters: Mapping[str, str]) -> list[str]:
-    """Ids of this install's security groups with these tags (the reconciler's sweep)."""
+    """Ids of this install's security groups with these tags (a job's teardown)."""
+    return [group for group, _ in _security_groups(region, tag_filters)]
+
+
+def _security_groups(region: str, tag_filters: Mapping[str, str]) -> list[tuple[str, dict[str, str]]]:
     filters = [
         {"Name": f"tag:{MANAGED_TAG}", "Values": ["true"]},
         {"Name": f"tag:{INSTALL_TAG}", "Values": [tags.install_id()]},
         *({"Name": f"tag:{k}", "Values": [str(v)]} for k, v in tag_filters.items()),
     ]
-    resp = call(_ec2(region), "describe_security_groups", Filters=filters)
-    return sorted(str(g["GroupId"]) for g in resp.get("SecurityGroups", []))
+    found = pages(_ec2(region), "describe_security_groups", "SecurityGroups", Filters=filters)
+    return sorted((str(g["GroupId"]), tags.as_dict(g)) for g in found)
+
+
+def managed_security_groups(region: str) -> list[tuple[str, dict[str, str]]]:
+    """``(id, tags)`` of every security group this install made in ``region`` (the reconciler's sweep)."""
+    return _security_groups(region, {})
 
 
 # --- Instance types -----------------------------------------------------------------------------

@@ -54,7 +54,9 @@ def client(service: str, region: str) -> Any:
     """A boto3 client for ``service`` in ``region`` with ``RETRY`` and the configured endpoint."""
     import boto3
 
-    kwargs: dict[str, Any] = {"region_name": region, "config": RETRY}
+    # S3 signs with SigV4: presigned URLs (workdir archives) work in every region with it.
+    config = RETRY.merge(Config(signature_version="s3v4")) if service == "s3" else RETRY
+    kwargs: dict[str, Any] = {"region_name": region, "config": config}
     endpoint = current().endpoint_url
     if endpoint:
         kwargs["endpoint_url"] = endpoint

@@ -57,6 +57,7 @@ class Report:
     kept: list[Action] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     stopped_jobs: list[int] = field(default_factory=list)
+    security_groups: list[str] = field(default_factory=list)  # of finished or gone jobs, deleted
     dry_run: bool = False
 
     def as_dict(self) -> dict:
@@ -66,6 +67,8 @@ class Report:
         verb = "would terminate" if self.dry_run else "terminated"
         out = [f"{verb} {a.instance_id} ({a.region}, {a.owner}): {a.reason}" for a in self.terminated]
         out += [f"error: {e}" for e in self.errors]
+        gone = "would delete" if self.dry_run else "deleted"
+        out += [f"{gone} security group {g} (its job has ended)" for g in self.security_groups]
         out.append(
             f"{self.scanned} managed instance(s) of this install in {', '.join(self.regions) or 'no region'}: "
             f"{len(self.terminated)} {verb}, {len(self.kept)} kept"
@@ -181,6 +184,33 @@ def reconcile(regions: list[str] | None = None, dry_run: bool = False, now=None)
                 ec2.terminate(region, doomed)
             except ec2.CloudError as exc:
                 report.errors.append(f"{region}: {exc}")
+        sweep_security_groups(region, report)
     for line in report.lines():
         log.info("reconcile: %s", line)
     return report
+
+
+def sweep_security_groups(region: str, report: Report) -> None:
+    """Delete this install's job security groups whose job has finished or is gone (the stop
+    task deletes them; this catches a server that died before it could). A group still held by
+    terminating instances (``DependencyViolation``) is left for the next pass."""
+    try:
+        groups = ec2.managed_security_groups(region)
+    except ec2.CloudError as exc:
+        report.errors.append(f"{region}: {exc}")
+        return
+    for group_id, group_tags in groups:
+        job_pk = _int(group_tags.get("srifty:job-id"))
+        if job_pk is None:
+            continue
+        job = Job.objects.filter(pk=job_pk).first()
+        if job is not None and not job.finished:
+            continue
+        if report.dry_run:
+            report.security_groups.append(group_id)
+            continue
+        try:
+            ec2.delete_security_group(region, group_id)
+            report.security_groups.append(group_id)
+        except ec2.CloudError as exc:
+            log.info("security group %s of job %s not deleted yet: %s", group_id, job_pk, exc)

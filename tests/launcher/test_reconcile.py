@@ -227,3 +227,18 @@ def test_tearing_down_a_job_leaves_another_installs_job_of_the_same_id_running(c
     assert launch.job_instances(ours) == [mine]
     launch.teardown(ours)
     assert theirs in live_ids(cloud) and mine not in live_ids(cloud)
+
+
+def test_security_groups_of_ended_or_gone_jobs_are_swept_and_live_ones_kept(cloud, user):
+    ended, running = job(user, status=JobStatus.STOPPED), job(user)
+    made = {
+        key: ec2.create_cluster_security_group(REGION, f"srifty-job-{key}", {"srifty:job-id": str(pk)})
+        for key, pk in (("ended", ended.pk), ("running", running.pk), ("gone", 99_999))
+    }
+    dry = reconcile.reconcile(dry_run=True)
+    assert sorted(dry.security_groups) == sorted([made["ended"], made["gone"]])
+    assert f"would delete security group {made['ended']} (its job has ended)" in dry.lines()
+    report = reconcile.reconcile()
+    assert sorted(report.security_groups) == sorted([made["ended"], made["gone"]])
+    left = {g["GroupId"] for g in cloud.describe_security_groups()["SecurityGroups"]}
+    assert made["running"] in left and not {made["ended"], made["gone"]} & left
