@@ -4,8 +4,9 @@ A task file names the code and the commands; the plan option names the machines.
 are read by :func:`parse_task` into one :class:`TaskSpec`::
 
     name: resnet50-imagenet           # [a-z0-9_-], at most 63 characters
-    workdir: ./train                  # a local folder (uploaded as an archive) or
-                                      #   git: https://github.com/org/repo.git@v1.2  (URL @ ref)
+    workdir: ./train                  # a local folder (uploaded as an archive, relative to the cwd) or
+                                      #   git:https://github.com/org/repo.git@v1.2  (URL @ ref; quote
+                                      #   it if you write a space after "git:")
     setup: pip install -r requirements.txt     # once per node
     run: |                                     # on every node
       torchrun --nnodes $NNODES --nproc-per-node $NPROC_PER_NODE --node-rank $NODE_RANK \\
