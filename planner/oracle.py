@@ -329,14 +329,20 @@ class Oracle:
             layouts.add(tuple(int(b.size_bytes) for b in layout))
         specs = [tuple(BucketSpec(s, 1.0) for s in layout) for layout in layouts]
         k = len(members)
+        base = None  # the mix's cluster on its fewest nodes; only the node count changes
         for i, n in enumerate(counts.tolist()):
             if n < max(k, 1):
                 continue
-            config = tuple((c, 1) for c in members[:-1]) + ((members[-1], n - k + 1),)
-            try:
-                cluster = self.cluster(config)
-            except KeyError:
-                continue
+            if n == 1 or base is None:
+                config = tuple((c, 1) for c in members[:-1]) + ((members[-1], n - k + 1),)
+                try:
+                    cluster = self.cluster(config)
+                except (KeyError, TypeError, ValueError):  # no datasheet, no network figure
+                    continue
+                if n > 1:
+                    base = cluster
+            else:
+                cluster = dataclasses.replace(base, nodes=n)
             if cluster.world_size > 1:
                 out[i] = min(sum(c.p50_ms for c in self._comm(cluster, s)) for s in specs)
         return out
