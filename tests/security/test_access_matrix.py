@@ -90,6 +90,7 @@ API_SHARED = {**API_READ, "other": "ok"}  # the catalog: the same for every logg
 API_OWN = {**API_READ, "other": "allowed", "readonly": "allowed"}  # creating one's own run
 API_REF = {**API_READ, "other": "no_such_ref", "readonly": "forbidden"}  # an id in the body; needs add_job
 API_PLAN_REF = {**API_READ, "other": "no_such_ref", "readonly": "ref_ok"}  # planning needs no permission
+SKY_EXPORT = {**API_PLAN_REF, "readonly": "ok"}  # a teammate downloads the option as a SkyPilot file
 NODE = dict.fromkeys(ACTORS, "refused")  # agent/node endpoints: only the object's own token
 AGENT_ANY = {**NODE, "run_token": "ok"}  # the agent package: any live run token, no run data
 PAGE_READ = {
@@ -219,6 +220,7 @@ MATRIX = [
         "api/v1/jobs/<int:pk>/rendezvous/", "GET", "/api/v1/jobs/{job}/rendezvous/?instance_id=i-07301a", NODE
     ),
     Cell("api/v1/jobs/<int:pk>/agent.tar.gz", "GET", "/api/v1/jobs/{job}/agent.tar.gz", NODE),
+    Cell("api/v1/jobs/<int:pk>/workdir.tar.gz", "GET", "/api/v1/jobs/{job}/workdir.tar.gz", NODE),
     Cell(
         "api/v1/jobs/<int:pk>/checkpoints/",
         "POST",
@@ -237,6 +239,21 @@ MATRIX = [
     Cell(R + "jobs/$", "GET", "/api/v1/jobs/", API_LIST),
     Cell(R + "jobs/$", "POST", "/api/v1/jobs/", API_REF, {**LAUNCH, "confirmation": "x"}, ref="plan"),
     Cell(R + "jobs/preview/$", "POST", "/api/v1/jobs/preview/", API_REF, LAUNCH, ref="plan"),
+    Cell(
+        R + "jobs/precheck/$",
+        "POST",
+        "/api/v1/jobs/precheck/",
+        API_REF,
+        {"plan": "{plan}", "rank": 1},
+        ref="plan",
+    ),
+    Cell(
+        R + "jobs/sky-export/$",
+        "GET",
+        "/api/v1/jobs/sky-export/?plan={plan}&rank=1",
+        SKY_EXPORT,
+        ref="plan",
+    ),
     Cell(R + "jobs/(?P<pk>[^/.]+)/$", "GET", "/api/v1/jobs/{job}/", API_READ),
     Cell(R + "jobs/(?P<pk>[^/.]+)/stop/$", "POST", "/api/v1/jobs/{job}/stop/", API_ACT),
     Cell(R + "jobs/(?P<pk>[^/.]+)/replan/$", "POST", "/api/v1/jobs/{job}/replan/", API_ACT, {}),

@@ -262,18 +262,22 @@ def test_a_hostile_train_command_through_the_launch_path_stays_words(tmp_path, u
         ],
     }
     command = f"train.py {shlex.quote(payload)}"
-    options.check_user_data(option, command)  # accepted: it is the user's own command
-    node = options.node_launches(option)[0]
-    script = options.user_data(41, option, "tok", command, node, 60)
+    spec = options.task_spec("", command)  # a command is the run of a task, under torchrun
+    options.check_user_data(spec)  # accepted: it is the user's own command
+    assert option["groups"]  # the node's environment comes from the server, not the script
+    script = options.user_data(41, spec, "tok", 60)
     _syntax_ok(script)
+    # The node runs the task's run with bash (bash -c "$SRIFTY_RUN"): torchrun gets the words.
     out = run_block(
         tmp_path,
         script,
         "export ",
         "# A Python with torch",
-        'printf "%s\\0" "${TRAIN_COMMAND[@]}" "$SRIFTY_GLOBAL_BATCH" "$PYTHONPATH"',
+        "NNODES=2 NPROC_PER_NODE=1 NODE_RANK=0 MASTER_ADDR=10.0.0.1 MASTER_PORT=29500\n"
+        'torchrun() { printf "%s\\0" "$@"; }\neval "$SRIFTY_RUN"',
     )
-    assert out.split("\0")[:-1] == ["train.py", payload, "64", options.WORK_DIR]
+    assert out.split("\0")[:-1][-2:] == ["train.py", payload]
+    assert out.split("\0")[:2] == ["--nnodes", "2"]
 
 
 @pytest.mark.django_db
@@ -389,7 +393,5 @@ def test_a_plan_name_or_job_fields_never_reach_the_script(user, settings):
     user.user_permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="launcher"))
     owner = type(user).objects.get(pk=user.pk)
     job = jobs.create_job(owner, plan, 1, "train.py", Decimal("5"), 1, confirm=True)
-    script = options.user_data(
-        job.pk, job.option, "tok", job.train_command, options.node_launches(job.option)[0], 30
-    )
+    script = options.user_data(job.pk, options.task_spec(job.task, job.train_command), "tok", 30)
     assert "reboot" not in script and "evil" not in script
