@@ -1,32 +1,33 @@
 """Launching a plan option on EC2, and taking it down again.
 
-What a launch is, exactly (``launcher.options.preview`` shows it before anything starts;
-``launch_job`` does it):
+What a launch is, exactly (``launcher.options.preview`` shows it before anything starts,
+``launcher.prechecks`` asks AWS whether it would accept it, ``launch_job`` does it):
 
-* one ``cluster`` placement group ``srifty-job-{id}`` (low latency, one zone);
-* one launch template per node group (``srifty-job-{id}-g{n}``; a group whose nodes get
-  different batch sizes is split so that each template carries one ``SRIFTY_PER_NODE_BATCH``),
-  holding the ``profiler.userdata.training_user_data`` script: it waits for the server's
-  rendezvous answer (``GET /api/v1/jobs/{id}/rendezvous/``), then runs ``torchrun`` with the
-  user's training command, and powers the VM off (= terminates it) when training ends or at the
-  job's cap (``shutdown -h +N``, N = minutes to the cap);
-* one ``run_instances`` per node group, spot or on-demand as the plan says, in a subnet of the
-  plan's zone, tagged ``srifty:job-id`` (and ``srifty:managed``), with the ClientToken
-  ``{launch_token}-g{n}`` stored on the job: a retried launch task finds the instances of the
-  first attempt instead of starting new ones;
-* instance ids and private IPs are recorded right after each ``run_instances`` so the
-  rendezvous can answer as soon as the nodes ask.
-
-Networking: nodes get ``JOB_SECURITY_GROUP_IDS`` (default: the VPC's default group, which lets
-members reach each other on every port, as c10d and NCCL need) in ``JOB_SUBNET_IDS`` of the
-plan's zone (default: the zone's default subnet), and must reach ``SITE_URL`` over HTTP(S).
-``JOB_KEY_NAME`` and ``JOB_INSTANCE_PROFILE`` are passed on when set.
+* ``prepare_cluster``: one ``cluster`` placement group ``srifty-job-{id}`` (one zone), one
+  security group ``srifty-job-{id}`` that admits only its own members (every port: c10d, NCCL,
+  EFA) and the image: the AWS Deep Learning AMI of each architecture from its public SSM
+  parameter (``cloud.ec2.dlami_image``), unless the job names a custom AMI; all recorded on the
+  job before any node starts;
+* ``launch_nodes``, once per node group (``options.node_launches``): a launch template
+  ``srifty-job-{id}-g{n}`` holding the ``profiler.userdata.task_user_data`` script (fetch the
+  workdir, ask the server's rendezvous for the node's environment, ``setup`` once, ``run``;
+  power off at the end and at the cap), then one ``run_instances`` naming the AMI, the
+  placement group, the security group (``JOB_SECURITY_GROUP_IDS`` are added) and, on EFA types,
+  one EFA interface per network card; spot or on-demand as the plan says, in a subnet of the
+  plan's zone (``JOB_SUBNET_IDS`` there, else the default one), tagged ``srifty:job-id`` with the
+  ClientToken ``{launch_token}-g{n}``: a retried task finds the first attempt's instances;
+* instance ids and private IPs are recorded right after each ``run_instances``; ``rendezvous``
+  answers every node with its environment (``taskfile.node_env``) once all IPs are known;
+* a launch that fails half-way is rolled back (``rollback``: instances, templates, both groups)
+  before the job is marked failed. ``launch_replacement`` starts more nodes for a running job.
 
 The server-side cap (``Job.cap_at`` = start + min(max_hours, max_spend / hourly)) is enforced by
-the watch task and by the reconciler; the VM's own shutdown guard is the backstop.
+the watch task and by the reconciler; the VM's own shutdown guard is the backstop. ``JOB_KEY_NAME``
+and ``JOB_INSTANCE_PROFILE`` are passed on when set; nodes must reach ``SITE_URL``.
 
-Confirmation ids are ``django.core.signing`` tokens bound to user, plan, option, command, spend
-and hours (and the job a re-plan replaces), valid ``JOB_CONFIRM_MAX_AGE_S`` (600 s).
+Confirmation ids are ``django.core.signing`` tokens bound to user, plan, option, command (or
+task file and custom AMI), spend and hours (and the job a re-plan replaces), valid
+``JOB_CONFIRM_MAX_AGE_S`` (600 s).
 """
 
 from __future__ import annotations
