@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import base64
 import io
+import shlex
+import subprocess
 import tarfile
 from decimal import Decimal
 from pathlib import Path
@@ -151,6 +153,7 @@ def test_an_efa_task_launch_asks_for_efa_interfaces_the_group_the_firewall_and_t
         < script.index('-c "$SRIFTY_SETUP"')
         < script.index('-c "$SRIFTY_RUN"')
     )
+    assert subprocess.run(["bash", "-n"], input=script, capture_output=True, text=True).returncode == 0
     # The rendezvous answers each node with its whole environment, EFA settings included.
     code, answer = launch.rendezvous(job, job.instance_ids[1])
     env = answer["env"]
@@ -373,3 +376,31 @@ def test_manage_py_launch_stops_at_a_failed_pre_check(fake, owner, monkeypatch):
             owner.username,
         )
     assert not Job.objects.exists() and fake.params("RunInstances") == []
+
+
+def test_the_node_script_sources_its_environment_runs_setup_once_and_run_every_time(tmp_path, settings):
+    """The script's tail, run for real with bash (the node's paths moved into tmp_path): the
+    environment the rendezvous wrote is exported, setup runs once per node (a rebooted node
+    skips it), run runs in the workdir with the node's variables."""
+    from launcher import options, taskfile
+
+    settings.SITE_URL = "https://srifty.example.com"
+    spec = taskfile.parse_task(
+        'name: t\nsetup: echo setup >> $LOG\nrun: |\n  echo "run $NODE_RANK/$NNODES batch $SRIFTY_BATCH_PER_NODE in $(basename $PWD)" >> $LOG\n'
+    )
+    script = options.user_data(5, spec, "tok", 30).replace("/opt/srifty", str(tmp_path))
+    lines = script.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("export SRIFTY_SERVER="))
+    head = lines[first : lines.index("", first)]  # its variables (the quoted run spans lines)
+    tail = lines[next(i for i, line in enumerate(lines) if line.startswith(f". {tmp_path}/node.env")) :]
+    (tmp_path / "work").mkdir()
+    log = tmp_path / "log.txt"
+    env = taskfile.node_env(spec, option(group(count=2)), 1, ["10.0.0.1", "10.0.0.2"])
+    (tmp_path / "node.env").write_text(
+        "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items()) + f"export LOG={log}\n"
+    )
+    program = "set -euo pipefail\n" + "\n".join(head + tail)
+    for _ in range(2):
+        done = subprocess.run(["bash", "-c", program], capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+    assert log.read_text().splitlines() == ["setup", "run 1/2 batch 256 in work", "run 1/2 batch 256 in work"]
