@@ -501,7 +501,7 @@ def task_user_data(
         "cd /opt/srifty/work",
         'export PYTHONPATH="/opt/srifty/work${PYTHONPATH:+:$PYTHONPATH}"',
         'if [ -n "${SRIFTY_CHECKPOINT_DIR:-}" ]; then mkdir -p "$SRIFTY_CHECKPOINT_DIR"; fi',
-        'echo "srifty: job $SRIFTY_JOB_ID node $NODE_RANK of $NNODES, master $MASTER_ADDR:$MASTER_PORT"',
+        'echo "srifty: job $SRIFTY_JOB_ID node ${NODE_RANK:-?} of ${NNODES:-?}, master $MASTER_ADDR:${MASTER_PORT:-?}"',
         'if [ -n "$SRIFTY_SETUP" ] && [ ! -f /opt/srifty/setup.done ]; then',
         '  echo "srifty: setup"',
         '  bash -euo pipefail -c "$SRIFTY_SETUP"',

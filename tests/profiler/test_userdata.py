@@ -220,7 +220,7 @@ elif url.endswith("/meta-data/instance-id"):
     print("i-0abc", end="")
 elif url.endswith("/agent.tar.gz"):
     shutil.copy(os.environ["FAKE_AGENT_TGZ"], out)
-elif "/repo.tgz" in url:
+elif "/repo.tgz" in url or url.endswith("/workdir.tar.gz"):
     shutil.copy(os.environ["FAKE_REPO_TGZ"], out)
 elif "/rendezvous/" in url:
     answers = json.loads(os.environ["FAKE_RDZV"])
@@ -459,3 +459,39 @@ def test_the_torchrun_command_line_works_with_real_torch(sandbox):
         (2, 3.0, "64", ("--tag", "a b"))
     }
     assert sandbox.shutdowns() == ["-h +120", "-h now"]
+
+
+def test_a_task_node_fetches_its_workdir_gets_its_environment_runs_setup_then_run(sandbox):
+    """``task_user_data`` (every task job's node): the workdir archive comes from Srifty with the
+    job token, the node's environment from the rendezvous answer (exported as given, values
+    never run), then setup and run with bash in the workdir; the VM powers off after."""
+    from profiler.userdata import task_user_data
+
+    env = {
+        "MASTER_ADDR": "10.0.1.23",
+        "NODE_RANK": "1",
+        "NNODES": "2",
+        "ODD": "$(touch pwned)",
+        "bad name": "x",
+    }
+    answers = [[202, ""], [200, json.dumps({"env": {"MASTER_ADDR": ""}})], [200, json.dumps({"env": env})]]
+    script = task_user_data(
+        SERVER,
+        7,
+        "tok-7",
+        setup='echo "setup" >> "$FAKE_LOG/steps"',
+        run='echo "run $NODE_RANK/$NNODES $MASTER_ADDR $ODD $(cat model.py)" >> "$FAKE_LOG/steps"',
+        max_minutes=30,
+        workdir_url=f"{SERVER}/api/v1/jobs/7/workdir.tar.gz",
+    )
+    result = sandbox.run(script, FAKE_RDZV=json.dumps(answers))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (sandbox.log / "steps").read_text().splitlines() == [
+        "setup",
+        "run 1/2 10.0.1.23 $(touch pwned) MODEL = 1",
+    ]
+    assert not list(sandbox.root.rglob("pwned")) and not (sandbox.tmp / "pwned").exists()
+    fetch = next(c for c in sandbox.curls() if any(a.endswith("/workdir.tar.gz") for a in c))
+    assert "Authorization: Bearer tok-7" in fetch
+    assert len([c for c in sandbox.curls() if any("/rendezvous/" in a for a in c)]) == 3
+    assert sandbox.shutdowns() == ["-h +30", "-h now"]
