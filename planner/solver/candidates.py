@@ -37,6 +37,15 @@ back into the queue.
 An oracle that says how many GPUs it can run at most (``max_workers(G)``; the product oracle:
 ``G``, one sample per worker) lets terms and count vectors beyond it go: no mix runs there.
 
+* (A4) *comm floor*: with an oracle that offers ``comm_floor_ms(members, nodes)`` (the product
+  oracle: the sum of the all-reduces of the cluster the mix runs on -- fewest GPUs per node,
+  slowest link, slowest GPU, whatever the counts -- which the deterministic timeline's
+  iteration never undercuts), ``T(mix) <= G_max / floor(sum_i n_i)``.  It sees what A1 cannot:
+  a mix with a slow-network or one-GPU type runs its all-reduce over that link for the whole
+  cluster (measured on r50 max throughput under $100/h, 128 nodes x 2 types: the mixes A1 let
+  through ran at 2-50 % of their A1 bound and at 50-98 % of this one).  Cached per type set
+  and total count, asked only for the totals of vectors that reach it.
+
 Their minimum gives, for all count vectors of a subset at once (numpy), lower bounds on time and
 cost and an upper bound on goodput (all monotone in ``T``, :func:`planner.solver.evaluate.metrics`).
 

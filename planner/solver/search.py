@@ -32,15 +32,18 @@ Method: exact enumeration with proven bounds
    count vectors are streamed through the separability / replacement bounds; survivors wait in
    a queue of sorted numpy slices and are evaluated in increasing bound order until the bound
    reaches the incumbent.  Every evaluated mix is checked against its bound: a violation (an
-   oracle breaking the bound assumptions) drops to the weaker bound (replacement + separability,
-   then separability, then none) and redoes the mixed search, so the optimum stays exact.
+   oracle breaking the bound assumptions) drops to the weaker bound (level 3: comm floor +
+   replacement + separability, 2: replacement + separability, 1: separability, 0: none) and
+   redoes the mixed search, so the optimum stays exact.
 4. **Memory**: the state is counted as the search goes (:class:`MemoryBudget`, default
    ``max_memory_mb`` = 1000): curves and bound matrices up front, each subset block and
    count-vector slice before it is built, the queue as it grows (it is drained best-first, which
    only lowers the incumbent, whenever it would pass half the room), the memo of evaluated
    mixes (dropped past a quarter), the chart's points (thinned, :class:`~planner.solver.rank.PointStore`).
    A request whose fixed state cannot fit gets a :class:`RequestError` naming ``max_nodes`` or
-   ``max_types`` and the limit before anything large is allocated.
+   ``max_types`` and the limit before anything large is allocated; :func:`preflight` counts that
+   state from the catalog's sizes alone, so the service refuses such a plan when it is
+   submitted (the product's limit is ``PLAN_MAX_MEMORY_MB``, default 512).
 
 Why no MILP
 -----------
@@ -67,20 +70,29 @@ Measured (2-core VM, product oracle, full bundled catalog, 5 Dec 2026):
 * Optimality vs :func:`exhaustive_search`: ``bench/solver.py --quick`` 20/20 small and 5/5
   medium seeded problems equal the brute-force optimum.
 * The old path (737ef96) vs this one, ``bench/plan_speed.py`` (12 requests, each in a child
-  under ``ulimit -v 4000000``, 30 s timeout): ResNet-50 min cost 24 h on 16 nodes 0.30 -> 0.24 s;
-  64 nodes x 2 types x batch 256..4096 1.49 -> 0.28 s (18,240 -> 770 oracle calls); the issue's
-  512 nodes x 3 types ImageNet request: old MemoryError at 3.2 GB RSS after 6.9 s, new 0.68 s
-  (232 oracle calls, ~21 MB of counted search state, RSS at its import baseline); max $25/h on
-  512 nodes x 2 types x batch 256..2048 6.82 -> 0.77 s; 512 x 1 type spot 1.17 -> 1.21 s.
-  Median over the requests that finished: new 0.72 s (max 4.28 s: 256 on-demand nodes x 3
-  types; old timed out), old 1.13 s (max 6.82 s; 4 timed out, 2 out of memory).
-* Not yet good enough: "fastest within a budget" and "most throughput under a cap" over many
-  nodes and fast types (4 of the 12 requests time out here, and on the old path too).  Their bound is the sum
-  of the members' throughputs, which does not see that a large mix of H100/H200/B200 nodes is
-  communication bound, and those mixes are within ~15 % of the optimum, so tens of thousands
-  are evaluated (VGG-19 $500 on 64 nodes x 2 types: 21 s).  A comm-aware cut (the cluster's
-  all-reduces are an iteration floor) was tried and was not tight enough; a tighter mix model
-  is the next step.
+  under ``ulimit -v 4000000``, 60 s timeout, 6 Dec 2026, 2 cores shared with other work; the
+  new oracle has the input-pipeline floor of e0f3728, so some plans differ from the old path's
+  for that reason, not the search's): median 0.79 s new vs 1.20 s old, peak RSS 437 MB (the
+  import baseline) on both.  ResNet-50 min cost 24 h on 16 nodes 0.28 -> 0.27 s; 64 nodes x
+  2 types x batch 256..4096 1.32 -> 0.28 s; max throughput under $100/h on 128 nodes x 2 types
+  29.95 -> 11.3 s (it timed out at > 120 s before the comm floor, A4 of
+  :mod:`planner.solver.candidates`: 26,326 configurations and 9,265 oracle calls vs the old
+  path's 547,606 and 204,820); 256 on-demand nodes x 3 types: old timeout -> 1.96 s; the
+  issue's 512 nodes x 3 types ImageNet request: old MemoryError at 3.2 GB RSS -> 0.73 s (and
+  through ``manage.py plan`` / the API + ``db_worker`` under ``ulimit -v 4000000``: solve
+  1.8 s, peak RSS 0.9 GB with the model trace, verification and baselines); max $25/h on
+  512 nodes x 2 types x batch 256..2048 6.29 -> 0.85 s.
+* Not yet good enough (the issue's target is median <= 0.8 s, max <= 2 s): "fastest within a
+  budget" over many fast types -- r50 $500 on 64 nodes x 2 types 44 s (340,541
+  configurations, 40,888 oracle calls: near-optimal H100/H200/B200 mixes in every region, with
+  a spot and an on-demand offer of each, whose bounds sit within a few % of the optimum), r50
+  $1,000 on 512 x 3 types and BERT $300 on 128 x 3 types still > 60 s (hundreds of thousands
+  of 3-subsets survive the subset-level bound and each is bounded in Python) -- and max
+  throughput under $100/h at 11 s.  What is left: a batch-dilution bound (in a mix the same
+  global batch is split over more GPUs, so each runs at a smaller, less efficient batch: the
+  balanced split's step time, vectorised over count vectors, would be a far tighter cap than
+  A1 at a fixed batch), the comm floor at subset level, and evaluating one hardware mix once
+  for all its offers (regions x markets).
 
 :func:`exhaustive_search` is the brute-force reference used by the tests and the bench.
 """
