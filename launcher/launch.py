@@ -43,7 +43,7 @@ from django.core import signing
 from django.utils import timezone
 
 from cloud import ec2
-from launcher import jobs, options, taskfile, workdirs
+from launcher import jobs, options, spot_policy, taskfile, workdirs
 from launcher.models import Job, JobStatus
 from planner.app.models import PlanRecord
 from profiler import cluster
@@ -366,6 +366,15 @@ def rendezvous(job: Job, instance_id: str) -> tuple[int, dict]:
     spec = options.task_spec(job.task, job.train_command)
     types = [g["instance_type"] for g in job.option["groups"]]
     env = taskfile.node_env(spec, job.option, rank, ips, type_env=network_env(types))
+    if spec.checkpoint is not None:
+        # The interval the training should checkpoint at: the task file's, or Young/Daly from
+        # the option's interruption rate when it says ``auto`` (seconds, for the training loop).
+        minutes, _why = spot_policy.option_interval_min(
+            job.option["groups"],
+            (job.plan.request or {}).get("checkpoint_write_s"),
+            spec.checkpoint.interval_min,
+        )
+        env["SRIFTY_CHECKPOINT_INTERVAL_S"] = str(round(minutes * 60))
     return 200, {"master_addr": ips[0], "node_rank": rank, "nnodes": len(ips), "env": env}
 
 

@@ -366,3 +366,23 @@ def test_nodes_download_the_reporter_package_with_their_token(running):
     assert "profiler/agent/report.py" in names and "profiler/__init__.py" in names
     assert APIClient().get(f"/api/v1/jobs/{job.pk}/agent.tar.gz").status_code == 401
     assert options.agent_url(job.pk).endswith(f"/api/v1/jobs/{job.pk}/agent.tar.gz")
+
+
+def test_rendezvous_gives_the_checkpoint_interval_of_the_task_file(user, plan):
+    grant(user)
+    owner = type(user).objects.get(pk=user.pk)
+    task = "name: ckpt\nrun: python train.py\ncheckpoint: {s3: 's3://bucket/ckpt', interval: 45m}\n"
+    job = jobs.create_job(owner, plan, 1, "", Decimal("50"), 10, confirm=True, task=task)
+    token = jobs.issue_token(job)
+    jobs.mark_launched(
+        job, instance_ids=["i-0aaa", "i-0bbb"], node_ips={"i-0aaa": "10.0.0.5", "i-0bbb": "10.0.0.6"}
+    )
+    jobs.mark_running(job, "launched")
+    env = agent(token).get(f"/api/v1/jobs/{job.pk}/rendezvous/", {"instance_id": "i-0aaa"}).json()["env"]
+    assert env["SRIFTY_CHECKPOINT_INTERVAL_S"] == "2700"  # 45 min, as the task file says
+
+
+def test_rendezvous_gives_no_checkpoint_interval_without_a_checkpoint(running):
+    job, token = running
+    env = agent(token).get(f"/api/v1/jobs/{job.pk}/rendezvous/", {"instance_id": "i-0aaa"}).json()["env"]
+    assert "SRIFTY_CHECKPOINT_INTERVAL_S" not in env
