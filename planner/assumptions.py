@@ -105,7 +105,7 @@ def data_loader(pipeline: InputPipeline | None) -> dict[str, Any]:
     origin = (
         "measured by the profile"
         if pipeline.measured
-        else f"assumed for {pipeline.kind} data (planner/input_pipeline.py: the PyTorch reference "
+        else f"assumed for {pipeline.label} data (planner/input_pipeline.py: the PyTorch reference "
         "pipeline on one core, 0.6 of it per vCPU)"
     )
     return {

@@ -19,11 +19,17 @@ data kind (:data:`DEFAULT_RATE_PER_VCPU`), an *assumption* that every plan row i
   260/s with PIL, 354/s with ``torchvision.io.decode_jpeg``). An EC2 vCPU is one hyperthread:
   with every vCPU of a node loading, a core's two threads give it about 1.2 threads' worth, so
   0.6 x 179 = 107 per vCPU, rounded down to 100.
+* ``small_image`` 1,400 samples/s per vCPU, for images of at most 64 x 64 pixels (CIFAR, SVHN,
+  downsampled ImageNet): those datasets ship as in-memory ``uint8`` arrays, so no file is read or
+  decoded. The CIFAR-10 reference pipeline (``Image.fromarray``, RandomCrop with 1/8 padding, flip,
+  ToTensor, Normalize; a ``DataLoader`` with one worker) measured 3,185 images/s at 32 x 32 and
+  2,488/s at 64 x 64 on one core of the same machine; 0.6 x 2,488 = 1,493, rounded down.
 * ``text`` 90,000 samples/s per vCPU: ``dataloader.py``'s pre-tokenised windows (512 tokens)
   measured 159k/s on one core, times the same 0.6; it practically never binds.
 
-The kind comes from the model's input shape: ``(C, H, W)`` is image data, ``(seq_len,)`` is
-token data; anything else has no known pipeline and is not capped.
+The kind comes from the model's input shape: ``(C, H, W)`` is image data (``small_image`` when
+``max(H, W) <= 64``: a JPEG-decoding assumption would make a CIFAR model look 15x input-bound),
+``(seq_len,)`` is token data; anything else has no known pipeline and is not capped.
 
 When the pipeline binds, the plan row names it and suggests the smallest instance type with the
 same GPU whose loader vCPUs keep each GPU fed, from the bundled instance-type list
@@ -39,15 +45,19 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-KINDS = ("image", "text")
-DEFAULT_RATE_PER_VCPU: dict[str, float] = {"image": 100.0, "text": 90_000.0}
+KINDS = ("image", "small_image", "text")
+DEFAULT_RATE_PER_VCPU: dict[str, float] = {"image": 100.0, "small_image": 1_400.0, "text": 90_000.0}
+LABELS = {"image": "JPEG image", "small_image": "in-memory small-image", "text": "token"}
+# pixels per side up to which images are taken to come from an in-memory array (no JPEG decode)
+SMALL_IMAGE_MAX_SIDE = 64
 TYPES_CSV = Path(__file__).resolve().parents[1] / "catalog" / "fixtures" / "aws_gpu_instances.csv"
 
 
 def data_kind(input_shape: Sequence[int]) -> str | None:
-    """``"image"`` for ``(C, H, W)``, ``"text"`` for ``(seq_len,)``, else None (not capped)."""
+    """``"image"`` for ``(C, H, W)`` (``"small_image"`` up to 64 x 64), ``"text"`` for
+    ``(seq_len,)``, else None (not capped)."""
     if len(input_shape) == 3:
-        return "image"
+        return "small_image" if max(input_shape[1:]) <= SMALL_IMAGE_MAX_SIDE else "image"
     if len(input_shape) == 1:
         return "text"
     return None
@@ -78,6 +88,11 @@ class InputPipeline:
             return cls(kind, float(measured_rate), True)
         return cls(kind, DEFAULT_RATE_PER_VCPU[kind], False)
 
+    @property
+    def label(self) -> str:
+        """The data kind in words (``small_image`` -> ``in-memory small-image``)."""
+        return LABELS.get(self.kind, self.kind)
+
     def ceiling(self, vcpus: float, gpus: int) -> float:
         """Samples/s a node's loaders deliver; ``inf`` when its vCPUs are unknown (0)."""
         if vcpus <= 0:
@@ -87,7 +102,7 @@ class InputPipeline:
     def describe(self, instance_type: str, vcpus: float, gpus: int, gpu_model: str, wanted_sps: float) -> str:
         """The plan row's bottleneck text: the figures, the assumption and a better-fed type."""
         workers = loader_vcpus(vcpus, gpus)
-        source = "measured" if self.measured else f"assumed for {self.kind} data"
+        source = "measured" if self.measured else f"assumed for {self.label} data"
         text = (
             f"input pipeline: {instance_type} feeds {workers} loader vCPUs x {self.rate_per_vcpu:,.0f} "
             f"samples/s ({source}) = {workers * self.rate_per_vcpu:,.0f}/s per node, the GPUs could "

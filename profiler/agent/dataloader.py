@@ -7,6 +7,9 @@ one vCPU, so the node's input ceiling is about ``workers * rate_per_vcpu`` with
 
 * ``image``: ImageNet-style training input -- decode a JPEG (500 x 375, the ImageNet median),
   RandomResizedCrop to 224, horizontal flip, convert to float and normalise;
+* ``small_image``: CIFAR-style input -- a 32 x 32 ``uint8`` image already in memory (as the
+  CIFAR/SVHN datasets hold them), ``Image.fromarray``, RandomCrop with 4 pixels of padding,
+  horizontal flip, ToTensor and Normalize: torchvision's CIFAR-10 reference transforms;
 * ``text``: pre-tokenised text -- slice a fixed-length window out of a token array (as a
   memory-mapped ``uint16`` corpus is read) and collate it into a batch.
 
@@ -19,7 +22,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-KINDS = ("image", "text")
+KINDS = ("image", "small_image", "text")
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,8 @@ def measure(kind: str, seconds: float = 2.0, *, seq_len: int = 512, seed: int = 
     try:
         if kind == "image":
             return _measure_image(seconds, seed)
+        if kind == "small_image":
+            return _measure_small_image(seconds, seed)
         return _measure_text(seconds, seq_len, seed)
     finally:
         torch.set_num_threads(threads)
@@ -84,6 +89,30 @@ def _measure_image(seconds: float, seed: int) -> PipelineRate:
     size_kb = sum(f.numel() for f in files) / len(files) / 1024
     return PipelineRate(
         "image", n / elapsed, n, elapsed, f"JPEG 500x375 (~{size_kb:.0f} KB) decode + RandomResizedCrop 224"
+    )
+
+
+def _measure_small_image(seconds: float, seed: int, side: int = 32) -> PipelineRate:
+    import numpy as np
+    from PIL import Image
+    from torchvision import transforms
+
+    images = np.random.default_rng(seed).integers(0, 256, size=(64, side, side, 3), dtype=np.uint8)
+    transform = transforms.Compose(
+        [
+            transforms.RandomCrop(side, padding=side // 8),
+            transforms.RandomHorizontalFlip(),
+            transforms.ToTensor(),
+            transforms.Normalize((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+        ]
+    )
+    transform(Image.fromarray(images[0]))  # warm-up
+    n, start = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - start) < seconds or n < 10:
+        transform(Image.fromarray(images[n % len(images)]))
+        n += 1
+    return PipelineRate(
+        "small_image", n / elapsed, n, elapsed, f"in-memory {side}x{side} uint8 image + RandomCrop/flip"
     )
 
 

@@ -29,7 +29,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--input-shape", default="3,16,16")
-    p.add_argument("--pause-s", type=float, default=0.1, help="idle time between iterations (a data loader)")
+    p.add_argument("--pause-s", type=float, default=0.1, help="idle time between iterations (untimed)")
+    p.add_argument(
+        "--input-wait-s",
+        type=float,
+        default=0.0,
+        help="time each timed iteration waits for its batch (an input-bound loader)",
+    )
     args = p.parse_args(argv)
 
     import torch
@@ -55,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for i in range(1, args.iters + 1):
         with reporter.timer(samples=args.batch, iteration=i):
+            time.sleep(args.input_wait_s)  # the batch is late: the step waits for its loader
             opt.zero_grad(set_to_none=True)
             fn.cross_entropy(model(x), y).backward()
             opt.step()

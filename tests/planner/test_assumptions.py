@@ -82,7 +82,7 @@ def test_the_data_loader_assumption_names_its_rate_and_origin():
     req, ps = plans()
     loader = assumptions(req, ps)["data_loader"]
     assert loader["rate_per_vcpu"] == 100.0 and not loader["measured"]
-    assert "100 samples/s (assumed for image data" in loader["text"]
+    assert "100 samples/s (assumed for JPEG image data" in loader["text"]
     measured = assumptions(req, ps, pipeline=InputPipeline("image", 180.0, True))["data_loader"]
     assert "180 samples/s (measured by the profile)" in measured["text"]
     assert assumptions(req, ps, pipeline=None)["data_loader"]["text"].startswith("No input-pipeline limit")

@@ -38,6 +38,9 @@ def unfed(oracle):
 def test_it_knows_the_data_kind_from_the_input_shape():
     assert ip.data_kind((3, 224, 224)) == "image"
     assert ip.data_kind((512,)) == "text"
+    assert ip.data_kind((3, 32, 32)) == ip.data_kind((1, 64, 64)) == "small_image"  # CIFAR, an array
+    assert ip.data_kind((3, 65, 64)) == "image"
+    assert ip.InputPipeline.for_workload((3, 32, 32)) == ip.InputPipeline("small_image", 1400.0, False)
     assert ip.data_kind((2, 3, 8, 8)) is None
     assert ip.InputPipeline.for_workload((2, 3, 8, 8)) is None
 
@@ -66,7 +69,7 @@ def test_a_g4dn_xlarge_resnet50_node_is_capped_by_its_input_pipeline_and_says_so
         gpus_alone.iter_time_p90_s - gpus_alone.iter_time_s
     )
     assert est.bottleneck.startswith("input pipeline: g4dn.xlarge feeds 3 loader vCPUs x 100 samples/s")
-    assert "assumed for image data" in est.bottleneck
+    assert "assumed for JPEG image data" in est.bottleneck
     assert "g4dn.2xlarge (8 vCPUs for 1 T4) keeps them fed" in est.bottleneck
 
 

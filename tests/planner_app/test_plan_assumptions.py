@@ -38,7 +38,7 @@ def test_every_plan_states_where_each_gpu_type_is_predicted_from_and_its_validat
         assert f"±{want['p90_pct']:.1f}%" in t["error_text"]
     assert f"±{file['scaling']['p90_pct']:.1f}%" in a["scaling"]["text"]
     assert a["precision"]["profile_ran"] is None and not a["precision"]["mismatch"]
-    assert a["data_loader"]["kind"] == "image" and a["data_loader"]["rate_per_vcpu"] == 100.0
+    assert a["data_loader"]["kind"] == "small_image" and a["data_loader"]["rate_per_vcpu"] == 1400.0
     uses_spot = any(p["uses_spot"] for p in plan["result"]["plans"])
     assert uses_spot and "interruptions" in a["p90"]
 
