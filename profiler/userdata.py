@@ -452,6 +452,19 @@ fi
 """
 
 
+# The spot watcher (profiler.agent.spotwatch, from the agent package just unpacked) posts the
+# 2-minute interruption notice to Srifty. Its own process, so a busy training cannot delay it;
+# started before the workdir, rendezvous and setup, which can take minutes; it ends at once where
+# IMDS calls the instance on-demand. (Comments here, not in the script: user-data is capped.)
+_START_SPOTWATCH = """\
+if [ -f /opt/srifty/work/profiler/agent/spotwatch.py ]; then
+  (cd /opt/srifty/work && PYTHONPATH=/opt/srifty/work nohup "$PY" -m profiler.agent.spotwatch \
+    < /dev/null >> /opt/srifty/spotwatch.log 2>&1 &)
+  echo "srifty: spot watcher started (log: /opt/srifty/spotwatch.log)"
+fi
+"""
+
+
 def task_user_data(
     server_url: str,
     job_id: object,
@@ -469,7 +482,10 @@ def task_user_data(
 
     It finds a Python with torch (the Deep Learning AMI's; its ``torchrun`` goes first on
     ``PATH``), fetches the profiler package (``agent_url``: ``profiler.agent.report`` for the
-    training callback) and the task's workdir into ``/opt/srifty/work`` (``workdir_url``: an
+    training callback) into ``/opt/srifty/work`` and starts the spot watcher from it in the
+    background (``python -m profiler.agent.spotwatch``, log ``/opt/srifty/spotwatch.log``: it
+    posts the spot interruption notice with the job token, and exits at once on an instance IMDS
+    calls on-demand), fetches the task's workdir into ``/opt/srifty/work`` (``workdir_url``: an
     archive, Srifty's own URL gets the job token; or ``git_url`` at ``git_ref``), asks the
     server for the node's environment (rendezvous: it answers once every node's private IP is
     known, with ``launcher.taskfile.node_env``), runs ``setup`` once per node (a marker file
@@ -496,6 +512,7 @@ def task_user_data(
         _FIND_PYTHON.format(candidates=" ".join(_TORCH_PYTHONS)),
         'export PATH="$(dirname "$PY"):$PATH"  # torchrun and python of the torch environment',
         _FETCH_REPO,
+        _START_SPOTWATCH,
         _FETCH_WORKDIR,
         _TASK_RENDEZVOUS.format(wait_s=RENDEZVOUS_WAIT_S, url=JOB_RENDEZVOUS_URL),
         "cd /opt/srifty/work",

@@ -15,6 +15,11 @@ notice
   it, so a training loop that looks for the file can write one last checkpoint;
 * exits (one notice per node).
 
+The node script starts it on every node (one script serves the whole cluster); on an instance
+that IMDS says is not spot (``meta-data/instance-life-cycle``: ``on-demand``, ``scheduled``) it
+exits at once, since no notice can come. When IMDS does not say, it watches anyway: the notice
+path answers 404 there, which costs one local request every ``--every`` seconds.
+
 It runs as its own process so a busy or hung training loop cannot delay the notice. No Django,
 no third-party import: it runs on a bare VM beside the training.
 """
@@ -92,6 +97,14 @@ class Imds:
             return 0, ""
 
 
+def is_spot(imds: Imds) -> bool | None:
+    """Whether IMDS says this instance is spot; None when it does not say (unreachable, 404)."""
+    code, body = imds.get("instance-life-cycle")
+    if code != 200 or not body.strip():
+        return None
+    return body.strip() == "spot"
+
+
 def report(server: str, job_id: str, token: str, instance_id: str, notice: Notice, attempts: int = 5) -> int:
     """Post the notice to Srifty; the HTTP status (0: never reached)."""
     url = f"{server.rstrip('/')}/api/v1/jobs/{job_id}/interruptions/"
@@ -161,8 +174,13 @@ def main(argv: list[str] | None = None) -> int:
         print("srifty spotwatch: SRIFTY_SERVER, SRIFTY_JOB_ID and SRIFTY_TOKEN are needed", file=sys.stderr)
         return 2
     notice_file = env.get("SRIFTY_SPOT_NOTICE_FILE", "/opt/srifty/spot-notice")
+    imds = Imds(args.imds)
+    if is_spot(imds) is False:
+        print("srifty spotwatch: not a spot instance; no notice can come, not watching", flush=True)
+        return 0
+    print(f"srifty spotwatch: job {job_id}, polling IMDS every {args.every:g}s for a spot notice", flush=True)
     found = watch(
-        Imds(args.imds),
+        imds,
         server,
         job_id,
         token,

@@ -364,6 +364,7 @@ def test_nodes_download_the_reporter_package_with_their_token(running):
     assert resp.status_code == 200
     names = tarfile.open(fileobj=io.BytesIO(resp.content)).getnames()
     assert "profiler/agent/report.py" in names and "profiler/__init__.py" in names
+    assert "profiler/agent/spotwatch.py" in names  # the node script starts the spot watcher from it
     assert APIClient().get(f"/api/v1/jobs/{job.pk}/agent.tar.gz").status_code == 401
     assert options.agent_url(job.pk).endswith(f"/api/v1/jobs/{job.pk}/agent.tar.gz")
 

@@ -25,6 +25,7 @@ class FakeImds(BaseHTTPRequestHandler):
 
     quiet = 2
     asked = 0
+    life_cycle = ""  # meta-data/instance-life-cycle: 404 when empty
     tokens: list[str] = []
 
     def log_message(self, *args):
@@ -46,6 +47,8 @@ class FakeImds(BaseHTTPRequestHandler):
             if type(self).asked <= type(self).quiet:
                 return self._send(404, "")
             return self._send(200, json.dumps(NOTICE))
+        if self.path == "/latest/meta-data/instance-life-cycle" and type(self).life_cycle:
+            return self._send(200, type(self).life_cycle)
         return self._send(404, "")
 
     def _send(self, code, body):
@@ -79,7 +82,7 @@ def serve(handler):
 
 @pytest.fixture
 def servers():
-    FakeImds.asked, FakeImds.quiet, FakeImds.tokens = 0, 2, []
+    FakeImds.asked, FakeImds.quiet, FakeImds.tokens, FakeImds.life_cycle = 0, 2, [], ""
     FakeSrifty.posts = []
     imds, imds_url = serve(FakeImds)
     srifty, srifty_url = serve(FakeSrifty)
@@ -165,3 +168,17 @@ def test_the_notice_it_posts_is_what_the_server_takes(db, user):
     data = SpotNoticeSerializer(data={"instance_id": INSTANCE, **NOTICE})
     assert data.is_valid(), data.errors
     assert data.validated_data["action"] == "terminate"
+
+
+@pytest.mark.parametrize(("life_cycle", "polls"), [("on-demand", 0), ("scheduled", 0), ("spot", 3), ("", 3)])
+def test_it_watches_only_where_imds_does_not_say_on_demand(servers, monkeypatch, capsys, life_cycle, polls):
+    """The same node script runs on spot and on-demand nodes: on one IMDS calls on-demand the
+    watcher ends at once; on spot, or when IMDS does not say, it polls for the notice."""
+    imds_url, srifty_url = servers
+    FakeImds.life_cycle, FakeImds.quiet = life_cycle, 100
+    for name, value in {"SRIFTY_SERVER": srifty_url, "SRIFTY_JOB_ID": "7", "SRIFTY_TOKEN": "t"}.items():
+        monkeypatch.setenv(name, value)
+    rc = spotwatch.main(["--imds", imds_url, "--every", "0.01", "--max-polls", "3"])
+    assert FakeImds.asked == polls and FakeSrifty.posts == []
+    assert rc == (0 if polls == 0 else 1)
+    assert ("not a spot instance" in capsys.readouterr().out) is (polls == 0)

@@ -495,3 +495,84 @@ def test_a_task_node_fetches_its_workdir_gets_its_environment_runs_setup_then_ru
     assert "Authorization: Bearer tok-7" in fetch
     assert len([c for c in sandbox.curls() if any("/rendezvous/" in a for a in c)]) == 3
     assert sandbox.shutdowns() == ["-h +30", "-h now"]
+
+
+FAKE_SPOTWATCH = """import json, os, sys
+print("fake spotwatch up", flush=True)
+state = {"argv": sys.argv, "cwd": os.getcwd(), "pythonpath": os.environ.get("PYTHONPATH", ""),
+         "env": {k: v for k, v in os.environ.items() if k in ("SRIFTY_SERVER", "SRIFTY_JOB_ID", "SRIFTY_TOKEN")}}
+open(os.environ["FAKE_LOG"] + "/spotwatch.json", "w").write(json.dumps(state))
+"""
+
+
+def task_script(**kw) -> str:
+    from profiler.userdata import task_user_data
+
+    args = {
+        "server_url": SERVER,
+        "job_id": 7,
+        "token": "tok-7",
+        "setup": 'echo "setup" >> "$FAKE_LOG/steps"',
+        "run": 'echo "run $NODE_RANK" >> "$FAKE_LOG/steps"',
+        "max_minutes": 30,
+        "agent_url": f"{SERVER}/api/v1/jobs/7/agent.tar.gz",
+    }
+    return task_user_data(**{**args, **kw})
+
+
+def test_a_task_script_passes_bash_syntax_check_and_starts_the_spot_watcher_before_setup():
+    for script in (task_script(), task_script(token=EVIL, setup="", agent_url=None)):
+        result = bash_syntax(script)
+        assert result.returncode == 0, result.stderr
+    script = task_script()
+    start = script.index("-m profiler.agent.spotwatch")
+    assert script.index("tar -xzf /opt/srifty/repo.tgz") < start < script.index('echo "srifty: setup"')
+    assert ">> /opt/srifty/spotwatch.log 2>&1 &)" in script
+
+
+def test_a_task_node_starts_the_spot_watcher_from_the_agent_package_then_still_runs(sandbox):
+    """The watcher is launched in the background from the unpacked agent package, with the job's
+    server, id and token and its output in /opt/srifty/spotwatch.log; setup and run go on."""
+    import time
+
+    agent_tgz = sandbox.tmp / "agent-with-spotwatch.tgz"
+    with tarfile.open(agent_tgz, "w:gz") as tar:
+        for name, text in [
+            ("profiler/__init__.py", ""),
+            ("profiler/agent/__init__.py", ""),
+            ("profiler/agent/spotwatch.py", FAKE_SPOTWATCH),
+        ]:
+            info = tarfile.TarInfo(name)
+            info.size = len(text.encode())
+            tar.addfile(info, io.BytesIO(text.encode()))
+    answers = [[200, json.dumps({"env": {"MASTER_ADDR": "10.0.1.23", "NODE_RANK": "1"}})]]
+    result = sandbox.run(task_script(), FAKE_RDZV=json.dumps(answers), FAKE_AGENT_TGZ=str(agent_tgz))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (sandbox.log / "steps").read_text().splitlines() == ["setup", "run 1"]
+    assert "srifty: spot watcher started" in result.stdout
+    deadline = time.monotonic() + 20  # it runs in the background: give it time to start
+    while sandbox.json("spotwatch.json") is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    watcher = sandbox.json("spotwatch.json")
+    work = f"{sandbox.root}/opt/srifty/work"
+    assert watcher is not None, "the spot watcher never started"
+    assert watcher["argv"][0] == f"{work}/profiler/agent/spotwatch.py"
+    assert watcher["cwd"] == work and watcher["pythonpath"] == work
+    assert watcher["env"] == {"SRIFTY_SERVER": SERVER, "SRIFTY_JOB_ID": "7", "SRIFTY_TOKEN": "tok-7"}
+    log = sandbox.root / "opt/srifty/spotwatch.log"
+    while (
+        "fake spotwatch up" not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline
+    ):
+        time.sleep(0.05)
+    assert "fake spotwatch up" in log.read_text()
+    (fetch,) = [c for c in sandbox.curls() if f"{SERVER}/api/v1/jobs/7/agent.tar.gz" in c]
+    assert "Authorization: Bearer tok-7" in fetch
+
+
+def test_a_task_node_without_the_agent_package_runs_without_a_watcher(sandbox):
+    answers = [[200, json.dumps({"env": {"MASTER_ADDR": "10.0.1.23", "NODE_RANK": "0"}})]]
+    result = sandbox.run(task_script(agent_url=None), FAKE_RDZV=json.dumps(answers))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (sandbox.log / "steps").read_text().splitlines() == ["setup", "run 0"]
+    assert "spot watcher" not in result.stdout
+    assert not (sandbox.root / "opt/srifty/spotwatch.log").exists()
