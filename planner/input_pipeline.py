@@ -9,8 +9,8 @@ second). So a node of ``v`` vCPUs and ``g`` GPUs is fed at most::
 and a synchronous step of ``B`` samples on that node takes at least ``B / ceiling`` seconds
 (loaders prefetch, so input overlaps compute, and the iteration is the longer of the two).
 
-``rate_per_vcpu`` is the profile's measured figure when there is one; else the default of the
-data kind (:data:`DEFAULT_RATE_PER_VCPU`), an *assumption* that every plan row it binds states:
+``rate_per_vcpu`` is the profile's measured figure when there is one for the input's kind (the
+compute profile's ``input_pipeline``, :func:`measured_rate`); else the default of the data kind (:data:`DEFAULT_RATE_PER_VCPU`), an *assumption* that every plan row it binds states:
 
 * ``image`` 100 samples/s per vCPU: the PyTorch ImageNet reference pipeline (``ImageFolder``,
   PIL decode of a 500x375 JPEG, RandomResizedCrop 224, flip, ToTensor, Normalize; collated and
@@ -27,7 +27,8 @@ data kind (:data:`DEFAULT_RATE_PER_VCPU`), an *assumption* that every plan row i
 * ``text`` 90,000 samples/s per vCPU: ``dataloader.py``'s pre-tokenised windows (512 tokens)
   measured 159k/s on one core, times the same 0.6; it practically never binds.
 
-The kind comes from the model's input shape: ``(C, H, W)`` is image data (``small_image`` when
+The kind comes from the model's input shape (``profiler.agent.dataloader.data_kind``, the rule
+the agent measures by): ``(C, H, W)`` is image data (``small_image`` when
 ``max(H, W) <= 64``: a JPEG-decoding assumption would make a CIFAR model look 15x input-bound),
 ``(seq_len,)`` is token data; anything else has no known pipeline and is not capped.
 
@@ -45,22 +46,27 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-KINDS = ("image", "small_image", "text")
+# The agent reads the data kind the same way when it measures the rate (its package is the one
+# place the rule lives: the agent may not import the planner).
+from profiler.agent.dataloader import KINDS as KINDS
+from profiler.agent.dataloader import SMALL_IMAGE_MAX_SIDE as SMALL_IMAGE_MAX_SIDE
+from profiler.agent.dataloader import data_kind as data_kind
+
 DEFAULT_RATE_PER_VCPU: dict[str, float] = {"image": 100.0, "small_image": 1_400.0, "text": 90_000.0}
 LABELS = {"image": "JPEG image", "small_image": "in-memory small-image", "text": "token"}
-# pixels per side up to which images are taken to come from an in-memory array (no JPEG decode)
-SMALL_IMAGE_MAX_SIDE = 64
 TYPES_CSV = Path(__file__).resolve().parents[1] / "catalog" / "fixtures" / "aws_gpu_instances.csv"
 
 
-def data_kind(input_shape: Sequence[int]) -> str | None:
-    """``"image"`` for ``(C, H, W)`` (``"small_image"`` up to 64 x 64), ``"text"`` for
-    ``(seq_len,)``, else None (not capped)."""
-    if len(input_shape) == 3:
-        return "small_image" if max(input_shape[1:]) <= SMALL_IMAGE_MAX_SIDE else "image"
-    if len(input_shape) == 1:
-        return "text"
-    return None
+def measured_rate(input_shape: Sequence[int], measured: tuple[str, float] | None) -> float | None:
+    """A profile's measured ``(kind, samples/s per vCPU)`` when it was measured for this input's
+    data kind, else None (the default of the kind applies). A rate of another kind -- the profile
+    ran at another input shape -- says nothing about this input."""
+    if measured is None:
+        return None
+    kind, rate = measured
+    if kind != data_kind(input_shape) or not math.isfinite(rate) or rate <= 0:
+        return None
+    return float(rate)
 
 
 def loader_vcpus(vcpus: float, gpus: int) -> int:

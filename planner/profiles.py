@@ -113,6 +113,17 @@ class DeviceInfo:
 
 
 @dataclass(frozen=True)
+class InputPipelineRate:
+    """What one data-loader worker prepared per second on the profiling machine
+    (``profiler.agent.dataloader.profile_entry``) for the model's data kind."""
+
+    kind: str
+    samples_per_s_per_vcpu: float
+    seconds: float | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
 class ComputeProfile:
     model: ModelInfo
     device: DeviceInfo
@@ -123,6 +134,7 @@ class ComputeProfile:
     created_at: str | None = None
     environment: Mapping[str, Any] = field(default_factory=dict)
     kind: str = "compute"
+    input_pipeline: InputPipelineRate | None = None  # None: not measured (older profiles)
 
     @property
     def batch_sizes(self) -> tuple[int, ...]:
@@ -216,6 +228,7 @@ def parse_compute_profile(doc: Mapping[str, Any]) -> ComputeProfile:
         warmup=_optional_int(doc, "warmup", "", minimum=0),
         created_at=doc.get("created_at"),
         environment=dict(doc.get("environment") or {}),
+        input_pipeline=_parse_input_pipeline(doc.get("input_pipeline")),
     )
 
 
@@ -400,6 +413,30 @@ def _parse_device(doc: Mapping[str, Any]) -> DeviceInfo:
     )
 
 
+def _parse_input_pipeline(doc: Any) -> InputPipelineRate | None:
+    if doc is None:
+        return None
+    if not isinstance(doc, Mapping):
+        raise ProfileError("input_pipeline", "must be an object or null")
+    from profiler.agent.dataloader import KINDS
+
+    kind = _require(doc, "kind", "input_pipeline")
+    if kind not in KINDS:
+        raise ProfileError("input_pipeline.kind", f"must be one of {', '.join(KINDS)}, got {kind!r}")
+    rate = _number(
+        _require(doc, "samples_per_s_per_vcpu", "input_pipeline"), "input_pipeline.samples_per_s_per_vcpu"
+    )
+    if rate <= 0:
+        raise ProfileError("input_pipeline.samples_per_s_per_vcpu", f"must be > 0, got {rate!r}")
+    detail = doc.get("detail")
+    return InputPipelineRate(
+        kind=kind,
+        samples_per_s_per_vcpu=rate,
+        seconds=_optional_number(doc, "seconds", "input_pipeline"),
+        detail=detail if isinstance(detail, str) else "",
+    )
+
+
 def _parse_compute_sample(doc: Any, where: str) -> ComputeSample:
     if not isinstance(doc, Mapping):
         raise ProfileError(where, "must be an object")
@@ -579,4 +616,5 @@ def merge_compute_profiles(profiles: Sequence[ComputeProfile], *, align: bool = 
         warmup=first.warmup,
         created_at=first.created_at,
         environment=first.environment,
+        input_pipeline=first.input_pipeline,
     )

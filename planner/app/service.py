@@ -418,7 +418,7 @@ def solve_request(req: dict, owner, *, allow_code: bool = False, progress=None) 
     transfer = transfer_model()
     if wl.measured_on is not None:
         wl = dataclasses.replace(wl, measured_on=datasheet_gpu_name(wl.measured_on, transfer))
-    oracle = Oracle(wl, transfer, gpu_specs(), comm_model())
+    oracle = Oracle(wl, transfer, gpu_specs(), comm_model(), input_rate_per_vcpu=input_rate(profile, wl))
     stages.enter("search")
     result = _solve(pr, cands, oracle, progress=stages.counts if progress else None)
     stages.enter("verify")
@@ -484,6 +484,17 @@ def _market_alternatives(pr, cands, oracle, rows: RowSource, progress=None) -> d
         except Infeasible as exc:
             out[market] = {"plan": None, "reason": str(exc)}
     return out
+
+
+def input_rate(profile, wl) -> float | None:
+    """The data-loader rate per vCPU the plan uses: the profile's measured one when it was
+    measured for the plan's input kind, else None (the kind's default, planner.input_pipeline)."""
+    from planner.input_pipeline import measured_rate
+
+    measured = profile.input_pipeline if profile is not None else None
+    if measured is None:
+        return None
+    return measured_rate(wl.input_shape, (measured.kind, measured.samples_per_s_per_vcpu))
 
 
 def _verify(plans, pr, wl, oracle, by_key: dict) -> dict[int, dict]:

@@ -152,6 +152,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--threads", type=_positive_int, help="torch intra-op threads (default: torch's choice)"
     )
     compute.add_argument("--seed", type=int, default=0)
+    compute.add_argument(
+        "--input-pipeline-seconds",
+        type=float,
+        default=1.0,
+        help="seconds to measure one data-loader worker's rate for the input's kind (image, "
+        "small_image, text); 0 skips it (default 1)",
+    )
     _add_reporting(compute)
 
     comm = commands.add_parser("comm", help="time all_reduce over message sizes")
@@ -245,6 +252,7 @@ def run_compute(args: argparse.Namespace) -> int:
                 min_batch=args.min_batch,
                 num_classes=args.num_classes,
                 seed=args.seed,
+                input_pipeline_seconds=args.input_pipeline_seconds,
             ).resolved()
             profiler = ComputeProfiler(options, reporter)
         except (SpecError, UsageError, ValueError) as exc:  # bad option values

@@ -96,6 +96,9 @@ class ComputeOptions:
     first_bucket_bytes: int = DEFAULT_FIRST_BUCKET_BYTES
     bucket_cap_bytes: int = DEFAULT_BUCKET_CAP_BYTES
     seed: int = 0
+    # seconds to measure the data loader's rate for the input's kind (profiler.agent.dataloader);
+    # 0: skip it (the profile's input_pipeline is null and the planner uses its default)
+    input_pipeline_seconds: float = 1.0
 
     def resolved(self) -> ComputeOptions:
         """A copy with the device-dependent defaults filled in and values checked."""
@@ -113,6 +116,8 @@ class ComputeOptions:
         out.min_iters = min(out.min_iters, out.iters)
         if self.min_batch < 1 or self.max_batch < self.min_batch:
             raise ValueError("--max-batch must be >= --min-batch >= 1")
+        if not 0 <= self.input_pipeline_seconds <= 600:
+            raise ValueError("--input-pipeline-seconds must be between 0 and 600")
         return out
 
     def counts(self) -> tuple[int, int, float]:
@@ -712,7 +717,21 @@ class ComputeProfiler:
         doc["memory_budget_bytes"] = memory_budget
         doc["min_batch_size"] = min_batch
         doc["workload"] = workload
+        doc["input_pipeline"] = self._input_pipeline()
         return doc
+
+    def _input_pipeline(self) -> dict[str, Any] | None:
+        """The data loader's rate for the input's kind, after the timed steps (so it cannot disturb
+        them); None when skipped or when this machine cannot run the pipeline (e.g. no PIL)."""
+        from profiler.agent.dataloader import profile_entry
+
+        if self.options.input_pipeline_seconds <= 0:
+            return None
+        try:
+            return profile_entry(self.options.input_shape, self.options.input_pipeline_seconds)
+        except (ImportError, RuntimeError, ValueError) as exc:
+            log.warning("input pipeline not measured: %s", exc)
+            return None
 
     def _memory_budget(self, trainer: Trainer) -> int | None:
         if self.options.max_memory is not None:

@@ -14,15 +14,32 @@ one vCPU, so the node's input ceiling is about ``workers * rate_per_vcpu`` with
   memory-mapped ``uint16`` corpus is read) and collate it into a batch.
 
 It runs in this process on one thread (``torch.set_num_threads(1)``), as one loader worker does.
-No Django import: it runs inside the agent on a bare VM.
+No Django import: it runs inside the agent on a bare VM. The compute profile carries the rate of
+the model's data kind (:func:`profile_entry`, the ``input_pipeline`` field of
+``docs/profile-format.md``); the planner uses it instead of its default for that kind.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 KINDS = ("image", "small_image", "text")
+# pixels per side up to which images are taken to come from an in-memory array (no JPEG decode)
+SMALL_IMAGE_MAX_SIDE = 64
+
+
+def data_kind(input_shape: Sequence[int]) -> str | None:
+    """``"image"`` for ``(C, H, W)`` (``"small_image"`` up to 64 x 64), ``"text"`` for
+    ``(seq_len,)``, else None (no known pipeline). The planner reads the kind the same way
+    (``planner.input_pipeline`` imports this), so a profile's rate matches a plan's kind."""
+    if len(input_shape) == 3:
+        return "small_image" if max(input_shape[1:]) <= SMALL_IMAGE_MAX_SIDE else "image"
+    if len(input_shape) == 1:
+        return "text"
+    return None
 
 
 @dataclass(frozen=True)
@@ -65,6 +82,24 @@ def measure(kind: str, seconds: float = 2.0, *, seq_len: int = 512, seed: int = 
         return _measure_text(seconds, seq_len, seed)
     finally:
         torch.set_num_threads(threads)
+
+
+def profile_entry(input_shape: Sequence[int], seconds: float = 1.0) -> dict[str, Any] | None:
+    """The compute profile's ``input_pipeline`` field: the rate of the input's data kind,
+    measured for ``seconds`` (``{kind, samples_per_s_per_vcpu, samples, seconds, detail}``);
+    None when the shape has no known pipeline. A text input measures windows of its own length."""
+    kind = data_kind(input_shape)
+    if kind is None:
+        return None
+    seq_len = min(max(1, int(input_shape[0])), 65_536) if kind == "text" else 512
+    rate = measure(kind, seconds, seq_len=seq_len)
+    return {
+        "kind": rate.kind,
+        "samples_per_s_per_vcpu": rate.samples_per_s_per_vcpu,
+        "samples": rate.samples,
+        "seconds": rate.seconds,
+        "detail": rate.detail,
+    }
 
 
 def _measure_image(seconds: float, seed: int) -> PipelineRate:

@@ -10,6 +10,7 @@ import pytest
 
 from planner import input_pipeline as ip
 from planner.solver import PlanRequest, solve
+from profiler.agent import dataloader
 
 
 @cache
@@ -117,3 +118,13 @@ def test_it_suggests_the_nearest_type_of_the_same_gpu_that_keeps_it_fed():
     assert ip.suggest_type("T4", 1, 379.0, 100.0, exclude="g4dn.xlarge") == ("g4dn.2xlarge", 8, 1)
     assert ip.suggest_type("T4", 1, 900.0, 100.0) == ("g4dn.4xlarge", 16, 1)
     assert ip.suggest_type("V100", 1, 1019.0, 100.0) is None  # 7 loader vCPUs per V100 at most
+
+
+def test_a_profiles_rate_counts_only_for_the_kind_it_was_measured_for():
+    assert ip.measured_rate((3, 32, 32), ("small_image", 612.5)) == 612.5
+    assert ip.measured_rate((3, 224, 224), ("small_image", 612.5)) is None  # profiled at another shape
+    assert ip.measured_rate((512,), ("text", 5e4)) == 5e4
+    assert ip.measured_rate((3, 224, 224), None) is None
+    assert ip.measured_rate((3, 224, 224), ("image", 0.0)) is None
+    assert ip.measured_rate((3, 224, 224), ("image", float("nan"))) is None
+    assert ip.data_kind is dataloader.data_kind  # one rule, in the agent, which may not import the planner

@@ -10,6 +10,7 @@ import pytest
 
 from planner.profiles import (
     ComputeProfile,
+    InputPipelineRate,
     ProfileError,
     load_comm_profile,
     load_compute_profile,
@@ -231,3 +232,35 @@ def test_it_reads_the_precision_a_profile_ran_also_from_older_profiles(device, r
     doc["device"] = device
     profile = load_compute_profile(doc)
     assert (profile.device.precision, profile.device.precision_requested) == (ran, requested)
+
+
+def test_it_reads_the_measured_loader_rate_and_loads_older_profiles_without_it():
+    doc = compute_doc()
+    assert load_compute_profile(doc).input_pipeline is None  # an older agent: no field
+    assert load_compute_profile({**doc, "input_pipeline": None}).input_pipeline is None  # skipped
+    entry = {
+        "kind": "small_image",
+        "samples_per_s_per_vcpu": 2500.5,
+        "samples": 2501,
+        "seconds": 1.0,
+        "detail": "x",
+    }
+    got = load_compute_profile({**doc, "input_pipeline": entry}).input_pipeline
+    assert got == InputPipelineRate("small_image", 2500.5, 1.0, "x")
+    merged = merge_compute_profiles([load_compute_profile({**doc, "input_pipeline": entry})] * 2)
+    assert merged.input_pipeline == got
+
+
+@pytest.mark.parametrize(
+    ("entry", "where"),
+    [
+        ({"kind": "audio", "samples_per_s_per_vcpu": 1.0}, "input_pipeline.kind"),
+        ({"kind": "image", "samples_per_s_per_vcpu": 0}, "input_pipeline.samples_per_s_per_vcpu"),
+        ({"kind": "image", "samples_per_s_per_vcpu": float("inf")}, "input_pipeline.samples_per_s_per_vcpu"),
+        ({"kind": "image"}, "input_pipeline.samples_per_s_per_vcpu"),
+        ([1, 2], "input_pipeline"),
+    ],
+)
+def test_it_rejects_a_malformed_loader_rate_naming_the_field(entry, where):
+    with pytest.raises(ProfileError, match=where.replace(".", r"\.")):
+        load_compute_profile({**compute_doc(), "input_pipeline": entry})

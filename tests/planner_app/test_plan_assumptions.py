@@ -71,3 +71,33 @@ def test_a_mixed_plan_compares_itself_with_each_type_alone(catalog, solve):
         for g in mixed[rank]["groups"]:
             assert f"{g['instance_type']} alone: " in text
         assert text.endswith(".") and re.search(r" alone: \$[0-9,.]+, [0-9.]+ (h|min) \(", text), text
+
+
+def _with_pipeline(compute_profile: dict, entry: dict | None) -> dict:
+    """The tiny profile as an agent that measured (or, with None, did not measure) its loader."""
+    return {**compute_profile, "input_pipeline": entry}
+
+
+def _measured(kind: str, rate: float) -> dict:
+    return {"kind": kind, "samples_per_s_per_vcpu": rate, "samples": 500, "seconds": 1.0, "detail": "test"}
+
+
+def test_a_plan_from_a_profile_with_a_measured_loader_rate_uses_and_states_it(
+    catalog, make_run, compute_profile, solve
+):
+    run = _profile_run(make_run, _with_pipeline(compute_profile, _measured("small_image", 612.5)))
+    loader = solve(_request(model={"profile_run": run.pk}))["assumptions"]["data_loader"]
+    assert loader["kind"] == "small_image" and loader["measured"] and loader["rate_per_vcpu"] == 612.5
+    assert "612 samples/s (measured by the profile)" in loader["text"]
+
+
+@pytest.mark.parametrize("entry", [None, _measured("image", 42.0)], ids=["not measured", "another kind"])
+def test_without_a_measured_rate_of_its_kind_a_plan_assumes_the_default(
+    catalog, make_run, compute_profile, solve, entry
+):
+    """An old profile (no field), or one measured for another input kind, keeps the default."""
+    profile = _with_pipeline(compute_profile, entry) if entry else compute_profile
+    run = _profile_run(make_run, profile)
+    loader = solve(_request(model={"profile_run": run.pk}))["assumptions"]["data_loader"]
+    assert loader["kind"] == "small_image" and not loader["measured"] and loader["rate_per_vcpu"] == 1400.0
+    assert "assumed for in-memory small-image data" in loader["text"]

@@ -24,6 +24,8 @@ TINY = [
     "cpu",
     "--num-classes",
     "10",
+    "--input-pipeline-seconds",  # short: these tests are about the steps, not the data loader
+    "0.1",
 ]
 
 
@@ -58,6 +60,10 @@ def test_compute_profile_of_the_tiny_cnn_on_cpu_validates_and_is_reported(tmp_pa
     assert code == 0
     doc = _load(out)
     assert doc["kind"] == "compute" and doc["max_batch_size"] is None and doc["batch_search"] == []
+    # a 3x32x32 input is CIFAR-like: its loader rate is measured for the small_image pipeline
+    pipeline = doc["input_pipeline"]
+    assert pipeline["kind"] == "small_image" and pipeline["samples_per_s_per_vcpu"] > 0
+    assert pipeline["samples"] >= 10 and 0.1 <= pipeline["seconds"] < 5 and "32x32" in pipeline["detail"]
     assert doc["model"]["num_classes"] == 10
     assert doc["model"]["forward_flops_per_sample"] > 0
     assert doc["model"]["train_flops_per_sample"] > doc["model"]["forward_flops_per_sample"]
@@ -344,3 +350,20 @@ def test_amp_runs_as_bf16_autocast_without_a_scaler_on_cpu():
         trainer.close()
     assert precision_run("amp", "cuda") == "amp" and precision_run("amp", "cpu") == "bf16"
     assert precision_run("fp32", "cpu") == "fp32"
+
+
+def test_the_input_pipeline_measure_can_be_skipped(tmp_path):
+    out = tmp_path / "skip.json"
+    args = [
+        *TINY[:-2],
+        "--input-pipeline-seconds",
+        "0",
+        "--batch-sizes",
+        "4",
+        "--iters",
+        "2",
+        "--warmup",
+        "0",
+    ]
+    assert main(["compute", *args, "--out", str(out), "-q"]) == 0
+    assert _load(out)["input_pipeline"] is None

@@ -2,7 +2,7 @@
 
 import pytest
 
-from profiler.agent.dataloader import measure
+from profiler.agent.dataloader import data_kind, measure, profile_entry
 
 
 @pytest.mark.parametrize("kind", ["image", "small_image", "text"])
@@ -29,3 +29,28 @@ def test_a_small_in_memory_image_is_prepared_many_times_faster_than_a_jpeg_is_de
 def test_it_names_the_kinds_it_knows():
     with pytest.raises(ValueError, match="image, small_image, text"):
         measure("audio")
+
+
+@pytest.mark.parametrize(
+    ("shape", "kind"),
+    [
+        ((3, 224, 224), "image"),
+        ((3, 32, 32), "small_image"),
+        ((3, 64, 48), "small_image"),
+        ((3, 65, 64), "image"),
+        ((128,), "text"),
+        ((4, 4), None),
+        ((), None),
+    ],
+)
+def test_the_data_kind_follows_the_input_shape(shape, kind):
+    assert data_kind(shape) == kind
+
+
+def test_the_profile_entry_measures_the_kind_of_the_input():
+    entry = profile_entry((3, 224, 224), 0.2)
+    assert entry["kind"] == "image" and entry["samples_per_s_per_vcpu"] > 0
+    assert entry["samples_per_s_per_vcpu"] == pytest.approx(entry["samples"] / entry["seconds"])
+    text = profile_entry((128,), 0.1)
+    assert text["kind"] == "text" and "128 tokens" in text["detail"]
+    assert profile_entry((10, 10), 0.1) is None
