@@ -2,10 +2,11 @@
 terminate, curves stored, comm model refit.
 
 Only AWS is faked. moto's server runs every EC2 call it implements; the calls it lacks
-(placement groups) are answered by botocore ``before-call`` handlers that keep the groups in
-memory and refuse to delete one whose instances are not all terminated, as EC2 does. Every
-EC2 request's parameters are recorded on the way out, since moto accepts but does not echo
-what a real launch is about (``Placement.GroupName``, EFA ``InterfaceType``).
+(placement groups) are answered by the launcher tests' botocore ``before-call`` handlers
+(``tests/launcher/fake_aws.py``), which keep the groups in memory and refuse to delete one whose
+instances are not all terminated, as EC2 does. Every EC2 request's parameters are recorded on
+the way out, since moto accepts but does not echo what a real launch is about
+(``Placement.GroupName``, EFA ``InterfaceType``).
 """
 
 from __future__ import annotations
@@ -22,9 +23,7 @@ from copy import deepcopy
 from datetime import timedelta
 from pathlib import Path
 
-import boto3
 import pytest
-from botocore.awsrequest import AWSResponse
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
@@ -33,89 +32,20 @@ from profiler import actions, tasks
 from profiler.agent.comm import free_port
 from profiler.models import CommCurvePoint, ProfilingRun, RunStatus
 from profiler.providers import EC2Provider
+from tests.launcher.fake_aws import REGION, LaunchAws
 
 pytestmark = pytest.mark.django_db
-REGION = "us-east-1"
 SERVER = "https://srifty.example.com"
 
 
 # --- AWS: moto, plus what moto lacks ----------------------------------------------------------
 
 
-class Aws:
-    """Every EC2 request's parameters, and EC2's placement-group calls, which moto lacks."""
-
-    def __init__(self, endpoint: str):
-        self.moto = boto3.client("ec2", region_name=REGION, endpoint_url=endpoint)
-        self.calls: list[tuple[str, dict]] = []
-        self.groups: dict[str, str] = {}  # name -> strategy
-        self.members: dict[str, list[str]] = {}  # group -> instance ids launched into it
-        self.fail_run_instances: str | None = None  # an EC2 error code to answer RunInstances with
-
-    def handlers(self) -> list[tuple[str, object]]:
-        """For ``aws_hooks``: on every client ``cloud`` makes."""
-        return [
-            ("provide-client-params.ec2", self._record),
-            ("before-call.ec2.CreatePlacementGroup", self._create_group),
-            ("before-call.ec2.DeletePlacementGroup", self._delete_group),
-            ("before-call.ec2.RunInstances", self._maybe_refuse_launch),
-            ("after-call.ec2.RunInstances", self._launched),
-        ]
-
-    def params(self, operation: str) -> list[dict]:
-        return [p for name, p in self.calls if name == operation]
-
-    def state(self, instance_id: str) -> str:
-        found = self.moto.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]
-        return found["State"]["Name"]
-
-    # botocore handlers -------------------------------------------------------------------------
-    def _record(self, params, model, **kwargs):
-        self.calls.append((model.name, deepcopy(params)))
-
-    @staticmethod
-    def _answer(status: int, parsed: dict):
-        return AWSResponse("https://ec2.amazonaws.com/", status, {}, None), parsed
-
-    def _error(self, code: str, message: str):
-        return self._answer(400, {"Error": {"Code": code, "Message": message}, "ResponseMetadata": {}})
-
-    def _create_group(self, params, **kwargs):
-        name = params["body"]["GroupName"]
-        if name in self.groups:
-            return self._error("InvalidPlacementGroup.Duplicate", f"group {name} exists")
-        self.groups[name] = params["body"]["Strategy"]
-        return self._answer(200, {"ResponseMetadata": {}})
-
-    def _delete_group(self, params, **kwargs):
-        name = params["body"]["GroupName"]
-        if name not in self.groups:
-            return self._error("InvalidPlacementGroup.Unknown", f"no group {name}")
-        if any(self.state(i) != "terminated" for i in self.members.get(name, [])):
-            return self._error("InvalidPlacementGroup.InUse", f"group {name} is in use")
-        del self.groups[name]
-        return self._answer(200, {"ResponseMetadata": {}})
-
-    def _maybe_refuse_launch(self, params, **kwargs):
-        if self.fail_run_instances:
-            return self._error(self.fail_run_instances, "no capacity (test)")
-        group = params["body"].get("Placement.GroupName")
-        if group and group not in self.groups:
-            return self._error("InvalidPlacementGroup.Unknown", f"no group {group}")
-        return None
-
-    def _launched(self, parsed, model, **kwargs):
-        request = self.params("RunInstances")[-1]
-        group = (request.get("Placement") or {}).get("GroupName")
-        if group:
-            self.members.setdefault(group, []).extend(i["InstanceId"] for i in parsed.get("Instances", []))
-
-
 @pytest.fixture
-def cloud(aws, aws_hooks, catalog, settings) -> Aws:
+def cloud(aws, aws_hooks, catalog, settings) -> LaunchAws:
     settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.immediate.ImmediateBackend"}}
     settings.SITE_URL = SERVER
-    fake = Aws(aws)
+    fake = LaunchAws(aws)
     aws_hooks.extend(fake.handlers())
     return fake
 
@@ -145,7 +75,7 @@ def start_cluster(
     return ProfilingRun.objects.get(pk=resp.json()["id"])
 
 
-def user_data(cloud: Aws, instance_id: str) -> str:
+def user_data(cloud: LaunchAws, instance_id: str) -> str:
     attr = cloud.moto.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
     return base64.b64decode(attr["UserData"]["Value"]).decode()
 
@@ -161,7 +91,7 @@ def agent_client(token: str) -> APIClient:
     return client
 
 
-def private_ip(cloud: Aws, instance_id: str) -> str:
+def private_ip(cloud: LaunchAws, instance_id: str) -> str:
     found = cloud.moto.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]
     return found["PrivateIpAddress"]
 
@@ -492,7 +422,7 @@ def test_a_curve_of_another_layout_is_refused_and_stores_nothing(
 # --- nothing left running ---------------------------------------------------------------------
 
 
-def _assert_all_gone(cloud: Aws, run: ProfilingRun) -> None:
+def _assert_all_gone(cloud: LaunchAws, run: ProfilingRun) -> None:
     assert all(cloud.state(i) == "terminated" for i in run.instance_ids)
     assert f"srifty-run-{run.pk}" not in cloud.groups
 
@@ -539,7 +469,7 @@ def test_one_lost_node_fails_the_run_and_takes_the_others_down(
 def test_a_launch_without_capacity_fails_the_run_and_deletes_the_group(
     cloud, staff_api, django_capture_on_commit_callbacks
 ):
-    cloud.fail_run_instances = "InsufficientInstanceCapacity"
+    cloud.fail_run_instances_at = 1  # InsufficientInstanceCapacity
     run = start_cluster(staff_api, django_capture_on_commit_callbacks, nodes=2)
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED and "InsufficientInstanceCapacity" in run.error
