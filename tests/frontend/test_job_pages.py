@@ -8,11 +8,11 @@ import types
 from decimal import Decimal
 
 import pytest
-from django.contrib.auth.models import Permission
 
 from launcher import jobs
 from launcher.models import Job, JobReport, JobStatus
 from planner.app.models import PlanRecord
+from tests.support.jobs import g5_group, may_launch
 
 pytestmark = pytest.mark.django_db
 
@@ -27,17 +27,7 @@ OPTION = {
     "time_p90_h": 2.5,
     "throughput_sps": 100.0,
     "groups": [
-        {
-            "instance_type": "g5.xlarge",
-            "market": "spot",
-            "zone": "us-east-1a",
-            "count": 2,
-            "gpus_per_node": 1,
-            "gpu_model": "A10G",
-            "price_per_hour": 0.5,
-            "batch_per_node": [32, 32],
-            "interruption_bucket": 1,
-        },
+        g5_group(zone="us-east-1a"),
         {
             "instance_type": "g5.12xlarge",
             "market": "on-demand",
@@ -67,8 +57,7 @@ def plan(user):
 @pytest.fixture
 def launcher(user, settings):
     settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
-    user.user_permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="launcher"))
-    return type(user).objects.get(pk=user.pk)
+    return may_launch(user)
 
 
 def hidden(page: str, name: str) -> str:

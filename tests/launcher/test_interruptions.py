@@ -6,18 +6,20 @@ work), a 10 h deadline, the plan's restart overhead 0.1 h (6 min)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from decimal import Decimal
 
 import pytest
-from django.contrib.auth.models import Permission
 from django.utils import timezone
 
 from catalog.models import InstanceType, OnDemandPrice, PriceSource, Region
-from cloud import ec2, session
+from cloud import ec2
 from launcher import interruptions, jobs, launch, monitor
 from launcher.models import Job, JobEvent, JobInterruption, JobReport, JobStatus
 from planner.app.models import PlanRecord
+from tests.support.jobs import g5_launch_option
 
 pytestmark = pytest.mark.django_db
 REGION = "us-east-1"
@@ -25,41 +27,15 @@ MIN = timedelta(minutes=1)
 
 
 def option():
+    """The launcher's g5 option at 28.8 s per iteration: 8 h of work (p90 8.5 h), $8."""
     return {
-        "rank": 1,
-        "region": REGION,
-        "global_batch": 128,
-        "nodes": 2,
-        "gpus": 2,
-        "groups": [
-            {
-                "instance_type": "g5.xlarge",
-                "market": "spot",
-                "zone": "us-east-1a",
-                "count": 2,
-                "gpus_per_node": 1,
-                "gpu_model": "A10G",
-                "price_per_hour": 0.5,
-                "batch_per_node": [64, 64],
-                "interruption_bucket": 1,
-            }
-        ],
-        "hourly_usd": 1.0,
-        "total_usd": 8.0,
+        **g5_launch_option(iter_s=28.8),
+        "iter_time_p90_s": 30.0,
         "time_h": 8.0,
         "time_p90_h": 8.5,
         "throughput_sps": 4.44,
-        "iter_time_s": 28.8,
-        "iter_time_p90_s": 30.0,
-        "bottleneck": "compute",
-        "why": "cheapest",
+        "total_usd": 8.0,
     }
-
-
-@pytest.fixture
-def owner(user):
-    user.user_permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="launcher"))
-    return type(user).objects.get(pk=user.pk)
 
 
 @pytest.fixture
@@ -75,14 +51,6 @@ def plan(owner):
         status="solved",
         result={"plans": [option()]},
     )
-
-
-@pytest.fixture
-def cloud(aws, settings, monkeypatch):
-    settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.immediate.ImmediateBackend"}}
-    monkeypatch.setattr(ec2, "create_placement_group", lambda region, name: None)  # not in moto
-    monkeypatch.setattr(ec2, "delete_placement_group", lambda region, name: None)
-    return session.client("ec2", REGION)
 
 
 def running(owner, plan, started_h_ago: float) -> tuple[Job, datetime]:
@@ -107,6 +75,25 @@ def token_client(api, job):
     raw = jobs.derived_token(job)
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
     return api
+
+
+@contextmanager
+def ec2_says(instance_id: str, state: str, reason: str) -> Iterator[None]:
+    """EC2's ``describe`` answers ``state`` for ``instance_id``, for ``reason``: moto never
+    reclaims, stops or powers off an instance by itself."""
+    real = ec2.describe
+
+    def describe(region, ids):
+        return [
+            ec2.InstanceState(**{**s.__dict__, "state": state, "state_reason": reason})
+            if s.id == instance_id
+            else s
+            for s in real(region, ids)
+        ]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ec2, "describe", describe)
+        yield
 
 
 def test_a_spot_notice_records_the_lost_minutes_replaces_the_node_and_resumes_from_the_last_checkpoint(
@@ -189,24 +176,7 @@ def test_a_node_found_gone_without_a_checkpoint_loses_everything_since_the_start
     report_at(job, t0, 1)
     report_at(job, t0 + 39 * MIN, 90)
     lost = job.instance_ids[0]
-    real = ec2.describe
-
-    def describe(region, ids):
-        out = []
-        for s in real(region, ids):
-            if s.id == lost:
-                s = ec2.InstanceState(
-                    **{
-                        **s.__dict__,
-                        "state": "terminated",
-                        "state_reason": "Server.SpotInstanceTermination: Spot instance termination",
-                    }
-                )
-            out.append(s)
-        return out
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(ec2, "describe", describe)
+    with ec2_says(lost, "terminated", "Server.SpotInstanceTermination: Spot instance termination"):
         assert monitor.watch_job(job, now=t0 + 40 * MIN) == "watching"
     row = JobInterruption.objects.get(job=job)
     assert row.checkpoint is None and row.cause == "terminated"
@@ -320,18 +290,7 @@ def test_a_stopped_node_is_replaced_and_terminated_so_it_does_not_wait_for_the_j
     report_at(job, t0, 1)
     report_at(job, t0 + 59 * MIN, 150)  # ahead of uniform progress (100): the replacement is spot
     stopped = job.instance_ids[1]
-    real = ec2.describe
-
-    def describe(region, ids):
-        return [
-            ec2.InstanceState(**{**s.__dict__, "state": "stopped", "state_reason": "Server.InternalError"})
-            if s.id == stopped
-            else s
-            for s in real(region, ids)
-        ]
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(ec2, "describe", describe)
+    with ec2_says(stopped, "stopped", "Server.InternalError"):
         assert monitor.watch_job(job, now=t0 + 60 * MIN) == "watching"
     row = JobInterruption.objects.get(job=job)
     assert row.cause == "stopped" and row.replacement_ids and row.replacement_market == "spot"
@@ -353,20 +312,7 @@ def test_a_survivor_whose_run_ended_with_its_lost_peer_is_replaced_too_at_no_ext
     report_at(job, t0 + 79 * MIN, 220)
     row = interruptions.handle_loss(job, taken, "spot_notice", at=t0 + 80 * MIN, now=t0 + 78 * MIN)
     assert row.cost_usd == pytest.approx(26 / 60)
-    real = ec2.describe
-
-    def describe(region, ids):
-        return [
-            ec2.InstanceState(
-                **{**s.__dict__, "state": "terminated", "state_reason": "Client.InstanceInitiatedShutdown"}
-            )
-            if s.id == first
-            else s
-            for s in real(region, ids)
-        ]
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(ec2, "describe", describe)
+    with ec2_says(first, "terminated", "Client.InstanceInitiatedShutdown"):
         assert monitor.watch_job(job, now=t0 + 82 * MIN) == "watching"
     peer = JobInterruption.objects.get(job=job, instance_id=first)
     assert peer.cause == "peer_lost" and peer.cost_usd == 0 and peer.replacement_ids

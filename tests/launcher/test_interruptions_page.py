@@ -10,52 +10,20 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from django.contrib.auth.models import Permission
-from django.test import Client
 from django.utils import timezone
 
-from launcher import interruptions, jobs
+from launcher import interruptions
 from launcher.models import Job, JobInterruption
-from planner.app.models import PlanRecord
+from tests.support.jobs import browser_session_cookie, g5_spot_option, may_launch, running_job, solved_plan
 
 CHROMIUM = "/usr/bin/chromium"
-OPTION = {
-    "rank": 1,
-    "region": "us-east-1",
-    "global_batch": 64,
-    "hourly_usd": 1.0,
-    "iter_time_s": 0.5,
-    "iter_time_p90_s": 0.6,
-    "time_h": 1.0,
-    "throughput_sps": 10.0,
-    "groups": [
-        {
-            "instance_type": "g5.xlarge",
-            "market": "spot",
-            "zone": None,
-            "count": 2,
-            "gpus_per_node": 1,
-            "gpu_model": "A10G",
-            "price_per_hour": 0.5,
-            "batch_per_node": [32, 32],
-            "interruption_bucket": 1,
-        }
-    ],
-}
+OPTION = g5_spot_option()
 
 
 def make_job(user) -> Job:
-    user.user_permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="launcher"))
-    owner = type(user).objects.get(pk=user.pk)
-    plan = PlanRecord.objects.create(
-        owner=owner,
-        request={"total_samples": 6400, "deadline_hours": 5},
-        status="solved",
-        result={"plans": [OPTION]},
-    )
-    job = jobs.create_job(owner, plan, 1, "train.py", Decimal("10"), 5, confirm=True)
-    jobs.mark_launched(job, instance_ids=["i-0aaa", "i-0ccc"], node_ips={"i-0aaa": "10.0.0.1"})
-    return jobs.mark_running(job, "launched")
+    owner = may_launch(user)
+    plan = solved_plan(owner, OPTION, total_samples=6400, deadline_hours=5)
+    return running_job(owner, plan, ["i-0aaa", "i-0ccc"], {"i-0aaa": "10.0.0.1"})
 
 
 def interrupt(job: Job, minutes_ago: float = 10) -> JobInterruption:
@@ -103,25 +71,14 @@ def test_an_interruption_event_redraws_the_tables_from_the_api(live_server, user
 
     settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
     job = make_job(user)
-    login = Client()
-    login.force_login(user)
     fake_socket = "window.WebSocket = function () { window.__ws = this; };"
+    login = browser_session_cookie(user, live_server.url)  # before Playwright's event loop runs here
     errors: list[str] = []
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         try:
             context = browser.new_context(viewport={"width": 1300, "height": 1800})
-            host = live_server.url.split("//")[1].split(":")[0]
-            context.add_cookies(
-                [
-                    {
-                        "name": "sessionid",
-                        "value": login.cookies["sessionid"].value,
-                        "domain": host,
-                        "path": "/",
-                    }
-                ]
-            )
+            context.add_cookies([login])
             context.add_init_script(fake_socket)
             page = context.new_page()
             page.on("pageerror", lambda exc: errors.append(str(exc)))

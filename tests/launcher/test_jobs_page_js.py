@@ -5,15 +5,11 @@ of these tests speaks HTTP only; the real socket is tested in test_jobs_ws.py)."
 from __future__ import annotations
 
 import os
-from decimal import Decimal
 
 import pytest
-from django.contrib.auth.models import Permission
-from django.test import Client
 
-from launcher import jobs
 from launcher.models import JobReport
-from planner.app.models import PlanRecord
+from tests.support.jobs import browser_session_cookie, g5_spot_option, may_launch, running_job, solved_plan
 
 CHROMIUM = "/usr/bin/chromium"
 pytestmark = [
@@ -21,29 +17,7 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Chromium"),
 ]
-OPTION = {
-    "rank": 1,
-    "region": "us-east-1",
-    "global_batch": 64,
-    "hourly_usd": 1.0,
-    "iter_time_s": 0.5,
-    "iter_time_p90_s": 0.6,
-    "time_h": 1.0,
-    "throughput_sps": 10.0,
-    "groups": [
-        {
-            "instance_type": "g5.xlarge",
-            "market": "spot",
-            "zone": None,
-            "count": 2,
-            "gpus_per_node": 1,
-            "gpu_model": "A10G",
-            "price_per_hour": 0.5,
-            "batch_per_node": [32, 32],
-            "interruption_bucket": 1,
-        }
-    ],
-}
+OPTION = g5_spot_option()
 FAKE_SOCKET = """
 window.WebSocket = function (url) {
   const ws = this; window.__wsUrl = url;
@@ -65,14 +39,9 @@ def test_the_chart_shows_each_rank_against_the_prediction_and_follows_live_messa
     from playwright.sync_api import sync_playwright
 
     settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
-    user.user_permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="launcher"))
-    owner = type(user).objects.get(pk=user.pk)
-    plan = PlanRecord.objects.create(
-        owner=owner, request={"total_samples": 6400}, status="solved", result={"plans": [OPTION]}
-    )
-    job = jobs.create_job(owner, plan, 1, "train.py", Decimal("10"), 5, confirm=True)
-    jobs.mark_launched(job, instance_ids=["i-0a", "i-0b"], node_ips={"i-0a": "10.0.0.1"})
-    jobs.mark_running(job, "launched")
+    owner = may_launch(user)
+    plan = solved_plan(owner, OPTION, total_samples=6400)
+    job = running_job(owner, plan, ["i-0a", "i-0b"], {"i-0a": "10.0.0.1"})
     JobReport.objects.bulk_create(
         [
             JobReport(job=job, rank=r, seq=i, iteration=i, iter_time_s=0.5 + 0.01 * i)
@@ -80,24 +49,13 @@ def test_the_chart_shows_each_rank_against_the_prediction_and_follows_live_messa
             for i in range(1, 20)
         ]
     )
-    browser_login = Client()
-    browser_login.force_login(owner)
+    login = browser_session_cookie(owner, live_server.url)  # before Playwright's event loop runs here
     errors: list[str] = []
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
         try:
             context = browser.new_context()
-            host = live_server.url.split("//")[1].split(":")[0]
-            context.add_cookies(
-                [
-                    {
-                        "name": "sessionid",
-                        "value": browser_login.cookies["sessionid"].value,
-                        "domain": host,
-                        "path": "/",
-                    }
-                ]
-            )
+            context.add_cookies([login])
             context.add_init_script(FAKE_SOCKET)
             page = context.new_page()
             page.on("pageerror", lambda exc: errors.append(str(exc)))

@@ -7,49 +7,24 @@ from decimal import Decimal
 import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
-from django.contrib.auth.models import Group, Permission
+from django.contrib.auth.models import Group
 from django.test import Client
 from rest_framework.test import APIClient
 
 from launcher import jobs
-from planner.app.models import PlanRecord
 from srifty_web.asgi import application
+from tests.support.jobs import g5_spot_option, may_launch, solved_plan
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-OPTION = {
-    "rank": 1,
-    "region": "us-east-1",
-    "global_batch": 64,
-    "hourly_usd": 1.0,
-    "iter_time_s": 0.5,
-    "iter_time_p90_s": 0.6,
-    "time_h": 1.0,
-    "throughput_sps": 10.0,
-    "groups": [
-        {
-            "instance_type": "g5.xlarge",
-            "market": "spot",
-            "zone": None,
-            "count": 2,
-            "gpus_per_node": 1,
-            "gpu_model": "A10G",
-            "price_per_hour": 0.5,
-            "batch_per_node": [32, 32],
-            "interruption_bucket": 1,
-        }
-    ],
-}
+OPTION = g5_spot_option()
 
 
 @pytest.fixture
 def job_and_token(user, settings):
     settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
-    user.user_permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="launcher"))
-    owner = type(user).objects.get(pk=user.pk)
-    plan = PlanRecord.objects.create(
-        owner=owner, request={"total_samples": 6400}, status="solved", result={"plans": [OPTION]}
-    )
+    owner = may_launch(user)
+    plan = solved_plan(owner, OPTION, total_samples=6400)
     job = jobs.create_job(owner, plan, 1, "train.py", Decimal("10"), 5, confirm=True)
     token = jobs.issue_token(job)
     jobs.mark_launched(job, instance_ids=["i-0a", "i-0b"], node_ips={"i-0a": "10.0.0.1"})

@@ -11,54 +11,16 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
-from django.contrib.auth.models import Permission
 from django.utils import timezone
 
-from cloud import ec2, session
+from cloud import ec2
 from launcher import jobs, launch, monitor
 from launcher.models import Job, JobEvent, JobReport, JobStatus
 from planner.app.models import PlanRecord
+from tests.support.jobs import g5_launch_option
 
 pytestmark = pytest.mark.django_db
 REGION = "us-east-1"
-
-
-def option(rank=1, count=2, market="spot", price=0.5, iter_s=0.5):
-    return {
-        "rank": rank,
-        "region": REGION,
-        "global_batch": 64 * count,
-        "nodes": count,
-        "gpus": count,
-        "groups": [
-            {
-                "instance_type": "g5.xlarge",
-                "market": market,
-                "zone": "us-east-1a",
-                "count": count,
-                "gpus_per_node": 1,
-                "gpu_model": "A10G",
-                "price_per_hour": price,
-                "batch_per_node": [64] * count,
-                "interruption_bucket": 1,
-            }
-        ],
-        "hourly_usd": price * count,
-        "total_usd": price * count * 2,
-        "time_h": 2.0,
-        "time_p90_h": 2.5,
-        "throughput_sps": 100.0,
-        "iter_time_s": iter_s,
-        "iter_time_p90_s": iter_s * 1.2,
-        "bottleneck": "compute",
-        "why": "cheapest",
-    }
-
-
-@pytest.fixture
-def owner(user):
-    user.user_permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="launcher"))
-    return type(user).objects.get(pk=user.pk)
 
 
 @pytest.fixture
@@ -67,16 +29,8 @@ def plan(owner):
         owner=owner,
         request={"total_samples": 128_000, "objective": "cost", "deadline_hours": 10, "budget_usd": 100},
         status="solved",
-        result={"plans": [option()]},
+        result={"plans": [g5_launch_option()]},
     )
-
-
-@pytest.fixture
-def cloud(aws, settings, monkeypatch):
-    settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.immediate.ImmediateBackend"}}
-    monkeypatch.setattr(ec2, "create_placement_group", lambda region, name: None)  # not in moto
-    monkeypatch.setattr(ec2, "delete_placement_group", lambda region, name: None)
-    return session.client("ec2", REGION)
 
 
 @pytest.fixture
@@ -91,7 +45,7 @@ def replanner(monkeypatch, owner):
             owner=who,
             request=request,
             status="solved",
-            result={"plans": [option(1, count=1, market="on-demand", price=1.0)]},
+            result={"plans": [g5_launch_option(1, count=1, market="on-demand", price=1.0)]},
         )
 
     monkeypatch.setitem(sys.modules, "planner.app.solving", types.SimpleNamespace(create_plan=create_plan))

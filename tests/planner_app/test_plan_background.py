@@ -19,17 +19,9 @@ from django.utils import timezone
 from planner.app import service, solving
 from planner.app.models import PlanRecord, PlanStatus
 from planner.app.tasks import solve_plan_task
+from tests.support.plans import TINY, plan_body, plan_command
 
-TINY = {"spec": "torchvision:squeezenet1_1", "input_shape": "3,32,32", "precision": "amp"}
-BODY = {
-    "model": TINY,
-    "samples_per_epoch": 200_000,
-    "epochs": 5,
-    "objective": "cost",
-    "deadline_hours": 12,
-    "regions": ["us-east-1"],
-    "max_nodes": 8,
-}
+BODY = plan_body(max_nodes=8)
 
 
 @pytest.fixture
@@ -335,25 +327,7 @@ class Tty(io.StringIO):
         return True
 
 
-CLI = [
-    "plan",
-    "--model",
-    TINY["spec"],
-    "--input-shape",
-    TINY["input_shape"],
-    "--samples",
-    "200000",
-    "--epochs",
-    "5",
-    "--objective",
-    "cost",
-    "--deadline-hours",
-    "12",
-    "--regions",
-    "us-east-1",
-    "--max-nodes",
-    "8",
-]
+CLI = plan_command(max_nodes=8)
 
 
 @pytest.mark.django_db

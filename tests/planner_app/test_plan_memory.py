@@ -12,41 +12,12 @@ from django.core.management.base import CommandError
 from planner.app import service
 from planner.app.models import PlanRecord
 from planner.app.tasks import solve_plan_task
+from tests.support.plans import plan_body, plan_command
 
 pytestmark = pytest.mark.django_db
 
-TINY = {"spec": "torchvision:squeezenet1_1", "input_shape": "3,32,32", "precision": "amp"}
-BODY = {
-    "model": TINY,
-    "samples_per_epoch": 200_000,
-    "epochs": 5,
-    "objective": "cost",
-    "deadline_hours": 12,
-    "regions": ["us-east-1"],
-    "max_nodes": 64,
-    "max_types": 3,
-}
-CLI = [
-    "plan",
-    "--model",
-    TINY["spec"],
-    "--input-shape",
-    TINY["input_shape"],
-    "--samples",
-    "200000",
-    "--epochs",
-    "5",
-    "--objective",
-    "cost",
-    "--deadline-hours",
-    "12",
-    "--regions",
-    "us-east-1",
-    "--max-nodes",
-    "64",
-    "--max-types",
-    "3",
-]
+BODY = plan_body(max_nodes=64, max_types=3)
+CLI = plan_command(max_nodes=64, max_types=3)
 
 
 def _room_for_the_upfront_state_only() -> float:

@@ -37,36 +37,13 @@ from django.urls import URLPattern, URLResolver, get_resolver, resolve
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from tests.support.jobs import g5_spot_option
+
 ACTORS = ("anon", "other", "run_token", "job_token", "readonly")
 MARK = "alpha_owner"  # team A's owner: the username is on every list, page and object of team A
 MISSING = 7999  # an id no object has
 IDS = {"run": 7101, "done": 7102, "run_b": 7103, "plan": 7201, "plan_b": 7202, "job": 7301, "job_b": 7302}
-OPTION = {
-    "rank": 1,
-    "region": "us-east-1",
-    "global_batch": 64,
-    "hourly_usd": 1.0,
-    "iter_time_s": 0.5,
-    "iter_time_p90_s": 0.6,
-    "time_h": 1.0,
-    "time_p90_h": 1.2,
-    "throughput_sps": 10.0,
-    "label": "2x g5.xlarge",
-    "total_usd": 1.0,
-    "groups": [
-        {
-            "instance_type": "g5.xlarge",
-            "market": "spot",
-            "zone": None,
-            "count": 2,
-            "gpus_per_node": 1,
-            "gpu_model": "A10G",
-            "price_per_hour": 0.5,
-            "batch_per_node": [32, 32],
-            "interruption_bucket": 1,
-        }
-    ],
-}
+OPTION = g5_spot_option(time_p90_h=1.2, label="2x g5.xlarge", total_usd=1.0)
 
 # --- what each outcome means --------------------------------------------------------------
 

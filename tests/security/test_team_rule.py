@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from decimal import Decimal
 
 import pytest
 from django.contrib.auth.models import Group, Permission
@@ -17,39 +16,15 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from launcher import jobs, monitor
+from launcher import monitor
 from launcher.models import Job, JobEvent, JobStatus
 from planner.app.models import PlanRecord
 from profiler.models import ProfilingRun, RunStatus
+from tests.support.jobs import g5_spot_option, running_job, solved_plan
 
 pytestmark = pytest.mark.django_db
 MISSING = 987654
-OPTION = {
-    "rank": 1,
-    "region": "us-east-1",
-    "global_batch": 64,
-    "hourly_usd": 1.0,
-    "iter_time_s": 0.5,
-    "iter_time_p90_s": 0.6,
-    "time_h": 1.0,
-    "time_p90_h": 1.2,
-    "throughput_sps": 10.0,
-    "label": "2x g5.xlarge",
-    "total_usd": 1.0,
-    "groups": [
-        {
-            "instance_type": "g5.xlarge",
-            "market": "spot",
-            "zone": None,
-            "count": 2,
-            "gpus_per_node": 1,
-            "gpu_model": "A10G",
-            "price_per_hour": 0.5,
-            "batch_per_node": [32, 32],
-            "interruption_bucket": 1,
-        }
-    ],
-}
+OPTION = g5_spot_option(time_p90_h=1.2, label="2x g5.xlarge", total_usd=1.0)
 REQUEST = {"total_samples": 6400, "objective": "cost", "deadline_hours": 24}
 
 
@@ -85,15 +60,11 @@ def team(django_user_model, settings, compute_profile):
         )
 
     def plan(owner, request=REQUEST):
-        return PlanRecord.objects.create(
-            owner=owner, request=request, status="solved", result={"plans": [OPTION]}
-        )
+        return solved_plan(owner, OPTION, **request)
 
     def job(owner, of_plan):
         owner = type(owner).objects.get(pk=owner.pk)  # fresh permission cache
-        made = jobs.create_job(owner, of_plan, 1, "train.py", Decimal("10"), 5, confirm=True)
-        jobs.mark_launched(made, instance_ids=["i-0a"], node_ips={"i-0a": "10.0.0.1"})
-        return jobs.mark_running(made, "launched")
+        return running_job(owner, of_plan, ["i-0a"], {"i-0a": "10.0.0.1"})
 
     class T:
         pass
