@@ -176,6 +176,17 @@ class Oracle:
     def pipeline(self) -> InputPipeline | None:
         return InputPipeline.for_workload(self.workload.input_shape, self.input_rate_per_vcpu)
 
+    def resampled(self, samples: int, seed: int = 0) -> Oracle:
+        """This oracle (workload, models, placement, input rate: every setting) drawing
+        ``samples`` Monte-Carlo timelines, with caches of its own: a re-check of the search's
+        plans must predict the same cluster, only with draws."""
+        settings = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.init and not f.name.startswith("_") and f.name != "calls"
+        }
+        return Oracle(**{**settings, "samples": samples, "seed": seed})
+
     # --- per GPU ------------------------------------------------------------------------
     def gpu(self, model: str) -> GpuSpec:
         return self.transfer.spec(model)

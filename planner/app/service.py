@@ -422,7 +422,7 @@ def solve_request(req: dict, owner, *, allow_code: bool = False, progress=None) 
     stages.enter("search")
     result = _solve(pr, cands, oracle, progress=stages.counts if progress else None)
     stages.enter("verify")
-    verified = _verify(result.plans, pr, wl, oracle, {c.key: c for c in cands})
+    verified = _verify(result.plans, pr, oracle, {c.key: c for c in cands})
     rows = RowSource(oracle, validated_errors(), {c.key: c for c in cands})
     stages.enter("alternatives")
     alternatives = (
@@ -497,12 +497,11 @@ def input_rate(profile, wl) -> float | None:
     return measured_rate(wl.input_shape, (measured.kind, measured.samples_per_s_per_vcpu))
 
 
-def _verify(plans, pr, wl, oracle, by_key: dict) -> dict[int, dict]:
+def _verify(plans, pr, oracle, by_key: dict) -> dict[int, dict]:
     """Re-simulate each chosen plan with a 2,000-draw Monte-Carlo (the search used one
-    deterministic timeline per configuration)."""
-    from planner.oracle import Oracle
-
-    mc = Oracle(wl, oracle.transfer, oracle.specs, oracle.comm, samples=2000, seed=7)
+    deterministic timeline per configuration) of the same oracle: same workload, models and
+    input rate."""
+    mc = oracle.resampled(samples=2000, seed=7)
     out = {}
     for p in plans:
         config = tuple((by_key[(p.region, g.market, g.instance_type)], g.count) for g in p.groups)

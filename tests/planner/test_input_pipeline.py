@@ -128,3 +128,14 @@ def test_a_profiles_rate_counts_only_for_the_kind_it_was_measured_for():
     assert ip.measured_rate((3, 224, 224), ("image", 0.0)) is None
     assert ip.measured_rate((3, 224, 224), ("image", float("nan"))) is None
     assert ip.data_kind is dataloader.data_kind  # one rule, in the agent, which may not import the planner
+
+
+def test_a_resampled_oracle_keeps_the_input_rate_and_predicts_the_same_bound():
+    """The plan's Monte-Carlo re-check (planner.app.service._verify) draws from this copy."""
+    g4 = offer("g4dn.xlarge")
+    slow = dataclasses.replace(resnet50(), input_rate_per_vcpu=50.0)
+    mc = slow.resampled(samples=200, seed=3)
+    assert (mc.samples, mc.seed, mc.input_rate_per_vcpu) == (200, 3, 50.0)
+    assert mc.workload is slow.workload and mc.placement_group == slow.placement_group
+    assert mc._phase_cache is not slow._phase_cache
+    assert mc(((g4, 1),), 256).throughput_sps == pytest.approx(150.0, rel=0.05)

@@ -101,3 +101,15 @@ def test_without_a_measured_rate_of_its_kind_a_plan_assumes_the_default(
     loader = solve(_request(model={"profile_run": run.pk}))["assumptions"]["data_loader"]
     assert loader["kind"] == "small_image" and not loader["measured"] and loader["rate_per_vcpu"] == 1400.0
     assert "assumed for in-memory small-image data" in loader["text"]
+
+
+def test_the_monte_carlo_check_of_a_plan_uses_the_profiles_loader_rate(
+    catalog, make_run, compute_profile, solve
+):
+    """A slow measured loader makes the plans input-bound; the 2,000-draw re-check must predict
+    the same loader, or it would 'verify' a plan at the default rate, 70x faster."""
+    run = _profile_run(make_run, _with_pipeline(compute_profile, _measured("small_image", 20.0)))
+    plans = solve(_request(model={"profile_run": run.pk}))["result"]["plans"]
+    for p in plans:
+        assert p["verified"] is not None
+        assert p["verified"]["iter_time_s"] == pytest.approx(p["iter_time_s"], rel=0.1), p
