@@ -146,7 +146,7 @@ def record_node_ips(run: ProfilingRun, ips: dict[str, str]) -> ProfilingRun:
 
 def rendezvous(run: ProfilingRun, instance_id: str) -> tuple[int, dict]:
     """The server side of the nodes' master discovery: 200 ``{"master_addr", "node_rank",
-    "nnodes"}`` go, 202 wait, 4xx give up (the protocol of ``profiler.userdata.training_user_data``).
+    "nnodes"}`` go, 202 wait, 4xx give up (the protocol described above ``profiler.userdata._RENDEZVOUS``).
 
     Rank 0 is the instance with launch index 0; node ranks follow the launch index. While the
     run's instances are not recorded yet (``run_instances`` has not returned) nodes wait.

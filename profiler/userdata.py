@@ -38,10 +38,8 @@ JOB_RENDEZVOUS_URL = "$SRIFTY_SERVER/api/v1/jobs/$SRIFTY_JOB_ID/rendezvous/"
 RUN_RENDEZVOUS_URL = "$SRIFTY_SERVER/api/v1/profiling-runs/$SRIFTY_RUN_ID/rendezvous/"
 LINGER_S = 900  # how long a comm cluster's worker node waits for the run to end after its sweep
 RENDEZVOUS_WAIT_S = 1200  # how long workers poll the server for the master's address
-SERVER_DISCOVERY = "server"
 
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_HOST_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:-]*$")
 # Never ship these to a VM, not even if a caller passes them in ``env``.
 _FORBIDDEN_ENV = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"}
 
@@ -176,9 +174,19 @@ def profiling_user_data(
     return check_size("\n".join(lines) + "\n")
 
 
+# Master discovery, for every multi-node script here: each node, rank 0 included, polls
+# ``GET {server}/.../rendezvous/?instance_id={its instance id}`` (a job's or a profiling run's)
+# with its token until the server answers 200 (here ``{"master_addr": "10.0.1.23", "node_rank":
+# 1}``; a task node gets its whole environment instead); 202 (or 200 without an address) means
+# "not yet, poll again"; 400/401/403/404/410 mean "stop" (the script fails and the VM powers off).
+# The server knows every node's private IP as soon as ``run_instances`` returns
+# (``cloud.ec2.describe``), so it picks rank 0 and answers at once. This needs no instance
+# profile, no extra IAM permissions on the VM and no ordering between launches, and lets one
+# script serve all nodes. Rejected: rank 0 reading its IP from IMDS (works only for rank 0);
+# workers describing instances by tag (``ec2:DescribeInstances`` on every VM); launching rank 0
+# first and baking its IP into the workers' scripts (serialises the launch).
 _RENDEZVOUS = """\
-# Master discovery: ask the Srifty server for rank 0's private IP (see training_user_data).
-# The URL is the job's or the profiling run's rendezvous endpoint (variables set above).
+# Master discovery: ask the Srifty server for rank 0's private IP (the run's rendezvous URL).
 IMDS_TOKEN=$(curl -fsS --retry 5 -X PUT -H "X-aws-ec2-metadata-token-ttl-seconds: 300" http://169.254.169.254/latest/api/token)
 INSTANCE_ID=$(curl -fsS --retry 5 -H "X-aws-ec2-metadata-token: $IMDS_TOKEN" http://169.254.169.254/latest/meta-data/instance-id)
 RDZV_DEADLINE=$(( $(date +%s) + {wait_s} ))
@@ -212,106 +220,6 @@ PYEOF
 done
 if [ -z "$NODE_RANK" ] && [ "${{SERVER_NODE_RANK:--}}" != "-" ]; then NODE_RANK="$SERVER_NODE_RANK"; fi
 """
-
-
-def training_user_data(
-    server_url: str,
-    job_id: object,
-    token: str,
-    node_rank: int | None,
-    nnodes: int,
-    nproc_per_node: int | str,
-    master_addr_discovery: str,
-    train_command: str | Sequence[str],
-    per_node_batch: int,
-    max_minutes: int,
-    env: Mapping[str, object] | None = None,
-    repo_tarball_url: str | None = None,
-    master_port: int = RENDEZVOUS_PORT,
-) -> str:
-    """Script for one node of a DDP job: ``torchrun`` the user's command, then power off.
-
-    Runs ``python -m torch.distributed.run`` (= ``torchrun``) ``--nnodes N --nproc-per-node G
-    [--node-rank R] --rdzv-backend c10d --rdzv-endpoint $MASTER_ADDR:29500 --rdzv-id {job_id}``
-    followed by ``train_command`` (a script path plus its arguments: a list, or a string split
-    with ``shlex.split``; each word is passed as one argument, never re-parsed by a shell).
-    ``SRIFTY_SERVER``, ``SRIFTY_JOB_ID``, ``SRIFTY_TOKEN``, ``SRIFTY_PER_NODE_BATCH``,
-    ``SRIFTY_NNODES`` and ``SRIFTY_NODE_RANK`` are exported for the training callback, after
-    ``env`` (so ``env`` cannot override them; AWS credential names in ``env`` are refused).
-
-    Master discovery (``master_addr_discovery``), chosen for what works on EC2:
-
-    * ``"server"`` (the default choice for cluster launches): every node, rank 0 included, polls
-      ``GET {server}/api/v1/jobs/{job_id}/rendezvous/?instance_id={its instance id}`` with the
-      job token until the server answers 200 ``{"master_addr": "10.0.1.23", "node_rank": 1}``
-      (``node_rank`` optional); 202 (or 200 without an address) means "not yet, poll again";
-      400/401/403/404/410 mean "stop" (the script fails and the VM powers off). The server knows
-      every node's private IP as soon as ``run_instances`` returns (``cloud.ec2.describe``),
-      so it picks rank 0 and answers at once. This needs no instance profile, no extra IAM
-      permissions on the VM and no ordering between launches, and lets one launch template
-      (identical user-data, ``node_rank=None``) serve all nodes. The rejected alternatives:
-      rank 0 reading its IP from IMDS works only for rank 0; workers describing instances by
-      job tag needs ``ec2:DescribeInstances`` on every VM; launching rank 0 first and baking its
-      IP into the workers' user-data serialises the launch and breaks with a launch template.
-    * anything else is a literal master address (IP or host name) known at build time.
-
-    With the c10d rendezvous torchrun assigns the ranks itself and ignores ``--node-rank``
-    (it only logs a warning); the store is hosted by the node whose address equals the
-    endpoint, i.e. the server's rank 0. ``--node-rank`` is still passed when known (given, or
-    ``node_rank`` from the rendezvous answer) and exported as ``SRIFTY_NODE_RANK`` for logs.
-    The nodes' security group must allow all TCP between them (c10d on ``master_port``, NCCL on
-    ephemeral ports).
-    """
-    server = _server(server_url)
-    _int("nnodes", nnodes)
-    _int("per_node_batch", per_node_batch)
-    if node_rank is not None and _int("node_rank", node_rank, 0) >= nnodes:
-        raise ValueError(f"node_rank {node_rank} is out of range for {nnodes} nodes")
-    if not re.fullmatch(r"[1-9][0-9]*|gpu|cpu|auto", str(nproc_per_node)):
-        raise ValueError(f"nproc_per_node must be a positive int or gpu/cpu/auto, not {nproc_per_node!r}")
-    if _int("master_port", master_port) > 65535:
-        raise ValueError(f"master_port must be a TCP port, not {master_port!r}")
-    discovery = master_addr_discovery.strip()
-    if discovery != SERVER_DISCOVERY and not _HOST_RE.match(discovery):
-        raise ValueError(f"master_addr_discovery must be 'server' or an address, not {discovery!r}")
-    words = shlex.split(train_command) if isinstance(train_command, str) else [str(w) for w in train_command]
-    if not words:
-        raise ValueError("train_command is empty")
-    env = _checked_env(env)
-
-    lines = _header(max_minutes, "srifty-train.log")
-    lines += [f"export {name}={_q(value)}" for name, value in env.items()]
-    lines += [
-        f"export SRIFTY_SERVER={_q(server)}",
-        f"export SRIFTY_JOB_ID={_q(job_id)}",
-        f"export SRIFTY_TOKEN={_q(token)}",
-        f"export SRIFTY_PER_NODE_BATCH={_q(per_node_batch)}",
-        f"export SRIFTY_NNODES={_q(nnodes)}",
-        f"NODE_RANK={_q('' if node_rank is None else node_rank)}",
-        f"MASTER_PORT={_q(master_port)}",
-        f"NPROC_PER_NODE={_q(nproc_per_node)}",
-        f"SRIFTY_REPO_URL={_q(repo_tarball_url or '')}",
-        f"TRAIN_COMMAND=({' '.join(_q(w) for w in words)})",
-        "",
-        _FIND_PYTHON.format(candidates=" ".join(_TORCH_PYTHONS)),
-        _FETCH_REPO,
-    ]
-    if discovery == SERVER_DISCOVERY:
-        lines.append(_RENDEZVOUS.format(wait_s=RENDEZVOUS_WAIT_S, url=JOB_RENDEZVOUS_URL))
-    else:
-        lines.append(f"MASTER_ADDR={_q(discovery)}")
-    lines += [
-        'export SRIFTY_NODE_RANK="$NODE_RANK"',
-        "RANK_ARGS=()",
-        'if [ -n "$NODE_RANK" ]; then RANK_ARGS=(--node-rank "$NODE_RANK"); fi',
-        "cd /opt/srifty/work",
-        'echo "srifty: job $SRIFTY_JOB_ID node ${NODE_RANK:-?} of $SRIFTY_NNODES, master $MASTER_ADDR:$MASTER_PORT"',
-        "# python -m torch.distributed.run is torchrun, without relying on PATH",
-        '"$PY" -m torch.distributed.run --nnodes "$SRIFTY_NNODES" --nproc-per-node "$NPROC_PER_NODE" "${RANK_ARGS[@]}" \\',
-        '  --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" --rdzv-id "$SRIFTY_JOB_ID" \\',
-        '  "${TRAIN_COMMAND[@]}"',
-    ]
-    return check_size("\n".join(lines) + "\n")
 
 
 _LINGER = """\
@@ -348,7 +256,7 @@ def comm_cluster_user_data(
 
     It fetches the agent (as ``profiling_user_data`` does), learns its node rank and rank 0's
     private IP from ``GET {server}/api/v1/profiling-runs/{run_id}/rendezvous/?instance_id=...``
-    (the jobs' protocol, see ``training_user_data``: 200 go, 202 wait, 4xx stop), exports the
+    (the rendezvous protocol above ``_RENDEZVOUS``: 200 go, 202 wait, 4xx stop), exports the
     torchrun-style ``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE``, ``NNODES`` and ``NODE_RANK``
     and runs ``python -m profiler.agent {agent_args} --node-rank R --master-addr A --master-port P
     --report-to {events} --token ...``: the agent starts one process per GPU with global rank
@@ -400,7 +308,7 @@ _TASK_RENDEZVOUS = """\
 # The node's environment comes from the server (launcher.taskfile.node_env, the one place it is
 # made): MASTER_ADDR, MASTER_PORT, NODE_RANK, NNODES, NPROC_PER_NODE, the plan's per-node batch,
 # the SKYPILOT_* variables, the network settings of the type and the task's envs. 200 go,
-# 202 wait, 4xx stop (see training_user_data).
+# 202 wait, 4xx stop (see the comment above _RENDEZVOUS).
 IMDS_TOKEN=$(curl -fsS --retry 5 -X PUT -H "X-aws-ec2-metadata-token-ttl-seconds: 300" http://169.254.169.254/latest/api/token)
 INSTANCE_ID=$(curl -fsS --retry 5 -H "X-aws-ec2-metadata-token: $IMDS_TOKEN" http://169.254.169.254/latest/meta-data/instance-id)
 RDZV_DEADLINE=$(( $(date +%s) + {wait_s} ))

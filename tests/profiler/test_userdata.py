@@ -18,8 +18,9 @@ import pytest
 from profiler.userdata import (
     MAX_USER_DATA_BYTES,
     check_size,
+    comm_cluster_user_data,
     profiling_user_data,
-    training_user_data,
+    task_user_data,
     with_time_limit,
 )
 
@@ -38,21 +39,31 @@ def profiling(**kw) -> str:
     return profiling_user_data(**{**args, **kw})
 
 
-def training(**kw) -> str:
+def task(**kw) -> str:
+    """A task job's node script (``launcher.options.user_data`` builds it for every job)."""
     args = {
         "server_url": SERVER,
         "job_id": 7,
         "token": "tok-7",
-        "node_rank": 1,
-        "nnodes": 4,
-        "nproc_per_node": 8,
-        "master_addr_discovery": "server",
-        "train_command": "train.py --epochs 3",
-        "per_node_batch": 64,
+        "setup": 'echo "setup" >> "$FAKE_LOG/steps"',
+        "run": 'echo "run $NODE_RANK" >> "$FAKE_LOG/steps"',
         "max_minutes": 120,
-        "env": {"NCCL_DEBUG": "INFO"},
+        "agent_url": f"{SERVER}/api/v1/jobs/7/agent.tar.gz",
     }
-    return training_user_data(**{**args, **kw})
+    return task_user_data(**{**args, **kw})
+
+
+def comm_cluster(**kw) -> str:
+    args = {
+        "server_url": SERVER,
+        "run_id": 9,
+        "token": "tok-9",
+        "nnodes": 2,
+        "gpus_per_node": 1,
+        "agent_args": ["comm"],
+        "max_minutes": 30,
+    }
+    return comm_cluster_user_data(**{**args, **kw})
 
 
 def bash_syntax(script: str) -> subprocess.CompletedProcess:
@@ -62,7 +73,7 @@ def bash_syntax(script: str) -> subprocess.CompletedProcess:
 # --- As text ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("build", [profiling, training], ids=["profiling", "training"])
+@pytest.mark.parametrize("build", [profiling, task, comm_cluster], ids=["profiling", "task", "comm_cluster"])
 def test_the_time_limit_guard_is_the_first_command_after_the_shebang(build):
     lines = build(max_minutes=17).splitlines()
     assert lines[0] == "#!/bin/bash"
@@ -70,7 +81,7 @@ def test_the_time_limit_guard_is_the_first_command_after_the_shebang(build):
     assert lines[2] == "set -euo pipefail"
 
 
-@pytest.mark.parametrize("build", [profiling, training], ids=["profiling", "training"])
+@pytest.mark.parametrize("build", [profiling, task, comm_cluster], ids=["profiling", "task", "comm_cluster"])
 def test_an_exit_trap_always_powers_the_vm_off(build):
     script = build()
     trap = next(line for line in script.splitlines() if line.startswith("trap ") and line.endswith(" EXIT"))
@@ -78,18 +89,11 @@ def test_an_exit_trap_always_powers_the_vm_off(build):
     assert script.index(trap) < script.index("curl ")  # armed before anything can fail
 
 
-@pytest.mark.parametrize("build", [profiling, training], ids=["profiling", "training"])
+@pytest.mark.parametrize("build", [profiling, task, comm_cluster], ids=["profiling", "task", "comm_cluster"])
 def test_generated_scripts_pass_bash_syntax_check(build):
     for variant in (build(), build(token=EVIL), build(max_minutes=1)):
         result = bash_syntax(variant)
         assert result.returncode == 0, result.stderr
-
-
-def test_training_script_with_a_literal_master_and_no_rank_passes_bash_syntax_check():
-    script = training(master_addr_discovery="10.0.1.5", node_rank=None, env={}, train_command=["a.py"])
-    assert bash_syntax(script).returncode == 0
-    assert "MASTER_ADDR=10.0.1.5" in script
-    assert "rendezvous" not in script
 
 
 def test_profiling_script_fetches_the_agent_and_reports_to_the_run():
@@ -116,61 +120,43 @@ def test_interpolated_values_are_shell_quoted():
 def test_no_aws_credentials_in_user_data(monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "very-secret-key")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE")
-    for script in (profiling(), training()):
+    for script in (profiling(), task(), comm_cluster()):
         assert "very-secret-key" not in script and "AKIA" not in script
         assert "AWS_" not in script
 
 
-def test_aws_credentials_are_refused_as_training_env():
+def test_aws_credentials_are_refused_as_a_clusters_env():
     with pytest.raises(ValueError, match="AWS_SECRET_ACCESS_KEY"):
-        training(env={"AWS_SECRET_ACCESS_KEY": "x"})
+        comm_cluster(env={"AWS_SECRET_ACCESS_KEY": "x"})
 
 
 def test_bad_env_names_and_values_are_refused_or_quoted():
     with pytest.raises(ValueError, match="not a valid environment variable"):
-        training(env={"A;B": "1"})
-    assert "export NOTE='a b; c'" in training(env={"NOTE": "a b; c"})
+        comm_cluster(env={"A;B": "1"})
+    assert "export NOTE='a b; c'" in comm_cluster(env={"NOTE": "a b; c"})
 
 
-def test_torchrun_gets_nodes_gpus_rank_and_c10d_rendezvous():
-    script = training()
-    assert "export SRIFTY_NNODES=4" in script
-    assert "NPROC_PER_NODE=8" in script
-    assert "NODE_RANK=1" in script
-    assert "TRAIN_COMMAND=(train.py --epochs 3)" in script
-    assert (
-        '"$PY" -m torch.distributed.run --nnodes "$SRIFTY_NNODES" --nproc-per-node "$NPROC_PER_NODE" '
-        '"${RANK_ARGS[@]}" \\\n  --rdzv-backend c10d --rdzv-endpoint "$MASTER_ADDR:$MASTER_PORT" '
-        '--rdzv-id "$SRIFTY_JOB_ID" \\\n  "${TRAIN_COMMAND[@]}"'
-    ) in script
-    for name in ("SRIFTY_SERVER", "SRIFTY_JOB_ID", "SRIFTY_TOKEN", "SRIFTY_PER_NODE_BATCH"):
-        assert f"export {name}=" in script
-
-
-def test_training_polls_the_server_rendezvous_with_imdsv2():
-    script = training()
+def test_a_task_node_polls_the_server_rendezvous_with_imdsv2():
+    script = task()
     assert "/api/v1/jobs/$SRIFTY_JOB_ID/rendezvous/?instance_id=$INSTANCE_ID" in script
     assert "X-aws-ec2-metadata-token-ttl-seconds" in script  # IMDSv2 (HttpTokens=required)
+    for name in ("SRIFTY_SERVER", "SRIFTY_JOB_ID", "SRIFTY_TOKEN"):
+        assert f"export {name}=" in script
 
 
 @pytest.mark.parametrize(
     "kw",
     [
-        {"node_rank": 4},
-        {"node_rank": -1},
-        {"nnodes": 0},
-        {"nproc_per_node": "8; reboot"},
-        {"per_node_batch": 0},
-        {"master_addr_discovery": "$(curl evil)"},
-        {"train_command": ""},
+        {"run": " "},
         {"max_minutes": 0},
         {"max_minutes": 2.5},
         {"server_url": "ftp://x"},
+        {"token": "a\x00b"},
     ],
 )
-def test_invalid_training_arguments_are_refused(kw):
+def test_invalid_task_arguments_are_refused(kw):
     with pytest.raises(ValueError):
-        training(**kw)
+        task(**kw)
 
 
 def test_with_time_limit_inserts_the_guard_into_a_shell_script_once():
@@ -236,13 +222,6 @@ else:
 
 FAKE_PYTHON = """#!/bin/bash
 if [ "$1" = "-c" ] && [ "$2" = "import torch" ]; then exit 0; fi
-if [ "$1" = "-m" ] && [ "$2" = "torch.distributed.run" ] && [ -z "${{FAKE_REAL_TORCHRUN:-}}" ]; then
-  shift 2
-  {python} -c 'import json, os, sys
-env = {{k: v for k, v in os.environ.items() if k.startswith("SRIFTY_") or k == "NCCL_DEBUG"}}
-open(os.environ["FAKE_LOG"] + "/torchrun.json", "w").write(json.dumps({{"argv": sys.argv[1:], "env": env}}))' "$@"
-  exit "${{FAKE_TRAIN_RC:-0}}"
-fi
 exec {python} "$@"
 """
 
@@ -354,119 +333,40 @@ def test_profiling_script_powers_off_when_the_agent_fails(sandbox):
     assert sandbox.shutdowns() == ["-h +30", "-h now"]
 
 
-def test_training_script_waits_for_the_rendezvous_then_runs_torchrun(sandbox):
-    answers = [[202, ""], [200, "{}"], [200, json.dumps({"master_addr": "10.0.1.23", "node_rank": 2})]]
-    script = training(node_rank=None, train_command=["train.py", "--name", "a b; reboot"])
-    result = sandbox.run(script, FAKE_RDZV=json.dumps(answers))
-    assert result.returncode == 0, result.stdout + result.stderr
-    run = sandbox.json("torchrun.json")
-    assert run["argv"] == [
-        "--nnodes",
-        "4",
-        "--nproc-per-node",
-        "8",
-        "--node-rank",
-        "2",
-        "--rdzv-backend",
-        "c10d",
-        "--rdzv-endpoint",
-        "10.0.1.23:29500",
-        "--rdzv-id",
-        "7",
-        "train.py",
-        "--name",
-        "a b; reboot",
-    ]
-    assert run["env"] == {
-        "NCCL_DEBUG": "INFO",
-        "SRIFTY_SERVER": SERVER,
-        "SRIFTY_JOB_ID": "7",
-        "SRIFTY_TOKEN": "tok-7",
-        "SRIFTY_PER_NODE_BATCH": "64",
-        "SRIFTY_NNODES": "4",
-        "SRIFTY_NODE_RANK": "2",
-    }
-    rdzv = [c for c in sandbox.curls() if any("/rendezvous/" in a for a in c)]
-    assert len(rdzv) == 3
-    assert f"{SERVER}/api/v1/jobs/7/rendezvous/?instance_id=i-0abc" in rdzv[0]
-    assert sandbox.shutdowns() == ["-h +120", "-h now"]
-
-
-def test_training_script_gives_up_and_powers_off_when_the_server_refuses(sandbox):
-    result = sandbox.run(training(), FAKE_RDZV=json.dumps([[410, ""]]))
+def test_a_task_node_gives_up_and_powers_off_when_the_server_refuses(sandbox):
+    result = sandbox.run(task(agent_url=None), FAKE_RDZV=json.dumps([[410, ""]]))
     assert result.returncode == 1
     assert "rendezvous refused (HTTP 410)" in result.stdout
-    assert sandbox.json("torchrun.json") is None
+    assert not (sandbox.log / "steps").exists()
     assert sandbox.shutdowns() == ["-h +120", "-h now"]
 
 
-def test_training_script_ignores_an_injected_master_address(sandbox):
-    answers = [
-        [200, json.dumps({"master_addr": "$(reboot)"})],
-        [200, json.dumps({"master_addr": "10.0.0.9"})],
-    ]
-    result = sandbox.run(training(), FAKE_RDZV=json.dumps(answers))
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "10.0.0.9:29500" in sandbox.json("torchrun.json")["argv"]
-
-
-def test_training_script_with_a_fixed_master_powers_off_when_training_fails(sandbox):
-    script = training(master_addr_discovery="10.0.1.5", node_rank=0)
-    result = sandbox.run(script, FAKE_TRAIN_RC="7")
+def test_a_task_node_powers_off_when_its_run_fails(sandbox):
+    answers = [[200, json.dumps({"env": {"MASTER_ADDR": "10.0.1.5", "NODE_RANK": "0"}})]]
+    result = sandbox.run(task(agent_url=None, run="exit 7"), FAKE_RDZV=json.dumps(answers))
     assert result.returncode == 7
-    assert sandbox.json("torchrun.json")["argv"][4:6] == ["--node-rank", "0"]
-    assert not any("/rendezvous/" in arg for call in sandbox.curls() for arg in call)
+    assert (sandbox.log / "steps").read_text().splitlines() == ["setup"]
     assert sandbox.shutdowns() == ["-h +120", "-h now"]
 
 
-DDP_SCRIPT = """import json, os, sys
-import torch
-import torch.distributed as dist
-
-dist.init_process_group("gloo")
-total = torch.tensor([dist.get_rank() + 1.0])
-dist.all_reduce(total)
-state = {"world": dist.get_world_size(), "sum": total.item(), "local_rank": os.environ["LOCAL_RANK"],
-         "batch": os.environ["SRIFTY_PER_NODE_BATCH"], "arg": sys.argv[1:]}
-open(os.path.join(os.environ["FAKE_LOG"], f"rank{dist.get_rank()}.json"), "w").write(json.dumps(state))
-dist.destroy_process_group()
-"""
-
-
-@pytest.mark.slow
-def test_the_torchrun_command_line_works_with_real_torch(sandbox):
-    """One node, two CPU workers (gloo): the generated flags are accepted and rendezvous happens."""
-    pytest.importorskip("torch")
-    from profiler.agent.comm import free_port
-
-    port = free_port()
-    train = sandbox.tmp / "ddp.py"
-    train.write_text(DDP_SCRIPT)
-    script = training(
-        nnodes=1,
-        node_rank=0,
-        nproc_per_node=2,
-        master_addr_discovery="127.0.0.1",
-        master_port=port,
-        train_command=[str(train), "--tag", "a b"],
-        env={"OMP_NUM_THREADS": "1"},
-    )
-    result = sandbox.run(script, FAKE_REAL_TORCHRUN="1")
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    ranks = [sandbox.json(f"rank{r}.json") for r in (0, 1)]
-    assert [r["local_rank"] for r in ranks] == ["0", "1"]
-    assert {(r["world"], r["sum"], r["batch"], tuple(r["arg"])) for r in ranks} == {
-        (2, 3.0, "64", ("--tag", "a b"))
-    }
-    assert sandbox.shutdowns() == ["-h +120", "-h now"]
+def test_a_cluster_node_ignores_an_injected_master_address(sandbox):
+    """The master-discovery block (``_RENDEZVOUS``) takes only a host-like address."""
+    answers = [
+        [200, json.dumps({"master_addr": "$(reboot)", "node_rank": 0})],
+        [200, json.dumps({"master_addr": "10.0.0.9", "node_rank": 0})],
+    ]
+    result = sandbox.run(comm_cluster(), FAKE_RDZV=json.dumps(answers))
+    assert result.returncode == 0, result.stdout + result.stderr
+    argv = sandbox.json("agent.json")["argv"]
+    assert argv[argv.index("--master-addr") + 1] == "10.0.0.9"
+    assert argv[argv.index("--node-rank") + 1] == "0"
+    assert sandbox.shutdowns() == ["-h +30", "-h now"]
 
 
 def test_a_task_node_fetches_its_workdir_gets_its_environment_runs_setup_then_run(sandbox):
     """``task_user_data`` (every task job's node): the workdir archive comes from Srifty with the
     job token, the node's environment from the rendezvous answer (exported as given, values
     never run), then setup and run with bash in the workdir; the VM powers off after."""
-    from profiler.userdata import task_user_data
-
     env = {
         "MASTER_ADDR": "10.0.1.23",
         "NODE_RANK": "1",
@@ -505,26 +405,11 @@ open(os.environ["FAKE_LOG"] + "/spotwatch.json", "w").write(json.dumps(state))
 """
 
 
-def task_script(**kw) -> str:
-    from profiler.userdata import task_user_data
-
-    args = {
-        "server_url": SERVER,
-        "job_id": 7,
-        "token": "tok-7",
-        "setup": 'echo "setup" >> "$FAKE_LOG/steps"',
-        "run": 'echo "run $NODE_RANK" >> "$FAKE_LOG/steps"',
-        "max_minutes": 30,
-        "agent_url": f"{SERVER}/api/v1/jobs/7/agent.tar.gz",
-    }
-    return task_user_data(**{**args, **kw})
-
-
 def test_a_task_script_passes_bash_syntax_check_and_starts_the_spot_watcher_before_setup():
-    for script in (task_script(), task_script(token=EVIL, setup="", agent_url=None)):
+    for script in (task(), task(token=EVIL, setup="", agent_url=None)):
         result = bash_syntax(script)
         assert result.returncode == 0, result.stderr
-    script = task_script()
+    script = task()
     start = script.index("-m profiler.agent.spotwatch")
     assert script.index("tar -xzf /opt/srifty/repo.tgz") < start < script.index('echo "srifty: setup"')
     assert ">> /opt/srifty/spotwatch.log 2>&1 &)" in script
@@ -546,7 +431,7 @@ def test_a_task_node_starts_the_spot_watcher_from_the_agent_package_then_still_r
             info.size = len(text.encode())
             tar.addfile(info, io.BytesIO(text.encode()))
     answers = [[200, json.dumps({"env": {"MASTER_ADDR": "10.0.1.23", "NODE_RANK": "1"}})]]
-    result = sandbox.run(task_script(), FAKE_RDZV=json.dumps(answers), FAKE_AGENT_TGZ=str(agent_tgz))
+    result = sandbox.run(task(), FAKE_RDZV=json.dumps(answers), FAKE_AGENT_TGZ=str(agent_tgz))
     assert result.returncode == 0, result.stdout + result.stderr
     assert (sandbox.log / "steps").read_text().splitlines() == ["setup", "run 1"]
     assert "srifty: spot watcher started" in result.stdout
@@ -571,7 +456,7 @@ def test_a_task_node_starts_the_spot_watcher_from_the_agent_package_then_still_r
 
 def test_a_task_node_without_the_agent_package_runs_without_a_watcher(sandbox):
     answers = [[200, json.dumps({"env": {"MASTER_ADDR": "10.0.1.23", "NODE_RANK": "0"}})]]
-    result = sandbox.run(task_script(agent_url=None), FAKE_RDZV=json.dumps(answers))
+    result = sandbox.run(task(agent_url=None), FAKE_RDZV=json.dumps(answers))
     assert result.returncode == 0, result.stdout + result.stderr
     assert (sandbox.log / "steps").read_text().splitlines() == ["setup", "run 0"]
     assert "spot watcher" not in result.stdout

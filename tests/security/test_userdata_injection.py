@@ -137,29 +137,25 @@ def test_a_nul_byte_in_any_value_is_refused():
     with pytest.raises(ValueError, match="NUL"):
         userdata.profiling_user_data("https://s.example.com", 1, "tok\x00x", ["comm"], 30)
     with pytest.raises(ValueError, match="NUL"):
-        userdata.training_user_data(
-            "https://s.example.com", 1, "tok", None, 1, 1, "server", ["train.py", "a\x00b"], 8, 30
-        )
+        userdata.task_user_data("https://s.example.com", 1, "tok", "", "python train.py a\x00b", 30)
 
 
-# --- the training nodes -------------------------------------------------------------------
+# --- the task and cluster nodes -----------------------------------------------------------
 
 
 @pytest.mark.parametrize("payload", PAYLOADS)
-def test_training_user_data_passes_the_command_word_by_word_and_env_values_as_strings(tmp_path, payload):
-    script = userdata.training_user_data(
+def test_task_user_data_keeps_every_value_a_string(tmp_path, payload):
+    script = userdata.task_user_data(
         "https://srifty.example.com",
-        3,
         payload,
-        None,
-        2,
-        1,
-        "server",
-        ["train.py", payload, "--lr", payload],
-        16,
+        payload,
+        payload,
+        payload,
         60,
-        env={"USER_VALUE": payload, "SRIFTY_GLOBAL_BATCH": payload},
-        repo_tarball_url=payload,
+        workdir_url=payload,
+        git_url=payload,
+        git_ref=payload,
+        agent_url=payload,
     )
     _syntax_ok(script)
     out = run_block(
@@ -167,71 +163,50 @@ def test_training_user_data_passes_the_command_word_by_word_and_env_values_as_st
         script,
         "export ",
         "# A Python with torch",
-        'printf "%s\\0" "$USER_VALUE" "$SRIFTY_GLOBAL_BATCH" "$SRIFTY_TOKEN" "$SRIFTY_REPO_URL" '
-        '"${TRAIN_COMMAND[@]}"',
+        'printf "%s\\0" "$SRIFTY_JOB_ID" "$SRIFTY_TOKEN" "$SRIFTY_SETUP" "$SRIFTY_RUN" "$SRIFTY_WORKDIR_URL" '
+        '"$SRIFTY_GIT_URL" "$SRIFTY_GIT_REF" "$SRIFTY_REPO_URL"',
     )
-    assert out.split("\0")[:-1] == [payload, payload, payload, payload, "train.py", payload, "--lr", payload]
-
-
-@pytest.mark.parametrize("payload", PAYLOADS)
-def test_a_typed_train_command_string_becomes_words_never_shell_code(tmp_path, payload):
-    import shlex
-
-    command = f"train.py --name {shlex.quote(payload)} --epochs 3"
-    script = userdata.training_user_data(
-        "https://srifty.example.com", 3, "tok", None, 1, 1, "server", command, 8, 60
-    )
-    out = run_block(
-        tmp_path, script, "export ", "# A Python with torch", 'printf "%s\\0" "${TRAIN_COMMAND[@]}"'
-    )
-    assert out.split("\0")[:-1] == ["train.py", "--name", payload, "--epochs", "3"]
+    assert out.split("\0")[:-1] == [payload] * 8
 
 
 @pytest.mark.parametrize("name", ["A;B", "A B", "1A", "A$(id)", "A\nB", "", "PATH=x"])
 def test_env_names_that_are_not_identifiers_are_refused(name):
     with pytest.raises(ValueError):
-        userdata.training_user_data(
-            "https://s.example.com", 1, "t", None, 1, 1, "server", ["t.py"], 8, 30, env={name: "v"}
-        )
+        userdata.comm_cluster_user_data("https://s.example.com", 1, "t", 2, 1, ["comm"], 30, env={name: "v"})
 
 
 @pytest.mark.parametrize(
     "field, value",
     [
-        ("nproc_per_node", "8; reboot"),
-        ("nproc_per_node", "$(reboot)"),
-        ("nproc_per_node", "8\n"),
-        ("master_addr_discovery", "10.0.0.1; reboot"),
-        ("master_addr_discovery", "$(reboot)"),
-        ("per_node_batch", "8; reboot"),
-        ("max_minutes", "5; reboot"),
         ("nnodes", "2 && reboot"),
+        ("nnodes", 1),
+        ("gpus_per_node", "8; reboot"),
+        ("max_minutes", "5; reboot"),
         ("master_port", "29500; reboot"),
+        ("master_port", 70000),
+        ("linger_s", "$(reboot)"),
     ],
 )
 def test_structured_values_are_validated_not_interpolated(field, value):
     kwargs = dict(
         server_url="https://s.example.com",
-        job_id=1,
+        run_id=1,
         token="t",
-        node_rank=None,
-        nnodes=1,
-        nproc_per_node=1,
-        master_addr_discovery="server",
-        train_command=["t.py"],
-        per_node_batch=8,
+        nnodes=2,
+        gpus_per_node=1,
+        agent_args=["comm"],
         max_minutes=30,
     )
     kwargs[field] = value
     with pytest.raises(ValueError):
-        userdata.training_user_data(**kwargs)
+        userdata.comm_cluster_user_data(**kwargs)
 
 
 def test_aws_credentials_never_go_into_user_data():
     for name in ("AWS_ACCESS_KEY_ID", "aws_secret_access_key", "AWS_SESSION_TOKEN"):
         with pytest.raises(ValueError):
-            userdata.training_user_data(
-                "https://s.example.com", 1, "t", None, 1, 1, "server", ["t.py"], 8, 30, env={name: "AKIA..."}
+            userdata.comm_cluster_user_data(
+                "https://s.example.com", 1, "t", 2, 1, ["comm"], 30, env={name: "AKIA..."}
             )
 
 
