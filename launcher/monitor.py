@@ -34,7 +34,8 @@ replacement in its rank that resumes from the last checkpoint (not for an instan
 terminated on purpose: ``Client.UserInitiated*``). Each pass also notes replaced nodes that
 train again (the measured restart) and runs the deadline guard, which moves spot nodes to
 on-demand when the job falls behind its deadline. When every node is gone the job ends:
-succeeded when the nodes shut themselves down after the work was done, else failed.
+succeeded when the nodes shut themselves down after the work was done and every lost node's
+replacement trained again (``unhandled_losses``), else failed.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from django.utils import timezone
 
 from cloud import ec2
 from launcher import interruptions, jobs, launch, options
-from launcher.models import Job, JobEvent, JobReport, JobStatus
+from launcher.models import Job, JobEvent, JobInterruption, JobReport, JobStatus
 
 log = logging.getLogger(__name__)
 
@@ -302,6 +303,9 @@ def watch_job(job: Job, now=None) -> str:
     interrupted = set(ec2.spot_interruption_notices(job.region, job.instance_ids)) | set(noticed)
     fresh_grace = timedelta(minutes=5)  # describe may not show a just-launched instance yet
     fresh = interruptions.recent_replacements(job, now - fresh_grace)
+    # Resumes first: a cluster that trained again since the last pass is no longer restarting,
+    # so its nodes shutting down now finished the work (not peers of a lost node).
+    interruptions.note_resumes(job)
     restarting = interruptions.pending_restart(job)
     losses: list[tuple[str, str, object]] = []  # (instance, cause, when it stopped training)
     new, exited = 0, []
@@ -361,14 +365,31 @@ def watch_job(job: Job, now=None) -> str:
     ]
     if not live:
         return _all_nodes_gone(job, exited)
-    interruptions.note_resumes(job)
     check_drift(job, now)
     interruptions.guard(job, now)
     return "watching"
 
 
+def unhandled_losses(job: Job) -> list[str]:
+    """Nodes lost (interrupted, gone, stopped) that the job did not get past: a loss is handled
+    once its replacement trained (``JobInterruption.resumed_at``, set by ``note_resumes``), so
+    a job that lost a node, got a replacement and resumed can still end "succeeded"."""
+    lost = {
+        str(about)
+        for about in JobEvent.objects.filter(job=job, kind__in=LOSS_KINDS).values_list(
+            "data__about", flat=True
+        )
+    }
+    resumed = set(
+        JobInterruption.objects.filter(job=job, instance_id__in=lost, resumed_at__isnull=False)
+        .exclude(replacement_ids=[])
+        .values_list("instance_id", flat=True)
+    )
+    return sorted(lost - resumed)
+
+
 def _all_nodes_gone(job: Job, exited: list[str]) -> str:
-    lost = JobEvent.objects.filter(job=job, kind__in=LOSS_KINDS).count()
+    lost = len(unhandled_losses(job))
     done = progress(job)
     if not lost and len(exited) == len(job.instance_ids):
         if done["fraction"] is None or done["fraction"] >= 0.99:

@@ -14,9 +14,11 @@ import pytest
 from django.utils import timezone
 
 from cloud import ec2
-from launcher import jobs, launch, monitor
-from launcher.models import Job, JobEvent, JobReport, JobStatus
+from launcher import interruptions, jobs, launch, monitor
+from launcher.models import Job, JobEvent, JobInterruption, JobReport, JobStatus
 from planner.app.models import PlanRecord
+from tests.launcher.test_interruptions import MIN, report_at, running
+from tests.launcher.test_interruptions import option as interruption_option
 from tests.support.jobs import g5_launch_option
 
 pytestmark = pytest.mark.django_db
@@ -234,6 +236,54 @@ def test_nodes_that_shut_down_early_fail_the_job(owner, plan, monkeypatch, setti
     report(job, [0.5] * 5, timezone.now())
     assert monitor.watch_job(job) == "failed"
     assert "after 14 of 1000 iterations" in Job.objects.get(pk=job.pk).status_reason
+
+
+@pytest.fixture
+def undated_plan(owner):
+    """test_interruptions' 2 x g5.xlarge spot plan (1,000 iterations) without a deadline: the
+    deadline guard stays out of the way."""
+    return PlanRecord.objects.create(
+        owner=owner,
+        request={"total_samples": 128_000, "objective": "cost", "restart_overhead_h": 0.1},
+        status="solved",
+        result={"plans": [interruption_option()]},
+    )
+
+
+def every_node_shut_itself_down(monkeypatch) -> None:
+    """EC2 describes every node as powered off by its own script (the end of ``run``)."""
+    real = ec2.describe
+
+    def describe(region, ids):
+        return [
+            ec2.InstanceState(**{**s.__dict__, "state": "terminated", "state_reason": monitor.SELF_SHUTDOWN})
+            for s in real(region, ids)
+        ]
+
+    monkeypatch.setattr(ec2, "describe", describe)
+
+
+def test_a_job_whose_lost_node_was_replaced_and_resumed_succeeds_when_its_nodes_finish(
+    cloud, owner, undated_plan, monkeypatch
+):
+    """Node 2's spot notice at t0+80 min, its replacement joins and the run resumes from the
+    checkpoint of iteration 200, then trains to 1,000/1,000 and every node powers off: the loss
+    was handled, so the job succeeded (it ended "every node is gone (1 lost)" before)."""
+    job, t0 = running(owner, undated_plan, started_h_ago=2.5)
+    first, taken = job.instance_ids
+    interruptions.record_checkpoint(job, 200, at=t0 + 60 * MIN)
+    report_at(job, t0, 1)
+    interruptions.record_notice(job, taken, "terminate", (t0 + 80 * MIN).isoformat())
+    assert monitor.watch_job(job, now=t0 + 79 * MIN) == "watching"
+    (new,) = JobInterruption.objects.get(job=job, instance_id=taken).replacement_ids
+    assert launch.rendezvous(Job.objects.get(pk=job.pk), new)[0] == 200
+    report_at(job, timezone.now() + MIN, 201, rank=1)
+    report_at(job, timezone.now() + 2 * MIN, 1000)
+    every_node_shut_itself_down(monkeypatch)
+    assert monitor.watch_job(job, now=timezone.now() + 3 * MIN) == "succeeded"
+    job.refresh_from_db()
+    assert job.status == JobStatus.SUCCEEDED and "training finished" in job.status_reason
+    assert monitor.unhandled_losses(job) == []
 
 
 def test_the_watch_task_requeues_itself_while_the_job_runs(owner, plan, settings, monkeypatch):
