@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from planner.input_pipeline import InputPipeline
+from planner.input_pipeline import HYPERTHREAD_SHARE, InputPipeline
 from planner.precision import same_precision
 from planner.solver.request import Plan, PlanRequest
 from planner.validated import SCALING, SOURCES, SourceError, error_of
@@ -103,7 +103,7 @@ def data_loader(pipeline: InputPipeline | None) -> dict[str, Any]:
             "(seq_len,) data, so the data loaders are assumed to keep up.",
         }
     origin = (
-        "measured by the profile"
+        f"measured by the profile on one thread, x {HYPERTHREAD_SHARE:g} for a node whose vCPUs all load"
         if pipeline.measured
         else f"assumed for {pipeline.label} data (planner/input_pipeline.py: the PyTorch reference "
         "pipeline on one core, 0.6 of it per vCPU)"

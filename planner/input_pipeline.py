@@ -10,7 +10,9 @@ and a synchronous step of ``B`` samples on that node takes at least ``B / ceilin
 (loaders prefetch, so input overlaps compute, and the iteration is the longer of the two).
 
 ``rate_per_vcpu`` is the profile's measured figure when there is one for the input's kind (the
-compute profile's ``input_pipeline``, :func:`measured_rate`); else the default of the data kind (:data:`DEFAULT_RATE_PER_VCPU`), an *assumption* that every plan row it binds states:
+compute profile's ``input_pipeline``, :func:`measured_rate`), times :data:`HYPERTHREAD_SHARE`:
+the agent measures one thread beside idle ones, while in training every vCPU of the node loads
+at once (the same 0.6 as the defaults below); else the default of the data kind (:data:`DEFAULT_RATE_PER_VCPU`), an *assumption* that every plan row it binds states:
 
 * ``image`` 100 samples/s per vCPU: the PyTorch ImageNet reference pipeline (``ImageFolder``,
   PIL decode of a 500x375 JPEG, RandomResizedCrop 224, flip, ToTensor, Normalize; collated and
@@ -53,20 +55,24 @@ from profiler.agent.dataloader import SMALL_IMAGE_MAX_SIDE as SMALL_IMAGE_MAX_SI
 from profiler.agent.dataloader import data_kind as data_kind
 
 DEFAULT_RATE_PER_VCPU: dict[str, float] = {"image": 100.0, "small_image": 1_400.0, "text": 90_000.0}
+# What one vCPU (a hyperthread) keeps of a rate measured on one thread when all vCPUs load at
+# once: a core's two threads give it ~1.2 threads' worth (see the image default below).
+HYPERTHREAD_SHARE = 0.6
 LABELS = {"image": "JPEG image", "small_image": "in-memory small-image", "text": "token"}
 TYPES_CSV = Path(__file__).resolve().parents[1] / "catalog" / "fixtures" / "aws_gpu_instances.csv"
 
 
 def measured_rate(input_shape: Sequence[int], measured: tuple[str, float] | None) -> float | None:
-    """A profile's measured ``(kind, samples/s per vCPU)`` when it was measured for this input's
-    data kind, else None (the default of the kind applies). A rate of another kind -- the profile
-    ran at another input shape -- says nothing about this input."""
+    """A profile's measured ``(kind, samples/s on one thread)`` as samples/s per vCPU of a fully
+    loading node (x :data:`HYPERTHREAD_SHARE`) when it was measured for this input's data kind,
+    else None (the default of the kind applies). A rate of another kind -- the profile ran at
+    another input shape -- says nothing about this input."""
     if measured is None:
         return None
     kind, rate = measured
     if kind != data_kind(input_shape) or not math.isfinite(rate) or rate <= 0:
         return None
-    return float(rate)
+    return float(rate) * HYPERTHREAD_SHARE
 
 
 def loader_vcpus(vcpus: float, gpus: int) -> int:

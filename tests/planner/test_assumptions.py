@@ -84,7 +84,7 @@ def test_the_data_loader_assumption_names_its_rate_and_origin():
     assert loader["rate_per_vcpu"] == 100.0 and not loader["measured"]
     assert "100 samples/s (assumed for JPEG image data" in loader["text"]
     measured = assumptions(req, ps, pipeline=InputPipeline("image", 180.0, True))["data_loader"]
-    assert "180 samples/s (measured by the profile)" in measured["text"]
+    assert "180 samples/s (measured by the profile on one thread, x 0.6" in measured["text"]
     assert assumptions(req, ps, pipeline=None)["data_loader"]["text"].startswith("No input-pipeline limit")
 
 

@@ -121,9 +121,9 @@ def test_it_suggests_the_nearest_type_of_the_same_gpu_that_keeps_it_fed():
 
 
 def test_a_profiles_rate_counts_only_for_the_kind_it_was_measured_for():
-    assert ip.measured_rate((3, 32, 32), ("small_image", 612.5)) == 612.5
+    assert ip.measured_rate((3, 32, 32), ("small_image", 612.5)) == 612.5 * ip.HYPERTHREAD_SHARE
     assert ip.measured_rate((3, 224, 224), ("small_image", 612.5)) is None  # profiled at another shape
-    assert ip.measured_rate((512,), ("text", 5e4)) == 5e4
+    assert ip.measured_rate((512,), ("text", 5e4)) == 3e4  # one thread x 0.6
     assert ip.measured_rate((3, 224, 224), None) is None
     assert ip.measured_rate((3, 224, 224), ("image", 0.0)) is None
     assert ip.measured_rate((3, 224, 224), ("image", float("nan"))) is None

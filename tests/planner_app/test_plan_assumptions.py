@@ -87,8 +87,11 @@ def test_a_plan_from_a_profile_with_a_measured_loader_rate_uses_and_states_it(
 ):
     run = _profile_run(make_run, _with_pipeline(compute_profile, _measured("small_image", 612.5)))
     loader = solve(_request(model={"profile_run": run.pk}))["assumptions"]["data_loader"]
-    assert loader["kind"] == "small_image" and loader["measured"] and loader["rate_per_vcpu"] == 612.5
-    assert "612 samples/s (measured by the profile)" in loader["text"]
+    assert loader["kind"] == "small_image" and loader["measured"] and loader["rate_per_vcpu"] == 612.5 * 0.6
+    assert (
+        "368 samples/s (measured by the profile on one thread, x 0.6 for a node whose vCPUs all load)"
+        in loader["text"]
+    )
 
 
 @pytest.mark.parametrize("entry", [None, _measured("image", 42.0)], ids=["not measured", "another kind"])
