@@ -27,10 +27,17 @@ itself down. The watch (``launcher.monitor.watch_job``) then calls :func:`handle
 A surviving node whose ``run`` fails with its lost peer (NCCL errors out, the node script ends
 and the VM powers itself off) while the replacement has not trained yet is replaced too (cause
 ``peer_lost``, no cost of its own: the interruption's lost and restart minutes already count the
-whole cluster), so the whole cluster restarts from the checkpoint with every rank in place.
+whole cluster), so the whole cluster restarts from the checkpoint with every rank in place. A
+*replacement* that powers off before the cluster trained again (its setup or ``run`` failed) is
+replaced the same way, with cause ``replacement_failed``.
 
-At most ``JOB_MAX_REPLACEMENTS`` (20) nodes are replaced per job; past that (or when no
-capacity is found at all) a lost node stays lost and the watch's re-plan offer is what is left.
+At most ``JOB_MAX_REPLACEMENTS`` (20) nodes are replaced per job: every lost node counts, and so
+does every replacement that failed before training (so replacements that keep failing cannot
+launch new instances on every watch pass until the spend cap); the original nodes that only
+restart with their lost peer (``peer_lost``) do not, or one interruption of a cluster of more
+than 20 nodes would use up the limit. When a node is lost past the limit the job fails (its
+event says why) and the watch's re-plan offer is what is left. When no capacity is found at all
+a lost node stays lost.
 
 Deadline guard (``spot_policy.decide``, "Can't Be Late", NSDI'24)
 ------------------------------------------------------------------
@@ -235,10 +242,8 @@ def handle_loss(job: Job, instance_id: str, cause: str, at=None, now=None) -> Jo
         {"lost_min": row.lost_min, "restart_min": row.restart_min, "cost_usd": round(cost.lost_usd, 4)},
         once_for=instance_id,
     )
-    limit = int(jobs.setting("JOB_MAX_REPLACEMENTS", 20))
-    if JobInterruption.objects.filter(job=job).exclude(replacement_ids=[]).count() >= limit:
-        _annotate(row, f"not replaced: the job already replaced {limit} nodes (JOB_MAX_REPLACEMENTS)")
-        return row
+    if _limit_reached(job, instance_id, row):
+        return JobInterruption.objects.get(pk=row.pk)
     decision = guard_decision(job, now, current=spot_policy.NONE) if market == SPOT_MARKET else None
     if (
         decision is not None
@@ -260,6 +265,33 @@ def handle_loss(job: Job, instance_id: str, cause: str, at=None, now=None) -> Jo
 
 
 PEER_LOST = "peer_lost"
+REPLACEMENT_FAILED = "replacement_failed"
+RESTART_CAUSES = (PEER_LOST, REPLACEMENT_FAILED)  # part of another interruption's restart
+
+
+def replacements_used(job: Job) -> int:
+    """Nodes replaced so far that count against ``JOB_MAX_REPLACEMENTS`` (module doc): every
+    replaced node but the original survivors restarted with a lost peer."""
+    return (
+        JobInterruption.objects.filter(job=job).exclude(replacement_ids=[]).exclude(cause=PEER_LOST).count()
+    )
+
+
+def _limit_reached(job: Job, instance_id: str, row: JobInterruption | None = None) -> bool:
+    """Past ``JOB_MAX_REPLACEMENTS`` the node is not replaced and the job fails, saying why
+    (the cluster cannot train with a rank missing; what still runs is terminated)."""
+    limit = int(jobs.setting("JOB_MAX_REPLACEMENTS", 20))
+    used = replacements_used(job)
+    if used < limit:
+        return False
+    if row is not None:
+        _annotate(row, f"not replaced: the job already replaced {used} nodes (JOB_MAX_REPLACEMENTS)")
+    jobs.fail_job(
+        job,
+        f"{instance_id} was lost and not replaced: the job already replaced {used} nodes, its limit "
+        f"(JOB_MAX_REPLACEMENTS = {limit}); a re-plan of the work left is offered where possible",
+    )
+    return True
 
 
 def pending_restart(job: Job) -> JobInterruption | None:
@@ -267,7 +299,7 @@ def pending_restart(job: Job) -> JobInterruption | None:
     return (
         JobInterruption.objects.filter(job=job, resumed_at__isnull=True)
         .exclude(replacement_ids=[])
-        .exclude(cause=PEER_LOST)
+        .exclude(cause__in=RESTART_CAUSES)
         .order_by("-at", "-pk")
         .first()
     )
@@ -280,18 +312,33 @@ def _replace_peer(job: Job, instance_id: str, at) -> JobInterruption | None:
     cause = pending_restart(job)
     if cause is None:
         return None
+    # A replacement that powers off before the cluster trained again failed (setup, run, a bad
+    # host): it counts against the limit, or failing replacements would be replaced forever.
+    failed = any(
+        instance_id in ids
+        for ids in JobInterruption.objects.filter(job=job, resumed_at__isnull=True).values_list(
+            "replacement_ids", flat=True
+        )
+    )
+    if failed and _limit_reached(job, instance_id):
+        return None
     row = JobInterruption.objects.create(
         job=job,
         instance_id=instance_id,
         instance_type=node_type(job, instance_id),
         market=node_market(job, instance_id),
-        cause=PEER_LOST,
+        cause=REPLACEMENT_FAILED if failed else PEER_LOST,
         at=at,
         checkpoint=cause.checkpoint,
         lost_min=0.0,
         restart_min=0.0,
         hourly_usd=job.hourly_usd,
-        detail=f"its run ended when {cause.instance_id} was lost; counted in that interruption's cost",
+        detail=(
+            f"a replacement that powered off before training again after {cause.instance_id} was lost"
+            if failed
+            else f"its run ended when {cause.instance_id} was lost"
+        )
+        + "; counted in that interruption's cost",
     )
     _replace(job, row, row.market or ON_DEMAND_MARKET)
     return JobInterruption.objects.get(pk=row.pk)
@@ -353,7 +400,7 @@ def note_resumes(job: Job) -> int:
         )
         if first is None:
             continue
-        if row.cause == PEER_LOST:  # its restart is the interruption's, counted there
+        if row.cause in RESTART_CAUSES:  # its restart is the interruption's, counted there
             row.resumed_at, row.resumed_iteration = first.reported_at, first.iteration
             row.save(update_fields=["resumed_at", "resumed_iteration"])
             continue

@@ -357,6 +357,8 @@ def watch_job(job: Job, now=None) -> str:
     if new:
         offer_replan(job, f"lost {new} node(s)" + (f", {len(replaced)} replaced" if replaced else ""))
     job = Job.objects.get(pk=job.pk)
+    if job.finished:  # a loss past JOB_MAX_REPLACEMENTS failed it
+        return job.status
     fresh |= {i for row in replaced for i in row.replacement_ids}
     live = [
         i

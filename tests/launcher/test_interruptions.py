@@ -325,3 +325,64 @@ def test_a_survivor_whose_run_ended_with_its_lost_peer_is_replaced_too_at_no_ext
     assert peer.resumed_iteration == 201 and peer.restart_min == 0
     assert interruptions.pending_restart(job) is None
     assert interruptions.summary(job)["cost_usd"] == pytest.approx(0.5, abs=1e-4)  # 20 + 10 measured
+
+
+@contextmanager
+def every_node_powers_off() -> Iterator[None]:
+    """EC2 describes every node, replacements included, as powered off by its own script."""
+    real = ec2.describe
+
+    def describe(region, ids):
+        return [
+            ec2.InstanceState(**{**s.__dict__, "state": "terminated", "state_reason": monitor.SELF_SHUTDOWN})
+            for s in real(region, ids)
+        ]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ec2, "describe", describe)
+        yield
+
+
+def launched_instances(cloud, job) -> int:
+    found = cloud.describe_instances(Filters=[{"Name": "tag:srifty:job-id", "Values": [str(job.pk)]}])
+    return sum(len(r["Instances"]) for r in found["Reservations"])
+
+
+def test_replacements_that_keep_failing_count_against_the_limit_and_then_fail_the_job(
+    cloud, owner, plan, settings
+):
+    """JOB_MAX_REPLACEMENTS = 2. Node 2 is lost (replacement R1: 1 used); every node powers off
+    before training again: node 1 restarts with its peer (peer_lost, not counted), R1 failed
+    (replaced: 2 used); on the next pass those replacements fail too: past the limit, so the job
+    fails saying why instead of launching new instances on every pass until the spend cap."""
+    settings.JOB_MAX_REPLACEMENTS = 2
+    plan.request = {k: v for k, v in plan.request.items() if k != "deadline_hours"}
+    plan.save()
+    job, t0 = running(owner, plan, started_h_ago=1.5)
+    first, taken = job.instance_ids
+    report_at(job, t0, 1)
+    interruptions.handle_loss(job, taken, "gone", now=t0 + 78 * MIN)
+    assert launched_instances(cloud, job) == 3
+    with every_node_powers_off():
+        assert monitor.watch_job(job, now=t0 + 80 * MIN) == "watching"
+        causes = dict(JobInterruption.objects.filter(job=job).values_list("instance_id", "cause"))
+        assert causes[first] == "peer_lost" and list(causes.values()).count("replacement_failed") == 1
+        assert interruptions.replacements_used(job) == 2
+        assert monitor.watch_job(job, now=t0 + 86 * MIN) == "failed"
+        launched = launched_instances(cloud, job)
+        assert monitor.watch_job(job, now=t0 + 92 * MIN) == "failed"
+    assert launched_instances(cloud, job) == launched == 5
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED and "JOB_MAX_REPLACEMENTS = 2" in job.status_reason
+    assert "not replaced" in JobEvent.objects.filter(job=job, kind="failed").get().message
+
+
+def test_a_lost_node_past_the_limit_fails_the_job_and_keeps_its_cost(cloud, owner, plan, settings):
+    settings.JOB_MAX_REPLACEMENTS = 0
+    job, t0 = running(owner, plan, started_h_ago=1)
+    report_at(job, t0, 1)
+    row = interruptions.handle_loss(job, job.instance_ids[1], "gone", now=t0 + 30 * MIN)
+    assert row.replacement_ids == [] and row.lost_min == pytest.approx(30.0)
+    assert "not replaced" in row.detail
+    job.refresh_from_db()
+    assert job.status == JobStatus.FAILED and "already replaced 0 nodes" in job.status_reason
