@@ -80,11 +80,12 @@ echo "srifty: using $PY"
 _FETCH_REPO = """\
 if [ -n "$SRIFTY_REPO_URL" ]; then
   # Send the token only to the Srifty server: a presigned S3 URL rejects a second auth method.
+  # ${A[@]+"${A[@]}"}: bash < 4.4 (Amazon Linux 2) calls an empty array unbound under set -u.
   REPO_AUTH=()
   case "$SRIFTY_REPO_URL" in
     "$SRIFTY_SERVER"/*) REPO_AUTH=(-H "Authorization: Bearer $SRIFTY_TOKEN") ;;
   esac
-  curl -fsSL --retry 5 --retry-connrefused --retry-delay 5 "${REPO_AUTH[@]}" "$SRIFTY_REPO_URL" -o /opt/srifty/repo.tgz
+  curl -fsSL --retry 5 --retry-connrefused --retry-delay 5 ${REPO_AUTH[@]+"${REPO_AUTH[@]}"} "$SRIFTY_REPO_URL" -o /opt/srifty/repo.tgz
   tar -xzf /opt/srifty/repo.tgz -C /opt/srifty/work
 fi
 """
@@ -349,7 +350,7 @@ if [ -n "$SRIFTY_WORKDIR_URL" ]; then
   case "$SRIFTY_WORKDIR_URL" in
     "$SRIFTY_SERVER"/*) WD_AUTH=(-H "Authorization: Bearer $SRIFTY_TOKEN") ;;
   esac
-  curl -fsSL --retry 5 --retry-connrefused --retry-delay 5 "${WD_AUTH[@]}" "$SRIFTY_WORKDIR_URL" -o /opt/srifty/workdir.tgz
+  curl -fsSL --retry 5 --retry-connrefused --retry-delay 5 ${WD_AUTH[@]+"${WD_AUTH[@]}"} "$SRIFTY_WORKDIR_URL" -o /opt/srifty/workdir.tgz
   tar -xzf /opt/srifty/workdir.tgz -C /opt/srifty/work
 elif [ -n "$SRIFTY_GIT_URL" ]; then
   command -v git >/dev/null 2>&1 || { apt-get -o DPkg::Lock::Timeout=600 install -yq git || dnf install -yq git; }
