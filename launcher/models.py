@@ -98,6 +98,14 @@ class Job(ScopedTokenMixin, models.Model):
         return self.status in JOB_FINISHED
 
     @property
+    def task_shown(self) -> str:
+        """The task file with its credential ``envs`` values redacted: what people see (the API,
+        the job page); the nodes get the real values from the rendezvous."""
+        from launcher.taskfile import redacted
+
+        return redacted(self.task)
+
+    @property
     def group_name(self) -> str:
         return f"job-{self.pk}"
 

@@ -176,6 +176,11 @@ class JobSerializer(ModelSerializer):
 
 class JobDetailSerializer(JobSerializer):
     events = JobEventSerializer(many=True, read_only=True)
+    task = serializers.CharField(
+        source="task_shown",
+        read_only=True,
+        help_text="The task file launched, credential envs values (names with TOKEN, KEY, SECRET, ...) redacted",
+    )
     observed = serializers.SerializerMethodField(help_text="Observed vs predicted iteration time")
     progress = serializers.SerializerMethodField()
     replan_offer = serializers.SerializerMethodField()

@@ -405,6 +405,33 @@ def plan_conflicts(spec: TaskSpec, option: dict[str, Any]) -> list[str]:
 
 
 # ------------------------------------------------------------------------ plain commands
+# env names whose values are credentials: shown to nobody (the nodes get them from the rendezvous)
+SECRET_ENV_RE = re.compile(
+    r"TOKEN|SECRET|PASSW|PWD|KEY|CREDENTIAL|AUTH|PRIVATE|COOKIE|SESSION", re.IGNORECASE
+)
+REDACTED = "<redacted>"
+
+
+def redacted(text: str) -> str:
+    """The task file as the API and the job page show it: the value of every ``envs`` entry whose
+    name looks like a credential (``HF_TOKEN``, ``WANDB_API_KEY``, ``DB_PASSWORD``) replaced by
+    ``<redacted>`` wherever it appears, so a teammate who may read the job cannot read the
+    owner's secrets. Values shorter than 4 characters are left (replacing them would garble the
+    file, and they are no secret worth the name)."""
+    if not text:
+        return text
+    try:
+        spec = parse_task(text)
+    except TaskFileError:
+        return text  # a stored file was parsed at launch; nothing else can be told apart
+    secrets = sorted(
+        {v for k, v in spec.envs.items() if SECRET_ENV_RE.search(k) and len(v) >= 4}, key=len, reverse=True
+    )
+    for value in secrets:  # longest first: a value inside another is not left half-shown
+        text = text.replace(value, REDACTED)
+    return text
+
+
 def from_command(train_command: str, name: str = "job") -> TaskSpec:
     """A job launched with a training command (``train.py --epochs 3``) and no task file: the
     task that runs it under ``torchrun`` on every node, with the node's torchrun variables. The

@@ -404,3 +404,29 @@ def test_the_node_script_sources_its_environment_runs_setup_once_and_run_every_t
         done = subprocess.run(["bash", "-c", program], capture_output=True, text=True, timeout=30)
         assert done.returncode == 0, done.stderr
     assert log.read_text().splitlines() == ["setup", "run 1/2 batch 256 in work", "run 1/2 batch 256 in work"]
+
+
+# --- secrets in the task file ------------------------------------------------------------------
+
+SECRET_TASK = TASK + "  HF_TOKEN: hf_s3cr3tValue0123456789\n  WANDB_API_KEY: 'wandb-0a1b2c3d'\n"
+
+
+def test_credential_envs_are_redacted_where_people_read_the_job_but_reach_the_nodes(fake, owner, client):
+    job = task_job(owner, task=SECRET_TASK)
+    assert launch.launch_job(job) == "launched 2 instances"
+    job.refresh_from_db()
+    api = APIClient()
+    api.force_authenticate(owner)
+    shown = api.get(f"/api/v1/jobs/{job.pk}/").json()["task"]
+    client.force_login(owner)
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    for text in (shown, page):
+        assert "hf_s3cr3tValue0123456789" not in text and "wandb-0a1b2c3d" not in text
+        assert "HF_TOKEN: &lt;redacted&gt;" in text or "HF_TOKEN: <redacted>" in text
+        assert "DATA: s3://bucket/wiki" in text  # not a credential: shown as written
+    assert shown == SECRET_TASK.replace("hf_s3cr3tValue0123456789", "<redacted>").replace(
+        "wandb-0a1b2c3d", "<redacted>"
+    )
+    env = launch.rendezvous(job, job.instance_ids[0])[1]["env"]
+    assert (env["HF_TOKEN"], env["WANDB_API_KEY"]) == ("hf_s3cr3tValue0123456789", "wandb-0a1b2c3d")
+    assert Job.objects.get(pk=job.pk).task == SECRET_TASK  # stored whole for the nodes and re-plans

@@ -170,3 +170,17 @@ def test_a_single_type_plan_exports_one_runnable_file_without_a_task():
     [(name, text)] = to_skypilot({**OPTION, "groups": OPTION["groups"][:1]})
     doc = yaml.safe_load(text)
     assert name == "srifty-plan-option-1.sky.yaml" and "torchrun" in doc["run"] and "NOTE" not in text
+
+
+def test_redaction_hides_credential_values_everywhere_and_leaves_the_rest():
+    from launcher.taskfile import redacted
+
+    text = (
+        "name: t\nrun: python train.py --token $HF_TOKEN --db abcd1234xyz\n"
+        "envs:\n  HF_TOKEN: abcd1234\n  DB_PASSWORD: abcd1234xyz\n  PIN_KEY: 12\n  EPOCHS: '90'\n"
+    )
+    out = redacted(text)
+    assert "abcd1234" not in out  # the longer value first: no half-shown 'xyz' tail
+    assert out.count("<redacted>") == 3 and "--db <redacted>" in out
+    assert "PIN_KEY: 12" in out and "EPOCHS: '90'" in out  # too short to be a secret; not a credential
+    assert redacted("") == "" and redacted("not: [valid") == "not: [valid"
