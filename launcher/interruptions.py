@@ -21,8 +21,17 @@ itself down. The watch (``launcher.monitor.watch_job``) then calls :func:`handle
    the rendezvous gives it the lost node's rank, batch and environment;
 4. the run resumes from the last checkpoint: the nodes restart ``run``, which loads the newest
    checkpoint under ``SRIFTY_CHECKPOINT_S3``/``SRIFTY_CHECKPOINT_DIR``; the first report after
-   the interruption is recorded as the resume (:func:`note_resumes`: the iteration it resumed
-   at and the measured restart).
+   the lost node stopped *and* after every replacement got its rendezvous answer is recorded
+   as the resume (:func:`note_resumes`: the iteration it resumed at and the measured restart).
+
+   Why the rendezvous: the nodes keep training through a spot notice's 2 minutes (and an EC2
+   notice without an action time is dated when the watch saw it) and the Reporter posts its
+   batch seconds later, so reports of iterations past the checkpoint arrive after the notice
+   from the run that is being lost. An iteration rule (<= checkpoint + a margin) cannot tell
+   those from the resumed run's (both follow the checkpoint, and the margin depends on the
+   speed and the flush interval); the cluster cannot train again before every rank has joined,
+   so a report after the last replacement's first rendezvous answer (``node_joined`` event) is
+   the resumed run's.
 
 A surviving node whose ``run`` fails with its lost peer (NCCL errors out, the node script ends
 and the VM powers itself off) while the replacement has not trained yet is replaced too (cause
@@ -64,7 +73,7 @@ from django.utils.dateparse import parse_datetime
 
 from cloud import ec2
 from launcher import jobs, launch, spot_policy
-from launcher.models import Job, JobCheckpoint, JobInterruption, JobReport
+from launcher.models import Job, JobCheckpoint, JobEvent, JobInterruption, JobReport
 
 log = logging.getLogger(__name__)
 
@@ -390,13 +399,31 @@ def put_in_slots(job: Job, moves: dict[str, str]) -> Job:
     return locked
 
 
+def joined_at(job: Job, instance_ids: list[str]) -> datetime | None:
+    """When the last of ``instance_ids`` got its first rendezvous answer; None until all did."""
+    joined = dict(
+        JobEvent.objects.filter(job=job, kind="node_joined", data__about__in=instance_ids).values_list(
+            "data__about", "at"
+        )
+    )
+    if not instance_ids or any(i not in joined for i in instance_ids):
+        return None
+    return max(joined.values())
+
+
 def note_resumes(job: Job) -> int:
-    """For replaced nodes not yet seen training again: the first report after the
-    interruption is the resume (iteration, measured restart). Returns how many were noted."""
+    """For replaced nodes not yet seen training again: the first report after the lost node
+    stopped and after its replacements joined is the resume (module doc, step 4: iteration,
+    measured restart). Returns how many were noted."""
     noted = 0
     for row in JobInterruption.objects.filter(job=job, resumed_at__isnull=True).exclude(replacement_ids=[]):
+        joined = joined_at(job, list(row.replacement_ids))
+        if joined is None:
+            continue
         first = (
-            JobReport.objects.filter(job=job, reported_at__gt=row.at).order_by("reported_at", "pk").first()
+            JobReport.objects.filter(job=job, reported_at__gt=max(row.at, joined))
+            .order_by("reported_at", "pk")
+            .first()
         )
         if first is None:
             continue

@@ -24,7 +24,7 @@ import math
 import re
 import secrets
 import shlex
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import ROUND_DOWN, Decimal, InvalidOperation
 
 from django.conf import settings
@@ -379,16 +379,24 @@ def transition(
 
 
 def add_event(
-    job: Job, kind: str, message: str, data: dict | None = None, *, once_for: str | None = None
+    job: Job,
+    kind: str,
+    message: str,
+    data: dict | None = None,
+    *,
+    once_for: str | None = None,
+    at: datetime | None = None,
 ) -> JobEvent | None:
     """A JobEvent, also sent to viewers. With ``once_for`` (e.g. an instance id) an event of this
-    kind about the same thing is stored only once."""
+    kind about the same thing is stored only once. ``at``: when it happened (default now)."""
     data = dict(data or {})
     if once_for is not None:
         data["about"] = once_for
         if JobEvent.objects.filter(job=job, kind=kind, data__about=once_for).exists():
             return None
-    event = JobEvent.objects.create(job=job, kind=kind, message=message[:10_000], data=data)
+    event = JobEvent.objects.create(
+        job=job, kind=kind, message=message[:10_000], data=data, at=at or timezone.now()
+    )
     broadcast(job, event_message(event))
     return event
 

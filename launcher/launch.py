@@ -44,7 +44,7 @@ from django.utils import timezone
 
 from cloud import ec2
 from launcher import jobs, options, spot_policy, taskfile, workdirs
-from launcher.models import Job, JobStatus
+from launcher.models import Job, JobInterruption, JobStatus
 from planner.app.models import PlanRecord
 from profiler import cluster
 from srifty_web.teams import visible_owner_q
@@ -334,13 +334,15 @@ def rollback(job: Job) -> None:
 # --- rendezvous ---------------------------------------------------------------------------
 
 
-def rendezvous(job: Job, instance_id: str) -> tuple[int, dict]:
+def rendezvous(job: Job, instance_id: str, now=None) -> tuple[int, dict]:
     """The server side of the nodes' discovery (``profiler.userdata.task_user_data``): 200
     ``{"master_addr", "node_rank", "nnodes", "env"}`` go, 202 wait, 4xx give up.
 
     Rank 0 is the first instance of the first node group; node ranks follow launch order.
     ``env`` is the node's whole environment (``taskfile.node_env``); it needs every node's
-    private IP (``SKYPILOT_NODE_IPS``), so the answer waits until EC2 shows them all.
+    private IP (``SKYPILOT_NODE_IPS``), so the answer waits until EC2 shows them all. The
+    first 200 to a replacement node is recorded (``node_joined``, at ``now``): the cluster
+    cannot train again before it, so ``interruptions.note_resumes`` counts only later reports.
     """
     if not instance_id:
         return 400, {"instance_id": ["required: the asking node's EC2 instance id"]}
@@ -375,7 +377,22 @@ def rendezvous(job: Job, instance_id: str) -> tuple[int, dict]:
             spec.checkpoint.interval_min,
         )
         env["SRIFTY_CHECKPOINT_INTERVAL_S"] = str(round(minutes * 60))
+    _note_joined(job, instance_id, rank, now)
     return 200, {"master_addr": ips[0], "node_rank": rank, "nnodes": len(ips), "env": env}
+
+
+def _note_joined(job: Job, instance_id: str, rank: int, now=None) -> None:
+    replaced = JobInterruption.objects.filter(job=job).values_list("instance_id", "replacement_ids")
+    took = next((old for old, ids in replaced if instance_id in ids), None)
+    if took is not None:
+        jobs.add_event(
+            job,
+            "node_joined",
+            f"{instance_id} (replacing {took}) joined the cluster as node rank {rank}",
+            {"replaces": took, "rank": rank},
+            once_for=instance_id,
+            at=now,
+        )
 
 
 # --- taking it down -----------------------------------------------------------------------

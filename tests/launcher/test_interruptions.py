@@ -145,7 +145,7 @@ def test_a_spot_notice_records_the_lost_minutes_replaces_the_node_and_resumes_fr
         cloud.describe_instances(InstanceIds=[new])["Reservations"][0]["Instances"][0]["InstanceType"]
         == "g5.xlarge"
     )
-    assert launch.rendezvous(job, new)[1]["node_rank"] == 1
+    assert launch.rendezvous(job, new, now=t0 + 88 * MIN)[1]["node_rank"] == 1  # it joins at t0+88 min
     assert JobEvent.objects.filter(job=job, kind="spot_interruption").count() == 1
     assert "resumes from iteration 200" in JobEvent.objects.get(job=job, kind="interruption_cost").message
 
@@ -319,6 +319,8 @@ def test_a_survivor_whose_run_ended_with_its_lost_peer_is_replaced_too_at_no_ext
     job.refresh_from_db()
     assert job.instance_ids == [peer.replacement_ids[0], row.replacement_ids[0]]  # both ranks kept
     assert interruptions.summary(job)["cost_usd"] == pytest.approx(26 / 60, abs=1e-4)
+    for new in job.instance_ids:  # both replacements join, then the cluster trains again
+        assert launch.rendezvous(job, new, now=t0 + 88 * MIN)[0] == 200
     report_at(job, t0 + 90 * MIN, 201)
     interruptions.note_resumes(job)
     peer.refresh_from_db()
@@ -386,3 +388,34 @@ def test_a_lost_node_past_the_limit_fails_the_job_and_keeps_its_cost(cloud, owne
     assert "not replaced" in row.detail
     job.refresh_from_db()
     assert job.status == JobStatus.FAILED and "already replaced 0 nodes" in job.status_reason
+
+
+def test_reports_of_the_run_being_lost_are_not_taken_for_the_resume(cloud, owner, plan):
+    """EC2's spot request status shows node 2's notice at t0+78 min without an action time;
+    both nodes keep training through the 2 notice minutes and the Reporter posts iteration 221
+    at t0+78.5 min (checkpoint: 200). That is the old run, not the resume: only reports after
+    the replacement joined (its rendezvous at t0+84 min) count, here iteration 201 at t0+86."""
+    plan.request = {k: v for k, v in plan.request.items() if k != "deadline_hours"}
+    plan.save()
+    job, t0 = running(owner, plan, started_h_ago=1.5)
+    taken = job.instance_ids[1]
+    interruptions.record_checkpoint(job, 200, at=t0 + 60 * MIN)
+    report_at(job, t0, 1)
+    row = interruptions.handle_loss(job, taken, "spot_notice", at=None, now=t0 + 78 * MIN)
+    (new,) = row.replacement_ids
+    report_at(job, t0 + 78.5 * MIN, 221)
+    report_at(job, t0 + 79 * MIN, 222, rank=1)
+    assert interruptions.note_resumes(job) == 0
+    assert interruptions.pending_restart(job) == row
+    assert launch.rendezvous(Job.objects.get(pk=job.pk), new, now=t0 + 84 * MIN)[0] == 200
+    assert interruptions.note_resumes(job) == 0  # nothing reported since it joined
+    report_at(job, t0 + 86 * MIN, 201)
+    assert interruptions.note_resumes(job) == 1
+    row.refresh_from_db()
+    assert row.resumed_iteration == 201 and row.restart_min == pytest.approx(8.0)
+    assert interruptions.pending_restart(job) is None
+    assert JobEvent.objects.get(job=job, kind="node_joined").data == {
+        "replaces": taken,
+        "rank": 1,
+        "about": new,
+    }

@@ -286,6 +286,34 @@ def test_a_job_whose_lost_node_was_replaced_and_resumed_succeeds_when_its_nodes_
     assert monitor.unhandled_losses(job) == []
 
 
+def test_a_lost_node_that_was_never_replaced_still_fails_the_job(cloud, owner, undated_plan, monkeypatch):
+    """Someone terminated node 2 (no replacement: they meant it); node 1 later powers off
+    after iteration 1,000: the loss was never handled, so the job failed."""
+    job, t0 = running(owner, undated_plan, started_h_ago=2.5)
+    taken = job.instance_ids[1]
+    report_at(job, t0, 1)
+    cloud.terminate_instances(InstanceIds=[taken])
+    real = ec2.describe
+
+    def user_terminated(region, ids):
+        return [
+            ec2.InstanceState(**{**s.__dict__, "state_reason": "Client.UserInitiatedShutdown"})
+            if s.id == taken
+            else s
+            for s in real(region, ids)
+        ]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ec2, "describe", user_terminated)
+        assert monitor.watch_job(job, now=t0 + 79 * MIN) == "watching"
+    assert not JobInterruption.objects.filter(job=job).exists()
+    report_at(job, t0 + 140 * MIN, 1000)
+    assert monitor.unhandled_losses(job) == [taken]
+    every_node_shut_itself_down(monkeypatch)
+    assert monitor.watch_job(job, now=t0 + 141 * MIN) == "failed"
+    assert "every node is gone (1 lost or interrupted)" in Job.objects.get(pk=job.pk).status_reason
+
+
 def test_the_watch_task_requeues_itself_while_the_job_runs(owner, plan, settings, monkeypatch):
     from django_tasks import default_task_backend
 
