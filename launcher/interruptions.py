@@ -261,7 +261,7 @@ def handle_loss(job: Job, instance_id: str, cause: str, at=None, now=None) -> Jo
     ):
         move_to_on_demand(job, decision, now, lost=row)
         return JobInterruption.objects.get(pk=row.pk)
-    _replace(job, row, market or ON_DEMAND_MARKET)
+    _replace(job, row, market or ON_DEMAND_MARKET, now)
     if cause not in (
         "spot_notice",
         "gone",
@@ -349,7 +349,7 @@ def _replace_peer(job: Job, instance_id: str, at) -> JobInterruption | None:
         )
         + "; counted in that interruption's cost",
     )
-    _replace(job, row, row.market or ON_DEMAND_MARKET)
+    _replace(job, row, row.market or ON_DEMAND_MARKET, at)
     return JobInterruption.objects.get(pk=row.pk)
 
 
@@ -359,7 +359,7 @@ def _annotate(row: JobInterruption, text: str) -> None:
     jobs.add_event(row.job, "replacement", f"{row.instance_id}: {text}", {"interruption": row.pk})
 
 
-def _replace(job: Job, row: JobInterruption, market: str) -> list[str]:
+def _replace(job: Job, row: JobInterruption, market: str, now=None) -> list[str]:
     """Launch one node of the lost node's type (spot, else on-demand when spot has no capacity)."""
     attempt = f"-r{JobInterruption.objects.filter(job=job, pk__lte=row.pk).count()}"
     tried = [market] + ([ON_DEMAND_MARKET] if market == SPOT_MARKET else [])
@@ -383,8 +383,40 @@ def _replace(job: Job, row: JobInterruption, market: str) -> list[str]:
             ),
             {"interruption": row.pk, "instance_ids": ids, "market": m},
         )
+        if m != market:
+            _fallback_rate(job, row, market, m, now or timezone.now())
         return ids
     return []
+
+
+def _fallback_rate(job: Job, row: JobInterruption, was: str, now_on: str, now) -> None:
+    """A spot node replaced on-demand (spot had no capacity): the job's rate, and so its spend
+    and cap, follow the on-demand price from now on (the job itself stays "on spot": the deadline
+    guard still watches its other spot nodes)."""
+    job = Job.objects.get(pk=job.pk)
+    price = on_demand_price(row.instance_type, job.region)
+    if price is None:
+        _annotate(
+            row, f"no catalog {now_on} price of {row.instance_type}: the job's rate stays ${job.hourly_usd}/h"
+        )
+        return
+    old = next(
+        (
+            Decimal(str(g["price_per_hour"]))
+            for g in job.option["groups"]
+            if g["instance_type"] == row.instance_type
+        ),
+        Decimal("0"),
+    )
+    rate = Decimal(str(job.hourly_usd)) + price - old
+    _set_rate(job, rate, now, on_demand=False)
+    jobs.add_event(
+        job,
+        "replacement",
+        f"{row.replacement_ids[0]} runs {now_on} (${price}/h) instead of {was} (${old}/h): "
+        f"${job.hourly_usd}/h -> ${rate.quantize(Decimal('0.0001'))}/h",
+        {"interruption": row.pk, "hourly_usd": str(rate)},
+    )
 
 
 def put_in_slots(job: Job, moves: dict[str, str]) -> Job:
@@ -580,15 +612,19 @@ def move_to_on_demand(
     return list(moves.values())
 
 
-def _set_rate(job: Job, rate: Decimal, now) -> Job:
-    """The cluster's rate changes at ``now``: what was billed so far is kept apart."""
+def _set_rate(job: Job, rate: Decimal, now, *, on_demand: bool = True) -> Job:
+    """The cluster's rate changes at ``now``: what was billed so far is kept apart.
+    ``on_demand``: the whole job moved to on-demand (the deadline guard stops watching it)."""
     with transaction.atomic():
         locked = Job.objects.select_for_update().get(pk=job.pk)
         locked.spend_before_usd = Decimal(str(round(locked.spend_so_far(now), 4)))
         locked.rate_since = now
         locked.hourly_usd = rate.quantize(Decimal("0.0001"))
-        locked.on_demand_since = now
-        locked.save(update_fields=["spend_before_usd", "rate_since", "hourly_usd", "on_demand_since"])
+        fields = ["spend_before_usd", "rate_since", "hourly_usd"]
+        if on_demand:
+            locked.on_demand_since = now
+            fields.append("on_demand_since")
+        locked.save(update_fields=fields)
         jobs.broadcast(locked, jobs.status_message(locked))
     return locked
 

@@ -419,3 +419,43 @@ def test_reports_of_the_run_being_lost_are_not_taken_for_the_resume(cloud, owner
         "rank": 1,
         "about": new,
     }
+
+
+def test_a_spot_node_replaced_on_demand_for_lack_of_spot_capacity_bills_the_on_demand_price(
+    cloud, owner, plan, monkeypatch
+):
+    """Spot has no g5.xlarge capacity when node 2 is lost at t0+78 min, so its replacement runs
+    on-demand at the catalog's $1.006/h: the job's rate goes from 2 x $0.50 = $1/h to
+    $0.50 + $1.006 = $1.506/h from then on (spend, and the spend cap with it); the job is not "on
+    on-demand" (its other node is still spot, the deadline guard keeps watching it)."""
+    region = Region.objects.get_or_create(code=REGION)[0]
+    itype = InstanceType.objects.get_or_create(
+        name="g5.xlarge", defaults={"family": "g5", "vcpus": 4, "memory_gib": 16}
+    )[0]
+    OnDemandPrice.objects.create(
+        instance_type=itype,
+        region=region,
+        usd_per_hour=Decimal("1.006"),
+        observed_at=timezone.now(),
+        source=PriceSource.ADMIN,
+    )
+    plan.request = {k: v for k, v in plan.request.items() if k != "deadline_hours"}
+    plan.save()
+    job, t0 = running(owner, plan, started_h_ago=1.5)
+    taken = job.instance_ids[1]
+    real = ec2.launch_from_template
+
+    def no_spot(region, template, count, market, *args, **kwargs):
+        if market == "spot":
+            raise ec2.CloudError("InsufficientInstanceCapacity", "no spot capacity", "ec2.run_instances")
+        return real(region, template, count, market, *args, **kwargs)
+
+    monkeypatch.setattr(ec2, "launch_from_template", no_spot)
+    row = interruptions.handle_loss(job, taken, "gone", now=t0 + 78 * MIN)
+    assert row.replacement_market == "on-demand" and "no spot replacement" in row.detail
+    job.refresh_from_db()
+    assert job.hourly_usd == Decimal("1.5060") and job.rate_since == t0 + 78 * MIN
+    assert job.on_demand_since is None
+    assert job.spend_so_far(t0 + 138 * MIN) == pytest.approx(1.3 + 1.506)
+    said = JobEvent.objects.filter(job=job, kind="replacement").values_list("message", flat=True)
+    assert any("instead of spot ($0.5/h): $1.0000/h -> $1.5060/h" in m for m in said), list(said)
