@@ -40,6 +40,7 @@ from datetime import timedelta
 from decimal import Decimal
 
 from django.core import signing
+from django.db import transaction
 from django.utils import timezone
 
 from cloud import ec2
@@ -292,13 +293,44 @@ def launch_replacement(
     return launch_nodes(job, node, jobs.issue_token(job), attempt=attempt)
 
 
+LAUNCH_CLAIM = "launch_started"
+
+
+def claim_launch(job: Job, now=None) -> str | None:
+    """Claim the launch of ``job`` (None), or say why this caller must not launch it: the job is
+    no longer launching, or another caller claimed it less than ``JOB_LAUNCH_CLAIM_S`` (600 s)
+    ago. ``create_job`` queues the launch task and ``manage.py launch`` launches too, so with a
+    worker running two callers can arrive at once: the claim (a ``launch_started`` event, written
+    under the job's row lock) lets one through. An older claim is a launcher that died half-way:
+    the next caller takes over (the client tokens make it find what that one started)."""
+    now = now or timezone.now()
+    lease = timedelta(seconds=float(jobs.setting("JOB_LAUNCH_CLAIM_S", 600)))
+    with transaction.atomic():
+        locked = Job.objects.select_for_update().get(pk=job.pk)
+        if locked.status != JobStatus.LAUNCHING:
+            return f"job {locked.pk} is {locked.status}; not launching it again"
+        claim = locked.events.filter(kind=LAUNCH_CLAIM).order_by("-at", "-pk").first()
+        if claim is not None and now - claim.at < lease:
+            return (
+                f"job {locked.pk} is being launched (since {claim.at:%H:%M:%S} UTC); not launching it twice"
+            )
+        jobs.add_event(
+            locked,
+            LAUNCH_CLAIM,
+            "launch started" + (" again: the earlier launch did not finish" if claim is not None else ""),
+            at=now,
+        )
+    return None
+
+
 def launch_job(job: Job) -> str:
-    """The launch task's body; safe to run again for the same job (see module doc). A launch
+    """The launch task's body; safe to call twice, at once or later (``claim_launch``). A launch
     that fails half-way takes down what it started (instances, templates, placement group,
     security group) before the job is marked failed: a job is never left half-launched."""
+    refused = claim_launch(job)
+    if refused is not None:
+        return refused
     job = Job.objects.get(pk=job.pk)
-    if job.status != JobStatus.LAUNCHING:
-        return f"job {job.pk} is {job.status}; not launching it again"
     token = jobs.issue_token(job)
     try:
         launches = options.node_launches(job.option)

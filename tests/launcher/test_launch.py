@@ -9,14 +9,16 @@ them with botocore's Stubber.
 from __future__ import annotations
 
 import base64
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 from django.contrib.auth.models import Permission
+from django.utils import timezone
 
 from cloud import ec2, session
 from launcher import jobs, launch, options
-from launcher.models import Job, JobStatus
+from launcher.models import Job, JobEvent, JobStatus
 from planner.app.models import PlanRecord
 
 pytestmark = pytest.mark.django_db
@@ -176,12 +178,47 @@ def test_a_group_with_uneven_batches_is_split_so_each_node_gets_its_batch(cloud,
     assert batches == ["40", "40", "48"]  # in rank order
 
 
+def lapse_claim(job) -> None:
+    """The launch claim of ``job`` is older than JOB_LAUNCH_CLAIM_S: its launcher died."""
+    JobEvent.objects.filter(job=job, kind=launch.LAUNCH_CLAIM).update(
+        at=timezone.now() - timedelta(seconds=601)
+    )
+
+
+def test_two_callers_at_once_launch_the_job_once(cloud, launcher, monkeypatch):
+    """``create_job`` queued the launch task and ``manage.py launch`` launches too: the second
+    caller arrives while the first is creating its launch template, and does nothing."""
+    job = make_job(launcher)
+    real = ec2.create_launch_template
+    calls: list[str] = []
+    second: list[str] = []
+
+    def meanwhile(*args, **kwargs):
+        calls.append(args[1])
+        if len(calls) == 1:
+            second.append(launch.launch_job(Job.objects.get(pk=job.pk)))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ec2, "create_launch_template", meanwhile)
+    assert launch.launch_job(job) == "launched 2 instances"
+    (said,) = second
+    assert said.startswith(f"job {job.pk} is being launched (since ") and "not launching it twice" in said
+    assert (
+        len(instances(cloud, job.pk)) == 2 and len(cloud.describe_launch_templates()["LaunchTemplates"]) == 1
+    )
+    assert Job.objects.get(pk=job.pk).status == JobStatus.RUNNING
+    assert JobEvent.objects.filter(job=job, kind=launch.LAUNCH_CLAIM).count() == 1
+
+
 def test_a_retried_launch_task_does_not_launch_twice(cloud, launcher):
     job = make_job(launcher)
     assert launch.launch_job(job) == "launched 2 instances"
     first = Job.objects.get(pk=job.pk).instance_ids
-    # The worker died after run_instances but before the job row said so; the task runs again.
+    # The worker died after run_instances but before the job row said so; the task runs again
+    # once its claim has lapsed.
     Job.objects.filter(pk=job.pk).update(status=JobStatus.LAUNCHING, instance_ids=[], node_ips={})
+    assert "not launching it twice" in launch.launch_job(job)
+    lapse_claim(job)
     assert launch.launch_job(job) == "launched 2 instances"
     assert Job.objects.get(pk=job.pk).instance_ids == first
     assert len(instances(cloud, job.pk)) == 2
@@ -195,6 +232,7 @@ def test_a_retried_launch_writes_the_same_token_into_the_user_data(cloud, launch
     launch.launch_job(job)
     token = jobs.derived_token(Job.objects.get(pk=job.pk))
     Job.objects.filter(pk=job.pk).update(status=JobStatus.LAUNCHING)
+    lapse_claim(job)
     launch.launch_job(job)
     job.refresh_from_db()
     assert job.token_matches(token)  # the nodes of the first attempt still authenticate
