@@ -48,6 +48,7 @@ from launcher import jobs, options, spot_policy, taskfile, workdirs
 from launcher.models import Job, JobInterruption, JobStatus
 from planner.app.models import PlanRecord
 from profiler import cluster
+from srifty_web import queue
 from srifty_web.teams import visible_owner_q
 
 log = logging.getLogger(__name__)
@@ -334,13 +335,15 @@ def launch_job(job: Job) -> str:
     token = jobs.issue_token(job)
     try:
         launches = options.node_launches(job.option)
+        if (said := _stopped_meanwhile(job)) is not None:
+            return said
         job = prepare_cluster(job, launches)
         for node in launches:
+            if (said := _stopped_meanwhile(job)) is not None:
+                return said
             launch_nodes(job, node, token)
-            job = Job.objects.get(pk=job.pk)
-            if job.finished:  # stopped (user, cap) while launching: what started since goes too
-                teardown(job)
-                return f"job {job.pk} was {job.status} during the launch; terminated its instances"
+        if (said := _stopped_meanwhile(job)) is not None:
+            return said
     except (ec2.CloudError, ValueError) as exc:
         log.exception("launching job %s failed", job.pk)
         rollback(job)
@@ -352,15 +355,28 @@ def launch_job(job: Job) -> str:
     return f"launched {len(job.instance_ids)} instances"
 
 
-def rollback(job: Job) -> None:
+def _stopped_meanwhile(job: Job) -> str | None:
+    """A job stopped (user, cap) while it launched: the stop task may have run before this
+    launch made its groups, templates and instances, so the launch undoes all it made."""
+    job = Job.objects.get(pk=job.pk)
+    if not job.finished:
+        return None
+    if not rollback(job):  # EC2 still holds a group: the stop task retries (it may have run already)
+        queue.enqueue_on_commit("launcher.stop_job", job.pk)
+    return f"job {job.pk} was {job.status} during the launch; took down what it started"
+
+
+def rollback(job: Job) -> bool:
     """Undo a failed launch at once: terminate what started, then delete the templates, the
-    placement group and the security group (what EC2 still holds is retried by the stop task)."""
+    placement group and the security group (what EC2 still holds is retried by the stop task).
+    False while EC2 still holds something."""
     job = Job.objects.get(pk=job.pk)
     try:
         teardown(job)
-        cleanup(job)
+        return cleanup(job)
     except ec2.CloudError:
         log.warning("rolling back job %s: the stop task retries", job.pk, exc_info=True)
+        return False
 
 
 # --- rendezvous ---------------------------------------------------------------------------

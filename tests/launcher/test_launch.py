@@ -272,9 +272,32 @@ def test_a_job_stopped_while_it_launches_launches_no_further_group(cloud, launch
         return ids
 
     monkeypatch.setattr(ec2, "launch_from_template", launch_then_stop)
-    assert "terminated its instances" in launch.launch_job(job)
+    assert "took down what it started" in launch.launch_job(job)
     assert instances(cloud, job.pk) == [] and len(Job.objects.get(pk=job.pk).instance_ids) == 1
     assert Job.objects.get(pk=job.pk).status == JobStatus.STOPPED
+
+
+def test_a_job_stopped_while_it_launches_leaves_no_template_placement_group_or_security_group(
+    cloud, launcher, placement_groups, monkeypatch
+):
+    """The stop task ran when the user clicked stop, before this launch made its groups: the
+    launch itself removes its launch template, placement group and security group."""
+    job = make_job(launcher)
+    real = ec2.launch_from_template
+
+    def launch_then_stop(*args, **kwargs):
+        ids = real(*args, **kwargs)
+        jobs.stop_job(job, "stopped by alice")
+        return ids
+
+    monkeypatch.setattr(ec2, "launch_from_template", launch_then_stop)
+    assert "took down what it started" in launch.launch_job(job)
+    job.refresh_from_db()
+    assert job.status == JobStatus.STOPPED and instances(cloud, job.pk) == []
+    assert cloud.describe_launch_templates()["LaunchTemplates"] == []
+    assert placement_groups[-1] == ("delete", REGION, f"srifty-job-{job.pk}")
+    groups = cloud.describe_security_groups(Filters=[{"Name": "tag:srifty:job-id", "Values": [str(job.pk)]}])
+    assert groups["SecurityGroups"] == []
 
 
 def test_stopping_terminates_every_tagged_instance_and_deletes_templates(
