@@ -37,22 +37,40 @@ def launch_job_task(job_id: int) -> str:
     return launch.launch_job(Job.objects.get(pk=job_id))
 
 
-def schedule_watch(job_id: int, delay_s: float | None = None) -> bool:
-    return _later(watch_job_task, float(delay_s or jobs.setting("JOB_WATCH_EVERY_S", 30)), job_id)
+def schedule_watch(job_id: int, delay_s: float | None = None, errors: int = 0) -> bool:
+    every = float(delay_s or jobs.setting("JOB_WATCH_EVERY_S", 30))
+    return _later(watch_job_task, every, job_id, *([errors] if errors else []))
 
 
 @task()
-def watch_job_task(job_id: int) -> str:
+def watch_job_task(job_id: int, errors: int = 0) -> str:
+    """One watch pass, then the next one queued. An EC2 error is a hiccup: the next pass looks
+    again (the cap still holds: the reconciler and the VM's own shutdown). Any other error is
+    logged and the watch goes on too, since a watch that ends leaves a job unwatched (no
+    interruption handling, no cap) for good; ``errors`` counts them in a row, and after
+    ``JOB_WATCH_MAX_ERRORS`` (10) the job fails with the error as its reason, which terminates it."""
     job = Job.objects.filter(pk=job_id).first()
     if job is None:
         return "gone"
     try:
         state = monitor.watch_job(job)
-    except launch.ec2.CloudError as exc:  # EC2 hiccup: look again next time (the cap still holds)
+        errors = 0
+    except launch.ec2.CloudError as exc:
         log.warning("watching job %s: %s", job_id, exc)
         state = "watching"
+    except Exception as exc:
+        errors += 1
+        log.exception("watching job %s failed (%d in a row)", job_id, errors)
+        limit = int(jobs.setting("JOB_WATCH_MAX_ERRORS", 10))
+        if errors >= limit:
+            jobs.fail_job(
+                job,
+                f"watching the job failed {errors} times in a row, last with {type(exc).__name__}: {exc}",
+            )
+            return "failed"
+        state = "watching"
     if state == "watching":
-        schedule_watch(job_id)
+        schedule_watch(job_id, errors=errors)
     return state
 
 
