@@ -211,8 +211,22 @@ def handle_loss(job: Job, instance_id: str, cause: str, at=None, now=None) -> Jo
     job = Job.objects.get(pk=job.pk)
     if job.finished or JobInterruption.objects.filter(job=job, instance_id=instance_id).exists():
         return None
-    if cause == PEER_LOST:
-        return _replace_peer(job, instance_id, at)
+    try:
+        if cause == PEER_LOST:
+            return _replace_peer(job, instance_id, at)
+        return _record_and_replace(job, instance_id, cause, at, now)
+    finally:
+        # Every path (replaced, moved to on-demand, past the limit, no capacity): a stopped node
+        # would wait, billing its disks, until the job ends. A noticed node trains until EC2
+        # takes it; a gone one is gone.
+        if cause not in ("spot_notice", "gone"):
+            try:
+                ec2.terminate(job.region, [instance_id])
+            except ec2.CloudError:
+                log.warning("job %s: terminating lost node %s failed", job.pk, instance_id, exc_info=True)
+
+
+def _record_and_replace(job: Job, instance_id: str, cause: str, at, now) -> JobInterruption:
     ckpt = last_checkpoint(job, before=at)
     start = job.started_at or job.created_at
     since = ckpt.reported_at if ckpt else start
@@ -262,14 +276,6 @@ def handle_loss(job: Job, instance_id: str, cause: str, at=None, now=None) -> Jo
         move_to_on_demand(job, decision, now, lost=row)
         return JobInterruption.objects.get(pk=row.pk)
     _replace(job, row, market or ON_DEMAND_MARKET, now)
-    if cause not in (
-        "spot_notice",
-        "gone",
-    ):  # a stopped node would wait (and bill its disks) until the job ends
-        try:
-            ec2.terminate(job.region, [instance_id])
-        except ec2.CloudError:
-            log.warning("job %s: terminating lost node %s failed", job.pk, instance_id, exc_info=True)
     return JobInterruption.objects.get(pk=row.pk)
 
 

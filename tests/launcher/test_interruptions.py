@@ -459,3 +459,31 @@ def test_a_spot_node_replaced_on_demand_for_lack_of_spot_capacity_bills_the_on_d
     assert job.spend_so_far(t0 + 138 * MIN) == pytest.approx(1.3 + 1.506)
     said = JobEvent.objects.filter(job=job, kind="replacement").values_list("message", flat=True)
     assert any("instead of spot ($0.5/h): $1.0000/h -> $1.5060/h" in m for m in said), list(said)
+
+
+def ec2_state(cloud, instance_id: str) -> str:
+    return cloud.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]["State"][
+        "Name"
+    ]
+
+
+def test_a_stopped_node_is_terminated_when_the_guard_moves_the_job_to_on_demand(cloud, owner, plan):
+    """Behind at t0+3 h (iteration 200, uniform needs 2.4 h of 8): node 2 is found stopped; the
+    guard moves both nodes to on-demand and the stopped node is terminated with the other."""
+    job, t0 = running(owner, plan, started_h_ago=3)
+    report_at(job, t0, 1)
+    report_at(job, t0 + timedelta(hours=3) - MIN, 200)
+    first, stopped = job.instance_ids
+    row = interruptions.handle_loss(job, stopped, "stopped", now=t0 + timedelta(hours=3))
+    assert row.replacement_market == "on-demand" and "moved to on-demand" in row.detail
+    assert {ec2_state(cloud, first), ec2_state(cloud, stopped)} <= {"shutting-down", "terminated"}
+
+
+def test_a_stopped_node_past_the_replacement_limit_is_terminated(cloud, owner, plan, settings):
+    settings.JOB_MAX_REPLACEMENTS = 0
+    job, t0 = running(owner, plan, started_h_ago=1)
+    report_at(job, t0, 1)
+    stopped = job.instance_ids[1]
+    row = interruptions.handle_loss(job, stopped, "stopped", now=t0 + 30 * MIN)
+    assert row.replacement_ids == [] and Job.objects.get(pk=job.pk).status == JobStatus.FAILED
+    assert ec2_state(cloud, stopped) in ("shutting-down", "terminated")
