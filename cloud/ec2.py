@@ -741,6 +741,16 @@ def create_placement_group(region: str, name: str) -> None:
             raise
 
 
+def managed_placement_groups(region: str) -> list[str]:
+    """Names of every placement group this install made in ``region`` (the reconciler's sweep)."""
+    filters = [
+        {"Name": f"tag:{MANAGED_TAG}", "Values": ["true"]},
+        {"Name": f"tag:{INSTALL_TAG}", "Values": [tags.install_id()]},
+    ]
+    resp = call(_ec2(region), "describe_placement_groups", Filters=filters)
+    return sorted(str(g["GroupName"]) for g in resp.get("PlacementGroups", []))
+
+
 def delete_placement_group(region: str, name: str) -> None:
     """Delete a placement group; one that is already gone is fine (one still in use is not)."""
     try:

@@ -17,13 +17,16 @@ Instances of live jobs and runs are left alone, and so are managed instances wit
 (nothing says whose they are). Regions scanned: those of unfinished jobs and EC2 runs and of
 those created in the last ``RECONCILE_RECENT_DAYS`` (7), plus ``RECONCILE_REGIONS`` (default:
 ``AWS_DEFAULT_REGION``), or exactly the ones given. One region failing (credentials, throttling)
-is reported and does not stop the others. Run it from ``manage.py reconcile_instances``
+is reported and does not stop the others. It also deletes this install's job security groups and
+placement groups whose job has finished or is gone (the stop task's cleanup, for a server that died
+first or a launch stopped half-way). Run it from ``manage.py reconcile_instances``
 (``--dry-run`` reports only) or as the self-repeating ``reconcile_task``.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 
@@ -58,6 +61,7 @@ class Report:
     errors: list[str] = field(default_factory=list)
     stopped_jobs: list[int] = field(default_factory=list)
     security_groups: list[str] = field(default_factory=list)  # of finished or gone jobs, deleted
+    placement_groups: list[str] = field(default_factory=list)  # of finished or gone jobs, deleted
     dry_run: bool = False
 
     def as_dict(self) -> dict:
@@ -69,6 +73,7 @@ class Report:
         out += [f"error: {e}" for e in self.errors]
         gone = "would delete" if self.dry_run else "deleted"
         out += [f"{gone} security group {g} (its job has ended)" for g in self.security_groups]
+        out += [f"{gone} placement group {g} (its job has ended)" for g in self.placement_groups]
         out.append(
             f"{self.scanned} managed instance(s) of this install in {', '.join(self.regions) or 'no region'}: "
             f"{len(self.terminated)} {verb}, {len(self.kept)} kept"
@@ -185,9 +190,45 @@ def reconcile(regions: list[str] | None = None, dry_run: bool = False, now=None)
             except ec2.CloudError as exc:
                 report.errors.append(f"{region}: {exc}")
         sweep_security_groups(region, report)
+        sweep_placement_groups(region, report)
     for line in report.lines():
         log.info("reconcile: %s", line)
     return report
+
+
+def _ended(job_pk: int | None) -> bool:
+    """The job is finished or gone (a group of no known job is not judged: job_pk None)."""
+    if job_pk is None:
+        return False
+    job = Job.objects.filter(pk=job_pk).first()
+    return job is None or job.finished
+
+
+JOB_GROUP_NAME = re.compile(r"^srifty-job-(\d+)$")
+
+
+def sweep_placement_groups(region: str, report: Report) -> None:
+    """Delete this install's job placement groups (``srifty-job-{id}``) whose job has finished
+    or is gone, as for security groups: the stop task deletes them, this catches a server that
+    died first or a launch stopped half-way. One still in use is left for the next pass."""
+    try:
+        names = ec2.managed_placement_groups(region)
+    except Exception as exc:  # e.g. an endpoint without placement groups: the sweeps before stand
+        log.warning("listing placement groups in %s failed", region, exc_info=True)
+        report.errors.append(f"{region}: placement groups: {exc}")
+        return
+    for name in names:
+        found = JOB_GROUP_NAME.match(name)
+        if not _ended(int(found.group(1)) if found else None):
+            continue
+        if report.dry_run:
+            report.placement_groups.append(name)
+            continue
+        try:
+            ec2.delete_placement_group(region, name)
+            report.placement_groups.append(name)
+        except ec2.CloudError as exc:
+            log.info("placement group %s not deleted yet: %s", name, exc)
 
 
 def sweep_security_groups(region: str, report: Report) -> None:

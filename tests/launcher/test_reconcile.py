@@ -26,7 +26,17 @@ REGION = "us-east-1"
 
 
 @pytest.fixture
-def cloud(aws, settings):
+def placement_groups(monkeypatch) -> set[str]:
+    """This install's placement groups in REGION: moto has none, so the two wrappers the
+    reconciler uses keep them in a set (tests/profiler/test_ec2.py stubs the real calls)."""
+    made: set[str] = set()
+    monkeypatch.setattr(ec2, "managed_placement_groups", lambda region: sorted(made))
+    monkeypatch.setattr(ec2, "delete_placement_group", lambda region, name: made.discard(name))
+    return made
+
+
+@pytest.fixture
+def cloud(aws, settings, placement_groups):
     settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
     settings.RECONCILE_REGIONS = [REGION]
     return session.client("ec2", REGION)
@@ -242,3 +252,37 @@ def test_security_groups_of_ended_or_gone_jobs_are_swept_and_live_ones_kept(clou
     assert sorted(report.security_groups) == sorted([made["ended"], made["gone"]])
     left = {g["GroupId"] for g in cloud.describe_security_groups()["SecurityGroups"]}
     assert made["running"] in left and not {made["ended"], made["gone"]} & left
+
+
+def test_placement_groups_of_ended_or_gone_jobs_are_swept_and_live_ones_kept(cloud, user, placement_groups):
+    """A launch stopped half-way or a server that died before its stop task left the groups:
+    those of finished or unknown jobs go, a running job's and one not named for a job stay."""
+    ended, running = job(user, status=JobStatus.STOPPED), job(user)
+    names = {
+        key: f"srifty-job-{pk}"
+        for key, pk in (("ended", ended.pk), ("running", running.pk), ("gone", 99_999))
+    }
+    placement_groups.update([*names.values(), "someone-elses"])
+    dry = reconcile.reconcile(dry_run=True)
+    assert sorted(dry.placement_groups) == sorted([names["ended"], names["gone"]])
+    assert f"would delete placement group {names['ended']} (its job has ended)" in dry.lines()
+    assert len(placement_groups) == 4
+    report = reconcile.reconcile()
+    assert sorted(report.placement_groups) == sorted([names["ended"], names["gone"]])
+    assert placement_groups == {names["running"], "someone-elses"} and report.errors == []
+
+
+def test_a_region_whose_placement_groups_cannot_be_listed_still_gets_the_other_sweeps(
+    cloud, user, monkeypatch
+):
+    orphan = vm({"srifty:job-id": "99999"})
+
+    def unreadable(region):
+        raise ec2.CloudError("UnauthorizedOperation", "not allowed", "ec2.describe_placement_groups")
+
+    monkeypatch.setattr(ec2, "managed_placement_groups", unreadable)
+    report = reconcile.reconcile()
+    assert orphan in [a.instance_id for a in report.terminated]
+    assert report.errors == [
+        f"{REGION}: placement groups: ec2.describe_placement_groups failed: UnauthorizedOperation: not allowed"
+    ]
