@@ -45,8 +45,9 @@ does every replacement that failed before training (so replacements that keep fa
 launch new instances on every watch pass until the spend cap); the original nodes that only
 restart with their lost peer (``peer_lost``) do not, or one interruption of a cluster of more
 than 20 nodes would use up the limit. When a node is lost past the limit the job fails (its
-event says why) and the watch's re-plan offer is what is left. When no capacity is found at all
-a lost node stays lost.
+event says why) and the watch's re-plan offer is what is left. A lost node whose replacement did
+not start (no capacity on spot nor on-demand, or a pass that failed half-way) is tried again on
+the next passes, up to ``JOB_REPLACEMENT_TRIES`` (10) failed launches; then it stays lost.
 
 Deadline guard (``spot_policy.decide``, "Can't Be Late", NSDI'24)
 ------------------------------------------------------------------
@@ -205,12 +206,16 @@ def reported_notices(job: Job) -> dict[str, datetime | None]:
 
 def handle_loss(job: Job, instance_id: str, cause: str, at=None, now=None) -> JobInterruption | None:
     """Record a lost node, ask the guard where its replacement goes, launch it in the lost
-    node's slot (see the module doc). None when the node was handled before."""
+    node's slot (see the module doc). A node handled before whose replacement never started
+    (no capacity, or a pass that failed half-way) is tried again (``_retry``); else None."""
     now = now or timezone.now()
     at = min(at or now, now) if cause != "spot_notice" else (at or now)
     job = Job.objects.get(pk=job.pk)
-    if job.finished or JobInterruption.objects.filter(job=job, instance_id=instance_id).exists():
+    if job.finished:
         return None
+    existing = JobInterruption.objects.filter(job=job, instance_id=instance_id).first()
+    if existing is not None:
+        return _retry(job, existing, now)
     try:
         if cause == PEER_LOST:
             return _replace_peer(job, instance_id, at)
@@ -267,15 +272,44 @@ def _record_and_replace(job: Job, instance_id: str, cause: str, at, now) -> JobI
     )
     if _limit_reached(job, instance_id, row):
         return JobInterruption.objects.get(pk=row.pk)
-    decision = guard_decision(job, now, current=spot_policy.NONE) if market == SPOT_MARKET else None
+    _place(job, row, now)
+    return JobInterruption.objects.get(pk=row.pk)
+
+
+def _place(job: Job, row: JobInterruption, now) -> None:
+    """Launch the replacement of ``row``'s node: the deadline guard may move the whole job to
+    on-demand instead; a node restarting with its peer keeps its market."""
+    decision = (
+        guard_decision(job, now, current=spot_policy.NONE)
+        if row.market == SPOT_MARKET and row.cause not in RESTART_CAUSES
+        else None
+    )
     if (
         decision is not None
         and decision.market == spot_policy.ON_DEMAND
         and decision.reason in ("must", "behind")
     ):
         move_to_on_demand(job, decision, now, lost=row)
+        return
+    _replace(job, row, row.market or ON_DEMAND_MARKET, now)
+
+
+def _retry(job: Job, row: JobInterruption, now) -> JobInterruption | None:
+    """Launch the replacement of a lost node again when no earlier pass did: spot and on-demand
+    had no capacity, or a pass failed between recording the loss and launching (the attempt's
+    client token makes a launch that did happen be found, not repeated). At most
+    ``JOB_REPLACEMENT_TRIES`` (10) failed launches per lost node, and within
+    ``JOB_MAX_REPLACEMENTS``; after that the node stays lost (the re-plan offer is left)."""
+    if row.replacement_ids or row.cause == "deadline_guard":
+        return None
+    failed = JobEvent.objects.filter(
+        job=job, kind="replacement", data__interruption=row.pk, data__failed=True
+    ).count()
+    if failed >= int(jobs.setting("JOB_REPLACEMENT_TRIES", 10)):
+        return None
+    if row.cause != PEER_LOST and _limit_reached(job, row.instance_id, row):
         return JobInterruption.objects.get(pk=row.pk)
-    _replace(job, row, market or ON_DEMAND_MARKET, now)
+    _place(job, row, now)
     return JobInterruption.objects.get(pk=row.pk)
 
 
@@ -355,14 +389,15 @@ def _replace_peer(job: Job, instance_id: str, at) -> JobInterruption | None:
         )
         + "; counted in that interruption's cost",
     )
-    _replace(job, row, row.market or ON_DEMAND_MARKET, at)
+    _place(job, row, at)
     return JobInterruption.objects.get(pk=row.pk)
 
 
-def _annotate(row: JobInterruption, text: str) -> None:
+def _annotate(row: JobInterruption, text: str, *, failed: bool = False) -> None:
     row.detail = (row.detail + "; " if row.detail else "") + text
     row.save(update_fields=["detail"])
-    jobs.add_event(row.job, "replacement", f"{row.instance_id}: {text}", {"interruption": row.pk})
+    data = {"interruption": row.pk, **({"failed": True} if failed else {})}
+    jobs.add_event(row.job, "replacement", f"{row.instance_id}: {text}", data)
 
 
 def _replace(job: Job, row: JobInterruption, market: str, now=None) -> list[str]:
@@ -373,7 +408,7 @@ def _replace(job: Job, row: JobInterruption, market: str, now=None) -> list[str]
         try:
             ids = launch.launch_replacement(job, row.instance_type, 1, market=m, attempt=attempt + m[0])
         except (ec2.CloudError, jobs.JobError) as exc:
-            _annotate(row, f"no {m} replacement: {exc}")
+            _annotate(row, f"no {m} replacement: {exc}", failed=True)
             continue
         put_in_slots(job, {row.instance_id: ids[0]})
         row.replacement_ids, row.replacement_market = ids, m

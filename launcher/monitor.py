@@ -346,8 +346,9 @@ def watch_job(job: Job, now=None) -> str:
         new += ev is not None
         if not (state.state_reason or "").startswith(USER_TERMINATED):  # someone meant it: no replacement
             losses.append((instance_id, state.state, None))
-    # Every lost node is handed on each pass: handle_loss does each node once, and a pass that
-    # failed half-way (EC2 hiccup) is finished by the next one.
+    # Every lost node is handed on each pass: handle_loss records each node once, and launches
+    # again a replacement that did not start (no capacity, a pass that failed half-way), a
+    # bounded number of times (interruptions._retry).
     replaced = [
         row
         for instance_id, cause, at in losses

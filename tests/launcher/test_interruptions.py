@@ -487,3 +487,51 @@ def test_a_stopped_node_past_the_replacement_limit_is_terminated(cloud, owner, p
     row = interruptions.handle_loss(job, stopped, "stopped", now=t0 + 30 * MIN)
     assert row.replacement_ids == [] and Job.objects.get(pk=job.pk).status == JobStatus.FAILED
     assert ec2_state(cloud, stopped) in ("shutting-down", "terminated")
+
+
+@contextmanager
+def no_capacity(markets: set[str]) -> Iterator[None]:
+    """EC2 has no capacity for ``markets`` (InsufficientInstanceCapacity at run_instances)."""
+    real = ec2.launch_from_template
+
+    def launch_from_template(region, template, count, market, *args, **kwargs):
+        if market in markets:
+            raise ec2.CloudError("InsufficientInstanceCapacity", "none left", "ec2.run_instances")
+        return real(region, template, count, market, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ec2, "launch_from_template", launch_from_template)
+        yield
+
+
+def test_a_lost_node_without_capacity_is_replaced_by_a_later_pass_once_capacity_is_back(cloud, owner, plan):
+    plan.request = {k: v for k, v in plan.request.items() if k != "deadline_hours"}
+    plan.save()
+    job, t0 = running(owner, plan, started_h_ago=1)
+    report_at(job, t0, 1)
+    taken = job.instance_ids[1]
+    with no_capacity({"spot", "on-demand"}):
+        row = interruptions.handle_loss(job, taken, "gone", now=t0 + 30 * MIN)
+    assert row.replacement_ids == [] and "no on-demand replacement" in row.detail
+    assert Job.objects.get(pk=job.pk).instance_ids[1] == taken  # still lost, still in its rank
+    again = interruptions.handle_loss(job, taken, "gone", now=t0 + 31 * MIN)  # the next pass
+    assert again.pk == row.pk and len(again.replacement_ids) == 1 and again.replacement_market == "spot"
+    assert Job.objects.get(pk=job.pk).instance_ids[1] == again.replacement_ids[0]
+    assert interruptions.handle_loss(job, taken, "gone", now=t0 + 32 * MIN) is None  # done: nothing twice
+    assert JobInterruption.objects.filter(job=job).count() == 1
+
+
+def test_a_lost_node_is_tried_again_at_most_job_replacement_tries_times(cloud, owner, plan, settings):
+    settings.JOB_REPLACEMENT_TRIES = 3
+    plan.request = {k: v for k, v in plan.request.items() if k != "deadline_hours"}
+    plan.save()
+    job, t0 = running(owner, plan, started_h_ago=1)
+    report_at(job, t0, 1)
+    taken = job.instance_ids[1]
+    with no_capacity({"spot", "on-demand"}):
+        interruptions.handle_loss(job, taken, "gone", now=t0 + 30 * MIN)  # spot, on-demand: 2 tries
+        interruptions.handle_loss(job, taken, "gone", now=t0 + 31 * MIN)  # 2 more: 4 >= 3
+        assert interruptions.handle_loss(job, taken, "gone", now=t0 + 32 * MIN) is None
+    failed = JobEvent.objects.filter(job=job, kind="replacement", data__failed=True).count()
+    assert failed == 4
+    assert interruptions.handle_loss(job, taken, "gone", now=t0 + 33 * MIN) is None  # it stays lost
