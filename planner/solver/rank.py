@@ -25,6 +25,17 @@ alternative may have an unevaluated, slightly better count vector.
    displaced by an equally cheap, faster plan.  The same cluster on spot and on demand is ranked
    by this rule like any two plans: the spot one first whenever it is within 0.5 % as fast and
    cheaper, and the second one's *why* names the first ("same cluster as #1 on spot").
+4. **Twins are adjacent** when dominance allows it.  Twins are the same cluster (instance types
+   and counts, :func:`~planner.solver.explain.cluster`; the region may differ, since each
+   (type, market) set keeps its best offer over all regions) where one uses spot and the other
+   does not.  Rule 3 picks which ``top_k`` plans are shown (a twin outside them is not pulled
+   in: it would push out a plan better on the objective); among those, right after a plan is
+   placed, its twin (the first by priority when there are several) is placed next if no
+   remaining plan dominates it; otherwise dominance wins and the twin waits for its turn like
+   any plan.  Equivalently, the shown plans are in the first valid order (no plan above one that
+   dominates it) by the key (not a twin of the plan just above, priority) at each position.  So
+   a twin only ever jumps above plans that do not dominate it, and two shown twins end up apart
+   only when a plan between them dominates the lower one.
 
 Points: every evaluated configuration is a point on the cost/time chart.  The search keeps
 them in compact arrays; :class:`PointStore` thins them when they grow past its cap (always
@@ -42,7 +53,7 @@ import numpy as np
 from planner import spot as spotmodel
 from planner.candidates import Candidate
 from planner.solver.evaluate import Col, Memo, Spec, evaluate_config, jitter_sd_h
-from planner.solver.explain import binding, dominance_text, fh, fp, pct, why_text
+from planner.solver.explain import binding, cluster, dominance_text, fh, fp, pct, why_text
 from planner.solver.request import Config, Estimate, NodeGroup, PerfOracle, Plan, PlanRequest, Point
 
 
@@ -198,22 +209,58 @@ def dominated_mask(time_h: np.ndarray, cost: np.ndarray, tol: float = DOMINANCE_
     return np.asarray(first | second, dtype=bool)
 
 
+def priority(col: Col) -> tuple[float, int, str, str]:
+    """Rule 1 without the tie tolerance: the objective value, then fewer nodes, region, label."""
+    return (col.value, col.nodes, col.region, col.label())
+
+
+def best_of_key(cols: Sequence[Col]) -> Col:
+    """The column that stands for a type set (its offers in every region and zone, its count
+    vectors): the first by priority among those no other one of them dominates.  So of two
+    equally fast offers the cheaper is kept, and an offer at most 0.5 % slower but cheaper is
+    kept over the fastest one, as the ranking would order them."""
+    if len(cols) == 1:
+        return cols[0]
+    t = np.fromiter((c.time for c in cols), dtype=float, count=len(cols))
+    cost = np.fromiter((c.cost for c in cols), dtype=float, count=len(cols))
+    free = np.flatnonzero(~dominated_mask(t, cost)).tolist()
+    return min((cols[i] for i in free), key=priority)
+
+
+def are_twins(a: Col, b: Col) -> bool:
+    """The same cluster (types and counts), one of them on spot and the other not (rule 4)."""
+    return cluster(a) == cluster(b) and uses_spot(a) != uses_spot(b)
+
+
+def uses_spot(col: Col) -> bool:
+    return any(c.is_spot for c, _ in col.groups)
+
+
 def dominance_order(cols: Sequence[Col], want: int) -> list[Col]:
     """``cols`` (in priority order) reordered so that no column precedes one that dominates it:
-    each next column is the first remaining one no remaining column dominates (module docstring).
-    Only the first ``want`` distinct type sets are placed so; the rest follow in priority order."""
-    remaining = list(cols)
+    each next column is the first remaining one no remaining column dominates (rule 3).  Only the
+    first ``want`` distinct type sets are placed so, then reordered among themselves to put twins
+    together (rule 4); the rest follow in priority order."""
+    placed = _valid_order(list(cols), want, twins=False)
+    head = _valid_order(list(placed), len(placed), twins=True)
+    return head + [c for c in cols if not any(c is p for p in placed)]
+
+
+def _valid_order(remaining: list[Col], want: int, *, twins: bool) -> list[Col]:
+    """The first ``want`` distinct type sets of ``remaining`` (in priority order) in the order of
+    rule 3, or with ``twins`` of rule 4: a free twin of the column just placed comes next."""
     out: list[Col] = []
     keys: set[tuple[tuple[str, str], ...]] = set()
     while remaining and len(keys) < want:
         t = np.fromiter((c.time for c in remaining), dtype=float, count=len(remaining))
         cost = np.fromiter((c.cost for c in remaining), dtype=float, count=len(remaining))
-        free = np.flatnonzero(~dominated_mask(t, cost))
-        pick = int(free[0]) if len(free) else 0  # never empty: the relation has no cycle
+        free = np.flatnonzero(~dominated_mask(t, cost)).tolist()
+        twin = [i for i in free if twins and out and are_twins(out[-1], remaining[i])]
+        pick = twin[0] if twin else free[0] if free else 0  # never empty: the relation has no cycle
         col = remaining.pop(pick)
         out.append(col)
         keys.add(col.key)
-    return out + remaining
+    return out
 
 
 def rank_columns(
@@ -221,7 +268,7 @@ def rank_columns(
 ) -> tuple[list[Col], list[Col], str | None]:
     """``(ranked, all columns in order, why of plan #1 when it is not the plain optimum)``: the
     best column of each distinct type set, first ``top_k``, in the order of the module docstring."""
-    ranked_all = sorted(cols, key=lambda c: (c.value, c.nodes, c.region, c.label()))
+    ranked_all = sorted(cols, key=priority)
     tie_why: str | None = None
     optimum = ranked_all[0] if ranked_all else None
     if spec.tie_tol > 0 and len(ranked_all) > 1:

@@ -127,7 +127,14 @@ from planner.solver.evaluate import (
     value_of,
 )
 from planner.solver.explain import explain_infeasible
-from planner.solver.rank import PointStore, make_plan, pareto_frontier, rank_columns
+from planner.solver.rank import (
+    DOMINANCE_TOL,
+    PointStore,
+    best_of_key,
+    make_plan,
+    pareto_frontier,
+    rank_columns,
+)
 from planner.solver.request import (
     DEFAULT_MAX_MEMORY_MB,
     REL,
@@ -301,6 +308,15 @@ class MixQueue:
         self.nbytes = 0
 
 
+def covers(o: Col, time_h: float, cost: float, value: float, nodes: int) -> bool:
+    """``o`` is at least as fast and as cheap as the point (and better on one, or first by value
+    and nodes): the point can never be the column ranked for its type set, nor make another one
+    dominated that ``o`` does not (:func:`~planner.solver.rank.best_of_key`)."""
+    if o.time > time_h or o.cost > cost:
+        return False
+    return o.time < time_h or o.cost < cost or (o.value, o.nodes) <= (value, nodes)
+
+
 class Engine:
     """One request's search state: the memoised oracle, the curves and the kept candidates;
     :meth:`run` searches under a :class:`Spec` (the request's, or a relaxed one when explaining
@@ -390,18 +406,20 @@ class Engine:
         points = PointStore(self.kept) if want_points else None
         if points is not None:
             self.budget.charge(4 * points.cap * points.BYTES_PER_POINT, "max_nodes", "the point store")
-        cand_best: dict[int, Col] = {}
+        cand_best: dict[int, list[Col]] = {}
         homogeneous = self._homogeneous(spec, top, cand_best, points)
-        best_by_key: dict[tuple[tuple[str, str], ...], Col] = {}
+        # every evaluated column of each type set (all regions and zones), chosen from at the end:
+        # the best by value alone would keep the first of equally fast offers in catalog order
+        # (a dear region over a cheap one) or a slightly faster one over a much cheaper one
+        by_key: dict[tuple[tuple[str, str], ...], list[Col]] = defaultdict(list)
 
         def keep(col: Col) -> None:
-            old = best_by_key.get(col.key)
-            if old is None or (col.value, col.nodes) < (old.value, old.nodes):
-                best_by_key[col.key] = col
+            by_key[col.key].append(col)
 
         for i in sorted(cand_best):
-            keep(cand_best[i])
-        theta_homo = min((c.value for c in best_by_key.values()), default=math.inf)
+            for col in cand_best[i]:
+                keep(col)
+        theta_homo = min((c.value for cs in by_key.values() for c in cs), default=math.inf)
         stats = {"subsets": 0, "pruned": 0, "bounded": 0, "evaluated": 0, "violations": 0}
         if req.max_types > 1:
             level = self.bound_level if spec.bound_pruning else 0
@@ -418,7 +436,7 @@ class Engine:
             for col in mixed:
                 keep(col)
         return Outcome(
-            list(best_by_key.values()),
+            [best_of_key(cs) for cs in by_key.values()],
             homogeneous,
             stats["subsets"],
             stats["pruned"],
@@ -430,7 +448,7 @@ class Engine:
         )
 
     def _homogeneous(
-        self, spec: Spec, top: TopK, cand_best: dict[int, Col], points: PointStore | None
+        self, spec: Spec, top: TopK, cand_best: dict[int, list[Col]], points: PointStore | None
     ) -> int:
         """Single-type columns: each (type, count) point in increasing order of its best bound
         over the offers of that type, evaluated while the bound can still enter the top k (or
@@ -473,9 +491,13 @@ class Engine:
         order = np.lexsort((all_n, all_t, all_lb))
         all_lb, all_t, all_n = all_lb[order], all_t[order], all_n[order]
         key_best: dict[tuple[tuple[str, str], ...], float] = {}
+        # a count or offer at most 0.5 % slower than a type set's best and cheaper is the one
+        # ranked for it (best_of_key): evaluated too.  For "cost" only an equally cheap, faster
+        # column could displace the best, and that is an exact tie of the value.
+        band = 0.0 if spec.objective == "cost" else DOMINANCE_TOL
         pos_report = 0
         for pos in range(len(all_lb)):
-            stop = max(lim(top.threshold), lim(top.first, spec.tie_tol))
+            stop = max(lim(top.threshold, band), lim(top.first, spec.tie_tol))
             lbmin = all_lb[pos]
             if lbmin >= stop:
                 break
@@ -495,7 +517,7 @@ class Engine:
             for j in np.flatnonzero(col_lb < stop).tolist():
                 c = self.kept[int(cs_idx[j])]
                 kb = key_best.get(((c.instance_type, c.market),), math.inf)
-                if col_lb[j] < lim(kb):
+                if col_lb[j] < lim(kb, band):
                     need = True
                     break
             if not need:
@@ -524,9 +546,10 @@ class Engine:
                 evaluated += len(sel)
             for j in np.flatnonzero(ok).tolist():
                 ci = int(cs_idx[j])
-                old = cand_best.get(ci)
+                front = cand_best.setdefault(ci, [])
                 v = float(val[j])
-                if old is not None and (v, n) >= (old.value, old.nodes):
+                point = (float(tt[j]), float(cost[j]), v, n)
+                if any(covers(o, *point) for o in front):
                     continue
                 c = self.kept[ci]
                 col = Col(
@@ -548,7 +571,8 @@ class Engine:
                 self.finish_col(col, spec)
                 if not col.feasible:
                     continue
-                cand_best[ci] = col
+                front[:] = [o for o in front if not covers(col, o.time, o.cost, o.value, o.nodes)]
+                front.append(col)
                 key = col.key
                 key_best[key] = min(key_best.get(key, math.inf), v)
                 top.offer(key, v)

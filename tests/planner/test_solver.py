@@ -629,3 +629,40 @@ def test_per_node_batches_follow_node_speed_and_sum_to_the_global_batch():
     assert len(by_type["g4dn.xlarge"]) == 2 and len(by_type["p3.2xlarge"]) == 1
     assert by_type["p3.2xlarge"][0] > max(by_type["g4dn.xlarge"])
     assert sum(sum(b) for b in by_type.values()) == 256
+
+
+@pytest.mark.parametrize("market", ["on-demand", "spot"])
+def test_of_two_regions_equally_fast_the_cheaper_offer_is_kept_whatever_the_catalog_order(market):
+    # same type, count and (for spot) interruption bucket: the same time, so the same objective
+    # value; the dearer region comes first in the catalog and used to win the (value, nodes) tie
+    dear = cand("p3.2xlarge", "ap-northeast-1", market, price=3.0, bucket=2)
+    cheap = cand("p3.2xlarge", "us-east-1", market, price=1.0, bucket=2)
+    req = PlanRequest(
+        objective="time",
+        total_samples=1e7,
+        budget_usd=1e4,
+        max_nodes=2,
+        global_batch_min=64,
+        global_batch_max=64,
+    )
+    plan = solve(req, [dear, cheap], toy_perf).plans[0]
+    assert (plan.region, plan.groups[0].price_per_hour) == ("us-east-1", 1.0)
+
+
+def test_a_spot_offer_within_half_a_percent_of_the_time_and_cheaper_is_kept_over_the_fastest_one():
+    # two zones of one type on spot: the riskier one is slower by its interruptions (well under
+    # 0.5 %) and a third of the price, so it dominates the other offer of the same type set
+    safe = cand("p3.2xlarge", "ap-northeast-1", "spot", price=3.0, bucket=0)
+    risky = cand("p3.2xlarge", "us-east-1", "spot", price=1.0, bucket=4)
+    req = PlanRequest(
+        objective="time",
+        total_samples=1e7,
+        budget_usd=1e4,
+        max_nodes=2,
+        global_batch_min=64,
+        global_batch_max=64,
+    )
+    plan = solve(req, [safe, risky], toy_perf).plans[0]
+    base = solve(req, [safe], toy_perf).plans[0]
+    assert base.time_h < plan.time_h < base.time_h * 1.005
+    assert plan.region == "us-east-1" and plan.total_usd < base.total_usd
