@@ -402,6 +402,10 @@ def rendezvous(job: Job, instance_id: str, now=None) -> tuple[int, dict]:
         return 403, {"detail": "this instance is not a node of this job"}
     if job.status == JobStatus.LAUNCHING:
         return 202, {"detail": "the cluster is still launching"}
+    if len(job.instance_ids) != sum(int(g["count"]) for g in job.option["groups"]):
+        # A replacement is recorded as soon as it starts and takes its lost node's rank a moment
+        # later (interruptions.put_in_slots): until then the ranks do not add up.
+        return 202, {"detail": "a replacement is taking its rank; ask again"}
     if any(not job.node_ips.get(i) for i in job.instance_ids):
         try:  # EC2 is eventually consistent: an IP may not have been visible at launch
             found = {s.id: s.private_ip for s in ec2.describe(job.region, job.instance_ids)}

@@ -333,3 +333,26 @@ def test_preview_shows_the_exact_instances_price_and_cap(launcher):
     ]
     capped = options.preview(opt, Decimal("11"), 10.0)
     assert capped["max_spend_usd"] == "11.00" and capped["cap_hours"] == pytest.approx(5.0)
+
+
+def test_the_rendezvous_waits_while_a_replacement_has_not_taken_its_rank_yet(cloud, launcher):
+    """``launch_replacement`` records the new node at once; until ``put_in_slots`` gives it the
+    lost node's rank the job lists 3 nodes for 2 ranks: every node is told to ask again (the
+    new one got a ValueError, a 500, and the others an nnodes of 3)."""
+    from launcher import interruptions
+
+    job = make_job(launcher)
+    launch.launch_job(job)
+    job.refresh_from_db()
+    first, lost = job.instance_ids
+    (new,) = launch.launch_replacement(job, "g5.xlarge", 1)
+    job.refresh_from_db()
+    assert len(job.instance_ids) == 3
+    for asking in (new, first):
+        assert launch.rendezvous(job, asking) == (
+            202,
+            {"detail": "a replacement is taking its rank; ask again"},
+        )
+    job = interruptions.put_in_slots(job, {lost: new})
+    code, answer = launch.rendezvous(job, new)
+    assert code == 200 and answer["node_rank"] == 1 and answer["nnodes"] == 2
