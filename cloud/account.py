@@ -10,7 +10,9 @@ from cloud.errors import CloudError, call
 
 __all__ = ["EC2_QUOTAS", "Identity", "caller_identity", "quota_class", "service_quota", "ssm_parameter"]
 
-# Service Quotas codes of EC2's vCPU limits per instance family group (on-demand and spot).
+# Service Quotas codes of EC2's vCPU limits per instance family group (on-demand and spot):
+# "Running On-Demand <class> instances" and "All <class> Spot Instance Requests". HPC and High
+# Memory (U) types are on-demand only.
 EC2_QUOTAS = {
     ("on-demand", "P"): "L-417A185B",
     ("on-demand", "G"): "L-DB2E81BA",
@@ -22,16 +24,39 @@ EC2_QUOTAS = {
     ("spot", "Trn"): "L-6B0D517C",
     ("on-demand", "DL"): "L-6E869C2A",
     ("spot", "DL"): "L-85EED4F7",
+    ("on-demand", "F"): "L-74FC7D96",
+    ("spot", "F"): "L-88CF9481",
+    ("on-demand", "X"): "L-7295265B",
+    ("spot", "X"): "L-E3A00192",
+    ("on-demand", "HPC"): "L-F7808C92",
+    ("on-demand", "U"): "L-43DA4232",
     ("on-demand", "Standard"): "L-1216C47A",
     ("spot", "Standard"): "L-34B43A08",
 }
 
+# Family prefix -> quota class, longest first where one prefix starts another (dl before d,
+# hpc before h, inf before i). G and VT share one quota.
+_CLASSES = (
+    ("trn", "Trn"),
+    ("inf", "Inf"),
+    ("dl", "DL"),
+    ("hpc", "HPC"),
+    ("vt", "G"),
+    ("p", "P"),
+    ("g", "G"),
+    ("f", "F"),
+    ("x", "X"),
+    ("u", "U"),
+)
+
 
 def quota_class(instance_type: str) -> str:
-    """The vCPU quota an instance type counts against: its family's class (``p5.48xlarge`` -> P,
-    ``g6e.xlarge`` -> G, ``trn1.32xlarge`` -> Trn...); Standard for A, C, D, H, I, M, R, T, Z."""
+    """The vCPU quota an instance type counts against, as AWS groups them: P, G (G and VT), F,
+    X, Inf, Trn, DL, HPC and U (High Memory) have their own (``p5.48xlarge`` -> P, ``vt1.3xlarge``
+    -> G, ``x2idn.16xlarge`` -> X, ``u-6tb1.metal`` -> U); Standard covers A, C, D, H, I, M, R, T
+    and Z."""
     family = instance_type.split(".")[0].lower()
-    for prefix, cls in (("trn", "Trn"), ("inf", "Inf"), ("dl", "DL"), ("p", "P"), ("g", "G")):
+    for prefix, cls in _CLASSES:
         if family.startswith(prefix):
             return cls
     return "Standard"
