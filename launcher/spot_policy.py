@@ -23,9 +23,12 @@ restart. At time ``t`` with ``p`` hours of work done, uniform progress expects `
     must      : D - t - (C - p) <= d + (d if not on on-demand now else 0)
                 -> on-demand now, and stay: any further restart would miss the deadline
     behind    : p < C * t / D                     -> on-demand (and back when ahead again)
-    ahead     : p >= C * t / D + d * C / D        -> spot, when spot capacity is there
+    ahead     : p >= C * t / D + d * C / D        -> spot
                 (the margin ``d * C / D`` is the work a switch costs, so that the job does not
                  flip between markets at the line)
+
+Spot capacity is not the policy's question: a replacement that finds none is launched
+on-demand (``launcher.interruptions._replace``).
 
 Between "behind" and "ahead" the job stays where it is. A job whose spot node was just
 interrupted (``current == "none"``) takes spot again only when it is ahead.
@@ -107,13 +110,12 @@ class Progress:
     work_done_h: float
     restart_h: float
     current: str  # SPOT, ON_DEMAND or NONE (just interrupted)
-    spot_available: bool = True
 
 
 @dataclass(frozen=True)
 class Decision:
     market: str  # SPOT or ON_DEMAND
-    reason: str  # "must", "behind", "ahead", "stay", "no-spot"
+    reason: str  # "must", "behind", "ahead", "stay"
     why: str  # one sentence for the job page
 
 
@@ -141,7 +143,7 @@ def decide(p: Progress) -> Decision:
             f"{done:.2f} h of {total:.2f} h done at {p.now_h:.2f} h; uniform progress to the "
             f"{p.deadline_h:.2f} h deadline needs {expected:.2f} h, so the job runs on on-demand",
         )
-    if done >= expected + margin and p.spot_available:
+    if done >= expected + margin:
         if p.current != SPOT:
             return Decision(
                 SPOT,
@@ -150,10 +152,8 @@ def decide(p: Progress) -> Decision:
                 f"(more than a restart's {margin:.2f} h): spot capacity again",
             )
         return Decision(SPOT, "stay", "on spot and ahead of uniform progress")
-    if p.current == SPOT and p.spot_available:
+    if p.current == SPOT:
         return Decision(SPOT, "stay", "on spot and on track")
-    if p.current == NONE and not p.spot_available:
-        return Decision(ON_DEMAND, "no-spot", "no spot capacity for a replacement: on-demand")
     if p.current == NONE:
         return Decision(
             ON_DEMAND,

@@ -44,8 +44,8 @@ def test_cluster_mtbf_counts_every_spot_node():
 JOB = {"deadline_h": 20.0, "work_total_h": 10.0, "restart_h": 0.1}
 
 
-def _decide(now, done, current, spot=True):
-    return decide(Progress(now_h=now, work_done_h=done, current=current, spot_available=spot, **JOB))
+def _decide(now, done, current):
+    return decide(Progress(now_h=now, work_done_h=done, current=current, **JOB))
 
 
 def test_a_job_ahead_of_uniform_progress_stays_on_spot():
@@ -63,13 +63,11 @@ def test_it_returns_to_spot_only_past_the_restart_margin():
     assert _decide(12.0, 6.04, ON_DEMAND).market == ON_DEMAND  # 0.04 ahead < 0.05 margin
     d = _decide(12.0, 6.06, ON_DEMAND)
     assert (d.market, d.reason) == (SPOT, "ahead")
-    assert _decide(12.0, 6.06, ON_DEMAND, spot=False).market == ON_DEMAND
 
 
 def test_an_interrupted_job_takes_spot_again_only_when_ahead():
     assert _decide(8.0, 4.5, NONE).market == SPOT  # expects 4.0, +0.5 ahead
     assert _decide(8.0, 4.02, NONE).market == ON_DEMAND  # inside the margin
-    assert _decide(8.0, 4.5, NONE, spot=False).reason == "no-spot"
 
 
 def test_the_safety_net_commits_to_on_demand_before_the_deadline_is_lost():
