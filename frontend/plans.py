@@ -179,9 +179,31 @@ def plan_cancel(request: HttpRequest, plan_id: int) -> HttpResponse:
 
 
 def ranked_rows(result: dict) -> list[dict]:
-    """The ranked plans, each with its why-a-mix sentence (``result["mix_reasons"]``, by rank)."""
+    """The ranked plans, each with its why-a-mix sentence (``result["mix_reasons"]``, by rank) and
+    ``twin_of``: the rank of the first plan above it that is the same cluster (types and counts)
+    in the other market, as its *why* says ("same cluster as #N on spot"); the table groups the
+    two when they are adjacent (``twin_adjacent``), which the ranking makes them whenever no plan
+    between them is at least as fast and cheaper (planner.solver.rank, rule 4)."""
     reasons = result.get("mix_reasons") or {}
-    return [{**p, "why_mix": reasons.get(str(p.get("rank")))} for p in result.get("plans", [])]
+    rows: list[dict] = []
+    for i, p in enumerate(result.get("plans", [])):
+        twin = next((j for j, q in enumerate(rows) if _are_twins(p, q)), None)
+        rows.append(
+            {
+                **p,
+                "why_mix": reasons.get(str(p.get("rank"))),
+                "twin_of": None if twin is None else rows[twin].get("rank"),
+                "twin_adjacent": twin == i - 1,
+            }
+        )
+    return rows
+
+
+def _are_twins(a: dict, b: dict) -> bool:
+    def cluster(p: dict) -> list[tuple[str, int]]:
+        return sorted((str(g.get("instance_type")), int(g.get("count") or 0)) for g in p.get("groups") or [])
+
+    return cluster(a) == cluster(b) and bool(a.get("uses_spot")) != bool(b.get("uses_spot"))
 
 
 def baseline_rows(result: dict) -> list[dict]:

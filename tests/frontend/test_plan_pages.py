@@ -320,3 +320,75 @@ def test_a_plan_transferred_from_a_t4_profile_offers_only_the_other_cheap_gpu(ca
         {"plans": [{"prediction_source": "transferred"}, {"prediction_source": "measured"}]}
     )
     assert not needs_profile({"plans": []})
+
+
+def test_a_plan_with_its_twin_in_the_other_market_is_marked_and_grouped_with_it(client, user, catalog):
+    client.force_login(user)
+    # fastest within a budget, a longer run with costly restarts: the fastest types rank on spot
+    # and on demand (apart here: a cheaper spot plan of another type is as fast as the on-demand
+    # twin, so it ranks between them)
+    form = {k: v for k, v in FORM.items() if k != "deadline_hours"} | {
+        "objective": "time",
+        "budget_usd": "500",
+        "epochs": "100",
+        "restart_overhead_h": "2",
+        "checkpoint_interval_h": "4",
+    }
+    client.post("/plans/", form)
+    solve_queued()
+    plans = PlanRecord.objects.get().result["plans"]
+    page = client.get(f"/plans/{PlanRecord.objects.get().pk}/").content.decode()
+    body = re.search(r'<table id="ranked-table">.*?<tbody>(.*?)</tbody>', page, re.S).group(1)
+    tags = re.findall(r"<tr[^>]*>", body)
+    assert len(tags) == len(plans)
+
+    def hardware(p):
+        return sorted((g["instance_type"], g["count"]) for g in p["groups"])
+
+    twins = 0
+    for i, (p, tag) in enumerate(zip(plans, tags, strict=True)):
+        above = [q for q in plans[:i] if hardware(q) == hardware(p) and q["uses_spot"] != p["uses_spot"]]
+        if not above:
+            assert "twin" not in tag
+            continue
+        twins += 1
+        assert (
+            f'data-twin-of="{above[0]["rank"]}"' in tag and f"twin of #{above[0]['rank']}" in _rows(page)[i]
+        )
+        assert ("twin-adjacent" in tag) == (above[0] is plans[i - 1])
+        assert f"same cluster as #{above[0]['rank']} on" in p["why"]
+    assert twins, "the request was chosen so that clusters rank in both markets"
+
+
+def test_ranked_rows_name_the_first_twin_above_in_the_other_market():
+    from frontend.plans import ranked_rows
+
+    def plan(rank, spot, *groups):
+        return {
+            "rank": rank,
+            "uses_spot": spot,
+            "groups": [{"instance_type": t, "count": n} for t, n in groups],
+        }
+
+    rows = ranked_rows(
+        {
+            "plans": [
+                plan(1, True, ("p5.48xlarge", 4)),
+                plan(2, False, ("p5.48xlarge", 4)),  # twin of #1, right below it
+                plan(3, False, ("p5.48xlarge", 2)),  # another count: not a twin
+                plan(4, True, ("g5.xlarge", 1), ("p5.48xlarge", 1)),
+                plan(5, False, ("g5.xlarge", 2)),
+                plan(6, False, ("p5.48xlarge", 1), ("g5.xlarge", 1)),  # twin of the mix #4
+                plan(7, True, ("p5.48xlarge", 4)),  # same market as #1: twin of #2 only
+            ]
+        }
+    )
+    assert [(r["twin_of"], r["twin_adjacent"]) for r in rows] == [
+        (None, False),
+        (1, True),
+        (None, False),
+        (None, False),
+        (None, False),
+        (4, False),
+        (2, False),
+    ]
