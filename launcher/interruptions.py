@@ -17,8 +17,9 @@ itself down. The watch (``launcher.monitor.watch_job``) then calls :func:`handle
 2. asks the deadline guard where the replacement goes (spot, or on-demand when the job is
    behind its deadline; see below);
 3. launches the replacement with ``launcher.launch.launch_replacement`` (same type; on-demand
-   when the guard says so or when spot has no capacity) and puts it in the lost node's slot, so
-   the rendezvous gives it the lost node's rank, batch and environment;
+   when the guard says so or when spot has no capacity; the job's rate then follows the
+   catalog's on-demand price) and puts it in the lost node's slot, so the rendezvous gives it
+   the lost node's rank, batch and environment;
 4. the run resumes from the last checkpoint: the nodes restart ``run``, which loads the newest
    checkpoint under ``SRIFTY_CHECKPOINT_S3``/``SRIFTY_CHECKPOINT_DIR``; the first report after
    the lost node stopped *and* after every replacement got its rendezvous answer is recorded
