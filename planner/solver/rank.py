@@ -1,12 +1,17 @@
 """Order and dominance: ranking the evaluated columns, the Pareto frontier of the evaluated
 points, and the plans built from the ranked columns.
 
-Ranking: the candidates are the best column of each set of (instance type, market) groups, over
-all regions: exact for single-type sets (the search proves that no unevaluated count can enter
-the top ``k``; it evaluates a type's spot and on-demand offers together, so the other market of a
-ranked single-type cluster is always there to compare), and for a mixed set the best among its
-count vectors whose bound could beat the optimum (the ones the search had to evaluate) -- a mixed
-alternative may have an unevaluated, slightly better count vector.
+Ranking: the candidates are one column for each set of (instance type, market) groups, over all
+regions, zones and counts: the first by priority (rule 1) of its evaluated columns that no other
+of them dominates (:func:`best_of_key`; rule 2), so of equally fast offers the cheapest stands for
+the set, not the first in catalog order.  Exact for single-type sets (the search proves that no
+unevaluated count can enter the top ``k`` or come within 0.5 % of a set's best; it evaluates a
+type's offers in every region and market together, so the other market of a ranked single-type
+cluster is always there to compare); for a mixed set, among its count vectors whose bound could
+beat the optimum (the ones the search had to evaluate), plus the other-market twin of each mix
+that may be shown (the search stops at the incumbent, so the slightly slower, cheaper spot twin of
+an on-demand optimum would otherwise be missing) -- a mixed alternative may still have an
+unevaluated, slightly better count vector.
 
 1. **Priority** is the objective value, then fewer nodes, then region and label (stable and total).
    With ``tie_tolerance > 0`` the column within that relative distance of the optimum that is best

@@ -147,6 +147,7 @@ from planner.solver.request import (
     SolveStats,
     batch_grid,
     max_count,
+    qkey,
     quota_table,
 )
 
@@ -435,6 +436,8 @@ class Engine:
             stats["violations"] = total_violations
             for col in mixed:
                 keep(col)
+            for col in self._mixed_twins(spec, by_key):
+                keep(col)
         return Outcome(
             [best_of_key(cs) for cs in by_key.values()],
             homogeneous,
@@ -601,6 +604,73 @@ class Engine:
             points.add_homogeneous(np.full(len(n), ci), n, g_all[n], rate, cost, tt, thr, ok)
             added += len(n)
         return added
+
+    def _mixed_twins(self, spec: Spec, by_key: dict[tuple[tuple[str, str], ...], list[Col]]) -> list[Col]:
+        """The other-market twins (same region, types and counts; all on demand for a mix using
+        spot, all on spot otherwise) of the mixes that may be shown: the best column of each
+        mixed type set within 0.5 % of the ``top_k``-th best value.  The mixed search stops at
+        the incumbent, so the spot twin of an on-demand optimum (slower by its interruptions,
+        but cheaper: it dominates) would never be evaluated.  Their estimates are in the memo
+        (it keys on the hardware, not the market), so this costs no oracle call."""
+        best = [best_of_key(cs) for cs in by_key.values()]
+        values = sorted(c.value for c in best)
+        if not values:
+            return []
+        limit = lim(values[min(spec.top_k, len(values)) - 1], DOMINANCE_TOL)
+        seen = {(c.region, tuple(c.groups)) for cs in by_key.values() for c in cs if len(c.groups) > 1}
+        out: list[Col] = []
+        for col in best:
+            if len(col.groups) < 2 or col.value > limit:
+                continue
+            spot = not any(c.is_spot for c, _ in col.groups)
+            offers = [
+                [
+                    o
+                    for o in self.by_region[col.region]
+                    if o.instance_type == c.instance_type
+                    and o.is_spot == spot
+                    and max_count(o, spec.quotas, self.N) >= n
+                ]
+                for c, n in col.groups
+            ]
+            for combo in itertools.islice(itertools.product(*offers), 8):
+                groups = tuple(zip(combo, (n for _, n in col.groups), strict=True))
+                if len(set(combo)) < len(combo) or (col.region, groups) in seen:
+                    continue
+                seen.add((col.region, groups))
+                twin = self._mix_col(spec, col.region, groups, col.bound)
+                if twin is not None and twin.feasible:
+                    out.append(twin)
+        return out
+
+    def _mix_col(
+        self, spec: Spec, region: str, groups: tuple[tuple[Candidate, int], ...], lb: float
+    ) -> Col | None:
+        """A mixed configuration evaluated as a column (``None`` when the oracle cannot run it)."""
+        thr, g, _est = self.memo.best(groups, self.grid)
+        if thr <= 0:
+            return None
+        rate = sum(c.price_per_hour * n for c, n in groups)
+        haz = hazard_of(groups)
+        base, t, cost, good = metrics(thr, rate, haz, self.request)
+        val = float(value_of(spec.objective, t, cost, good, rate))
+        quotas_ok = True
+        if spec.quotas:
+            used: dict[tuple[str, str], float] = defaultdict(float)
+            for c, n in groups:
+                used[qkey(c)] += c.vcpus * n
+            quotas_ok = all(v <= spec.quotas[k] + 1e-9 for k, v in used.items() if k in spec.quotas)
+        feasible = (
+            quotas_ok
+            and math.isfinite(t)
+            and (spec.deadline is None or t <= spec.deadline * (1 + REL))
+            and (spec.budget is None or cost <= spec.budget * (1 + REL))
+            and (spec.cap is None or rate <= spec.cap * (1 + REL))
+        )
+        nodes = sum(n for _, n in groups)
+        col = Col(region, groups, thr, g, rate, haz, base, t, cost, good, nodes, val, feasible, bound=lb)
+        self.finish_col(col, spec)
+        return col
 
     def _mixed(
         self, spec: Spec, theta: float, stats: dict[str, int], level: int, points: PointStore | None

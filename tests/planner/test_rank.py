@@ -265,3 +265,19 @@ def test_the_fastest_resnet50_plan_within_1000_usd_never_ranks_a_cluster_above_a
 
 def hardware_of(p) -> tuple[tuple[str, int], ...]:
     return tuple(sorted((g.instance_type, g.count) for g in p.groups))
+
+
+def test_a_ranked_mix_has_its_other_market_twin_evaluated_so_a_dominating_spot_twin_ranks_above_it():
+    # seed 10: the best mix is on demand; its all-spot twin is 0.01 % slower (interruptions) and
+    # cheaper, so the mixed search, stopping at the incumbent, never evaluated it
+    req, cands = tiny_instance(10, "throughput")
+    req = replace(req, max_types=2, top_k=50, quotas_on_demand={}, quotas_spot={})
+    plans = solve(req, cands, toy_perf).plans
+    od = next(p for p in plans if len(p.groups) == 2 and not p.uses_spot)
+    twin = [
+        p for p in plans if hardware_of(p) == hardware_of(od) and all(g.market == "spot" for g in p.groups)
+    ]
+    assert twin and plan_dominates(twin[0], od) and twin[0].rank < od.rank
+    assert f"same cluster as #{twin[0].rank} on spot" in od.why
+    for hi, lo in itertools.combinations(plans, 2):
+        assert not plan_dominates(lo, hi), f"#{lo.rank} dominates #{hi.rank}"
