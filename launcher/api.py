@@ -13,7 +13,8 @@ Nodes (``Authorization: Bearer <job token>``, valid for its own job only, dead w
 
 ``POST /jobs/precheck/`` asks AWS what it would refuse (credentials, quotas, offerings, subnets)
 before the preview; ``preview`` and ``POST /jobs/`` take a task file's text in ``task`` (errors:
-``{"task": [{"line", "field", "message"}]}``).
+``{"task": [{"line", "field", "message"}]}``). A task whose ``workdir`` is a local folder needs
+that folder as a multipart ``workdir_archive`` (.tar.gz/.tgz or .zip, ``launcher.workdirs``).
 """
 
 from __future__ import annotations
@@ -127,6 +128,17 @@ def _job_errors(view):
 # --- users --------------------------------------------------------------------------------
 
 
+def _archive(v: dict) -> workdirs.Upload | None:
+    """The checked ``workdir_archive`` upload of a launch request (None without one)."""
+    upload = v.get("workdir_archive")
+    if upload is None:
+        return None
+    try:
+        return workdirs.check_upload(upload.name, upload.size, upload)
+    except workdirs.ArchiveError as exc:
+        raise jobs.JobError("workdir_archive", str(exc)) from exc
+
+
 class JobViewSet(viewsets.ReadOnlyModelViewSet):
     """Launch training jobs from plan options and follow them (your team's jobs only)."""
 
@@ -157,6 +169,7 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
                 v["max_hours"],
                 task=v["task"],
                 image_id=v["image_id"],
+                archive=_archive(v),
             )
         )
 
@@ -221,6 +234,7 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
             v["confirmation"],
             task=v["task"],
             image_id=v["image_id"],
+            archive=_archive(v),
         )
         return Response(JobDetailSerializer(job).data, status=status.HTTP_201_CREATED)
 

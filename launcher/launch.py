@@ -26,7 +26,7 @@ the watch task and by the reconciler; the VM's own shutdown guard is the backsto
 and ``JOB_INSTANCE_PROFILE`` are passed on when set; nodes must reach ``SITE_URL``.
 
 Confirmation ids are ``django.core.signing`` tokens bound to user, plan, option, command (or
-task file and custom AMI), spend and hours (and the job a re-plan replaces), valid
+task file, custom AMI and the digest of an uploaded workdir archive), spend and hours (and the job a re-plan replaces), valid
 ``JOB_CONFIRM_MAX_AGE_S`` (600 s).
 """
 
@@ -506,32 +506,48 @@ def _plan(user, plan_id):
     return plan
 
 
-def _launched_what(train_command: str, task: str, image_id: str) -> str:
+def _launched_what(train_command: str, task: str, image_id: str, archive_sha256: str = "") -> str:
     """What a confirmation binds besides plan, option and limits: the command or the task file
-    (its whole text) and a custom AMI."""
+    (its whole text), a custom AMI and the uploaded workdir archive's digest."""
+    if archive_sha256:
+        return f"{train_command}\0{task}\0{image_id}\0{archive_sha256}"
     return train_command if not (task or image_id) else f"{train_command}\0{task}\0{image_id}"
 
 
-def _clean(train_command, max_spend_usd, max_hours, task, image_id, *, uploaded: bool = False):
-    """(command, task text, spend, hours, image id) of a launch request, or JobError."""
+def _clean(
+    train_command,
+    max_spend_usd,
+    max_hours,
+    task,
+    image_id,
+    *,
+    uploaded: bool = False,
+    archive: workdirs.Upload | None = None,
+):
+    """(command, task text, spend, hours, image id) of a launch request, or JobError.
+    ``uploaded``: a re-plan whose job already has its workdir archive; ``archive``: the one
+    uploaded with this request (web dialog, API)."""
     spec = jobs.clean_task(task)
     command = "task" if spec is not None else train_command
     command, spend, hours = jobs.clean_params(command, max_spend_usd, max_hours)
     if spec is not None:
         options.check_user_data(spec, "task")
-        if spec.workdir is not None and spec.workdir.kind == "local" and not uploaded:
-            raise jobs.JobError(
-                "task",
-                "workdir: a local folder is uploaded by manage.py launch; here use git: URL@ref",
-                [
-                    {
-                        "line": _key_line(task, "workdir"),
-                        "field": "workdir",
-                        "message": "a local folder is uploaded by manage.py launch; "
-                        "here use git: https://host/org/repo.git@ref, or leave workdir out",
-                    }
-                ],
-            )
+    folder = spec.workdir.path if spec and spec.workdir and spec.workdir.kind == "local" else None
+    local = folder is not None
+    if local and not (uploaded or archive):
+        line = _key_line(task, "workdir")
+        raise jobs.JobError(
+            "workdir_archive",
+            f"the task's workdir{f' (line {line})' if line else ''}, {folder}, is a folder on your "
+            "disk, which the server cannot read: upload the folder as an archive (.tar.gz or .zip), "
+            "or use git:URL@ref",
+        )
+    if archive is not None and not local:
+        raise jobs.JobError(
+            "workdir_archive",
+            "the task has no local workdir for this archive: set workdir: to the folder's "
+            "path (e.g. ./train), or leave the archive out",
+        )
     return command, (task if spec is not None else ""), spend, hours, jobs.clean_image_id(image_id)
 
 
@@ -553,23 +569,32 @@ def prepare(
     replaces: int | None = None,
     task: str = "",
     image_id: str = "",
+    archive: workdirs.Upload | None = None,
 ) -> dict:
     """Step 1: the exact launch (``preview``) plus a confirmation id bound to it. ``task``: a
-    task file's text instead of ``train_command`` (errors: JobError("task") with line and field)."""
+    task file's text instead of ``train_command`` (errors: JobError("task") with line and field);
+    ``archive``: its local workdir, uploaded (checked here, stored only by step 2)."""
     if not jobs.can_launch(user):
         raise jobs.NotAllowed("launching a job needs the launcher.add_job permission")
     uploaded = False
-    if replaces is not None:  # a re-plan runs what the job it replaces ran
+    if replaces is not None:  # a re-plan runs what the job it replaces ran, with its workdir
         train_command, task, image_id, uploaded = _replaced(replaces, train_command)
+        archive = None
     train_command, task, spend, hours, image_id = _clean(
-        train_command, max_spend_usd, max_hours, task, image_id, uploaded=uploaded
+        train_command,
+        max_spend_usd,
+        max_hours,
+        task,
+        image_id,
+        uploaded=uploaded,
+        archive=archive,
     )
     plan = _plan(user, plan_id)
     option = jobs.plan_option(user, plan, rank)
     if not task:
         options.check_user_data(options.task_spec("", train_command))
     out = options.preview(option, spend, hours)
-    what = _launched_what(train_command, task, image_id)
+    what = _launched_what(train_command, task, image_id, archive.sha256 if archive else "")
     out.update(
         {
             "plan": plan.pk,
@@ -578,6 +603,7 @@ def prepare(
             "task": task,
             "image_id": image_id,
             "task_notes": taskfile.plan_conflicts(taskfile.parse_task(task), option) if task else [],
+            "workdir_archive": archive.summary() if archive else None,
             "requested": {"max_spend_usd": str(spend), "max_hours": hours},  # send these back with the id
             "confirmation": confirmation_for(user, plan.pk, int(rank), what, spend, hours, replaces),
             "confirmation_expires_s": int(jobs.setting("JOB_CONFIRM_MAX_AGE_S", 600)),
@@ -597,16 +623,21 @@ def confirm_and_create(
     *,
     task: str = "",
     image_id: str = "",
+    archive: workdirs.Upload | None = None,
 ) -> Job:
-    """Step 2: launch, if ``confirmation`` confirms exactly these parameters for this user."""
+    """Step 2: launch, if ``confirmation`` confirms exactly these parameters for this user
+    (with ``archive``: the same archive as the preview's, which is stored only now)."""
     if not jobs.can_launch(user):
         raise jobs.NotAllowed("launching a job needs the launcher.add_job permission")
     train_command, task, spend, hours, image_id = _clean(
-        train_command, max_spend_usd, max_hours, task, image_id
+        train_command, max_spend_usd, max_hours, task, image_id, archive=archive
     )
     plan = _plan(user, plan_id)
-    what = _launched_what(train_command, task, image_id)
+    what = _launched_what(train_command, task, image_id, archive.sha256 if archive else "")
     check_confirmation(confirmation, user, plan.pk, int(rank), what, spend, hours)
+    stored = ""
+    if archive is not None:
+        stored = workdirs.store(archive.data, jobs.plan_option(user, plan, rank)["region"])
     return jobs.create_job(
         user,
         plan,
@@ -617,6 +648,7 @@ def confirm_and_create(
         confirm=True,
         task=task,
         image_id=image_id,
+        workdir_archive=stored,
     )
 
 

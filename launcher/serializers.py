@@ -48,6 +48,15 @@ class LaunchParamsSerializer(serializers.Serializer):
         max_digits=12, decimal_places=2, min_value=Decimal("0.01"), max_value=jobs.MAX_SPEND_USD
     )
     max_hours = serializers.FloatField(min_value=0.01, max_value=jobs.MAX_HOURS)
+    workdir_archive = serializers.FileField(
+        required=False,
+        allow_null=True,
+        allow_empty_file=False,
+        max_length=255,
+        help_text="The task's local workdir folder as a .tar.gz/.tgz or .zip (multipart only): "
+        "regular files and folders, relative names; at most JOB_WORKDIR_MAX_MB. The "
+        "confirmation binds its digest, so send the same file to POST /jobs/",
+    )
 
     def validate_train_command(self, value: str) -> str:
         task = self.initial_data.get("task") if hasattr(self.initial_data, "get") else None
@@ -90,6 +99,13 @@ class LaunchInstanceSerializer(serializers.Serializer):
     hourly_usd = serializers.FloatField()
 
 
+class WorkdirArchiveSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    bytes = serializers.IntegerField(help_text="As uploaded")
+    sha256 = serializers.CharField(help_text="Of the uploaded bytes (the confirmation binds it)")
+    files = serializers.IntegerField(help_text="Regular files in it")
+
+
 class PreviewSerializer(serializers.Serializer):
     """The exact launch a confirmation id stands for."""
 
@@ -115,6 +131,9 @@ class PreviewSerializer(serializers.Serializer):
         child=serializers.CharField(),
         required=False,
         help_text="Where a SkyPilot file's request and the plan differ",
+    )
+    workdir_archive = WorkdirArchiveSerializer(
+        required=False, allow_null=True, help_text="The uploaded workdir archive, checked"
     )
     requested = serializers.DictField(
         help_text="max_spend_usd and max_hours to send back with the confirmation"

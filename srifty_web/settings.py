@@ -214,6 +214,8 @@ FILE_UPLOAD_MAX_MEMORY_SIZE = 2_621_440  # larger uploads spool to disk (Django'
 CATALOG_UPLOAD_MAX_BYTES = env_int(
     "CATALOG_UPLOAD_MAX_BYTES", 32 * 1024 * 1024
 )  # one CSV of the admin import
+# A task's local workdir, uploaded as an archive (web Launch dialog, API) or packed by manage.py launch.
+JOB_WORKDIR_MAX_MB = env_int("JOB_WORKDIR_MAX_MB", 200)
 
 # --- I18N ---------------------------------------------------------------------------------
 LANGUAGE_CODE = "en-us"

@@ -275,7 +275,7 @@ def test_the_api_answers_a_bad_task_file_with_every_line_and_field_and_launches_
     assert not Job.objects.exists() and fake.params("RunInstances") == []
 
 
-def test_a_local_workdir_through_the_api_names_the_line_and_points_to_git(fake, owner):
+def test_a_local_workdir_through_the_api_without_its_archive_names_the_line_and_the_two_ways(fake, owner):
     client = APIClient()
     client.force_authenticate(owner)
     plan = plan_of(owner, option())
@@ -286,8 +286,8 @@ def test_a_local_workdir_through_the_api_names_the_line_and_points_to_git(fake, 
         format="json",
     )
     assert resp.status_code == 400
-    [problem] = resp.json()["task"]
-    assert problem["line"] == 2 and problem["field"] == "workdir" and "git:" in problem["message"]
+    [problem] = resp.json()["workdir_archive"]
+    assert "(line 2)" in problem and "upload the folder as an archive" in problem and "git:" in problem
 
 
 def test_the_api_previews_and_launches_a_task_file(fake, owner, django_capture_on_commit_callbacks):
