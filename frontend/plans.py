@@ -12,6 +12,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
 from catalog.models import Region
+from launcher import workdirs
 from planner.app import profile_first, service, solving
 from planner.app.api import CANCEL_PERMISSION
 from planner.app.models import PlanRecord
@@ -263,6 +264,7 @@ def plan_detail(request: HttpRequest, plan_id: int) -> HttpResponse:
             "req": req,
             "chart": chart,
             "can_launch": request.user.has_perm("launcher.add_job"),
+            "workdir_max_mb": workdirs.max_bytes() // (1024 * 1024),
             "profile_offers": profile_first.offers(result, req, settings.PROFILER_MAX_RUN_MINUTES),
             "can_profile_ec2": request.user.has_perm(actions.EC2_PERMISSION),
             "ec2_permission": actions.EC2_PERMISSION,

@@ -58,6 +58,11 @@ class LaunchParamsSerializer(serializers.Serializer):
         "confirmation binds its digest, so send the same file to POST /jobs/",
     )
 
+    def validate_task(self, value: str) -> str:
+        # A browser's multipart form sends text fields with CRLF line breaks (the HTML spec's
+        # normalization); the task file is the same file either way, and the job keeps it as such.
+        return value.replace("\r\n", "\n")
+
     def validate_train_command(self, value: str) -> str:
         task = self.initial_data.get("task") if hasattr(self.initial_data, "get") else None
         if not value and not (isinstance(task, str) and task.strip()):

@@ -4,14 +4,18 @@ Two plans are stored on the server (``manage.py shell``): one whose option EC2 c
 type moto's us-east-1 does not offer, in a zone without a subnet), one that it can. The first
 shows the pre-check failures with their fixes and no confirm button; the second shows a bad
 task file's errors inline with their lines, then, once fixed, the exact launch, and launching
-lands on the job page while the worker starts the nodes on moto. Screenshots go to the
-session's screenshot folder.
+lands on the job page while the worker starts the nodes on moto. A task whose workdir is a local
+folder takes that folder as an uploaded archive: a bad one is refused beside the file input, a
+good one is listed in the confirm step and becomes what the job's nodes fetch. Screenshots go to
+the session's screenshot folder.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import re
+import tarfile
 
 import pytest
 
@@ -133,12 +137,16 @@ def test_the_dialog_shows_task_file_errors_inline_then_launches_the_fixed_file(s
     staff_tab.shot("task-errors")
 
     page.fill("#launch-task-text", "name: t\nworkdir: ./train\nrun: python train.py\n")
+    assert page.locator("#launch-workdir-file").is_visible()  # a local workdir asks for its archive
     page.click("#launch-review")
-    page.wait_for_selector("#launch-task-errors li[data-field=workdir]")
-    assert "git:" in page.inner_text("#launch-task-errors li[data-field=workdir]")
-    assert page.get_attribute("#launch-task-errors li[data-field=workdir]", "data-line") == "2"
+    page.wait_for_selector("#launch-workdir-error:not([hidden])")
+    refused = page.inner_text("#launch-workdir-error")
+    assert (
+        "(line 2), ./train," in refused and "upload the folder as an archive" in refused and "git:" in refused
+    )
 
     page.fill("#launch-task-text", GOOD_TASK)
+    assert page.locator("#launch-workdir").is_hidden()  # git: needs no archive
     page.click("#launch-review")
     page.wait_for_selector("#launch-go:not([hidden])")
     assert page.locator("#launch-task-errors").is_hidden()
@@ -158,3 +166,77 @@ def test_the_dialog_shows_task_file_errors_inline_then_launches_the_fixed_file(s
     # the dialog shows); anything else is an error.
     unexpected = [e for e in staff_tab.errors if "status of 400" not in e or "/api/v1/jobs/preview/" not in e]
     assert len(staff_tab.errors) - len(unexpected) == 2 and not unexpected, staff_tab.errors
+
+
+LOCAL_TASK = """name: resnet50
+workdir: ./train
+setup: pip install -r requirements.txt
+run: torchrun --nnodes $NNODES --nproc-per-node $NPROC_PER_NODE --node-rank $NODE_RANK --master-addr $MASTER_ADDR --master-port $MASTER_PORT train.py
+"""
+WORKDIR = {"train.py": b"print('training')\n", "requirements.txt": b"torch\n", "conf/base.yaml": b"lr: 0.1\n"}
+NODE_FETCH = """
+import io, os, tarfile
+from django.test import Client
+from launcher import jobs
+from launcher.models import Job
+job = Job.objects.get(pk=int(os.environ["B_JOB"]))
+got = Client().get(f"/api/v1/jobs/{job.pk}/workdir.tar.gz", HTTP_AUTHORIZATION=f"Bearer {jobs.derived_token(job)}")
+with tarfile.open(fileobj=io.BytesIO(b"".join(got.streaming_content)), mode="r:gz") as tar:
+    print("FILES=" + ",".join(sorted(f"{m.name}:{tar.extractfile(m).read().decode()!r}" for m in tar if m.isfile())))
+"""
+
+
+def tar_gz(files: dict[str, bytes], extra: tarfile.TarInfo | None = None) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        if extra is not None:
+            tar.addfile(extra)
+    return buf.getvalue()
+
+
+@pytest.mark.timeout(180)
+def test_the_dialog_uploads_a_local_workdir_as_an_archive_and_the_nodes_fetch_its_files(staff_tab, tmp_path):
+    server = staff_tab.server
+    plan_id = store_plan(server, option("g5.xlarge", "use1-az1"))
+    page = open_dialog(staff_tab, plan_id)
+    page.fill("#launch-task-text", LOCAL_TASK)
+    assert page.locator("#launch-workdir-file").is_visible()
+
+    link = tarfile.TarInfo("data")
+    link.type, link.linkname = tarfile.SYMTYPE, "/etc/shadow"
+    bad = tmp_path / "bad.tar.gz"
+    bad.write_bytes(tar_gz(WORKDIR, link))
+    page.set_input_files("#launch-workdir-file", str(bad))
+    page.click("#launch-review")
+    page.wait_for_selector("#launch-workdir-error:not([hidden])")
+    assert "'data' is a link; only regular files and folders travel" in page.inner_text(
+        "#launch-workdir-error"
+    )
+    assert page.locator("#launch-go").is_hidden()
+    staff_tab.shot("archive-refused")
+
+    good = tmp_path / "train.tar.gz"
+    good.write_bytes(tar_gz(WORKDIR))
+    page.set_input_files("#launch-workdir-file", str(good))
+    assert page.locator("#launch-workdir-error").is_hidden()
+    page.click("#launch-review")
+    page.wait_for_selector("#launch-go:not([hidden])")
+    listed = page.inner_text("#launch-workdir-summary")
+    assert listed.startswith(f"Workdir: train.tar.gz ({good.stat().st_size} bytes, 3 files)"), listed
+    staff_tab.shot("archive-confirm")
+    with page.expect_navigation():
+        page.click("#launch-go")
+    match = re.search(r"/jobs/(\d+)/$", page.url)
+    assert match, page.url
+    job = server.api("GET", f"/api/v1/jobs/{match.group(1)}/")
+    assert job["task"] == LOCAL_TASK and job["status"] in ("launching", "running")
+    staff_tab.shot("archive-job")
+    fetched = server_shell(server, NODE_FETCH, B_JOB=match.group(1))
+    expected = ",".join(sorted(f"{n}:{d.decode()!r}" for n, d in WORKDIR.items()))
+    assert f"FILES={expected}" in fetched, fetched
+    unexpected = [e for e in staff_tab.errors if "status of 400" not in e or "/api/v1/jobs/preview/" not in e]
+    assert len(staff_tab.errors) - len(unexpected) == 1 and not unexpected, staff_tab.errors

@@ -220,3 +220,9 @@ def test_an_archive_swapped_after_the_preview_is_refused(fake, client, owner, st
     dropped = client.post("/api/v1/jobs/", body(plan, confirmation=confirmation), format="multipart")
     assert dropped.status_code == 400 and "workdir_archive" in dropped.json()
     assert not Job.objects.exists() and (not stored.exists() or not any(stored.iterdir()))
+
+
+def test_a_task_sent_with_browser_crlf_line_breaks_is_kept_with_plain_ones(fake, client, owner, stored):  # noqa: F811
+    # A browser's multipart form turns the textarea's line breaks into CRLF.
+    shown = preview(client, plan_of(owner, option()), good_tar(), task=TASK.replace("\n", "\r\n"))
+    assert shown.status_code == 200 and shown.json()["task"] == TASK

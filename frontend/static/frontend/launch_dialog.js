@@ -1,7 +1,9 @@
-// Plan page: the launch dialog. Pick an option, paste or upload a task file, then
+// Plan page: the launch dialog. Pick an option, paste or upload a task file (and, when its
+// workdir is a folder on the user's disk, that folder as a .tar.gz/.zip archive), then
 // 1. POST /api/v1/jobs/precheck/  (credentials, quotas, offerings, subnets; each failure with its fix)
 // 2. POST /api/v1/jobs/preview/   (the task file's errors come back with line and field)
 // 3. POST /api/v1/jobs/           (with the preview's confirmation id) -> the job's page.
+// With an archive, 2 and 3 go as multipart with the same file (the confirmation binds its digest).
 // Every text from the server or the file goes in as textContent, never as HTML.
 (function () {
   "use strict";
@@ -14,6 +16,7 @@
   const csrf = form.querySelector("input[name=csrfmiddlewaretoken]").value;
   const rank = $("launch-rank"), text = $("launch-task-text"), spend = $("launch-spend"), hours = $("launch-hours");
   const go = $("launch-go");
+  const workdirBox = $("launch-workdir"), workdirFile = $("launch-workdir-file"), workdirError = $("launch-workdir-error");
   let prepared = null;
 
   const el = (tag, cls, content) => {
@@ -24,6 +27,17 @@
   };
   const show = (node, on) => { node.hidden = !on; };
   const money = (v) => "$" + Number(v).toFixed(2);
+  const size = (n) => (n >= 1048576 ? `${(n / 1048576).toFixed(1)} MB` : n >= 1024 ? `${(n / 1024).toFixed(1)} KB` : `${n} bytes`);
+
+  function localWorkdir() {
+    // A top-level "workdir:" that is not git:URL@ref names a folder on the user's disk.
+    const m = /^workdir:[ \t]*["']?([^"'#\n]*)/m.exec(text.value);
+    return Boolean(m && m[1].trim() && !m[1].trim().startsWith("git:"));
+  }
+
+  function syncWorkdir() {
+    show(workdirBox, localWorkdir() || workdirFile.files.length > 0 || !workdirError.hidden);
+  }
 
   function defaults() {
     // As the launch page suggests: 1.5x the p90 time (at least half an hour), and its cost.
@@ -40,16 +54,25 @@
     show($("launch-confirm"), false);
     show($("launch-task-errors"), false);
     show($("launch-field-errors"), false);
+    show($("launch-workdir-summary"), false);
+    show(workdirError, false);
+    syncWorkdir();
     $("launch-review").disabled = false;
   }
 
-  async function post(url, body) {
-    const resp = await fetch(url, {
-      method: "POST",
-      credentials: "same-origin",
-      headers: { "Content-Type": "application/json", "X-CSRFToken": csrf, Accept: "application/json" },
-      body: JSON.stringify(body),
-    });
+  async function post(url, body, archive) {
+    // JSON, or multipart with the workdir archive (the browser sets the boundary).
+    const headers = { "X-CSRFToken": csrf, Accept: "application/json" };
+    let payload;
+    if (archive) {
+      payload = new FormData();
+      for (const [k, v] of Object.entries(body)) payload.append(k, String(v));
+      payload.append("workdir_archive", archive, archive.name);
+    } else {
+      headers["Content-Type"] = "application/json";
+      payload = JSON.stringify(body);
+    }
+    const resp = await fetch(url, { method: "POST", credentials: "same-origin", headers, body: payload });
     let data = {};
     try { data = await resp.json(); } catch (e) { data = { detail: `HTTP ${resp.status}` }; }
     return { status: resp.status, data };
@@ -82,7 +105,11 @@
     const others = [];
     for (const [field, problems] of Object.entries(data)) {
       for (const p of Array.isArray(problems) ? problems : [problems]) {
-        if (field === "task" && typeof p === "object" && p) {
+        if (field === "workdir_archive") {
+          workdirError.textContent = `workdir archive: ${p}`;
+          show(workdirError, true);
+          show(workdirBox, true);
+        } else if (field === "task" && typeof p === "object" && p) {
           const item = el("li", "task-error", `${p.line ? `line ${p.line} · ` : ""}${p.field}: ${p.message}`);
           if (p.line) item.dataset.line = p.line;
           item.dataset.field = p.field;
@@ -105,6 +132,12 @@
       `${p.label} · ${p.gpus} GPU${p.gpus === 1 ? "" : "s"} · ${money(p.hourly_usd)} per hour · ` +
       `at most ${money(p.max_spend_usd)} (stopped after ${Number(p.cap_hours).toFixed(2)} h) · ` +
       "one cluster placement group, a security group for the cluster only, EFA where the type has it.";
+    const archive = p.workdir_archive, line = $("launch-workdir-summary");
+    line.textContent = archive
+      ? `Workdir: ${archive.name} (${size(archive.bytes)}, ${archive.files} file${archive.files === 1 ? "" : "s"}), ` +
+        "stored when you launch and fetched by every node."
+      : "";
+    show(line, Boolean(archive));
     const notes = $("launch-notes");
     notes.replaceChildren(...(p.task_notes || []).map((n) => el("li", "", `Note: ${n}`)));
     go.textContent = `Launch ${label} · up to ${money(p.max_spend_usd)}`;
@@ -122,9 +155,10 @@
       showChecks(checks.data);
       if (!checks.data.ok) return; // fix first: no confirm button
       const body = { plan, rank: Number(rank.value), task: text.value, max_spend_usd: spend.value, max_hours: hours.value };
-      const shown = await post("/api/v1/jobs/preview/", body);
+      const archive = workdirFile.files[0] || null;
+      const shown = await post("/api/v1/jobs/preview/", body, archive);
       if (shown.status !== 200) { showErrors(shown.data); return; }
-      prepared = { ...body, ...shown.data.requested, confirmation: shown.data.confirmation };
+      prepared = { body: { ...body, ...shown.data.requested, confirmation: shown.data.confirmation }, archive };
       showPreview(shown.data);
     } finally {
       $("launch-review").disabled = false;
@@ -134,7 +168,7 @@
   async function launch() {
     if (!prepared) return;
     go.disabled = true;
-    const made = await post("/api/v1/jobs/", prepared);
+    const made = await post("/api/v1/jobs/", prepared.body, prepared.archive);
     go.disabled = false;
     if (made.status === 201) { window.location.assign(`/jobs/${made.data.id}/`); return; }
     reset();
@@ -145,6 +179,7 @@
   $("launch-cancel").addEventListener("click", () => dialog.close());
   rank.addEventListener("change", () => { defaults(); reset(); });
   for (const input of [text, spend, hours]) input.addEventListener("input", reset);
+  workdirFile.addEventListener("change", reset);
   $("launch-task-file").addEventListener("change", async (ev) => {
     const file = ev.target.files[0];
     if (!file) return;
