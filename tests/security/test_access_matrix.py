@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import timedelta
 from decimal import Decimal
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -92,6 +93,11 @@ RUN_BODY = {
     "iters": 3,
 }
 LAUNCH = {"plan": "{plan}", "rank": 1, "train_command": "train.py", "max_spend_usd": "10", "max_hours": 5}
+# A task with a local workdir, posted multipart with its folder as ``workdir_archive`` (a good
+# archive): the upload must not open a way around the plan and permission checks, nor be stored
+# for a refused request (``_state`` counts the stored archives).
+LAUNCH_ARCHIVE = {**LAUNCH, "train_command": "", "task": "name: t\nworkdir: ./train\nrun: python train.py\n"}
+ARCHIVE = {"workdir_archive": True}
 PLAN_BODY = {
     "model": {"profile_run": "{done}"},
     "samples_per_epoch": 1000,
@@ -216,6 +222,24 @@ MATRIX = [
     Cell(R + "jobs/$", "GET", "/api/v1/jobs/", API_LIST),
     Cell(R + "jobs/$", "POST", "/api/v1/jobs/", API_REF, {**LAUNCH, "confirmation": "x"}, ref="plan"),
     Cell(R + "jobs/preview/$", "POST", "/api/v1/jobs/preview/", API_REF, LAUNCH, ref="plan"),
+    Cell(
+        R + "jobs/$",
+        "POST",
+        "/api/v1/jobs/",
+        API_REF,
+        {**LAUNCH_ARCHIVE, "confirmation": "x"},
+        ref="plan",
+        extra=ARCHIVE,
+    ),
+    Cell(
+        R + "jobs/preview/$",
+        "POST",
+        "/api/v1/jobs/preview/",
+        API_REF,
+        LAUNCH_ARCHIVE,
+        ref="plan",
+        extra=ARCHIVE,
+    ),
     Cell(
         R + "jobs/precheck/$",
         "POST",
@@ -485,9 +509,32 @@ def request(cell: Cell, actor: str, w, ids: dict | None = None):
     if cell.method == "GET":
         return c.get(url)
     body = _coerce(_fill(cell.body, ids), api)
+    if cell.extra.get("workdir_archive"):
+        return c.post(url, {**body, "workdir_archive": _workdir_archive()}, format="multipart")
     if api:
         return c.post(url, body or {}, format="json")
     return c.post(url, body or {})
+
+
+def _workdir_archive():
+    import io
+    import tarfile
+
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        info = tarfile.TarInfo("train.py")
+        info.size = 3
+        tar.addfile(info, io.BytesIO(b"x=1"))
+    return SimpleUploadedFile("train.tar.gz", buf.getvalue())
+
+
+def _stored_archives() -> int:
+    from django.conf import settings
+
+    folder = Path(settings.DATA_DIR) / "workdirs"
+    return sum(1 for _ in folder.iterdir()) if folder.is_dir() else 0
 
 
 def _state():
@@ -501,6 +548,7 @@ def _state():
         PlanRecord.objects.count(),
         JobReport.objects.count(),
         RunEvent.objects.count(),
+        _stored_archives(),
     )
 
 
@@ -515,7 +563,8 @@ def _normalised(value, ident: int) -> str:
 
 
 def _cell_id(cell: Cell, actor: str) -> str:
-    return f"{cell.method} {cell.url} as {actor}"
+    with_file = " with workdir_archive" if cell.extra.get("workdir_archive") else ""
+    return f"{cell.method} {cell.url}{with_file} as {actor}"
 
 
 @pytest.mark.parametrize(
