@@ -318,6 +318,79 @@ def covers(o: Col, time_h: float, cost: float, value: float, nodes: int) -> bool
     return o.time < time_h or o.cost < cost or (o.value, o.nodes) <= (value, nodes)
 
 
+class RegionDominance:
+    """Which subsets of one region's offers another region offers at least as well.
+
+    The oracle depends on the hardware only (instance types and counts), so a subset whose every
+    member has an offer of the same type and market in region ``r'`` that is at most as dear, at
+    most as likely to be interrupted and available in at least as many nodes gives, at every
+    count vector, a configuration in ``r'`` with the same throughput and batch, a rate and
+    hazard at most as high (so time and cost at most as high, goodput at least as high, the same
+    quota use) -- strictly better on time and cost when one member is strictly cheaper or safer.
+    Such a subset can neither be the optimum nor the column ranked for its type set
+    (:func:`~planner.solver.rank.best_of_key` keeps the undominated one); an exact twin (equal
+    price, hazard and availability for every member) is left to the region first by name, which
+    is what ranking by ``(value, nodes, region)`` would keep.  With a miss-risk cap the hazards
+    must be equal (the risk is then equal too), so no monotonicity of the risk is assumed.
+    Subsets with two offers of one type and market (two zones) are always kept."""
+
+    def __init__(
+        self,
+        regions: Sequence[str],
+        usable: dict[str, list[Candidate]],
+        maxc: dict[str, dict[Candidate, int]],
+        lam: dict[str, dict[Candidate, float]],
+        *,
+        exact_hazard: bool,
+    ) -> None:
+        self.regions = list(regions)
+        by_key: dict[tuple[str, str], list[Candidate]] = defaultdict(list)
+        for r in self.regions:
+            for c in usable[r]:
+                by_key[(c.instance_type, c.market)].append(c)
+        self.keyid: dict[str, np.ndarray] = {}
+        # rel[r][j, i]: 3 = offer i of r is beaten (strictly) by an offer in the j-th other region,
+        # 2 = matched exactly there and that region comes first by name, 1 = matched exactly and
+        # it comes after, 0 = neither
+        self.rel: dict[str, np.ndarray] = {}
+        keys = {key: n for n, key in enumerate(by_key)}
+        for r in self.regions:
+            others = [o for o in self.regions if o != r]
+            oidx = {o: j for j, o in enumerate(others)}
+            rel = np.zeros((len(others), len(usable[r])), dtype=np.int8)
+            for i, c in enumerate(usable[r]):
+                p, h, m = c.price_per_hour, lam[r][c], maxc[r][c]
+                for o in by_key[(c.instance_type, c.market)]:
+                    if o.region == r:
+                        continue
+                    po, ho, mo = o.price_per_hour, lam[o.region][o], maxc[o.region][o]
+                    if po > p or mo < m or (ho != h if exact_hazard else ho > h):
+                        continue
+                    code = 3 if (po < p or ho < h) else (2 if o.region < r else 1)
+                    j = oidx[o.region]
+                    rel[j, i] = max(rel[j, i], code)
+            self.rel[r] = rel[rel.any(axis=1)]
+            self.keyid[r] = np.array([keys[(c.instance_type, c.market)] for c in usable[r]], dtype=np.int64)
+
+    def dominated(self, region: str, combos: np.ndarray) -> np.ndarray:
+        """For each row of ``combos`` (indices into the region's usable offers): dominated?"""
+        out = np.zeros(len(combos), dtype=bool)
+        rel = self.rel[region]
+        if not len(rel) or not len(combos):
+            return out
+        keys = self.keyid[region][combos]
+        k = combos.shape[1]
+        distinct = np.ones(len(combos), dtype=bool)
+        for a in range(k):
+            for b in range(a + 1, k):
+                distinct &= keys[:, a] != keys[:, b]
+        for row in rel:
+            codes = row[combos]
+            low = codes.min(axis=1)
+            out |= (low >= 2) | ((low >= 1) & (codes == 3).any(axis=1))
+        return out & distinct
+
+
 class Engine:
     """One request's search state: the memoised oracle, the curves and the kept candidates;
     :meth:`run` searches under a :class:`Spec` (the request's, or a relaxed one when explaining
@@ -738,12 +811,23 @@ class Engine:
                 evaluate_next()
             self._check_memo()
 
-        for region in sorted(self.by_region):
+        regions = sorted(self.by_region)
+        maxc_all: dict[str, dict[Candidate, int]] = {}
+        usable_all: dict[str, list[Candidate]] = {}
+        for region in regions:
             group = self.by_region[region]
-            maxc = {c: max_count(c, spec.quotas, N) for c in group}
-            usable = [c for c in group if maxc[c] >= 1]
-            lam = {c: hazard_of(((c, 1),)) for c in usable}
-            lam_all[region] = lam
+            maxc_all[region] = {c: max_count(c, spec.quotas, N) for c in group}
+            usable_all[region] = [c for c in group if maxc_all[region][c] >= 1]
+            lam_all[region] = {c: hazard_of(((c, 1),)) for c in usable_all[region]}
+        dom = (
+            RegionDominance(regions, usable_all, maxc_all, lam_all, exact_hazard=spec.risk is not None)
+            if level >= 1
+            else None
+        )
+        for region in regions:
+            maxc = maxc_all[region]
+            usable = usable_all[region]
+            lam = lam_all[region]
             for k in range(2, min(req.max_types, len(usable), N) + 1):
                 tables = bounds.member_tables(usable, k, maxc, lam)
                 for combos in combinations(len(usable), k):
@@ -752,6 +836,12 @@ class Engine:
                         "max_types",
                         f"bounding {len(combos):,} subsets of {k} offers in {region}",
                     )
+                    if dom is not None:
+                        # the same hardware as cheap and as safe in another region: never needed
+                        n_all = len(combos)
+                        combos = combos[~dom.dominated(region, combos)]
+                        stats["subsets"] += n_all - len(combos)
+                        stats["pruned"] += n_all - len(combos)
                     survivors, pruned = bounds.subset_survivors(
                         spec, state["theta"], tables, combos, level, req
                     )

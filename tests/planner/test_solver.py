@@ -666,3 +666,118 @@ def test_a_spot_offer_within_half_a_percent_of_the_time_and_cheaper_is_kept_over
     base = solve(req, [safe], toy_perf).plans[0]
     assert base.time_h < plan.time_h < base.time_h * 1.005
     assert plan.region == "us-east-1" and plan.total_usd < base.total_usd
+
+
+def _dominance(offers, *, exact_hazard=False):
+    from planner.solver.evaluate import hazard_of
+    from planner.solver.search import RegionDominance
+
+    regions = sorted({c.region for c in offers})
+    usable = {r: [c for c in offers if c.region == r] for r in regions}
+    maxc = {r: {c: c.max_count or 8 for c in usable[r]} for r in regions}
+    lam = {r: {c: hazard_of(((c, 1),)) for c in usable[r]} for r in regions}
+    return RegionDominance(regions, usable, maxc, lam, exact_hazard=exact_hazard)
+
+
+def test_a_subset_another_region_offers_cheaper_in_every_member_is_dominated():
+    import numpy as np
+
+    a = [cand("p3.2xlarge", "us-east-1", price=3.0), cand("g5.xlarge", "us-east-1", price=1.0)]
+    b = [cand("p3.2xlarge", "eu-west-1", price=3.5), cand("g5.xlarge", "eu-west-1", price=1.0)]
+    c = [cand("p3.2xlarge", "ap-south-1", price=2.0), cand("g5.xlarge", "ap-south-1", price=2.0)]
+    dom = _dominance(a + b + c)
+    pair = np.array([[0, 1]])
+    assert dom.dominated("eu-west-1", pair).tolist() == [True]  # us-east-1: as cheap, one cheaper
+    assert dom.dominated("us-east-1", pair).tolist() == [False]
+    assert dom.dominated("ap-south-1", pair).tolist() == [False]  # cheaper in one, dearer in the other
+
+
+def test_of_exact_twin_subsets_only_the_region_first_by_name_is_kept():
+    import numpy as np
+
+    twins = [cand(t, r, price=2.0) for r in ("us-east-1", "eu-west-1") for t in ("p3.2xlarge", "g5.xlarge")]
+    dom = _dominance(twins)
+    pair = np.array([[0, 1]])
+    assert dom.dominated("us-east-1", pair).tolist() == [True]
+    assert dom.dominated("eu-west-1", pair).tolist() == [False]
+
+
+def test_a_safer_spot_offer_dominates_only_without_a_miss_risk_cap():
+    import numpy as np
+
+    risky = [cand("p3.2xlarge", "us-east-1", "spot", 1.0, 4), cand("g5.xlarge", "us-east-1", price=1.0)]
+    safe = [cand("p3.2xlarge", "us-west-2", "spot", 1.0, 1), cand("g5.xlarge", "us-west-2", price=1.0)]
+    pair = np.array([[0, 1]])
+    assert _dominance(risky + safe).dominated("us-east-1", pair).tolist() == [True]
+    assert _dominance(risky + safe, exact_hazard=True).dominated("us-east-1", pair).tolist() == [False]
+
+
+def test_a_region_with_less_availability_or_two_zones_of_a_type_is_not_dominated():
+    import numpy as np
+
+    few = [cand("p3.2xlarge", "us-east-1", price=3.0, max_count=2), cand("g5.xlarge", "us-east-1", price=1.0)]
+    many = [
+        cand("p3.2xlarge", "eu-west-1", price=3.5),
+        cand("g5.xlarge", "eu-west-1", price=1.0),
+    ]
+    assert _dominance(few + many).dominated("eu-west-1", np.array([[0, 1]])).tolist() == [False]
+    zones = [
+        cand("p3.2xlarge", "eu-west-1", "spot", 1.0, 2),
+        replace(cand("p3.2xlarge", "eu-west-1", "spot", 1.5, 2), zone="eu-west-1-az2"),
+    ]
+    cheap = [cand("p3.2xlarge", "us-east-1", "spot", 0.5, 0)]
+    assert _dominance(zones + cheap).dominated("eu-west-1", np.array([[0, 1]])).tolist() == [False]
+
+
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_mixes_in_a_dearer_region_are_skipped_and_the_plans_stay_exact(objective, monkeypatch):
+    # the same three types in four regions at varied prices and spot buckets: mixes of a region
+    # that another offers as cheap and as safe are never bounded, the answer is brute force's
+    rng = random.Random(11)
+    cands = []
+    for r in ("ap-south-1", "eu-west-1", "us-east-1", "us-west-2"):
+        for t in ("g5.xlarge", "p3.2xlarge", "g4dn.xlarge"):
+            for market in ("on-demand", "spot"):
+                price = round(PRICE[t] * rng.uniform(0.5, 1.0) * (0.4 if market == "spot" else 1.0), 2)
+                # at most 2 nodes of a type: the fast plans are mixes
+                cands.append(cand(t, r, market, price=price, bucket=rng.randint(0, 3), max_count=2))
+    kw = {
+        "cost": {"deadline_hours": 6.0},
+        "time": {"budget_usd": 40.0},
+        "throughput": {"max_hourly_usd": 5.0},
+    }
+    req = PlanRequest(
+        objective=objective,
+        total_samples=1e7,
+        max_nodes=4,
+        max_types=2,
+        global_batch_min=64,
+        global_batch_max=256,
+        tie_tolerance=0.0,
+        **kw[objective],
+    )
+    ref = exhaustive_search(req, cands, toy_perf)
+    assert ref is not None
+    from planner.solver import search
+
+    real = search.RegionDominance.dominated
+    skipped = []
+
+    def spy(self, region, combos):
+        out = real(self, region, combos)
+        skipped.append(int(out.sum()))
+        return out
+
+    monkeypatch.setattr(search.RegionDominance, "dominated", spy)
+    res = solve(req, cands, toy_perf)
+    assert sum(skipped) > 0
+    # (plan #1 may be a cheaper option within 0.5 % of the optimum's time: the ranking's rule)
+    best = min(objective_value(p, objective) for p in res.plans)
+    assert best == pytest.approx(ref[0], rel=1e-9, abs=1e-12)
+    # every ranked option is the one found without the region dominance
+    monkeypatch.setattr(search.RegionDominance, "dominated", lambda self, region, combos: combos[:, 0] < 0)
+    plain = solve(req, cands, toy_perf)
+    assert [(p.region, p.label, p.total_usd, p.time_h) for p in res.plans] == [
+        (p.region, p.label, p.total_usd, p.time_h) for p in plain.plans
+    ]
+    assert any(len(p.groups) > 1 for p in res.plans)
