@@ -23,6 +23,7 @@ import hashlib
 import io
 import re
 import stat
+import struct
 import tarfile
 import zipfile
 import zlib
@@ -178,7 +179,10 @@ def _read_tar(data: bytes, out: _Repack) -> None:
                     (lambda f=extracted, n=info.size: f.read(n) if f else None),
                     info.mtime,
                 )
-    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
+    except ArchiveError:
+        raise
+    except (tarfile.TarError, EOFError, OSError, zlib.error, ValueError, struct.error) as exc:
+        # a damaged or hostile header: refused like any other unreadable archive, never a 500
         raise ArchiveError(f"not a readable .tar.gz ({exc})") from exc
 
 
@@ -202,12 +206,17 @@ def _read_zip(data: bytes, out: _Repack) -> None:
                     (lambda i=info: zf.read(i)),
                     _zip_mtime(when),
                 )
+    except ArchiveError:
+        raise
     except (
         zipfile.BadZipFile,
         zipfile.LargeZipFile,
         EOFError,
         OSError,
         NotImplementedError,
+        RuntimeError,
+        ValueError,
+        struct.error,
         zlib.error,
     ) as exc:
         raise ArchiveError(f"not a readable .zip ({exc})") from exc
