@@ -258,13 +258,28 @@ class Oracle:
         at_hi = [
             self._cap_at(m, hi, c, at_lo[i]) for i, ((m, _), c) in enumerate(zip(groups, caps, strict=True))
         ]
+        models = [m for m, _ in groups]
+        per_group = [n for _, n in groups]
+        rng = range(len(groups))
+        step = self.step_ms
         for _ in range(40):
+            if at_lo == at_hi:
+                break  # every later round keeps at_hi as it is: the answer is known
             mid = (lo + hi) / 2
-            at_mid = [
-                a if a == b else self._cap_at(m, mid, b, a)
-                for (m, _), a, b in zip(groups, at_lo, at_hi, strict=True)
-            ]
-            if sum(n * b for (_, n), b in zip(groups, at_mid, strict=True)) >= global_batch:
+            at_mid = at_lo[:]
+            total = 0
+            for i in rng:
+                a, b = at_lo[i], at_hi[i]
+                if a != b:
+                    # _cap_at(m, mid, b, a); with b == a + 1 its one probe is step(b) <= mid
+                    if b == a + 1:
+                        if step(models[i], b) <= mid:
+                            a = b
+                    else:
+                        a = self._cap_at(models[i], mid, b, a)
+                    at_mid[i] = a
+                total += per_group[i] * a
+            if total >= global_batch:
                 hi, at_hi = mid, at_mid
             else:
                 lo, at_lo = mid, at_mid
