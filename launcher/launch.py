@@ -349,6 +349,7 @@ def launch_job(job: Job) -> str:
         rollback(job)
         jobs.fail_job(job, f"launch failed: {exc}")
         return "failed to launch"
+    job = Job.objects.get(pk=job.pk)  # launch_nodes recorded the instances on the row, not on job
     job = jobs.mark_running(
         job, f"launched {len(job.instance_ids)} instances: {options.describe_option(job.option)}"
     )

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher import monitor
+from launcher import launch, monitor
 from launcher.models import Job, JobInterruption
-from tests.launcher.test_interruptions import MIN, cloud, owner, plan, report_at, running, token_client  # noqa: F401
+from tests.launcher.test_interruptions import MIN, plan, report_at, running, token_client  # noqa: F401
 from tests.launcher.test_monitor import replanner  # noqa: F401
 from tests.launcher.test_spot_watcher import FakeImds, serve
 
@@ -86,6 +86,8 @@ def test_demo(cloud, owner, plan, api, live_server, replanner):  # noqa: F811
     print(
         f"replacement {new}: {got['InstanceType']}, {got.get('InstanceLifecycle', 'on-demand')}, rank {job.instance_ids.index(new)}; nodes now {job.instance_ids}"
     )
+    code, _ = launch.rendezvous(job, new, now=t0 + 88 * MIN)  # the replacement boots and joins
+    print(f"replacement's rendezvous at t0+88 min: HTTP {code}")
     report_at(job, t0 + 90 * MIN, 201, rank=1)
     print(f"watch pass at t0+91 min: {monitor.watch_job(job, now=t0 + 91 * MIN)}")
     row.refresh_from_db()

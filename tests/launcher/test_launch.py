@@ -132,6 +132,7 @@ def test_a_mixed_plan_launches_one_template_per_group_with_its_own_batch_and_mar
         job = make_job(launcher, opt)
     job.refresh_from_db()
     assert job.status == JobStatus.RUNNING and len(job.instance_ids) == 3
+    assert job.events.get(kind="launched").message.startswith("launched 3 instances: ")  # not a stale 0
     assert placement_groups == [("create", REGION, f"srifty-job-{job.pk}")]
     assert job.placement_group == f"srifty-job-{job.pk}"
     found = instances(cloud, job.pk)
