@@ -332,9 +332,7 @@ def predicted_speedup(
     # No input-pipeline cap: the corpus's multi-GPU figures come from DGX-class machines fed by
     # DALI or synthetic data, and the speed-up checks the GPU and comm model, not a loader
     # assumed for 8 vCPUs per GPU (which capped 8-GPU ResNet rows at 5,600 images/s).
-    oracle = Oracle(
-        dataclasses.replace(wl, precision=precision), model, specs, input_rate_per_vcpu=math.inf
-    )
+    oracle = Oracle(dataclasses.replace(wl, precision=precision), model, specs, input_rate_per_vcpu=math.inf)
     spec = model.spec(gpu)
     one = oracle(((node_candidate(gpu, 1, spec), 1),), batch)
     many = oracle(((node_candidate(gpu, gpus, spec), 1),), batch * gpus)
