@@ -226,6 +226,25 @@ def combinations(K: int, k: int, block: int = 1 << 16) -> Iterator[np.ndarray]:
         yield np.concatenate(pending)
 
 
+def _within_total(head: np.ndarray, rest: Sequence[np.ndarray], N: int) -> list[np.ndarray]:
+    """The rows of ``meshgrid(head, *rest, indexing="ij")`` (raveled) whose sum is at most ``N``,
+    in the same order, for one or two ``rest`` arrays sorted ascending -- without building the
+    rows over ``N`` (for three members and hundreds of nodes most of the cube is over it)."""
+    last = np.asarray(rest[-1])
+    if len(rest) == 1:
+        pre = [np.asarray(head)]
+    else:
+        mid = np.asarray(rest[0])
+        pre = [np.repeat(head, len(mid)), np.tile(mid, len(head))]
+    # every earlier column fixed, the valid counts of the last member are a prefix of it
+    room = N - sum(pre)
+    cnt = np.searchsorted(last, room, side="right")
+    total = int(cnt.sum())
+    ends = np.cumsum(cnt)
+    j = np.arange(total) - np.repeat(ends - cnt, cnt)
+    return [np.repeat(x, cnt) for x in pre] + [last[j]]
+
+
 def _all_combinations(K: int, k: int) -> np.ndarray:
     if k == 1:
         return np.arange(K).reshape(-1, 1)
@@ -606,9 +625,14 @@ class MixBounds:
         step = max(1, SLICE_ROWS // max(1, rest_rows)) if k >= 3 else len(counts[0])
         for first in range(0, len(counts[0]), step):
             head = counts[0][first : first + step]
-            grids = np.meshgrid(head, *counts[1:], indexing="ij")
-            ns = [g.ravel() for g in grids]
-            mask = sum(ns) <= N
+            if k in (2, 3):
+                ns = _within_total(head, counts[1:], N)
+            else:
+                grids = np.meshgrid(head, *counts[1:], indexing="ij")
+                ns = [g.ravel() for g in grids]
+            if not len(ns[0]):
+                continue
+            mask: np.ndarray = np.asarray(sum(ns) <= N)
             if self.curves.max_workers is not None:
                 mask &= sum(ns[i] * int(subset[i].gpus_per_node) for i in range(k)) <= self.curves.max_workers
             for members, q in joint:

@@ -781,3 +781,22 @@ def test_mixes_in_a_dearer_region_are_skipped_and_the_plans_stay_exact(objective
         (p.region, p.label, p.total_usd, p.time_h) for p in plain.plans
     ]
     assert any(len(p.groups) > 1 for p in res.plans)
+
+
+def test_count_vectors_within_the_node_limit_are_the_masked_grid_in_its_order():
+    import numpy as np
+
+    from planner.solver.candidates import _within_total
+
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        N = int(rng.integers(2, 40))
+        k = int(rng.integers(2, 4))
+        arrs = [
+            np.sort(rng.choice(np.arange(1, N + 1), size=int(rng.integers(1, N + 1)), replace=False))
+            for _ in range(k)
+        ]
+        grid = [g.ravel() for g in np.meshgrid(*arrs, indexing="ij")]
+        keep = sum(grid) <= N
+        got = _within_total(arrs[0], arrs[1:], N)
+        assert [x.tolist() for x in got] == [x[keep].tolist() for x in grid]
