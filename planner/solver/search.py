@@ -29,7 +29,9 @@ Method: exact enumeration with proven bounds
    rising in cost (more GPUs at a smaller per-GPU batch) so those counts are never evaluated;
    a $/h cap or budget bounds the count directly.
 3. **Mixed columns, best-first branch and bound**: subsets of 2..``max_types`` offers and their
-   count vectors are streamed through the separability / replacement bounds; survivors wait in
+   count vectors are streamed through the separability / replacement bounds (a subset another
+   region offers at least as cheap, as safe and as available in every member is skipped first:
+   :class:`RegionDominance`); survivors wait in
    a queue of sorted numpy slices and are evaluated in increasing bound order until the bound
    reaches the incumbent.  Every evaluated mix is checked against its bound: a violation (an
    oracle breaking the bound assumptions) drops to the weaker bound (level 3: comm floor +
@@ -836,17 +838,17 @@ class Engine:
                         "max_types",
                         f"bounding {len(combos):,} subsets of {k} offers in {region}",
                     )
-                    if dom is not None:
-                        # the same hardware as cheap and as safe in another region: never needed
-                        n_all = len(combos)
-                        combos = combos[~dom.dominated(region, combos)]
-                        stats["subsets"] += n_all - len(combos)
-                        stats["pruned"] += n_all - len(combos)
                     survivors, pruned = bounds.subset_survivors(
                         spec, state["theta"], tables, combos, level, req
                     )
                     stats["subsets"] += len(combos)
                     stats["pruned"] += pruned
+                    if dom is not None and len(survivors):
+                        # the same hardware as cheap and as safe in another region: never needed
+                        # (asked after the bounds, which leave far fewer rows)
+                        n_all = len(survivors)
+                        survivors = survivors[~dom.dominated(region, survivors)]
+                        stats["pruned"] += n_all - len(survivors)
                     for row in survivors.tolist():
                         subset = tuple(usable[i] for i in row)
                         ms = bounds.member_limits(spec, subset, maxc, level >= 1, state["theta"], req)
