@@ -84,17 +84,32 @@ Measured (2-core VM, product oracle, full bundled catalog, 5 Dec 2026):
   through ``manage.py plan`` / the API + ``db_worker`` under ``ulimit -v 4000000``: solve
   1.8 s, peak RSS 0.9 GB with the model trace, verification and baselines); max $25/h on
   512 nodes x 2 types x batch 256..2048 6.29 -> 0.85 s.
+* Region dominance (:class:`RegionDominance`), the exact :meth:`planner.oracle.Oracle.split`
+  without per-round overhead, and count vectors built only where ``sum n_i <= N``
+  (``bench/plan_speed.py``, dbb6061 vs this, each request's old and new child back to back,
+  120 s timeout, 6 Dec 2026, 2 cores shared with 2-3 other processes; every plan the same):
+  r50 $500 on 64 nodes x 2 types 43.99 -> 20.59 s (326,359 -> 120,635 configurations evaluated,
+  39,449 -> 39,447 oracle calls: a hardware mix is still evaluated in every region not
+  dominated, and the oracle is now most of the time); max throughput under $100/h on 128 x 2
+  12.21 -> 5.97 s (26,326 -> 14,788 configurations, 9,265 -> 9,255 calls); 256 on-demand
+  nodes x 3 types 1.96 -> 0.56 s; BERT $300 on 128 x 3 types timeout -> 114.7 s (2,214
+  configurations); the others within the noise (0.25-1.3 s).  Summary line: new median
+  0.95 s over 11 finished, old 0.85 s over 10 (the old one's median leaves out BERT $300,
+  which timed out); max > 120 s on both (r50 $1,000 on 512 x 3).
 * Not yet good enough (the issue's target is median <= 0.8 s, max <= 2 s): "fastest within a
-  budget" over many fast types -- r50 $500 on 64 nodes x 2 types 44 s (340,541
-  configurations, 40,888 oracle calls: near-optimal H100/H200/B200 mixes in every region, with
-  a spot and an on-demand offer of each, whose bounds sit within a few % of the optimum), r50
-  $1,000 on 512 x 3 types and BERT $300 on 128 x 3 types still > 60 s (hundreds of thousands
-  of 3-subsets survive the subset-level bound and each is bounded in Python) -- and max
-  throughput under $100/h at 11 s.  What is left: a batch-dilution bound (in a mix the same
+  budget" -- r50 $500 on 64 x 2 at 21 s (39,447 distinct hardware mixes have a bound within a
+  few % of the optimum: near-optimal H100/H200/B200 mixes), r50 $1,000 on 512 x 3 still
+  > 120 s and BERT $300 on 128 x 3 at 115 s (tens of thousands of 3-subsets survive the
+  subset-level bound and each is still bounded in Python: member limits, allowed counts,
+  count-vector slices of up to 2^18 rows and their bounds, about 2 ms a subset) -- and max
+  throughput under $100/h at 6 s.  What is left: a batch-dilution bound (in a mix the same
   global batch is split over more GPUs, so each runs at a smaller, less efficient batch: the
-  balanced split's step time, vectorised over count vectors, would be a far tighter cap than
-  A1 at a fixed batch), the comm floor at subset level, and evaluating one hardware mix once
-  for all its offers (regions x markets).
+  balanced split's compute-only step time over the monotone envelope of the step curves,
+  ``T <= G / tau*(G - max_i w_i + 1)``, would be a far tighter cap than A1 at a fixed batch;
+  too dear per vector for millions of vectors, so for the queue's survivors only), the comm
+  floor at subset level, one bounding pass per hardware subset for all its regions (the
+  dominance only skips what another region beats; the rest is still bounded per region), and
+  evaluating a popped hardware mix once for all its surviving offers.
 
 :func:`exhaustive_search` is the brute-force reference used by the tests and the bench.
 """
