@@ -170,6 +170,8 @@ class Oracle:
     _phase_cache: dict[tuple[str, int], PhaseTimes | None] = field(default_factory=dict, repr=False)
     _max_cache: dict[str, int] = field(default_factory=dict, repr=False)
     _comm_cache: dict[tuple[Any, ...], list[CommTime]] = field(default_factory=dict, repr=False)
+    # comm floors (ms) by the fields _comm keys on: many type sets share one slowest cluster
+    _floor_cache: dict[tuple[Any, ...], float] = field(default_factory=dict, repr=False)
     calls: int = 0
 
     @property
@@ -368,7 +370,15 @@ class Oracle:
                 if n > 1:
                     base = cluster
             else:
-                cluster = dataclasses.replace(base, nodes=n)
+                key = (n, base.gpus_per_node, base.network_gbps, base.efa, base.device)
+                hit = self._floor_cache.get(key)
+                if hit is None:
+                    cluster = dataclasses.replace(base, nodes=n)
+                    hit = self._floor_cache[key] = min(
+                        sum(c.p50_ms for c in self._comm(cluster, s)) for s in specs
+                    )
+                out[i] = hit
+                continue
             if cluster.world_size > 1:
                 out[i] = min(sum(c.p50_ms for c in self._comm(cluster, s)) for s in specs)
         return out
