@@ -93,13 +93,13 @@ Measured (2-core VM, product oracle, full bundled catalog, 5 Dec 2026):
   dominated, and the oracle is now most of the time); max throughput under $100/h on 128 x 2
   12.21 -> 5.97 s (26,326 -> 14,788 configurations, 9,265 -> 9,255 calls); 256 on-demand
   nodes x 3 types 1.96 -> 0.56 s; BERT $300 on 128 x 3 types timeout -> 114.7 s (2,214
-  configurations); the others within the noise (0.25-1.3 s).  Summary line: new median
+  configurations; 100.3 s once the comm floors are memoised per slowest cluster); the others within the noise (0.25-1.3 s).  Summary line: new median
   0.95 s over 11 finished, old 0.85 s over 10 (the old one's median leaves out BERT $300,
   which timed out); max > 120 s on both (r50 $1,000 on 512 x 3).
 * Not yet good enough (the issue's target is median <= 0.8 s, max <= 2 s): "fastest within a
   budget" -- r50 $500 on 64 x 2 at 21 s (39,447 distinct hardware mixes have a bound within a
   few % of the optimum: near-optimal H100/H200/B200 mixes), r50 $1,000 on 512 x 3 still
-  > 120 s and BERT $300 on 128 x 3 at 115 s (tens of thousands of 3-subsets survive the
+  > 120 s and BERT $300 on 128 x 3 at 100 s (tens of thousands of 3-subsets survive the
   subset-level bound and each is still bounded in Python: member limits, allowed counts,
   count-vector slices of up to 2^18 rows and their bounds, about 2 ms a subset) -- and max
   throughput under $100/h at 6 s.  What is left: a batch-dilution bound (in a mix the same
