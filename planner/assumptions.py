@@ -106,7 +106,7 @@ def data_loader(pipeline: InputPipeline | None) -> dict[str, Any]:
         f"measured by the profile on one thread, x {HYPERTHREAD_SHARE:g} for a node whose vCPUs all load"
         if pipeline.measured
         else f"assumed for {pipeline.label} data (planner/input_pipeline.py: the PyTorch reference "
-        "pipeline on one core, 0.6 of it per vCPU)"
+        f"pipeline on one core, {HYPERTHREAD_SHARE:g} of it per vCPU)"
     )
     return {
         "kind": pipeline.kind,
