@@ -147,6 +147,19 @@ class InstanceType(models.Model):
         """What a long AllReduce can count on: the baseline where known, else the peak."""
         return self.baseline_gbps if self.baseline_gbps is not None else self.peak_gbps
 
+    @property
+    def link_gbps(self) -> float | None:
+        """Gbit/s between nodes for planning: :attr:`sustained_gbps`, and on an EFA type at least
+        its stated network performance (NCCL's RDMA traffic uses every EFA NIC; p6-b200's cards
+        report 1,600 Gbit/s, its NetworkPerformance and AWS's page 8 x 400)."""
+        from planner.hardware import efa_gbps
+
+        base = self.sustained_gbps
+        if not self.efa_supported:
+            return base
+        stated = efa_gbps(self.network_performance)
+        return max(base or 0.0, stated) or base
+
 
 class InstanceOffering(models.Model):
     """That a type is offered in a zone (one row of the snapshot)."""

@@ -234,7 +234,9 @@ def _nccl_model_curve(run: ProfilingRun, sizes: list[float]) -> dict[str, Any] |
         point.gpus_per_node,
         point.nodes,
         efa=point.network == "efa",
-        net_gbps=nccl_corpus.network_gbps(itype.peak_gbps, itype.baseline_gbps),
+        net_gbps=nccl_corpus.network_gbps(
+            itype.peak_gbps, itype.baseline_gbps, itype.network_performance, itype.efa_supported
+        ),
         nccl_version=point.nccl_version,
     )
     model = comm_model()

@@ -20,13 +20,14 @@ import csv
 import hashlib
 import json
 import random
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, SupportsFloat
 
 from planner.corpus import BOARD_TO_CHIP
-from planner.hardware import GpuSpec, load_gpu_specs
+from planner.hardware import GpuSpec, efa_gbps, load_gpu_specs
 from planner.models.nccl import Topology, pcie_gb_s_of
 from planner.models.transfer import SUPPLEMENTARY_SPECS
 
@@ -67,9 +68,21 @@ def spec_for(gpu: str, specs: dict[str, GpuSpec]) -> GpuSpec | None:
     return specs.get(name) or SUPPLEMENTARY_SPECS.get(name)
 
 
-def network_gbps(peak: SupportsFloat | str | None, baseline: SupportsFloat | str | None) -> float:
-    """What a topology counts for the instance's network: the peak where known, else the baseline."""
-    return float(peak or baseline or 0.0)
+def network_gbps(
+    peak: SupportsFloat | str | None,
+    baseline: SupportsFloat | str | None,
+    performance: str = "",
+    efa: bool = False,
+) -> float:
+    """What a topology counts for the instance's network: the peak where known, else the baseline;
+    on an EFA type at least its stated network performance (:func:`planner.hardware.efa_gbps`)."""
+    gbps = float(peak or baseline or 0.0)
+    return max(gbps, efa_gbps(performance)) if efa else gbps
+
+
+def interconnect_is_efa(text: str) -> bool:
+    """Whether a corpus row's interconnect text says EFA between nodes ("... no EFA" says TCP)."""
+    return "EFA" in text and not re.search(r"\bno EFA\b", text)
 
 
 def topology_for(
@@ -121,13 +134,19 @@ def load_points(path: Path = CSV, specs: dict[str, GpuSpec] | None = None) -> li
             g, n_nodes = int(r["gpus_per_node"]), int(r["nodes"])
             text = r["interconnect"]
             row_net = net.get(r["instance_type"], {})
-            gbps = network_gbps(row_net.get("PeakBandwidthGbps"), row_net.get("BaselineBandwidthGbps"))
+            efa = interconnect_is_efa(text)
+            gbps = network_gbps(
+                row_net.get("PeakBandwidthGbps"),
+                row_net.get("BaselineBandwidthGbps"),
+                row_net.get("NetworkPerformance", ""),
+                efa,
+            )
             nvls_off = "NVLS_ENABLE=0" in text or "(forced)" in text and "nvls" not in text.lower()
             topo = topology_for(
                 spec,
                 g,
                 n_nodes,
-                efa="EFA" in text,
+                efa=efa,
                 net_gbps=gbps,
                 nccl_version=r["nccl_version"],
                 nvls_allowed=not nvls_off,

@@ -79,7 +79,9 @@ def user_points() -> list[nccl_corpus.Point]:
             r.gpus_per_node,
             r.nodes,
             efa=r.network == "efa",
-            net_gbps=nccl_corpus.network_gbps(itype.peak_gbps, itype.baseline_gbps),
+            net_gbps=nccl_corpus.network_gbps(
+                itype.peak_gbps, itype.baseline_gbps, itype.network_performance, itype.efa_supported
+            ),
             nccl_version=r.nccl_version,
         )
         out.append(

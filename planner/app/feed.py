@@ -54,7 +54,7 @@ def candidate_rows(regions: Collection[str] | None = None) -> list[dict]:
                 "AvailabilityZone": o.zone.zone_id,
                 "Price": float(od[(t.pk, region)]) if (t.pk, region) in od else None,
                 "SpotPrice": float(spot[(t.pk, o.zone_id)]) if (t.pk, o.zone_id) in spot else None,
-                "network_gbps": t.sustained_gbps or 0.0,
+                "network_gbps": t.link_gbps or 0.0,
                 "efa": t.efa_supported,
                 "interruption_bucket": buckets.get((t.pk, region), DEFAULT_INTERRUPTION_BUCKET),
                 "GpuInfo": {"Gpus": [{"MemoryInfo": {"SizeInMiB": t.accelerator.memory_mib}}]}

@@ -74,6 +74,14 @@ def test_network_facts_come_with_the_types(catalog):
     assert g5.network_performance == "Up to 10 Gigabit" and g5.baseline_gbps == 2.5 and not g5.efa_supported
 
 
+def test_an_efa_type_plans_on_its_stated_efa_bandwidth(catalog):
+    # p6-b200's cards report 1,600 Gbit/s; NetworkPerformance (8 x 400 Gbit/s EFA) is what NCCL uses
+    b200 = InstanceType.objects.get(name="p6-b200.48xlarge")
+    assert (b200.sustained_gbps, b200.link_gbps) == (1600.0, 3200.0)
+    assert InstanceType.objects.get(name="p4d.24xlarge").link_gbps == 400.0
+    assert InstanceType.objects.get(name="g5.xlarge").link_gbps == 2.5  # no EFA: the baseline
+
+
 def test_bad_rows_are_reported_with_line_numbers_and_nothing_is_stored(catalog):
     before = _counts()
     csv = "\n".join(

@@ -166,6 +166,8 @@ def test_the_fixture_catalog_loads_nvidia_only():
     assert len({c.key for c in cands}) == len(cands)
     p4d = next(c for c in cands if c.instance_type == "p4d.24xlarge")
     assert p4d.network_gbps == 400 and p4d.efa and p4d.quota_class == "P"
+    b200 = next(c for c in cands if c.instance_type == "p6-b200.48xlarge")
+    assert b200.network_gbps == 3200 and b200.efa  # its NetworkPerformance, not the cards' 1,600
 
 
 def test_quota_classes_group_p_and_g_families():

@@ -78,3 +78,31 @@ def test_calibrate_comm_writes_the_model(tmp_path):
     out = tmp_path / "nccl.json"
     call_command("calibrate_comm", "--output", str(out))
     assert LearnedComm.from_dict(json.loads(out.read_text())).meta["made_by"] == "manage.py calibrate_comm"
+
+
+def test_a_row_that_says_no_efa_runs_over_tcp():
+    assert nccl_corpus.interconnect_is_efa('EFA inter-node ("Selected Provider is efa")')
+    assert not nccl_corpus.interconnect_is_efa(
+        'TCP sockets over ENA eth0 (NCCL "Using network Socket", no EFA)'
+    )
+    g5 = [p for p in nccl_corpus.load_points() if p.instance_type == "g5.2xlarge"]
+    assert g5 and {p.topology.net for p in g5} == {"tcp"}
+
+
+def test_an_efa_type_counts_its_stated_network_performance():
+    from planner.hardware import efa_gbps
+
+    assert (efa_gbps("3200 Gigabit"), efa_gbps("4x 100 Gigabit"), efa_gbps("Up to 10 Gigabit")) == (
+        3200,
+        400,
+        0,
+    )
+    # p6-b200's cards report 1,600 Gbit/s; its 8 x 400 Gbit/s EFA NICs carry NCCL's traffic
+    assert nccl_corpus.network_gbps(1600.0, 1600.0, "3200 Gigabit", efa=True) == 3200
+    assert nccl_corpus.network_gbps(10.0, 5.0, "Up to 10 Gigabit", efa=False) == 10
+    b200 = {
+        p.topology.net_gbps
+        for p in nccl_corpus.load_points()
+        if p.instance_type == "p6-b200.48xlarge" and p.topology.nodes > 1
+    }
+    assert b200 == {3200.0}

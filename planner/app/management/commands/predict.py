@@ -179,7 +179,7 @@ class Command(BaseCommand):
             gpus,
             t.accelerator.name,
             t.vcpus,
-            t.sustained_gbps or 0.0,
+            t.link_gbps or 0.0,
             t.efa_supported,
         )
         est = oracle(((cand, o["nodes"]),), batch * gpus * o["nodes"])
