@@ -247,7 +247,15 @@ class Bench:
             if trace is None:
                 continue
             s = calibration.published_speedup(one, many)
-            args = (trace, one.chip, many.gpus_per_node, one.per_gpu_batch, one.precision, self.specs)
+            args = (
+                trace,
+                one.chip,
+                many.gpus_per_node,
+                one.per_gpu_batch,
+                one.precision,
+                self.specs,
+                many.host_vcpus,
+            )
             new = calibration.predicted_speedup(new_model, *args)
             old = calibration.predicted_speedup(old_model, *args)
             out.append(Case(f"scaling{many.gpus_per_node}", many, s, new, old, detail))

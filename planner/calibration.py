@@ -291,9 +291,10 @@ def traces_for(
     return corpus_traces(needed, jobs=jobs, cache_dir=cache_dir)[0]
 
 
-def node_candidate(gpu: str, gpus: int, spec: GpuSpec) -> Candidate:
+def node_candidate(gpu: str, gpus: int, spec: GpuSpec, vcpus: int | None = None) -> Candidate:
     """A one-node offer of ``gpus`` GPUs of ``gpu``, linked as its spec says (NVLink/NVSwitch
-    when the chip has NVLink, else PCIe): what a DGX-like corpus machine is to the oracle."""
+    when the chip has NVLink, else PCIe), with ``vcpus`` host threads (8 per GPU when the row
+    does not name its system): what a DGX-like corpus machine is to the oracle."""
     from planner.candidates import Candidate
 
     return Candidate(
@@ -305,7 +306,7 @@ def node_candidate(gpu: str, gpus: int, spec: GpuSpec) -> Candidate:
         price_per_hour=1.0,
         gpus_per_node=gpus,
         gpu_model=gpu,
-        vcpus=8 * gpus,
+        vcpus=vcpus or 8 * gpus,
         network_gbps=100.0,
         efa=False,
         gpu_memory_gib=spec.memory_gib or 0.0,
@@ -320,10 +321,12 @@ def predicted_speedup(
     batch: int,
     precision: str,
     specs: Mapping[str, GpuSpec],
+    host_vcpus: int | None = None,
 ) -> float | None:
-    """``n · t₁ / t_n`` from the product's oracle: one GPU, then ``n`` GPUs of one node, at the
-    same per-GPU batch (analytical compute, the comm model's prior, the simulator's overlap).
-    ``trace`` is a trace document or an already built ``planner.oracle.Workload``."""
+    """``n · t₁ / t_n`` from the product's oracle: one GPU, then ``n`` GPUs of one node of
+    ``host_vcpus`` threads, at the same per-GPU batch (analytical compute, the comm model's
+    prior, the simulator's overlap).  ``trace`` is a trace document or an already built
+    ``planner.oracle.Workload``."""
     import dataclasses
 
     from planner.oracle import Oracle, Workload
@@ -335,7 +338,7 @@ def predicted_speedup(
     oracle = Oracle(dataclasses.replace(wl, precision=precision), model, specs, input_rate_per_vcpu=math.inf)
     spec = model.spec(gpu)
     one = oracle(((node_candidate(gpu, 1, spec), 1),), batch)
-    many = oracle(((node_candidate(gpu, gpus, spec), 1),), batch * gpus)
+    many = oracle(((node_candidate(gpu, gpus, spec, host_vcpus), 1),), batch * gpus)
     if one is None or many is None:
         return None
     return gpus * one.iter_time_s / many.iter_time_s
@@ -356,7 +359,7 @@ def pair_trace(
 
 
 KAPPA_GRID = tuple(i / 100 for i in range(0, 31, 3))
-INPUT_NS_GRID = tuple(i / 10 for i in range(0, 31))
+INPUT_NS_GRID = tuple(i / 10 for i in range(0, 51))
 
 
 def fit_multi_gpu(
@@ -388,7 +391,14 @@ def fit_multi_gpu(
             errs: list[float] = []
             for one, many, wl in usable:
                 pred = predicted_speedup(
-                    model, wl, one.chip, many.gpus_per_node, one.per_gpu_batch, one.precision, specs
+                    model,
+                    wl,
+                    one.chip,
+                    many.gpus_per_node,
+                    one.per_gpu_batch,
+                    one.precision,
+                    specs,
+                    many.host_vcpus,
                 )
                 if pred is not None:
                     errs.append((math.log(pred) - math.log(published_speedup(one, many))) ** 2)

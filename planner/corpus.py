@@ -81,6 +81,16 @@ class CorpusModel:
         return bool(self.spec)
 
 
+#: (text in a row's notes, hardware threads of that system): the host CPUs that feed the GPUs.
+HOST_THREADS = (
+    ("DGX A100", 256),
+    ("DGX-2", 96),
+    ("DGX-1", 80),
+    ("DGX H100", 224),
+    ("p4d.24xlarge", 96),
+)
+
+
 @dataclass(frozen=True)
 class CorpusRow:
     row_id: int
@@ -113,6 +123,17 @@ class CorpusRow:
     @property
     def key(self) -> tuple[str, str]:
         return (self.model, self.corpus_input_shape)
+
+    @property
+    def host_vcpus(self) -> int | None:
+        """Hardware threads of the machine the row ran on, where its notes name a known system
+        (datasheets: DGX-1 2 x 20-core E5-2698 v4, DGX-2/2H 2 x 24-core Platinum 8168, DGX A100
+        2 x 64-core EPYC 7742, DGX H100 2 x 56-core Platinum 8480C, all with 2 threads per core;
+        p4d.24xlarge 96 vCPUs); ``None`` when the notes do not say."""
+        for pattern, threads in HOST_THREADS:
+            if pattern in self.notes:
+                return threads
+        return None
 
 
 def load_models(path: Path = MODELS_CSV) -> dict[tuple[str, str], CorpusModel]:

@@ -30,7 +30,10 @@ It joins the pure models for a cluster of catalog instances:
   slowest worker gates each bucket) with a small seeded Monte-Carlo for p50/p90.  On more than
   one GPU backward is slowed by ``1 + κ`` (``nccl_slowdown`` of the compute model: NCCL kernels
   take SMs from backward while they overlap it) and each step pays the shared host's input
-  pipeline, ``δ`` ns per input element of its batch (``input_ns_per_element``).
+  pipeline, ``δ · s`` ns per input element of its batch (``input_ns_per_element``), where
+  ``s = REF_THREADS_PER_GPU / (vCPUs / GPUs)`` of the node (:func:`host_share`): the same
+  per-sample host work is spread over more threads on a node with more CPUs per GPU (a DGX A100
+  has 32 threads per GPU, a DGX-1 10, a p4d.24xlarge 12).
 * **Input pipeline** — a node trains no faster than its data loaders feed it
   (:mod:`planner.input_pipeline`): ``(vCPUs - GPUs) x rate per vCPU`` samples/s, the rate measured
   by the profiler (``input_rate_per_vcpu``) or the default of the data kind (image or token
@@ -75,9 +78,20 @@ if TYPE_CHECKING:
     from planner.candidates import Candidate
 
 GiB = 1024**3
+#: Hardware threads per GPU at which ``δ`` is stated (a DGX-1: 80 threads over 8 GPUs).
+REF_THREADS_PER_GPU = 10.0
 MEMORY_USABLE = 0.92
 MEMORY_RESERVED = 1 * GiB
 MAX_BATCH_CAP = 1 << 16
+
+
+def host_share(candidate: Candidate) -> float:
+    """``REF_THREADS_PER_GPU / (vCPUs per GPU)`` of a node: how much of ``δ`` (the shared host's
+    per-element input cost, stated at a DGX-1's 10 threads per GPU) one step pays there; 1 when
+    the vCPUs are not known."""
+    if candidate.vcpus <= 0 or candidate.gpus_per_node <= 0:
+        return 1.0
+    return REF_THREADS_PER_GPU * candidate.gpus_per_node / candidate.vcpus
 
 
 @dataclass(frozen=True)
@@ -383,6 +397,15 @@ class Oracle:
                 out[i] = min(sum(c.p50_ms for c in self._comm(cluster, s)) for s in specs)
         return out
 
+    def mix_throughput_bound(
+        self, members: Sequence[Candidate], counts: Sequence[np.ndarray], grid: Sequence[int]
+    ) -> np.ndarray:
+        """An upper bound on ``max_G self(config, G).throughput_sps`` over ``grid`` for every count
+        vector of a mix of the distinct types ``members`` (numpy): :mod:`planner.mix_bound`."""
+        from planner.mix_bound import mix_bound
+
+        return mix_bound(self)(members, counts, grid)
+
     def throughput_bound(self, candidate: Candidate, counts: np.ndarray, global_batch: int) -> np.ndarray:
         """An upper bound on ``self(((candidate, n),), global_batch).throughput_sps`` for every ``n``
         of ``counts`` at once (numpy), from compute alone; 0 exactly where the oracle returns
@@ -423,7 +446,7 @@ class Oracle:
                     per_batch[key] = 0.0
                 else:
                     kappa = kappa_all if multi else 0.0
-                    sync_ms = (input_all if multi else 0.0) * elements * b / 1e6
+                    sync_ms = (input_all if multi else 0.0) * host_share(candidate) * elements * b / 1e6
                     bwd = phases.backward * (1 + kappa) if (kappa or sync_ms) else phases.backward
                     opt = phases.optimizer + sync_ms if (kappa or sync_ms) else phases.optimizer
                     compute_ms = (opt + phases.forward) + bwd
@@ -453,11 +476,11 @@ class Oracle:
         kappa = getattr(self.transfer, "nccl_slowdown", 0.0) if multi else 0.0
         input_ns = getattr(self.transfer, "input_ns_per_element", 0.0) if multi else 0.0
         elements = math.prod(self.workload.input_shape) if self.workload.input_shape else 0
-        for (model, _), b in zip(groups, batches, strict=True):
+        for (model, _), (cand, _), b in zip(groups, config, batches, strict=True):
             phases = self.phases(model, b)
             if phases is None:
                 return None
-            sync_ms = input_ns * elements * b / 1e6
+            sync_ms = input_ns * host_share(cand) * elements * b / 1e6
             if kappa or sync_ms:
                 phases = dataclasses.replace(
                     phases, backward=phases.backward * (1 + kappa), optimizer=phases.optimizer + sync_ms

@@ -139,3 +139,38 @@ def test_a_resampled_oracle_keeps_the_input_rate_and_predicts_the_same_bound():
     assert mc.workload is slow.workload and mc.placement_group == slow.placement_group
     assert mc._phase_cache is not slow._phase_cache
     assert mc(((g4, 1),), 256).throughput_sps == pytest.approx(150.0, rel=0.05)
+
+
+def test_the_shared_hosts_input_cost_shrinks_with_more_cpus_per_gpu():
+    """δ (the multi-GPU host's per-element input cost) is stated at a DGX-1's 10 threads per GPU:
+    a p4d.24xlarge (12 per GPU) pays 10/12 of it per step, a node with twice its vCPUs half that."""
+    from planner.oracle import REF_THREADS_PER_GPU, host_share
+
+    p4d = offer("p4d.24xlarge")
+    assert REF_THREADS_PER_GPU == 10.0
+    assert host_share(p4d) == pytest.approx(10 / 12)
+    roomy = dataclasses.replace(p4d, vcpus=2 * p4d.vcpus)
+    assert host_share(roomy) == pytest.approx(host_share(p4d) / 2)
+    assert host_share(dataclasses.replace(p4d, vcpus=0)) == 1.0  # unknown: δ as stated
+    oracle = resnet50()
+    assert oracle.transfer.input_ns_per_element > 0
+    # same GPUs, only the host differs: the roomier node is faster per step on two nodes
+    assert oracle(((roomy, 2),), 512).iter_time_s < oracle(((p4d, 2),), 512).iter_time_s
+    free = dataclasses.replace(
+        oracle, transfer=dataclasses.replace(oracle.transfer, input_ns_per_element=0.0)
+    )
+    assert free(((roomy, 2),), 512).iter_time_s == free(((p4d, 2),), 512).iter_time_s
+
+
+def test_a_corpus_row_knows_its_hosts_threads_from_its_notes():
+    from planner.corpus import CorpusRow
+
+    def row(notes: str) -> CorpusRow:
+        return CorpusRow(
+            1, "s", "m", "3x224x224", "amp", "V100-SXM2-16GB", 8, 1, 64, "images_per_s", 1.0, notes
+        )
+
+    assert row("DGX A100 (8x A100 80GB); NGC 21.03").host_vcpus == 256
+    assert row("DGX-1 (8x V100 16GB)").host_vcpus == 80
+    assert row("DGX-2H (16x V100 32GB, 450 W)").host_vcpus == 96
+    assert row("local OEM system").host_vcpus is None
