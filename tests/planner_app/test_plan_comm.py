@@ -29,7 +29,7 @@ def _oracle_and_candidate(instance_type: str):
         int(t.gpu_count),
         t.accelerator.name,
         t.vcpus,
-        t.sustained_gbps or 0.0,
+        t.link_gbps or 0.0,
         t.efa_supported,
     )
     return oracle, cand
