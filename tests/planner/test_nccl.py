@@ -2,6 +2,7 @@
 
 import csv
 import json
+import math
 
 import pytest
 
@@ -106,3 +107,38 @@ def test_an_efa_type_counts_its_stated_network_performance():
         if p.instance_type == "p6-b200.48xlarge" and p.topology.nodes > 1
     }
     assert b200 == {3200.0}
+
+
+def test_a_topology_no_train_sweep_is_near_gets_the_held_out_p90_floor():
+    model = LearnedComm.from_dict(json.loads(nccl_corpus.NCCL_MODEL_FILE.read_text()))
+    far = model.meta["far_p90_ratio"]
+    assert far > 1.0
+    one_gpu_pairs = Topology(1, 2, "Ampere", 0.0, net="efa", net_gbps=100.0)  # no train sweep has 2 x 1
+    e = model.estimate(1 << 24, one_gpu_pairs)
+    assert e.near_points == 0 and e.p90_us >= far * e.p50_us * 0.999
+    near = model.estimate(1 << 24, P4D_PAIR)
+    assert near.near_points > 0 and near.p90_us < far * near.p50_us
+
+
+def test_held_out_ratios_predict_each_sweep_from_a_fit_without_it(monkeypatch):
+    from planner.models import nccl
+
+    split = nccl_corpus.load_split()
+    points = [
+        (p.size_bytes, p.topology, p.measured_us, p.sweep)
+        for p in nccl_corpus.load_points()
+        if p.sweep in split["train_sweeps"]
+    ]
+    seen: list[set[str]] = []
+    real_fit = nccl.fit
+
+    def spy(pts, rounds=150, params=None, held_out=True):
+        seen.append({p[3] for p in pts})
+        return real_fit(pts, rounds, params, held_out)
+
+    monkeypatch.setattr(nccl, "fit", spy)
+    ratios = nccl.held_out_ratios(points, rounds=5)
+    sweeps = {p[3] for p in points}
+    assert len(seen) == len(sweeps) and all(len(sweeps - s) == 1 for s in seen)
+    assert {next(iter(sweeps - s)) for s in seen} == sweeps  # each sweep left out once
+    assert len(ratios) >= 60 * len(sweeps) * 0.5 and all(math.isfinite(r) for r in ratios)
