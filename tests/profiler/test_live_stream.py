@@ -36,7 +36,12 @@ def redis_layer(settings):
     settings.CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL]},
+            # Redis pub/sub channels span all its databases: under pytest-xdist each worker has
+            # its own test database (so the same run ids), hence its own channel prefix.
+            "CONFIG": {
+                "hosts": [REDIS_URL],
+                "prefix": f"asgi-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}",
+            },
         }
     }
 
