@@ -183,6 +183,9 @@ class Oracle:
     input_rate_per_vcpu: float | None = None
     _phase_cache: dict[tuple[str, int], PhaseTimes | None] = field(default_factory=dict, repr=False)
     _max_cache: dict[str, int] = field(default_factory=dict, repr=False)
+    #: per GPU model, step_ms by batch (index = batch; NaN until asked): split's hot loop reads a
+    #: list instead of two dict lookups and a dataclass property per probe
+    _step_tabs: dict[str, list[float]] = field(default_factory=dict, repr=False)
     _comm_cache: dict[tuple[Any, ...], list[CommTime]] = field(default_factory=dict, repr=False)
     # comm floors (ms) by the fields _comm keys on: many type sets share one slowest cluster
     _floor_cache: dict[tuple[Any, ...], float] = field(default_factory=dict, repr=False)
@@ -255,6 +258,21 @@ class Oracle:
         t = self.phases(model, batch)
         return math.inf if t is None else t.total
 
+    def _step_table(self, model: str) -> list[float]:
+        """``step_ms(model, b)`` at index ``b`` for ``b = 0..max_batch`` (NaN: not asked yet,
+        filled by :meth:`_step_at`)."""
+        tab = self._step_tabs.get(model)
+        if tab is None:
+            tab = self._step_tabs[model] = [math.nan] * (self.max_batch(model) + 1)
+        return tab
+
+    def _step_at(self, model: str, tab: list[float], batch: int) -> float:
+        """``step_ms(model, batch)`` through ``model``'s table (``batch <= max_batch``)."""
+        v = tab[batch]
+        if v != v:  # NaN: first time
+            v = tab[batch] = self.step_ms(model, batch)
+        return v
+
     # --- batch split --------------------------------------------------------------------
     def split(self, groups: Sequence[tuple[str, int]], global_batch: int) -> tuple[int, ...] | None:
         """Per-GPU batch of each ``(gpu model, workers)`` group (the larger of the ±1 split)."""
@@ -267,17 +285,19 @@ class Oracle:
         caps = [self.max_batch(m) for m, _ in groups]
         if sum(c * n for c, (_, n) in zip(caps, groups, strict=True)) < global_batch:
             return None
-        lo, hi = 0.0, max(self.step_ms(m, c) for (m, _), c in zip(groups, caps, strict=True) if c > 0)
+        models = [m for m, _ in groups]
+        tabs = [self._step_table(m) for m in models]
+        at = self._step_at
+        lo, hi = 0.0, max(at(m, t, c) for m, t, c in zip(models, tabs, caps, strict=True) if c > 0)
         # cap_i(τ) is monotone in τ, so while τ bisects (lo, hi] each group's batch stays within
         # [cap_i(lo), cap_i(hi)]: the inner searches shrink to nothing after a few rounds.
-        at_lo = [self._cap_at(m, lo, c) for (m, _), c in zip(groups, caps, strict=True)]
+        at_lo = [self._cap_at(m, lo, c, 0, t) for m, c, t in zip(models, caps, tabs, strict=True)]
         at_hi = [
-            self._cap_at(m, hi, c, at_lo[i]) for i, ((m, _), c) in enumerate(zip(groups, caps, strict=True))
+            self._cap_at(m, hi, c, at_lo[i], t)
+            for i, (m, c, t) in enumerate(zip(models, caps, tabs, strict=True))
         ]
-        models = [m for m, _ in groups]
         per_group = [n for _, n in groups]
         rng = range(len(groups))
-        step = self.step_ms
         for _ in range(40):
             if at_lo == at_hi:
                 break  # every later round keeps at_hi as it is: the answer is known
@@ -289,10 +309,10 @@ class Oracle:
                 if a != b:
                     # _cap_at(m, mid, b, a); with b == a + 1 its one probe is step(b) <= mid
                     if b == a + 1:
-                        if step(models[i], b) <= mid:
+                        if at(models[i], tabs[i], b) <= mid:
                             a = b
                     else:
-                        a = self._cap_at(models[i], mid, b, a)
+                        a = self._cap_at(models[i], mid, b, a, tabs[i])
                     at_mid[i] = a
                 total += per_group[i] * a
             if total >= global_batch:
@@ -305,19 +325,24 @@ class Oracle:
         while surplus > 0:
             i = max(
                 (k for k in range(len(groups)) if batches[k] > 1),
-                key=lambda k: self.step_ms(groups[k][0], batches[k]),
+                key=lambda k: at(models[k], tabs[k], batches[k]),
             )
             batches[i] -= 1
             surplus -= groups[i][1]
         return tuple(max(1, b) for b in batches)
 
-    def _cap_at(self, model: str, tau: float, cap: int, floor: int = 0) -> int:
+    def _cap_at(
+        self, model: str, tau: float, cap: int, floor: int = 0, tab: list[float] | None = None
+    ) -> int:
         """Largest batch in ``[floor, cap]`` whose step takes at most ``tau`` (``floor`` when none
         above it does; the caller knows ``step(floor) <= tau`` or ``floor == 0``)."""
+        if tab is None:
+            tab = self._step_table(model)
+        at = self._step_at
         lo, hi = floor, cap
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if self.step_ms(model, mid) <= tau:
+            if at(model, tab, mid) <= tau:
                 lo = mid
             else:
                 hi = mid - 1
