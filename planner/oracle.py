@@ -422,6 +422,15 @@ class Oracle:
                 out[i] = min(sum(c.p50_ms for c in self._comm(cluster, s)) for s in specs)
         return out
 
+    def mix_throughput_bound(
+        self, members: Sequence[Candidate], counts: Sequence[np.ndarray], grid: Sequence[int]
+    ) -> np.ndarray:
+        """An upper bound on ``max_G self(config, G).throughput_sps`` over ``grid`` for every count
+        vector of a mix of the distinct types ``members`` (numpy): :mod:`planner.mix_bound`."""
+        from planner.mix_bound import mix_bound
+
+        return np.asarray(mix_bound(self)(members, counts, grid), dtype=float)
+
     def throughput_bound(self, candidate: Candidate, counts: np.ndarray, global_batch: int) -> np.ndarray:
         """An upper bound on ``self(((candidate, n),), global_batch).throughput_sps`` for every ``n``
         of ``counts`` at once (numpy), from compute alone; 0 exactly where the oracle returns

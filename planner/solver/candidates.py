@@ -45,6 +45,12 @@ An oracle that says how many GPUs it can run at most (``max_workers(G)``; the pr
   cluster (measured on r50 max throughput under $100/h, 128 nodes x 2 types: the mixes A1 let
   through ran at 2-50 % of their A1 bound and at 50-98 % of this one).  Cached per type set
   and total count, asked only for the totals of vectors that reach it.
+* (A5) *batch dilution*: with an oracle that offers ``mix_throughput_bound(members, counts,
+  grid)`` (the product oracle: :mod:`planner.mix_bound`), a mix's own bound at one global batch
+  over all its GPUs -- each GPU gets a smaller, less efficient batch than alone, the split
+  balances the step times, and the all-reduces wait for the slowest backward.  Dearer per
+  vector than A1-A4, so it is asked only for the queue's rows next in line
+  (:meth:`MixBounds.dilution_ub`, a block of rows at a time), where it rules most mixes out.
 
 Their minimum gives, for all count vectors of a subset at once (numpy), lower bounds on time and
 cost and an upper bound on goodput (all monotone in ``T``, :func:`planner.solver.evaluate.metrics`).
@@ -109,6 +115,10 @@ class Curves:
         self.comm_floor: Callable[[Sequence[Candidate], np.ndarray], np.ndarray] | None = (
             floor_fn if callable(floor_fn) else None
         )
+        mix_fn = getattr(perf, "mix_throughput_bound", None)
+        self.mix_bound: (
+            Callable[[Sequence[Candidate], Sequence[np.ndarray], Sequence[int]], np.ndarray] | None
+        ) = mix_fn if callable(mix_fn) else None
         self.g_max = max(self.grid)
         counts = np.arange(1, self.N + 1)
         self.ub: dict[str, np.ndarray] = {}  # t -> (|grid|, N + 1) upper bounds (0: cannot run)
@@ -360,6 +370,25 @@ class MixBounds:
         if level >= 3 and self.comm:
             out = np.minimum(out, self.comm_ub(subset, sum(ns)))
         return out
+
+    def dilution_ub(self, subset: Sequence[Candidate], ns: Sequence[np.ndarray]) -> np.ndarray:
+        """(A5) the oracle's own bound on the mix at one global batch over all its GPUs
+        (``mix_throughput_bound``: batch dilution, the balanced split and the all-reduces after
+        the slowest backward); ``inf`` where the oracle offers none.  The two groups of one type
+        (spot + on-demand) reach it merged, as they reach the oracle."""
+        V = len(ns[0])
+        if self.curves.mix_bound is None:
+            return np.full(V, np.inf)
+        merged: dict[str, Any] = {}
+        reps: dict[str, Candidate] = {}
+        for c, n in zip(subset, ns, strict=True):
+            merged[c.instance_type] = merged.get(c.instance_type, 0) + np.asarray(n)
+            reps.setdefault(c.instance_type, self.curves.reps.get(c.instance_type, c))
+        if len(merged) < 2:
+            return np.full(V, np.inf)
+        types = sorted(merged)
+        out = self.curves.mix_bound([reps[t] for t in types], [merged[t] for t in types], self.curves.grid)
+        return np.asarray(out, dtype=float)
 
     def comm_ub(self, subset: Sequence[Candidate], totals: Any) -> np.ndarray:
         """(A4) ``G_max / floor(n)`` for each total node count ``n`` of ``totals``: a mix runs on
@@ -640,6 +669,22 @@ class MixBounds:
                 mask &= used <= q + 1e-9
             if mask.any():
                 yield [x[mask] for x in ns]
+
+    def bounds_of_ub(
+        self,
+        spec: Spec,
+        subset: Sequence[Candidate],
+        ns: Sequence[np.ndarray],
+        ub: np.ndarray,
+        lam: Mapping[Candidate, float],
+        request: Any,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`vector_bounds` for a throughput bound ``ub`` already known."""
+        rate = np.asarray(sum(subset[i].price_per_hour * ns[i] for i in range(len(subset))), dtype=float)
+        haz = sum(lam[subset[i]] * ns[i] for i in range(len(subset)))
+        _, t, cost, good = metrics(ub, rate, haz, request)
+        lb = value_of(spec.objective, t, cost, good, rate)
+        return np.asarray(lb, dtype=float), spec.feasible_mask(t, cost, rate)
 
     def vector_bounds(
         self,

@@ -121,7 +121,7 @@ import itertools
 import math
 import time as _time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -172,6 +172,8 @@ from planner.solver.request import (
 #: (to time CBC against the plain search; it never changes the answer).
 CROSS_CHECK_MILP = False
 MB = 1 << 20
+#: Rows of one queue chunk refined by the oracle's mix bound (A5) at once.
+REFINE_ROWS = 512
 
 
 def _mb(nbytes: float) -> str:
@@ -278,6 +280,8 @@ class _Chunk:
     region: str
     subset: tuple[Candidate, ...]
     pos: int = 0
+    #: the throughput bound each row was refined to (A5 included), ``None`` until refined
+    ub: np.ndarray | None = None
 
 
 @dataclass
@@ -293,31 +297,70 @@ class MixQueue:
 
     CHUNK_OVERHEAD = 600
 
-    def push(self, lb: np.ndarray, counts: np.ndarray, region: str, subset: tuple[Candidate, ...]) -> None:
+    def push(
+        self,
+        lb: np.ndarray,
+        counts: np.ndarray,
+        region: str,
+        subset: tuple[Candidate, ...],
+        ub: np.ndarray | None = None,
+    ) -> None:
+        if not len(lb):
+            return
         order = np.argsort(lb, kind="stable")
-        ch = _Chunk(lb[order], counts[order].astype(np.int32), region, subset)
+        ch = _Chunk(
+            lb[order], counts[order].astype(np.int32), region, subset, ub=None if ub is None else ub[order]
+        )
         self.seq += 1
         self.chunks[self.seq] = ch
         heapq.heappush(self.heap, (float(ch.lb[0]), self.seq, self.seq))
         self.entries += len(lb)
-        self.nbytes += ch.lb.nbytes + ch.counts.nbytes + self.CHUNK_OVERHEAD
+        self.nbytes += self._bytes(ch)
+
+    def _bytes(self, ch: _Chunk) -> int:
+        return (
+            ch.lb.nbytes + ch.counts.nbytes + (ch.ub.nbytes if ch.ub is not None else 0) + self.CHUNK_OVERHEAD
+        )
 
     def peek(self) -> float:
         return self.heap[0][0] if self.heap else math.inf
 
-    def pop(self) -> tuple[float, str, tuple[Candidate, ...], tuple[int, ...]]:
+    def top_refined(self) -> bool:
+        """Whether the next row to pop has been refined (:meth:`take`)."""
+        return self.chunks[self.heap[0][2]].ub is not None
+
+    def pop(self) -> tuple[float, str, tuple[Candidate, ...], tuple[int, ...], float]:
+        """The row of least bound: ``(bound, region, subset, counts, throughput bound)`` (the last
+        ``inf`` when the row was not refined)."""
         _, _, cid = heapq.heappop(self.heap)
         ch = self.chunks[cid]
         i = ch.pos
         lb, counts = float(ch.lb[i]), tuple(int(x) for x in ch.counts[i])
+        ub = float(ch.ub[i]) if ch.ub is not None else math.inf
         ch.pos += 1
         self.entries -= 1
         if ch.pos < len(ch.lb):
             heapq.heappush(self.heap, (float(ch.lb[ch.pos]), cid, cid))
         else:
-            self.nbytes -= ch.lb.nbytes + ch.counts.nbytes + self.CHUNK_OVERHEAD
+            self.nbytes -= self._bytes(ch)
             del self.chunks[cid]
-        return lb, ch.region, ch.subset, counts
+        return lb, ch.region, ch.subset, counts, ub
+
+    def take(self, rows: int) -> tuple[np.ndarray, np.ndarray, str, tuple[Candidate, ...]]:
+        """Up to ``rows`` rows of least bound of the chunk at the top, removed from the queue
+        (to be refined and pushed back): ``(bounds, counts, region, subset)``."""
+        _, _, cid = heapq.heappop(self.heap)
+        ch = self.chunks[cid]
+        a, b = ch.pos, min(len(ch.lb), ch.pos + rows)
+        lb, counts = ch.lb[a:b].copy(), ch.counts[a:b].copy()
+        ch.pos = b
+        self.entries -= b - a
+        if ch.pos < len(ch.lb):
+            heapq.heappush(self.heap, (float(ch.lb[ch.pos]), cid, cid))
+        else:
+            self.nbytes -= self._bytes(ch)
+            del self.chunks[cid]
+        return lb, counts, ch.region, ch.subset
 
     def clear(self) -> None:
         self.heap.clear()
@@ -453,7 +496,9 @@ class Engine:
         for i, c in enumerate(self.kept):
             self.by_type[c.instance_type].append(i)
         # 3: comm floor + replacement + separability (see planner.solver.candidates); lowered on a violation
-        self.bound_level = 3 if self.curves.comm_floor is not None else 2
+        self.bound_level = (
+            4 if self.curves.mix_bound is not None else 3 if self.curves.comm_floor is not None else 2
+        )
 
     # -- helpers
     def per_node(self, c: Candidate) -> float:
@@ -511,7 +556,7 @@ class Engine:
             for col in cand_best[i]:
                 keep(col)
         theta_homo = min((c.value for cs in by_key.values() for c in cs), default=math.inf)
-        stats = {"subsets": 0, "pruned": 0, "bounded": 0, "evaluated": 0, "violations": 0}
+        stats = {"subsets": 0, "pruned": 0, "bounded": 0, "evaluated": 0, "violations": 0, "refined": 0}
         if req.max_types > 1:
             level = self.bound_level if spec.bound_pruning else 0
             mixed = self._mixed(spec, theta_homo, stats, level, points)
@@ -520,7 +565,14 @@ class Engine:
                 # the oracle broke a bound assumption: fall back to a weaker bound (2: replacement +
                 # separability, 1: separability only, 0: none) and redo the mixed search
                 self.bound_level -= 1
-                stats = {"subsets": 0, "pruned": 0, "bounded": 0, "evaluated": 0, "violations": 0}
+                stats = {
+                    "subsets": 0,
+                    "pruned": 0,
+                    "bounded": 0,
+                    "evaluated": 0,
+                    "violations": 0,
+                    "refined": 0,
+                }
                 mixed = self._mixed(spec, theta_homo, stats, self.bound_level, points)
                 total_violations += stats["violations"]
             stats["violations"] = total_violations
@@ -776,26 +828,57 @@ class Engine:
         lam_all: dict[str, dict[Candidate, float]] = {}
         tol = spec.tie_tol
 
-        def evaluate_next() -> None:
-            lb, region, subset, counts = queue.pop()
+        def cut() -> float:
+            """Rows whose bound reaches this cannot beat (or tie) the incumbent."""
+            return lim(state["theta"], tol)
+
+        def new_queue() -> MixQueue:
+            """A fresh queue for the helpers below (:meth:`_polish`)."""
+            nonlocal queue
+            queue = MixQueue()
+            return queue
+
+        def refine_top(limit: Callable[[], float]) -> None:
+            # (A5) the oracle's bound on the rows next in line, a block at a time (vectorised): it
+            # rules most of them out or sends them back behind better ones
+            lb, counts, region, subset = queue.take(REFINE_ROWS)
+            ns = [counts[:, i].astype(np.int64) for i in range(counts.shape[1])]
+            ub = np.minimum(bounds.ub(subset, ns, min(level, 3)), bounds.dilution_ub(subset, ns))
+            lb2, ok = bounds.bounds_of_ub(spec, subset, ns, ub, lam_all[region], req)
+            lb = np.maximum(lb, lb2)
+            ok &= lb < limit()
+            stats["refined"] += len(lb)
+            queue.push(lb[ok], counts[ok], region, subset, ub=ub[ok])
+
+        def evaluate_next(limit: Callable[[], float] = cut) -> Col | None:
+            if level >= 4 and not queue.top_refined():
+                refine_top(limit)
+                return None
+            lb, region, subset, counts, ub_row = queue.pop()
             if level >= 1 and not self.curves.full and bounds.refine(subset, counts):
                 # the members' own curve points are cheaper than the mix: with them the bound may
                 # rule the mix out, or send it back behind better candidates
                 ns = [np.array([n]) for n in counts]
-                lb2, ok = bounds.vector_bounds(spec, subset, ns, lam_all[region], level, req)
+                lb2, ok = bounds.vector_bounds(spec, subset, ns, lam_all[region], min(level, 3), req)
                 lb = max(lb, float(lb2[0]))
-                if not ok[0] or lb >= lim(state["theta"], tol):
-                    return
+                if not ok[0] or lb >= limit():
+                    return None
                 if lb > queue.peek():
-                    queue.push(np.array([lb]), np.array([counts]), region, subset)
-                    return
+                    queue.push(
+                        np.array([lb]),
+                        np.array([counts]),
+                        region,
+                        subset,
+                        ub=np.array([ub_row]) if level >= 4 else None,
+                    )
+                    return None
             groups = tuple(zip(subset, counts, strict=True))
             thr, g, _est = self.memo.best(groups, self.grid)
             stats["evaluated"] += 1
             self.progress.tick()
             if thr <= 0:
-                return
-            ub_v = float(bounds.ub(subset, counts, level))
+                return None
+            ub_v = min(float(bounds.ub(subset, counts, min(level, 3))), ub_row)
             if level >= 1 and thr > ub_v * (1 + 1e-9) + 1e-9:
                 stats["violations"] += 1
             rate = sum(c.price_per_hour * n for c, n in groups)
@@ -819,6 +902,8 @@ class Engine:
             if col.feasible:
                 state["theta"] = min(state["theta"], val)
                 out.append(col)
+                return col
+            return None
 
         def drain(target_bytes: float) -> None:
             while queue.heap and queue.nbytes > target_bytes:
@@ -908,10 +993,73 @@ class Engine:
                 break
             evaluate_next()
         queue.clear()
-        self.progress.remaining(0)
         # the alternatives: what the bound could not rule out against the final optimum
         final = lim(state["theta"], tol)
-        return [c for c in out if level < 1 or c.bound < final]
+        kept = [c for c in out if level < 1 or c.bound < final]
+        if level >= 1:
+            kept += self._polish(spec, kept, bounds, lam_all, maxc_all, evaluate_next, new_queue)
+        self.progress.remaining(0)
+        return kept
+
+    def _polish(
+        self,
+        spec: Spec,
+        cols: list[Col],
+        bounds: MixBounds,
+        lam_all: dict[str, dict[Candidate, float]],
+        maxc_all: dict[str, dict[Candidate, int]],
+        evaluate_next: Callable[[Callable[[], float]], Col | None],
+        new_queue: Callable[[], MixQueue],
+    ) -> list[Col]:
+        """The best count vector of each mixed type set that may be shown (the ``top_k`` best
+        by value), in the region of its best column: the search stops at the optimum, so the
+        vector it happened to evaluate for such a type set need not be that set's best (how
+        many are evaluated depends on how tight the bounds are).  Each is a small branch and
+        bound of its own against the set's best value (and 0.5 % above it, the band within
+        which a cheaper column is the one ranked, as for single types)."""
+        best = sorted(
+            (best_of_key([c for c in cols if c.key == key]) for key in {c.key for c in cols}),
+            key=lambda c: c.value,
+        )
+        req = self.request
+        band = max(spec.tie_tol, 0.0 if spec.objective == "cost" else DOMINANCE_TOL)
+        seen = {(c.region, c.groups) for c in cols}
+        out: list[Col] = []
+        for col in best[: spec.top_k]:
+            region = col.region
+            subset = tuple(c for c, _ in col.groups)
+            local = {"v": col.value}
+
+            def limit(local: dict[str, float] = local) -> float:
+                return lim(local["v"], band)
+
+            queue = new_queue()
+            ms = bounds.member_limits(
+                spec, subset, maxc_all[region], True, local["v"] + abs(local["v"]) * band, req
+            )
+            if min(ms) < 1:
+                continue
+            allowed = bounds.allowed_counts(spec, subset, ms, local["v"] + abs(local["v"]) * band, req)
+            for ns in bounds.count_vectors(spec, subset, allowed):
+                self.budget.check(
+                    len(ns[0]) * (len(subset) * 8 * 4 + 8 * 8) + queue.nbytes,
+                    "max_nodes",
+                    f"bounding {len(ns[0]):,} count vectors of "
+                    + " + ".join(c.instance_type for c in subset),
+                )
+                lb, ok = bounds.vector_bounds(spec, subset, ns, lam_all[region], 3, req)
+                ok &= lb < limit()
+                sel = np.flatnonzero(ok)
+                queue.push(lb[sel], np.column_stack([x[sel] for x in ns]), region, subset)
+            while queue.heap and queue.peek() < limit():
+                got = evaluate_next(limit)
+                if got is not None and got.key == col.key:
+                    local["v"] = min(local["v"], got.value)
+                    if (got.region, got.groups) not in seen:
+                        seen.add((got.region, got.groups))
+                        out.append(got)
+            queue.clear()
+        return out
 
 
 def exhaustive_search(

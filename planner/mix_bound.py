@@ -1,0 +1,219 @@
+"""An upper bound on the throughput of a mix of instance types under the product oracle
+(:class:`planner.oracle.Oracle`), for many count vectors at once: what lets the solver's
+branch and bound (:mod:`planner.solver.search`) rule out a mix before asking the oracle for it.
+
+The solver's other mix bounds (separability, replacement, comm floor: A1-A4 of
+:mod:`planner.solver.candidates`) give each group its own best batch.  A mix runs one global
+batch ``G`` over all its GPUs, so each GPU gets a smaller, less efficient batch than it would
+alone (batch dilution), and its all-reduces wait for the slowest worker's backward: this bound
+follows the oracle's batch split and deterministic timeline for that (A5, see
+:meth:`MixBound.__call__`).  It mirrors how :meth:`planner.oracle.Oracle._estimate` adjusts the
+phase times on more than one GPU (``1 + κ`` on backward, ``δ`` per input element on the
+optimizer, times :func:`planner.oracle.host_share` where the oracle has it); the solver checks
+every mix it evaluates against the bound and falls back to the weaker bounds on a violation,
+and ``tests/planner/test_mix_bound.py`` checks it against the oracle on random mixes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from planner import oracle as _oracle_module
+
+if TYPE_CHECKING:
+    from planner.candidates import Candidate
+    from planner.oracle import Oracle
+
+
+def _host_share(candidate: Candidate) -> float:
+    """The oracle's per-node share of ``δ`` (1 where this oracle has none)."""
+    fn = getattr(_oracle_module, "host_share", None)
+    return float(fn(candidate)) if callable(fn) else 1.0
+
+
+class MixBound:
+    """:meth:`__call__` for one oracle, with its per-type step envelopes and per-cluster
+    all-reduce sums cached (they depend on the oracle's workload and models only)."""
+
+    def __init__(self, oracle: Oracle) -> None:
+        self.oracle = oracle
+        self._env: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray, float] | None] = {}
+        self._suffix: dict[tuple[Any, ...], np.ndarray] = {}
+
+    def envelope(self, candidate: Candidate, bmax: int) -> tuple[np.ndarray, np.ndarray, float] | None:
+        """``(compute, paced, beta)`` of one instance type in a multi-GPU cluster, per-GPU batch
+        ``b = 0..min(b_max, bmax)``: ``compute[b]`` the lower monotone envelope (``min`` over
+        ``b' >= b``) of the κ-, δ-adjusted ``optimizer + forward + backward`` of
+        :meth:`planner.oracle.Oracle._estimate`, ``paced[b]`` the same of ``max(compute, the node's loaders' time)``
+        (``inf`` where the phases are unknown; index 0 is 0), ``beta`` the largest share of the
+        adjusted backward in the adjusted step over those batches.  ``None``: no datasheet."""
+        model, gpn = candidate.gpu_model, int(candidate.gpus_per_node)
+        pipeline = self.oracle.pipeline
+        ceiling = pipeline.ceiling(candidate.vcpus, gpn) if pipeline else math.inf
+        share = _host_share(candidate)
+        key = (model, gpn, ceiling, share, int(bmax))
+        if key in self._env:
+            return self._env[key]
+        try:
+            top = min(self.oracle.max_batch(model), int(bmax))
+        except KeyError:
+            self._env[key] = None
+            return None
+        kappa = getattr(self.oracle.transfer, "nccl_slowdown", 0.0)
+        input_ns = getattr(self.oracle.transfer, "input_ns_per_element", 0.0)
+        elements = math.prod(self.oracle.workload.input_shape) if self.oracle.workload.input_shape else 0
+        comp = np.full(top + 1, np.inf)
+        paced = np.full(top + 1, np.inf)
+        beta = 0.0
+        for b in range(1, top + 1):
+            try:
+                phases = self.oracle.phases(model, b)
+            except KeyError:
+                phases = None
+            if phases is None:
+                continue
+            sync_ms = input_ns * share * elements * b / 1e6
+            bwd = phases.backward * (1 + kappa)
+            step = ((phases.optimizer + sync_ms) + phases.forward) + bwd
+            comp[b] = step
+            paced[b] = max(step, b * gpn / ceiling * 1e3)
+            if step > 0:
+                beta = max(beta, bwd / step)
+        comp[0] = paced[0] = 0.0
+        out = (
+            np.minimum.accumulate(comp[::-1])[::-1].copy(),
+            np.minimum.accumulate(paced[::-1])[::-1].copy(),
+            min(1.0, beta),
+        )
+        self._env[key] = out
+        return out
+
+    def comm_suffix(self, members: Sequence[Candidate], nodes: int) -> np.ndarray | None:
+        """``[sum_{j >= k} allreduce_j for k = 0..K-1]`` (ms) of the cluster ``members`` run on with
+        ``nodes`` nodes (it does not depend on how they split), or ``None`` where unknown."""
+        config = tuple((c, 1) for c in members[:-1]) + ((members[-1], nodes - len(members) + 1),)
+        try:
+            cluster = self.oracle.cluster(config)
+        except (KeyError, TypeError, ValueError):
+            return None
+        key = (nodes, cluster.gpus_per_node, cluster.network_gbps, cluster.efa, cluster.device)
+        hit = self._suffix.get(key)
+        if hit is None:
+            comm = [c.p50_ms for c in self.oracle._comm(cluster, self.oracle.workload.bucket_specs(1))]
+            hit = self._suffix[key] = np.cumsum(np.array(comm[::-1], dtype=float))[::-1].copy()
+        return hit
+
+    def __call__(
+        self, members: Sequence[Candidate], counts: Sequence[np.ndarray], grid: Sequence[int]
+    ) -> np.ndarray:
+        """An upper bound on ``max_G self(config, G).throughput_sps`` over the batches ``G`` of
+        ``grid`` for every count vector ``(counts[0][v], counts[1][v], ...)`` of a mix of the
+        distinct instance types ``members`` (each with at least one node; numpy, all vectors at
+        once); ``inf`` where it cannot say (the Monte-Carlo oracle, a GPU without datasheet).
+
+        Why it holds, for one ``G`` (``w_i`` GPUs of type ``i``, ``W = sum w_i``): the split gives
+        every GPU of type ``i`` a batch ``b_i >= 1`` with ``sum w_i b_i = P``, ``G - max w_i < P``
+        (:meth:`planner.oracle.Oracle.split` hands back whole groups' samples until the surplus is <= 0), and the
+        throughput is ``min(P, G) / iteration``.  The deterministic timeline's iteration is at
+        least every worker's adjusted ``optimizer + forward + backward`` (:meth:`envelope`,
+        ``c_i(b_i)``), so at least ``tau* = min { tau : sum_i w_i B_i(tau) >= G - max w_i + 1 }``
+        with ``B_i(tau)`` the largest batch whose envelope is <= ``tau`` (the batch dilution of a
+        mix: the same ``G`` over more GPUs gives each a smaller, less efficient batch) and at
+        least ``max_i c_i(1)``; with the loaders' floor (:meth:`planner.oracle.Oracle._input_floor`) the same holds
+        for ``paced``.  The all-reduce of bucket ``k`` starts once every worker's backward has
+        produced a fraction ``f_k`` of it, and the slowest worker (end ``>= tau*``) has done its
+        optimizer and forward by then: ``ready_k >= tau* (1 - (1 - f_k) beta)``; the buckets run
+        one after another, so ``iteration >= ready_k + sum_{j >= k} allreduce_j`` for every
+        ``k`` (with a profiled bucket layout only ``k = 0`` and the smallest layout's sum, as in
+        :meth:`planner.oracle.Oracle.comm_floor_ms`)."""
+        ns = [np.asarray(n, dtype=np.int64) for n in counts]
+        V = len(ns[0]) if ns else 0
+        if self.oracle.samples or not members or V == 0:
+            return np.full(V, np.inf)
+        grid = sorted({int(g) for g in grid})
+        gpn = [int(c.gpus_per_node) for c in members]
+        gmax = grid[-1]
+        envs = []
+        for c, per in zip(members, gpn, strict=True):
+            # a group's GPUs get at most (G - the other groups' one sample each) / w_i samples
+            env = self.envelope(c, 1 + max(0, gmax - per - 1) // per)
+            if env is None:
+                return np.full(V, np.inf)
+            envs.append(env)
+        beta = max(e[2] for e in envs)
+        w = [n * p for n, p in zip(ns, gpn, strict=True)]
+        W = sum(w)
+        wmax = np.maximum.reduce(w) if len(w) > 1 else w[0]
+        totals = sum(ns)
+        # all-reduce terms per distinct total node count
+        profiled = self.oracle.workload.measured is not None
+        uniq, inv = np.unique(totals, return_inverse=True)
+        if profiled:
+            floors = np.asarray(self.oracle.comm_floor_ms(members, uniq), dtype=float)
+            suffix = floors[:, None]
+            coef = np.array([1.0 - beta])
+        else:
+            rows = []
+            for n in uniq.tolist():
+                row = self.comm_suffix(members, int(n)) if n >= len(members) else None
+                rows.append(row)
+            K = max((len(r) for r in rows if r is not None), default=0)
+            suffix = np.zeros((len(uniq), max(K, 1)))
+            for i, r in enumerate(rows):
+                if r is not None and len(r):
+                    suffix[i, : len(r)] = r
+            fractions = [b.ready_fraction for b in self.oracle.workload.bucket_specs(1)]
+            coef = np.array([1.0 - (1.0 - f) * beta for f in fractions] or [1.0])
+            if len(coef) != suffix.shape[1]:
+                coef = np.ones(suffix.shape[1])
+                suffix = np.zeros_like(suffix)
+        suffix_v = suffix[inv]
+        best = np.zeros(V)
+        for which in (0, 1):  # 0: compute alone (the timeline terms), 1: with the loaders' floor
+            tabs = [e[0] if which == 0 else e[1] for e in envs]
+            values = np.unique(np.concatenate([t[1:][np.isfinite(t[1:])] for t in tabs]))
+            if not len(values):
+                return np.zeros(V)
+            # B_i at every candidate tau (tau* is one of the envelopes' values)
+            Bs = [np.searchsorted(t[1:], values, side="right") for t in tabs]
+            first = max(float(t[1]) for t in tabs)
+            steps = max(1, int(math.ceil(math.log2(len(values) + 1))) + 1)
+            taus = []
+            for g in grid:
+                need = g - wmax + 1
+                lo = np.zeros(V, dtype=np.int64)
+                hi = np.full(V, len(values) - 1, dtype=np.int64)
+                for _ in range(steps):
+                    mid = (lo + hi) // 2
+                    f = sum(wi * B[mid] for wi, B in zip(w, Bs, strict=True))
+                    ge = f >= need
+                    hi = np.where(ge, mid, hi)
+                    lo = np.where(ge, lo, np.minimum(mid + 1, hi))
+                full = sum(wi * B[-1] for wi, B in zip(w, Bs, strict=True))
+                tau = np.where(full >= need, np.maximum(values[lo], first), np.inf)
+                tau = np.where(W <= g, tau, np.inf)
+                taus.append(tau)
+            if which == 0:
+                comp_taus = taus
+            else:
+                for g, t_full, t_comp in zip(grid, taus, comp_taus, strict=True):
+                    comm = (coef[None, :] * t_comp[:, None] + suffix_v).max(axis=1)
+                    it = np.maximum(t_full, np.where(np.isfinite(t_comp), comm, np.inf))
+                    with np.errstate(divide="ignore"):
+                        thr = np.where(np.isfinite(it) & (it > 0), g * 1e3 / np.where(it > 0, it, 1.0), 0.0)
+                    best = np.maximum(best, np.where(it > 0, thr, np.inf))
+        # a hair above: the bound must not fall below the timeline's own rounding
+        return best * (1 + 1e-12)
+
+
+def mix_bound(oracle: Oracle) -> MixBound:
+    """The :class:`MixBound` of ``oracle`` (one per oracle, kept on it)."""
+    found = oracle.__dict__.get("_mix_bound")
+    if not isinstance(found, MixBound) or found.oracle is not oracle:
+        found = MixBound(oracle)
+        oracle.__dict__["_mix_bound"] = found
+    return found
