@@ -17,30 +17,29 @@ and ``tests/planner/test_mix_bound.py`` checks it against the oracle on random m
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-
-from planner import oracle as _oracle_module
 
 if TYPE_CHECKING:
     from planner.candidates import Candidate
     from planner.oracle import Oracle
 
 
-def _host_share(candidate: Candidate) -> float:
-    """The oracle's per-node share of ``δ`` (1 where this oracle has none)."""
-    fn = getattr(_oracle_module, "host_share", None)
-    return float(fn(candidate)) if callable(fn) else 1.0
+def _no_host_share(candidate: Candidate) -> float:
+    """Where the oracle states no per-node share of ``δ``: all of it."""
+    return 1.0
 
 
 class MixBound:
     """:meth:`__call__` for one oracle, with its per-type step envelopes and per-cluster
     all-reduce sums cached (they depend on the oracle's workload and models only)."""
 
-    def __init__(self, oracle: Oracle) -> None:
+    def __init__(self, oracle: Oracle, host_share: Callable[[Candidate], float] | None = None) -> None:
+        # the oracle hands its host_share in: importing planner.oracle here would be a cycle
         self.oracle = oracle
+        self.host_share = host_share or _no_host_share
         self._env: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray, float] | None] = {}
         self._suffix: dict[tuple[Any, ...], np.ndarray] = {}
 
@@ -54,7 +53,7 @@ class MixBound:
         model, gpn = candidate.gpu_model, int(candidate.gpus_per_node)
         pipeline = self.oracle.pipeline
         ceiling = pipeline.ceiling(candidate.vcpus, gpn) if pipeline else math.inf
-        share = _host_share(candidate)
+        share = float(self.host_share(candidate))
         key = (model, gpn, ceiling, share, int(bmax))
         if key in self._env:
             return self._env[key]
@@ -210,10 +209,11 @@ class MixBound:
         return best * (1 + 1e-12)
 
 
-def mix_bound(oracle: Oracle) -> MixBound:
-    """The :class:`MixBound` of ``oracle`` (one per oracle, kept on it)."""
+def mix_bound(oracle: Oracle, host_share: Callable[[Candidate], float] | None = None) -> MixBound:
+    """The :class:`MixBound` of ``oracle`` (one per oracle, kept on it); ``host_share`` the
+    oracle's per-node share of ``δ`` (:func:`planner.oracle.host_share`)."""
     found = oracle.__dict__.get("_mix_bound")
     if not isinstance(found, MixBound) or found.oracle is not oracle:
-        found = MixBound(oracle)
+        found = MixBound(oracle, host_share)
         oracle.__dict__["_mix_bound"] = found
     return found

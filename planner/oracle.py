@@ -429,7 +429,7 @@ class Oracle:
         vector of a mix of the distinct types ``members`` (numpy): :mod:`planner.mix_bound`."""
         from planner.mix_bound import mix_bound
 
-        return np.asarray(mix_bound(self)(members, counts, grid), dtype=float)
+        return np.asarray(mix_bound(self, host_share)(members, counts, grid), dtype=float)
 
     def throughput_bound(self, candidate: Candidate, counts: np.ndarray, global_batch: int) -> np.ndarray:
         """An upper bound on ``self(((candidate, n),), global_batch).throughput_sps`` for every ``n``
