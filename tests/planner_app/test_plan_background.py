@@ -359,7 +359,7 @@ async def _connect(plan_id: int, cookie: bytes | None):
     if cookie:
         headers.append((b"cookie", cookie))
     comm = WebsocketCommunicator(application, f"/ws/plans/{plan_id}/", headers=headers)
-    connected, code = await comm.connect()
+    connected, code = await comm.connect(timeout=10)
     return comm, connected, code
 
 

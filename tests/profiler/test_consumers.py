@@ -22,7 +22,7 @@ async def _connect(run_id: int, cookie: bytes | None, origin: bytes = b"http://1
     if cookie:
         headers.append((b"cookie", cookie))
     comm = WebsocketCommunicator(application, f"/ws/profiling-runs/{run_id}/", headers=headers)
-    connected, code = await comm.connect()
+    connected, code = await comm.connect(timeout=10)
     return comm, connected, code
 
 

@@ -77,7 +77,7 @@ async def test_a_local_run_streams_progress_to_the_viewer_and_stores_samples(
         f"/ws/profiling-runs/{run_id}/",
         headers=[(b"origin", b"http://127.0.0.1:8000"), (b"cookie", cookie)],
     )
-    connected, _ = await comm.connect()
+    connected, _ = await comm.connect(timeout=10)
     assert connected
     assert (await live_next(comm, timeout=5))["status"] == "pending"
 

@@ -658,7 +658,7 @@ async def _ws(path: str, headers):
     from srifty_web.asgi import application
 
     comm = WebsocketCommunicator(application, path, headers=headers)
-    connected, code = await comm.connect()
+    connected, code = await comm.connect(timeout=10)
     first = await comm.receive_json_from(timeout=5) if connected else None
     await comm.disconnect()
     return connected, code, first

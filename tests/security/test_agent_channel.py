@@ -226,7 +226,7 @@ async def test_agent_and_job_tokens_cannot_open_the_live_websockets(agent_run, m
                 (b"authorization", f"{keyword} {token}".encode()),
             ]
             comm = WebsocketCommunicator(application, path, headers=headers)
-            connected, code = await comm.connect()
+            connected, code = await comm.connect(timeout=10)
             assert not connected and code == 4401, (path, keyword, code)
             await comm.disconnect()
 
