@@ -352,7 +352,7 @@ class Oracle:
     def cluster(self, config: Config) -> Cluster:
         nodes = sum(n for _, n in config)
         gpus_per_node = min(c.gpus_per_node for c, _ in config)
-        slowest = min(config, key=lambda cn: self._gpu_speed(cn[0].gpu_model))[0]
+        slowest = min(config, key=lambda cn: self.gpu_speed(cn[0].gpu_model))[0]
         return Cluster(
             nodes=nodes,
             gpus_per_node=gpus_per_node,
@@ -364,8 +364,9 @@ class Oracle:
             gpu=self.gpu(slowest.gpu_model),
         )
 
-    def _gpu_speed(self, model: str) -> float:
-        """Samples/ms of one GPU at batch 1 (0 when unknown): which GPU of a mix is slowest."""
+    def gpu_speed(self, model: str) -> float:
+        """Samples/ms of one GPU at batch 1 (0 when unknown): which GPU of a mix is slowest (its
+        cluster's ``device``: the first of the slowest in config order, :meth:`cluster`)."""
         t = self.step_ms(model, 1)
         return 0.0 if math.isinf(t) else 1.0 / t
 

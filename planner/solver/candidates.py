@@ -115,6 +115,8 @@ class Curves:
         self.comm_floor: Callable[[Sequence[Candidate], np.ndarray], np.ndarray] | None = (
             floor_fn if callable(floor_fn) else None
         )
+        speed_fn = getattr(perf, "gpu_speed", None)
+        self.gpu_speed: Callable[[str], float] | None = speed_fn if callable(speed_fn) else None
         mix_fn = getattr(perf, "mix_throughput_bound", None)
         self.mix_bound: (
             Callable[[Sequence[Candidate], Sequence[np.ndarray], Sequence[int]], np.ndarray] | None
@@ -310,6 +312,7 @@ class MixBounds:
         # total count (nan: not asked yet), filled as vectors need them
         self.comm = curves.comm_floor is not None
         self._comm_ub: dict[tuple[str, ...], np.ndarray] = {}
+        self._subset_comm: dict[tuple[Any, ...], float] = {}
         self.comm_entries = max(16, COMM_CACHE_BYTES // (8 * (N + 1)))
         self.pmax: dict[str, np.ndarray] = {}
         self.rmin: dict[str, np.ndarray] = {}
@@ -437,7 +440,11 @@ class MixBounds:
             pm1[i, 1 : m + 1] = np.maximum.accumulate(term)
             pm1[i, m + 1 :] = pm1[i, m]
             m1[i] = m
+        offers = np.empty(K, dtype=object)
+        for i, c in enumerate(usable):
+            offers[i] = c
         out = {
+            "offers": offers,
             "price": np.array([c.price_per_hour for c in usable]),
             "lam": np.array([lam[c] for c in usable]),
             "ub1": ub1,
@@ -445,6 +452,16 @@ class MixBounds:
             "pm1": pm1,
             "m1": m1,
         }
+        if self.comm and self.curves.gpu_speed is not None:
+            # what the cluster of a mix is made of (planner.oracle.Oracle.cluster): the fewest GPUs
+            # per node, the slowest link, EFA only if all have it, the first slowest GPU
+            speed_of = {m: self._speed(m) for m in {c.gpu_model for c in usable}}
+            out["gpn"] = np.array([float(c.gpus_per_node) for c in usable])
+            out["link"] = np.array(
+                [float(c.network_gbps) if c.network_gbps is not None else math.nan for c in usable]
+            )
+            out["efa"] = np.array([float(bool(c.efa)) for c in usable])
+            out["speed"] = np.array([speed_of[c.gpu_model] for c in usable])
         if self.replacement:
             out["ti"] = np.array([self.tidx[c.instance_type] for c in usable])
             out["pmax"] = np.array([self.pmax[c.instance_type] for c in usable])
@@ -511,9 +528,39 @@ class MixBounds:
                 ub = np.where(d, np.minimum(ub, bound), ub)
                 rho = np.where(d, np.maximum(rho, r), rho)
         haz = lam_a[combos].sum(axis=1)
-        _, t_lb, _, good_ub = metrics(ub, min_rate, haz, request)
         cost_lb = rho * request.total_samples / 3600.0 + min_rate * request.startup_overhead_h
-        keep = np.isfinite(t_lb)
+        keep = self._subset_keep(spec, theta, ub, min_rate, haz, cost_lb, request)
+        if level >= 3 and keep.any():
+            # (A4 at subset level) asked only for the rows the bounds above leave
+            rows = np.flatnonzero(keep)
+            comm_cap = self.subset_comm_ub(tables, combos[rows])
+            if comm_cap is not None:
+                r = min_rate[rows]
+                # any vector pays at least one node of each member, at a throughput of at most the cap
+                with np.errstate(divide="ignore"):
+                    c_lb = np.maximum(
+                        cost_lb[rows],
+                        r * request.total_samples / (3600.0 * comm_cap) + r * request.startup_overhead_h,
+                    )
+                keep[rows] = self._subset_keep(
+                    spec, theta, np.minimum(ub[rows], comm_cap), r, haz[rows], c_lb, request
+                )
+        return combos[keep], int((~keep).sum())
+
+    @staticmethod
+    def _subset_keep(
+        spec: Spec,
+        theta: float,
+        ub: np.ndarray,
+        min_rate: np.ndarray,
+        haz: np.ndarray,
+        cost_lb: np.ndarray,
+        request: Any,
+    ) -> np.ndarray:
+        """Which subsets may hold a feasible vector better than ``theta``, from an upper bound on
+        their throughput and lower bounds on their rate and cost."""
+        _, t_lb, _, good_ub = metrics(ub, min_rate, haz, request)
+        keep = np.asarray(np.isfinite(t_lb), dtype=bool)
         if spec.cap is not None:
             keep &= min_rate <= spec.cap * (1 + REL)
         if spec.deadline is not None:
@@ -523,7 +570,58 @@ class MixBounds:
         if math.isfinite(theta):
             lb = {"cost": cost_lb, "time": t_lb, "throughput": -good_ub}.get(spec.objective, min_rate)
             keep &= lb < lim(theta, spec.tie_tol)
-        return combos[keep], int((~keep).sum())
+        return keep
+
+    def _speed(self, model: str) -> float:
+        """The oracle's ``gpu_speed`` (NaN where it has no datasheet: no cap for such a mix)."""
+        assert self.curves.gpu_speed is not None
+        try:
+            return float(self.curves.gpu_speed(model))
+        except (KeyError, TypeError, ValueError):
+            return math.nan
+
+    def subset_comm_ub(self, tables: Mapping[str, np.ndarray], combos: np.ndarray) -> np.ndarray | None:
+        """(A4 at subset level) for each row of ``combos``, ``G_max / min_n floor(n)`` over the
+        total counts ``n = k..N`` its vectors can have: the cap of :meth:`comm_ub` at its
+        loosest.  A mix's cluster depends on its members only through the fewest GPUs per node,
+        the slowest link, whether all have EFA and the first slowest GPU (the comm floor's own
+        cache key, :meth:`planner.oracle.Oracle.comm_floor_ms`), so the floors are asked once
+        per distinct such signature and ``k`` (dozens to hundreds), each for every total at once, with a subset
+        of that signature as the members.  ``None`` where the oracle offers no comm floor."""
+        if "speed" not in tables or len(combos) == 0:
+            return None
+        assert self.curves.comm_floor is not None
+        k = combos.shape[1]
+        rows = np.arange(len(combos))
+        speed = tables["speed"][combos]
+        slowest = combos[rows, np.argmin(np.nan_to_num(speed, nan=-1.0), axis=1)]  # argmin: the first
+        link = tables["link"][combos]
+        unknown = np.isnan(link).any(axis=1) | np.isnan(speed).any(axis=1)
+        sig = np.column_stack(
+            [
+                tables["gpn"][combos].min(axis=1),
+                np.where(unknown, -1.0, np.nan_to_num(link).min(axis=1)),
+                tables["efa"][combos].min(axis=1),
+                slowest.astype(float),
+            ]
+        )
+        uniq, first, inverse = np.unique(sig, axis=0, return_index=True, return_inverse=True)
+        offers = tables["offers"]
+        totals = np.arange(k, self.N + 1)
+        caps = np.full(len(uniq), np.inf)
+        for u in range(len(uniq)):
+            if uniq[u, 1] < 0 or not len(totals):
+                continue  # a member without a network figure or datasheet: the oracle cannot say
+            members = [offers[i] for i in combos[first[u]]]
+            key = (k, *(float(x) for x in uniq[u, :3]), offers[int(uniq[u, 3])].gpu_model)
+            cap = self._subset_comm.get(key)
+            if cap is None:
+                floor = np.asarray(self.curves.comm_floor(members, totals), dtype=float)
+                # 0: the oracle cannot say for that total, so no cap from it
+                cap = math.inf if (floor <= 0).any() else self.curves.g_max * 1e3 / float(floor.min())
+                self._subset_comm[key] = cap
+            caps[u] = cap
+        return caps[np.asarray(inverse).reshape(-1)]
 
     def member_limits(
         self,

@@ -66,3 +66,58 @@ def test_the_solver_finds_the_same_optimum_with_and_without_the_comm_floor(monke
     assert with_floor.best.label == without.best.label
     assert with_floor.best.effective_throughput_sps == without.best.effective_throughput_sps
     assert with_floor.stats.mixed_configs_evaluated <= without.stats.mixed_configs_evaluated
+
+
+def _bounds(cands, N):
+    from planner.solver.candidates import Curves, MixBounds
+    from planner.solver.evaluate import Memo
+
+    oracle = _oracle()
+    reps = {}
+    for c in cands:
+        reps.setdefault(c.instance_type, c)
+    return MixBounds(Curves(reps, N, (256, 1024, 4096), Memo(oracle), oracle))
+
+
+def test_the_subset_cap_is_never_below_the_cap_of_any_count_vector():
+    """A4 at subset level: one cap per subset, from the floors of its cluster signature at every
+    total, is at least the per-vector cap (comm_ub) at each total its vectors can have."""
+    from planner.solver.candidates import combinations
+
+    N = 24
+    cands = [c for c in catalog() if c.region == "us-east-1"]
+    bounds = _bounds(cands, N)
+    lam = {c: 0.0 for c in cands}
+    checked = finite = 0
+    for k in (2, 3):
+        tables = bounds.member_tables(cands, k, {c: N for c in cands}, lam)
+        combos = np.concatenate(list(combinations(len(cands), k)))
+        rng = np.random.default_rng(k)
+        combos = combos[rng.choice(len(combos), size=min(300, len(combos)), replace=False)]
+        caps = bounds.subset_comm_ub(tables, combos)
+        assert caps is not None and len(caps) == len(combos)
+        for row, cap in zip(combos, caps, strict=True):
+            subset = [cands[i] for i in row]
+            per_total = bounds.comm_ub(subset, np.arange(k, N + 1))
+            assert cap >= per_total.max() * (1 - 1e-12)
+            assert cap <= per_total.max() * (1 + 1e-12)  # and it is that maximum, not looser
+            checked += 1
+            finite += bool(np.isfinite(cap))
+    assert checked == 600 and finite > 300
+
+
+def test_the_subset_cap_prunes_subsets_and_keeps_the_optimum(monkeypatch):
+    from planner.solver import PlanRequest, solve
+    from planner.solver.candidates import MixBounds
+
+    request = PlanRequest(
+        objective="time", total_samples=90 * 1_281_167, budget_usd=400.0, max_nodes=16, max_types=3
+    )
+    cands = [c for c in catalog() if c.region == "us-east-1"]
+    with_cap = solve(request, cands, _oracle())
+    monkeypatch.setattr(MixBounds, "subset_comm_ub", lambda self, tables, combos: None)
+    without = solve(request, cands, _oracle())
+    assert with_cap.best.label == without.best.label
+    assert with_cap.best.time_h == without.best.time_h
+    assert with_cap.stats.mixed_vectors_bounded < without.stats.mixed_vectors_bounded
+    assert with_cap.stats.mixed_subsets_pruned > without.stats.mixed_subsets_pruned
