@@ -312,7 +312,7 @@ class MixBounds:
         # total count (nan: not asked yet), filled as vectors need them
         self.comm = curves.comm_floor is not None
         self._comm_ub: dict[tuple[str, ...], np.ndarray] = {}
-        self._subset_comm: dict[tuple[Any, ...], float] = {}
+        self._subset_comm: dict[tuple[Any, ...], np.ndarray] = {}
         self.comm_entries = max(16, COMM_CACHE_BYTES // (8 * (N + 1)))
         self.pmax: dict[str, np.ndarray] = {}
         self.rmin: dict[str, np.ndarray] = {}
@@ -487,6 +487,7 @@ class MixBounds:
         min_rate = price[combos].sum(axis=1)
         cap = spec.cap * (1 + REL) if spec.cap is not None else None
         sep_terms = np.zeros((len(combos), k))  # separability term of each member (cap-aware)
+        most = np.zeros(len(combos), dtype=np.int64)  # most nodes a vector of the subset can have
         for col in range(k):
             me = combos[:, col]
             if cap is not None:
@@ -494,8 +495,11 @@ class MixBounds:
                 afford = np.floor((cap - (min_rate - price[me])) / price[me] + 1e-9)
                 afford = np.clip(np.minimum(afford, m1[me]), 0, N).astype(int)
                 sep_terms[:, col] = pm1[me, afford]
+                most += afford
             else:
                 sep_terms[:, col] = ub1[me]
+                most += m1[me]
+        most = np.minimum(most, N)
         ub = sep_terms.sum(axis=1)
         rho = rho1[combos].min(axis=1)
         if level >= 2 and self.replacement:
@@ -533,7 +537,7 @@ class MixBounds:
         if level >= 3 and keep.any():
             # (A4 at subset level) asked only for the rows the bounds above leave
             rows = np.flatnonzero(keep)
-            comm_cap = self.subset_comm_ub(tables, combos[rows])
+            comm_cap = self.subset_comm_ub(tables, combos[rows], most[rows])
             if comm_cap is not None:
                 r = min_rate[rows]
                 # any vector pays at least one node of each member, at a throughput of at most the cap
@@ -580,14 +584,18 @@ class MixBounds:
         except (KeyError, TypeError, ValueError):
             return math.nan
 
-    def subset_comm_ub(self, tables: Mapping[str, np.ndarray], combos: np.ndarray) -> np.ndarray | None:
+    def subset_comm_ub(
+        self, tables: Mapping[str, np.ndarray], combos: np.ndarray, most: np.ndarray | None = None
+    ) -> np.ndarray | None:
         """(A4 at subset level) for each row of ``combos``, ``G_max / min_n floor(n)`` over the
-        total counts ``n = k..N`` its vectors can have: the cap of :meth:`comm_ub` at its
-        loosest.  A mix's cluster depends on its members only through the fewest GPUs per node,
-        the slowest link, whether all have EFA and the first slowest GPU (the comm floor's own
-        cache key, :meth:`planner.oracle.Oracle.comm_floor_ms`), so the floors are asked once
-        per distinct such signature and ``k`` (dozens to hundreds), each for every total at once, with a subset
-        of that signature as the members.  ``None`` where the oracle offers no comm floor."""
+        total counts ``n = k..most`` its vectors can have (``most``: per row, at most ``N``): the
+        cap of :meth:`comm_ub` at its loosest.  A mix's cluster depends on its members only
+        through the fewest GPUs per node, the slowest link, whether all have EFA and the first
+        slowest GPU (the comm floor's own cache key, :meth:`planner.oracle.Oracle.comm_floor_ms`),
+        so the floors are asked once per distinct such signature and ``k`` (dozens to hundreds),
+        for the totals up to the largest ``most`` of its rows (extended when a later block needs
+        more), with a subset of that signature as the members.  ``None`` where the oracle offers
+        no comm floor."""
         if "speed" not in tables or len(combos) == 0:
             return None
         assert self.curves.comm_floor is not None
@@ -607,21 +615,35 @@ class MixBounds:
         )
         uniq, first, inverse = np.unique(sig, axis=0, return_index=True, return_inverse=True)
         offers = tables["offers"]
-        totals = np.arange(k, self.N + 1)
-        caps = np.full(len(uniq), np.inf)
+        inverse = np.asarray(inverse).reshape(-1)
+        most = (
+            np.full(len(combos), self.N, dtype=np.int64) if most is None else np.asarray(most, dtype=np.int64)
+        )
+        caps = np.full(len(combos), np.inf)
         for u in range(len(uniq)):
-            if uniq[u, 1] < 0 or not len(totals):
+            if uniq[u, 1] < 0:
                 continue  # a member without a network figure or datasheet: the oracle cannot say
-            members = [offers[i] for i in combos[first[u]]]
+            idx = np.flatnonzero(inverse == u)
+            upto = int(most[idx].max())
+            if upto < k:
+                continue
             key = (k, *(float(x) for x in uniq[u, :3]), offers[int(uniq[u, 3])].gpu_model)
-            cap = self._subset_comm.get(key)
-            if cap is None:
-                floor = np.asarray(self.curves.comm_floor(members, totals), dtype=float)
-                # 0: the oracle cannot say for that total, so no cap from it
-                cap = math.inf if (floor <= 0).any() else self.curves.g_max * 1e3 / float(floor.min())
-                self._subset_comm[key] = cap
-            caps[u] = cap
-        return caps[np.asarray(inverse).reshape(-1)]
+            # prefix minima of the floors over totals k..n (nan: not asked yet; 0: cannot say)
+            pmin = self._subset_comm.get(key)
+            if pmin is None or np.isnan(pmin[upto]):
+                members = [offers[i] for i in combos[idx[0]]]
+                floor = np.asarray(self.curves.comm_floor(members, np.arange(k, upto + 1)), dtype=float)
+                # 0: the oracle cannot say for that total, so no floor from it (nor any larger total)
+                floor = np.where(floor > 0, floor, -np.inf)
+                pmin = np.full(self.N + 1, np.nan)
+                pmin[k : upto + 1] = np.minimum.accumulate(floor)
+                if len(self._subset_comm) >= self.comm_entries:
+                    self._subset_comm.clear()  # a cache (COMM_CACHE_BYTES): asked again when needed
+                self._subset_comm[key] = pmin
+            with np.errstate(divide="ignore"):
+                f = pmin[most[idx]]
+                caps[idx] = np.where(f > 0, self.curves.g_max * 1e3 / np.where(f > 0, f, 1.0), np.inf)
+        return caps
 
     def member_limits(
         self,

@@ -8,6 +8,7 @@ import dataclasses
 import itertools
 
 import numpy as np
+import pytest
 
 from tests.planner.golden_plans import catalog
 
@@ -81,7 +82,8 @@ def _bounds(cands, N):
 
 def test_the_subset_cap_is_never_below_the_cap_of_any_count_vector():
     """A4 at subset level: one cap per subset, from the floors of its cluster signature at every
-    total, is at least the per-vector cap (comm_ub) at each total its vectors can have."""
+    total up to the most nodes its vectors can have, is the largest per-vector cap (comm_ub) over
+    those totals."""
     from planner.solver.candidates import combinations
 
     N = 24
@@ -94,15 +96,22 @@ def test_the_subset_cap_is_never_below_the_cap_of_any_count_vector():
         combos = np.concatenate(list(combinations(len(cands), k)))
         rng = np.random.default_rng(k)
         combos = combos[rng.choice(len(combos), size=min(300, len(combos)), replace=False)]
-        caps = bounds.subset_comm_ub(tables, combos)
+        most = rng.integers(k, N + 1, size=len(combos))  # the most nodes each subset's vectors have
+        caps = bounds.subset_comm_ub(tables, combos, most)
         assert caps is not None and len(caps) == len(combos)
-        for row, cap in zip(combos, caps, strict=True):
+        for row, cap, m in zip(combos, caps, most, strict=True):
             subset = [cands[i] for i in row]
-            per_total = bounds.comm_ub(subset, np.arange(k, N + 1))
+            per_total = bounds.comm_ub(subset, np.arange(k, m + 1))
             assert cap >= per_total.max() * (1 - 1e-12)
             assert cap <= per_total.max() * (1 + 1e-12)  # and it is that maximum, not looser
             checked += 1
             finite += bool(np.isfinite(cap))
+        # asked again for every total: the cached floors are extended, not reused short
+        wide = bounds.subset_comm_ub(tables, combos, np.full(len(combos), N))
+        for row, cap in zip(combos[:50], wide[:50], strict=True):
+            assert cap == pytest.approx(
+                bounds.comm_ub([cands[i] for i in row], np.arange(k, N + 1)).max(), rel=1e-12
+            )
     assert checked == 600 and finite > 300
 
 
@@ -115,7 +124,7 @@ def test_the_subset_cap_prunes_subsets_and_keeps_the_optimum(monkeypatch):
     )
     cands = [c for c in catalog() if c.region == "us-east-1"]
     with_cap = solve(request, cands, _oracle())
-    monkeypatch.setattr(MixBounds, "subset_comm_ub", lambda self, tables, combos: None)
+    monkeypatch.setattr(MixBounds, "subset_comm_ub", lambda self, tables, combos, most=None: None)
     without = solve(request, cands, _oracle())
     assert with_cap.best.label == without.best.label
     assert with_cap.best.time_h == without.best.time_h
