@@ -91,6 +91,18 @@ class MixBound:
         self._env[key] = out
         return out
 
+    def ceiling_terms(self, candidate: Candidate, gmax: int) -> tuple[float, float, float] | None:
+        """``(c(1), paced(1), beta)`` of one instance type (:meth:`envelope` with the batch cap
+        :meth:`__call__` gives it at a largest batch ``gmax``), what :func:`ceiling` needs; ``None``
+        where this bound cannot say (no datasheet, no finite step time, the Monte-Carlo oracle)."""
+        if self.oracle.samples:
+            return None
+        per = int(candidate.gpus_per_node)
+        env = self.envelope(candidate, 1 + max(0, int(gmax) - per - 1) // per)
+        if env is None or len(env[0]) < 2 or not (math.isfinite(env[0][1]) and math.isfinite(env[1][1])):
+            return None
+        return float(env[0][1]), float(env[1][1]), float(env[2])
+
     def comm_suffix(self, members: Sequence[Candidate], nodes: int) -> np.ndarray | None:
         """``[sum_{j >= k} allreduce_j for k = 0..K-1]`` (ms) of the cluster ``members`` run on with
         ``nodes`` nodes (it does not depend on how they split), or ``None`` where unknown."""
@@ -207,6 +219,22 @@ class MixBound:
                     best = np.maximum(best, np.where(it > 0, thr, np.inf))
         # a hair above: the bound must not fall below the timeline's own rounding
         return best * (1 + 1e-12)
+
+
+def ceiling(first_ms: Any, paced_ms: Any, beta: Any, floor_ms: Any, gmax: int) -> np.ndarray:
+    """A bound on what :meth:`MixBound.__call__` can give any count vector of a mix, from its
+    members' largest ``c(1)`` (``first_ms``), ``paced(1)`` (``paced_ms``) and ``beta``
+    (:meth:`MixBound.ceiling_terms`) and a floor on the sum of its all-reduces at any total it
+    can have (``floor_ms``, 0 where unknown): at any ``G <= gmax`` the iteration is at least
+    ``tau*`` over the paced envelopes, which is at least ``paced_ms``, and at least
+    ``(1 - beta) tau* + floor`` over the compute ones, with ``tau* >= first_ms``; so
+    ``T <= gmax / max(paced_ms, (1 - beta) first_ms + floor_ms)`` whatever the counts."""
+    first, paced = np.asarray(first_ms, dtype=float), np.asarray(paced_ms, dtype=float)
+    it = np.maximum(
+        paced, (1.0 - np.minimum(1.0, beta)) * first + np.maximum(np.asarray(floor_ms, dtype=float), 0.0)
+    )
+    with np.errstate(divide="ignore"):
+        return np.where(it > 0, gmax * 1e3 / np.where(it > 0, it, 1.0) * (1 + 1e-12), np.inf)
 
 
 def mix_bound(oracle: Oracle, host_share: Callable[[Candidate], float] | None = None) -> MixBound:

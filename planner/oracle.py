@@ -432,6 +432,22 @@ class Oracle:
 
         return np.asarray(mix_bound(self, host_share)(members, counts, grid), dtype=float)
 
+    def mix_ceiling_terms(self, candidate: Candidate, gmax: int) -> tuple[float, float, float] | None:
+        """One instance type's terms of the count-free ceiling on :meth:`mix_throughput_bound`
+        (:func:`planner.mix_bound.ceiling`); ``None`` where it cannot say."""
+        from planner.mix_bound import mix_bound
+
+        return mix_bound(self, host_share).ceiling_terms(candidate, gmax)
+
+    @staticmethod
+    def mix_ceiling(first_ms: Any, paced_ms: Any, beta: Any, floor_ms: Any, gmax: int) -> np.ndarray:
+        """The count-free ceiling on :meth:`mix_throughput_bound` of mixes whose members' largest
+        terms (:meth:`mix_ceiling_terms`) and comm floor are these (numpy, many at once):
+        :func:`planner.mix_bound.ceiling`."""
+        from planner.mix_bound import ceiling
+
+        return ceiling(first_ms, paced_ms, beta, floor_ms, gmax)
+
     def throughput_bound(self, candidate: Candidate, counts: np.ndarray, global_batch: int) -> np.ndarray:
         """An upper bound on ``self(((candidate, n),), global_batch).throughput_sps`` for every ``n``
         of ``counts`` at once (numpy), from compute alone; 0 exactly where the oracle returns

@@ -52,6 +52,19 @@ An oracle that says how many GPUs it can run at most (``max_workers(G)``; the pr
   vector than A1-A4, so it is asked only for the queue's rows next in line
   (:meth:`MixBounds.dilution_ub`, a block of rows at a time), where it rules most mixes out.
 
+Both also hold for a whole subset, whatever its counts (:meth:`MixBounds.subset_survivors`, for
+the subsets the other subset bounds leave): A4 with the least floor over the totals the subset
+can reach (a mix's cluster depends on its members only through the fewest GPUs per node, the
+slowest link, EFA for all and the first slowest GPU, so the floors are asked once per such
+signature), and A5's *ceiling* ``G_max / max(paced_1, (1 - beta) c_1 + floor)`` from the
+members' largest step at batch 1 (:func:`planner.mix_bound.ceiling`).  The cap then bounds the
+subset's time and cost, each member's count (:meth:`MixBounds.member_limits`), the subset's
+rate under a budget (:meth:`MixBounds.allowed_counts`) and every vector's bound.  Measured on
+``bench/plan_speed.py`` requests: BERT fastest within $300 on 128 x 3 types, 153 -> 4.6 s (the
+per-vector A4 was ruling out 97 % of 144,077 subsets 443 M vectors at a time); ResNet-50
+fastest within $1,000 on 512 x 3 types, 105 -> 7 s (A5 saturates near 20,000 samples/s for
+every count of the fast mixes, so their count boxes shrink to what the budget buys).
+
 Their minimum gives, for all count vectors of a subset at once (numpy), lower bounds on time and
 cost and an upper bound on goodput (all monotone in ``T``, :func:`planner.solver.evaluate.metrics`).
 
@@ -121,6 +134,14 @@ class Curves:
         self.mix_bound: (
             Callable[[Sequence[Candidate], Sequence[np.ndarray], Sequence[int]], np.ndarray] | None
         ) = mix_fn if callable(mix_fn) else None
+        # the A5 ceiling (MixBounds.subset_ceiling) rests on the mix bound's own argument
+        terms_fn = getattr(perf, "mix_ceiling_terms", None)
+        ceil_fn = getattr(perf, "mix_ceiling", None)
+        usable = callable(terms_fn) and callable(ceil_fn) and self.mix_bound is not None
+        self.ceiling_terms: Callable[[Candidate, int], tuple[float, float, float] | None] | None = (
+            terms_fn if usable else None
+        )
+        self.mix_ceiling: Callable[..., np.ndarray] | None = ceil_fn if usable else None
         self.g_max = max(self.grid)
         counts = np.arange(1, self.N + 1)
         self.ub: dict[str, np.ndarray] = {}  # t -> (|grid|, N + 1) upper bounds (0: cannot run)
@@ -313,6 +334,7 @@ class MixBounds:
         self.comm = curves.comm_floor is not None
         self._comm_ub: dict[tuple[str, ...], np.ndarray] = {}
         self._subset_comm: dict[tuple[Any, ...], np.ndarray] = {}
+        self._ceiling_terms: dict[str, tuple[float, float, float] | None] = {}
         self.comm_entries = max(16, COMM_CACHE_BYTES // (8 * (N + 1)))
         self.pmax: dict[str, np.ndarray] = {}
         self.rmin: dict[str, np.ndarray] = {}
@@ -476,12 +498,12 @@ class MixBounds:
         combos: np.ndarray,
         level: int,
         request: Any,
-    ) -> tuple[np.ndarray, int]:
+    ) -> tuple[np.ndarray, int, np.ndarray]:
         """The rows of ``combos`` (k-subsets of the offers of ``tables``) that survive the
         subset-level bounds (vectorised over the subsets), and how many were pruned."""
         k = combos.shape[1]
         if level < 1 or len(combos) == 0:
-            return combos, 0
+            return combos, 0, np.full(len(combos), np.inf)
         N = self.N
         price, lam_a, ub1, rho1, pm1, m1 = (tables[x] for x in ("price", "lam", "ub1", "rho1", "pm1", "m1"))
         min_rate = price[combos].sum(axis=1)
@@ -534,22 +556,56 @@ class MixBounds:
         haz = lam_a[combos].sum(axis=1)
         cost_lb = rho * request.total_samples / 3600.0 + min_rate * request.startup_overhead_h
         keep = self._subset_keep(spec, theta, ub, min_rate, haz, cost_lb, request)
+        caps = np.full(len(combos), np.inf)
         if level >= 3 and keep.any():
-            # (A4 at subset level) asked only for the rows the bounds above leave
+            # (A4 at subset level, and at level 4 the A5 ceiling) asked only for the rows the
+            # bounds above leave
             rows = np.flatnonzero(keep)
-            comm_cap = self.subset_comm_ub(tables, combos[rows], most[rows])
-            if comm_cap is not None:
-                r = min_rate[rows]
-                # any vector pays at least one node of each member, at a throughput of at most the cap
+            floor = self.subset_comm_floor(tables, combos[rows], most[rows])
+            tcap = np.full(len(rows), np.inf)
+            if floor is not None:
                 with np.errstate(divide="ignore"):
-                    c_lb = np.maximum(
-                        cost_lb[rows],
-                        r * request.total_samples / (3600.0 * comm_cap) + r * request.startup_overhead_h,
+                    tcap = np.where(
+                        floor > 0, self.curves.g_max * 1e3 / np.where(floor > 0, floor, 1.0), np.inf
                     )
-                keep[rows] = self._subset_keep(
-                    spec, theta, np.minimum(ub[rows], comm_cap), r, haz[rows], c_lb, request
+            if level >= 4 and self.curves.ceiling_terms is not None:
+                tcap = np.minimum(tcap, self.subset_ceiling(tables, combos[rows], floor))
+            caps[rows] = tcap
+            r = min_rate[rows]
+            # any vector pays at least one node of each member, at a throughput of at most the cap
+            with np.errstate(divide="ignore"):
+                c_lb = np.maximum(
+                    cost_lb[rows],
+                    r * request.total_samples / (3600.0 * tcap) + r * request.startup_overhead_h,
                 )
-        return combos[keep], int((~keep).sum())
+            keep[rows] = self._subset_keep(
+                spec, theta, np.minimum(ub[rows], tcap), r, haz[rows], c_lb, request
+            )
+        return combos[keep], int((~keep).sum()), caps[keep]
+
+    def subset_ceiling(
+        self, tables: Mapping[str, np.ndarray], combos: np.ndarray, floor: np.ndarray | None
+    ) -> np.ndarray:
+        """(A5 ceiling) for each row of ``combos``, a cap on the oracle's mix bound over all its
+        count vectors (:func:`planner.mix_bound.ceiling`: the members' largest step at batch 1,
+        paced step and backward share, and the subset's comm floor); ``inf`` where unknown."""
+        assert self.curves.mix_ceiling is not None and self.curves.ceiling_terms is not None
+        offers = tables["offers"]
+        idx = np.unique(combos)
+        terms = np.full((len(offers), 3), np.nan)
+        for i in idx.tolist():
+            # per instance type, asked only for the members of subsets that get this far (each
+            # builds the type's step envelope over every batch: milliseconds)
+            t = offers[i].instance_type
+            if t not in self._ceiling_terms:
+                self._ceiling_terms[t] = self.curves.ceiling_terms(self.curves.reps[t], self.curves.g_max)
+            terms[i] = self._ceiling_terms[t] or (math.nan, math.nan, math.nan)
+        a5 = terms[combos]  # (rows, k, 3)
+        first, paced, beta = (a5[:, :, j].max(axis=1) for j in range(3))
+        unknown = np.isnan(a5).any(axis=(1, 2))
+        fl = np.zeros(len(combos)) if floor is None else np.where(floor > 0, floor, 0.0)
+        out = np.asarray(self.curves.mix_ceiling(first, paced, beta, fl, self.curves.g_max), dtype=float)
+        return np.where(unknown, np.inf, out)
 
     @staticmethod
     def _subset_keep(
@@ -584,12 +640,12 @@ class MixBounds:
         except (KeyError, TypeError, ValueError):
             return math.nan
 
-    def subset_comm_ub(
+    def subset_comm_floor(
         self, tables: Mapping[str, np.ndarray], combos: np.ndarray, most: np.ndarray | None = None
     ) -> np.ndarray | None:
-        """(A4 at subset level) for each row of ``combos``, ``G_max / min_n floor(n)`` over the
-        total counts ``n = k..most`` its vectors can have (``most``: per row, at most ``N``): the
-        cap of :meth:`comm_ub` at its loosest.  A mix's cluster depends on its members only
+        """(A4 at subset level) for each row of ``combos``, ``min_n floor(n)`` (ms; 0 where the
+        oracle cannot say) over the total counts ``n = k..most`` its vectors can have (``most``:
+        per row, at most ``N``): ``G_max / that`` is the cap of :meth:`comm_ub` at its loosest.  A mix's cluster depends on its members only
         through the fewest GPUs per node, the slowest link, whether all have EFA and the first
         slowest GPU (the comm floor's own cache key, :meth:`planner.oracle.Oracle.comm_floor_ms`),
         so the floors are asked once per distinct such signature and ``k`` (dozens to hundreds),
@@ -619,7 +675,7 @@ class MixBounds:
         most = (
             np.full(len(combos), self.N, dtype=np.int64) if most is None else np.asarray(most, dtype=np.int64)
         )
-        caps = np.full(len(combos), np.inf)
+        floors = np.zeros(len(combos))
         for u in range(len(uniq)):
             if uniq[u, 1] < 0:
                 continue  # a member without a network figure or datasheet: the oracle cannot say
@@ -640,10 +696,9 @@ class MixBounds:
                 if len(self._subset_comm) >= self.comm_entries:
                     self._subset_comm.clear()  # a cache (COMM_CACHE_BYTES): asked again when needed
                 self._subset_comm[key] = pmin
-            with np.errstate(divide="ignore"):
-                f = pmin[most[idx]]
-                caps[idx] = np.where(f > 0, self.curves.g_max * 1e3 / np.where(f > 0, f, 1.0), np.inf)
-        return caps
+            f = pmin[most[idx]]
+            floors[idx] = np.where(f > 0, f, 0.0)  # nan (most < k) and -inf (cannot say): none
+        return floors
 
     def member_limits(
         self,
@@ -653,13 +708,15 @@ class MixBounds:
         bound_pruning: bool,
         theta: float = math.inf,
         request: Any = None,
+        ceiling: float = math.inf,
     ) -> list[int]:
         """Largest count of each member: availability, quota, ``N - (k - 1)``, the $/h cap (with
         one node of every other member) and the money: any count vector of the subset runs at
         most ``U = sum_i max_n term_i(n)`` samples/s, so its time is at least
         ``t_min = o + S / (3600 U)`` and its cost at least ``(p_i n_i + sum_{j != i} p_j) t_min``;
         a member count whose cost bound reaches the budget (or, minimising cost, the incumbent)
-        cannot be part of a useful vector."""
+        cannot be part of a useful vector.  ``ceiling``: a cap on the subset's throughput
+        whatever the counts (:meth:`subset_survivors`), which ``U`` never exceeds."""
         k = len(subset)
         ms = [min(maxc[c], self.N - (k - 1)) for c in subset]
         cmax = math.inf
@@ -673,6 +730,7 @@ class MixBounds:
                 float(self.term[c.instance_type][1 : m + 1].max(initial=0.0))
                 for c, m in zip(subset, ms, strict=True)
             )
+            u = min(u, ceiling)
             if u > 0:
                 t_min = request.startup_overhead_h + request.total_samples / (3600.0 * u)
                 total_p = sum(c.price_per_hour for c in subset)
@@ -703,7 +761,13 @@ class MixBounds:
         return ms
 
     def allowed_counts(
-        self, spec: Spec, subset: Sequence[Candidate], ms: Sequence[int], theta: float, request: Any
+        self,
+        spec: Spec,
+        subset: Sequence[Candidate],
+        ms: Sequence[int],
+        theta: float,
+        request: Any,
+        ceiling: float = math.inf,
     ) -> list[np.ndarray]:
         """The counts of each member that can be part of a useful vector, by two separable
         necessary conditions on the separability bound ``U(n) = sum_i term_i(n_i)``:
@@ -715,7 +779,11 @@ class MixBounds:
 
         For ``sum_i g_i(n_i) < c`` a count ``n`` of member ``i`` survives only if
         ``g_i(n) + sum_{j != i} min g_j < c`` (iterated twice).  Beyond a type's scaling knee
-        ``g_i`` grows with ``n`` (price grows, throughput does not), so those counts go."""
+        ``g_i`` grows with ``n`` (price grows, throughput does not), so those counts go.
+
+        With a ``ceiling`` ``C`` on the subset's throughput whatever the counts, the time is at
+        least ``t_C = o + S / (3600 C)``, so the money also needs ``sum_i p_i n_i <= B / t_C``
+        (the rate), and the speed ``C >= S / (3600 (D - o))``."""
         k = len(subset)
         allowed = [np.arange(1, m + 1) for m in ms]
         if request is None:
@@ -732,11 +800,17 @@ class MixBounds:
                 for c, m, tm in zip(subset, ms, terms, strict=True)
             ]
             conds.append((g, 0.0))
+            if 0 < ceiling < math.inf:
+                t_c = request.startup_overhead_h + S / (3600.0 * ceiling)
+                rate = [c.price_per_hour * np.arange(1, m + 1) for c, m in zip(subset, ms, strict=True)]
+                conds.append((rate, cmax / t_c * (1 + 1e-9)))
         tmax = spec.deadline * (1 + REL) if spec.deadline is not None else math.inf
         if spec.objective == "time" and math.isfinite(theta):
             tmax = min(tmax, lim(theta, spec.tie_tol))
         if math.isfinite(tmax) and tmax > request.startup_overhead_h:
             need = S / (3600.0 * (tmax - request.startup_overhead_h))
+            if ceiling < need * (1 - 1e-9):
+                return [np.zeros(0, dtype=int) for _ in range(k)]
             conds.append(([-tm for tm in terms], -need))
         if not conds:
             return allowed
@@ -814,9 +888,11 @@ class MixBounds:
         lam: Mapping[Candidate, float],
         level: int,
         request: Any,
+        ceiling: float = math.inf,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """``(lower bound on the objective value, possibly feasible)`` of each count vector."""
-        ub = self.ub(subset, ns, level)
+        """``(lower bound on the objective value, possibly feasible)`` of each count vector
+        (``ceiling``: a cap on the subset's throughput whatever the counts)."""
+        ub = np.minimum(self.ub(subset, ns, level), ceiling)
         rate = np.asarray(sum(subset[i].price_per_hour * ns[i] for i in range(len(subset))), dtype=float)
         haz = sum(lam[subset[i]] * ns[i] for i in range(len(subset)))
         _, t, cost, good = metrics(ub, rate, haz, request)

@@ -941,7 +941,7 @@ class Engine:
                         "max_types",
                         f"bounding {len(combos):,} subsets of {k} offers in {region}",
                     )
-                    survivors, pruned = bounds.subset_survivors(
+                    survivors, pruned, ceilings = bounds.subset_survivors(
                         spec, state["theta"], tables, combos, level, req
                     )
                     stats["subsets"] += len(combos)
@@ -950,17 +950,20 @@ class Engine:
                         # the same hardware as cheap and as safe in another region: never needed
                         # (asked after the bounds, which leave far fewer rows)
                         n_all = len(survivors)
-                        survivors = survivors[~dom.dominated(region, survivors)]
+                        undominated = ~dom.dominated(region, survivors)
+                        survivors, ceilings = survivors[undominated], ceilings[undominated]
                         stats["pruned"] += n_all - len(survivors)
-                    for row in survivors.tolist():
+                    for row, ceiling in zip(survivors.tolist(), ceilings.tolist(), strict=True):
                         subset = tuple(usable[i] for i in row)
-                        ms = bounds.member_limits(spec, subset, maxc, level >= 1, state["theta"], req)
+                        ms = bounds.member_limits(
+                            spec, subset, maxc, level >= 1, state["theta"], req, ceiling
+                        )
                         if min(ms) < 1:
                             stats["pruned"] += 1
                             continue
                         any_vectors = False
                         allowed = (
-                            bounds.allowed_counts(spec, subset, ms, state["theta"], req)
+                            bounds.allowed_counts(spec, subset, ms, state["theta"], req, ceiling)
                             if level >= 1
                             else [np.arange(1, m + 1) for m in ms]
                         )
@@ -975,7 +978,7 @@ class Engine:
                                 + " + ".join(c.instance_type for c in subset),
                             )
                             if level >= 1:
-                                lb, ok = bounds.vector_bounds(spec, subset, ns, lam, level, req)
+                                lb, ok = bounds.vector_bounds(spec, subset, ns, lam, level, req, ceiling)
                                 if math.isfinite(state["theta"]):
                                     ok &= lb < lim(state["theta"], tol)
                                 sel = np.flatnonzero(ok)

@@ -80,6 +80,12 @@ def _bounds(cands, N):
     return MixBounds(Curves(reps, N, (256, 1024, 4096), Memo(oracle), oracle))
 
 
+def _caps(bounds, floors):
+    """``G_max / floor`` (inf where the oracle cannot say), as the solver caps a subset with it."""
+    with np.errstate(divide="ignore"):
+        return np.where(floors > 0, bounds.curves.g_max * 1e3 / np.where(floors > 0, floors, 1.0), np.inf)
+
+
 def test_the_subset_cap_is_never_below_the_cap_of_any_count_vector():
     """A4 at subset level: one cap per subset, from the floors of its cluster signature at every
     total up to the most nodes its vectors can have, is the largest per-vector cap (comm_ub) over
@@ -97,8 +103,9 @@ def test_the_subset_cap_is_never_below_the_cap_of_any_count_vector():
         rng = np.random.default_rng(k)
         combos = combos[rng.choice(len(combos), size=min(300, len(combos)), replace=False)]
         most = rng.integers(k, N + 1, size=len(combos))  # the most nodes each subset's vectors have
-        caps = bounds.subset_comm_ub(tables, combos, most)
-        assert caps is not None and len(caps) == len(combos)
+        floors = bounds.subset_comm_floor(tables, combos, most)
+        assert floors is not None and len(floors) == len(combos)
+        caps = _caps(bounds, floors)
         for row, cap, m in zip(combos, caps, most, strict=True):
             subset = [cands[i] for i in row]
             per_total = bounds.comm_ub(subset, np.arange(k, m + 1))
@@ -107,7 +114,7 @@ def test_the_subset_cap_is_never_below_the_cap_of_any_count_vector():
             checked += 1
             finite += bool(np.isfinite(cap))
         # asked again for every total: the cached floors are extended, not reused short
-        wide = bounds.subset_comm_ub(tables, combos, np.full(len(combos), N))
+        wide = _caps(bounds, bounds.subset_comm_floor(tables, combos, np.full(len(combos), N)))
         for row, cap in zip(combos[:50], wide[:50], strict=True):
             assert cap == pytest.approx(
                 bounds.comm_ub([cands[i] for i in row], np.arange(k, N + 1)).max(), rel=1e-12
@@ -124,7 +131,7 @@ def test_the_subset_cap_prunes_subsets_and_keeps_the_optimum(monkeypatch):
     )
     cands = [c for c in catalog() if c.region == "us-east-1"]
     with_cap = solve(request, cands, _oracle())
-    monkeypatch.setattr(MixBounds, "subset_comm_ub", lambda self, tables, combos, most=None: None)
+    monkeypatch.setattr(MixBounds, "subset_comm_floor", lambda self, tables, combos, most=None: None)
     without = solve(request, cands, _oracle())
     assert with_cap.best.label == without.best.label
     assert with_cap.best.time_h == without.best.time_h

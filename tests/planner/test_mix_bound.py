@@ -98,3 +98,48 @@ def test_the_solver_finds_the_same_optimum_with_and_without_the_dilution_bound(m
         assert with_bound.best.effective_throughput_sps == without.best.effective_throughput_sps
         # (the other mixes in the table are those the bounds could not rule out: fewer with it)
         assert with_bound.stats.oracle_calls < without.stats.oracle_calls
+
+
+@pytest.mark.parametrize("model", ["torchvision:resnet50", "transformers:bert"])
+def test_the_ceiling_is_above_the_bound_at_every_count_vector(model):
+    """The count-free ceiling the solver caps whole subsets with (planner.mix_bound.ceiling,
+    from the members' terms and the comm floor at any total) is above A5 at every vector."""
+    oracle = _oracle(model)
+    types = _types()
+    rng = random.Random(5)
+    gmax = max(GRID)
+    checked = below_inf = 0
+    for _ in range(120):
+        k = rng.choice((2, 3))
+        members = rng.sample(types, k)
+        terms = [oracle.mix_ceiling_terms(c, gmax) for c in members]
+        if any(t is None for t in terms):
+            continue
+        vectors = [[rng.choice((1, 2, 3, 8, 30, 100)) for _ in members] for _ in range(6)]
+        counts = [np.array([v[i] for v in vectors]) for i in range(k)]
+        totals = np.arange(k, sum(max(v[i] for v in vectors) for i in range(k)) + 1)
+        floors = oracle.comm_floor_ms(members, totals)
+        floor = float(floors.min()) if (floors > 0).all() else 0.0
+        first, paced, beta = (max(t[j] for t in terms) for j in range(3))
+        cap = float(oracle.mix_ceiling(first, paced, beta, floor, gmax))
+        bound = oracle.mix_throughput_bound(members, counts, GRID)
+        assert (bound <= cap * (1 + 1e-9)).all(), (members, vectors, bound, cap)
+        checked += len(vectors)
+        below_inf += np.isfinite(cap)
+    assert checked >= 200 and below_inf >= 30
+
+
+def test_the_solver_finds_the_same_optimum_with_and_without_the_ceiling(monkeypatch):
+    from planner.oracle import Oracle
+    from planner.solver import PlanRequest, solve
+
+    request = PlanRequest(
+        objective="time", total_samples=90 * 1_281_167, budget_usd=600.0, max_nodes=40, max_types=3
+    )
+    cands = [c for c in catalog() if c.region == "us-east-1"]
+    with_it = solve(request, cands, _oracle())
+    monkeypatch.delattr(Oracle, "mix_ceiling")
+    without = solve(request, cands, _oracle())
+    assert with_it.best.label == without.best.label
+    assert with_it.best.time_h == without.best.time_h
+    assert with_it.stats.mixed_vectors_bounded < without.stats.mixed_vectors_bounded
