@@ -61,7 +61,7 @@ from planner.hardware import Cluster, GpuSpec
 from planner.input_pipeline import InputPipeline
 from planner.models.comm import CommModel, CommQuery
 from planner.models.compute import BucketSpec, ComputeModel, ComputeRangeError, PhaseSpread, PhaseTimes
-from planner.models.nccl import LearnedComm, Topology, shipped_model
+from planner.models.nccl import LearnedComm, Topology, least_correction, prior_us, shipped_model
 from planner.models.transfer import TransferModel, WorkloadCost
 from planner.simulator import (
     COMM_BOUND_SHARE,
@@ -421,6 +421,52 @@ class Oracle:
                 continue
             if cluster.world_size > 1:
                 out[i] = min(sum(c.p50_ms for c in self._comm(cluster, s)) for s in specs)
+        return out
+
+    def comm_floor_prefix_min(self, members: Sequence[Candidate], upto: int) -> np.ndarray:
+        """``m[n]`` for ``n = 0..upto``: the least :meth:`comm_floor_ms` of ``members`` over the
+        totals ``k..n`` (``k`` members; NaN below ``k``; 0 once the oracle cannot say for one).
+
+        Not every total is asked.  With the learned comm model each all-reduce is the NCCL prior
+        times ``exp(r)``, ``r`` the correction clipped to ``±clip``, so at least the prior times
+        ``exp(r_min)`` (``r_min``: the trees' least output, :func:`planner.models.nccl.least_correction`);
+        and the prior never falls as the node count grows (``nodes >= 2``: every algorithm's
+        latency grows with the nodes and its bandwidth does not, the per-node network does not
+        depend on them; ``tests/planner/test_nccl.py`` checks it on the catalog's clusters).  So
+        once ``exp(r_min)`` times the prior's floor at ``n`` reaches the least floor found, no
+        later total can go below it, and the rest is that minimum."""
+        k = len(members)
+        out = np.full(int(upto) + 1, np.nan)
+        if upto < k:
+            return out
+        totals = np.arange(k, int(upto) + 1)
+        if self.samples or not isinstance(self.comm, LearnedComm) or k < 2:
+            floors = np.asarray(self.comm_floor_ms(members, totals), dtype=float)
+            out[k:] = np.minimum.accumulate(np.where(floors > 0, floors, -np.inf))
+            return np.where(out == -np.inf, 0.0, out)
+        layouts = {tuple(int(s) for s in self.workload.bucket_sizes)}
+        for layout in getattr(self.workload.measured, "buckets_by_batch", {}).values():
+            layouts.add(tuple(int(b.size_bytes) for b in layout))
+        factor = math.exp(least_correction(self.comm))
+        config = tuple((c, 1) for c in members[:-1]) + ((members[-1], 1),)
+        try:
+            base = self.cluster(config)
+        except (KeyError, TypeError, ValueError):  # no datasheet, no network figure: cannot say
+            out[k:] = 0.0
+            return out
+        best = math.inf
+        for n in totals.tolist():
+            topo = Topology.from_cluster(dataclasses.replace(base, nodes=n))
+            low = factor * min(sum(prior_us(s, topo, self.comm.params)[0] for s in lay) for lay in layouts)
+            if low * (1 - 1e-12) >= best:
+                out[n:] = best  # the prior only grows from here: no later total goes below best
+                break
+            [floor] = self.comm_floor_ms(members, np.array([n]))
+            if floor <= 0:
+                out[n:] = 0.0
+                break
+            best = min(best, float(floor))
+            out[n] = best
         return out
 
     def mix_throughput_bound(

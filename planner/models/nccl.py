@@ -330,6 +330,18 @@ class CommEstimate:
     choice: str = ""  # NCCL's algorithm/protocol under the prior
 
 
+def least_correction(model: LearnedComm) -> float:
+    """The least ``r50`` :meth:`LearnedComm.estimate` can apply (its p50 is at least the prior
+    times ``exp`` of this): the trees' base plus each tree's least leaf, clipped; 0 without trees."""
+    if not model.trees.trees:
+        return 0.0
+    low = model.trees.base + sum(
+        min(threshold[i] for i in range(len(left)) if left[i] == -1)
+        for left, _right, _feature, threshold, _default in model.trees.trees
+    )
+    return max(-model.clip, min(model.clip, low))
+
+
 @dataclass
 class LearnedComm:
     """Prior × ``exp(r(x))``, ``r`` clipped to ±ln 4; no trees = the prior."""

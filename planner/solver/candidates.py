@@ -128,6 +128,10 @@ class Curves:
         self.comm_floor: Callable[[Sequence[Candidate], np.ndarray], np.ndarray] | None = (
             floor_fn if callable(floor_fn) else None
         )
+        prefix_fn = getattr(perf, "comm_floor_prefix_min", None)
+        self.comm_floor_prefix: Callable[[Sequence[Candidate], int], np.ndarray] | None = (
+            prefix_fn if callable(prefix_fn) and self.comm_floor is not None else None
+        )
         speed_fn = getattr(perf, "gpu_speed", None)
         self.gpu_speed: Callable[[str], float] | None = speed_fn if callable(speed_fn) else None
         mix_fn = getattr(perf, "mix_throughput_bound", None)
@@ -688,11 +692,14 @@ class MixBounds:
             pmin = self._subset_comm.get(key)
             if pmin is None or np.isnan(pmin[upto]):
                 members = [offers[i] for i in combos[idx[0]]]
-                floor = np.asarray(self.curves.comm_floor(members, np.arange(k, upto + 1)), dtype=float)
-                # 0: the oracle cannot say for that total, so no floor from it (nor any larger total)
-                floor = np.where(floor > 0, floor, -np.inf)
                 pmin = np.full(self.N + 1, np.nan)
-                pmin[k : upto + 1] = np.minimum.accumulate(floor)
+                if self.curves.comm_floor_prefix is not None:
+                    pmin[k : upto + 1] = self.curves.comm_floor_prefix(members, upto)[k:]
+                else:
+                    floor = np.asarray(self.curves.comm_floor(members, np.arange(k, upto + 1)), dtype=float)
+                    # 0: the oracle cannot say for that total, so no floor from it (nor any larger)
+                    floor = np.where(floor > 0, floor, -np.inf)
+                    pmin[k : upto + 1] = np.minimum.accumulate(floor)
                 if len(self._subset_comm) >= self.comm_entries:
                     self._subset_comm.clear()  # a cache (COMM_CACHE_BYTES): asked again when needed
                 self._subset_comm[key] = pmin

@@ -137,3 +137,29 @@ def test_the_subset_cap_prunes_subsets_and_keeps_the_optimum(monkeypatch):
     assert with_cap.best.time_h == without.best.time_h
     assert with_cap.stats.mixed_vectors_bounded < without.stats.mixed_vectors_bounded
     assert with_cap.stats.mixed_subsets_pruned > without.stats.mixed_subsets_pruned
+
+
+def test_the_prefix_minimum_of_the_floors_stops_early_and_equals_asking_every_total(monkeypatch):
+    from planner.oracle import Oracle
+
+    oracle = _oracle()
+    members = _members()
+    asked = []
+    real = Oracle.comm_floor_ms
+
+    def counting(self, members, nodes):
+        asked.append(len(nodes))
+        return real(self, members, nodes)
+
+    with monkeypatch.context() as m:
+        m.setattr(Oracle, "comm_floor_ms", counting)
+        oracle.comm_floor_prefix_min(members[:2], 200)
+    assert 1 <= sum(asked) < 199 / 2  # far fewer totals than 2..200
+    for k in (2, 3):
+        for subset in itertools.combinations(members, k):
+            upto = 200
+            fast = oracle.comm_floor_prefix_min(list(subset), upto)
+            every = oracle.comm_floor_ms(list(subset), np.arange(k, upto + 1))
+            slow = np.minimum.accumulate(np.where(every > 0, every, -np.inf))
+            assert np.isnan(fast[:k]).all()
+            np.testing.assert_allclose(fast[k:], np.where(slow == -np.inf, 0.0, slow), rtol=1e-12)

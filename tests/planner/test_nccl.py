@@ -142,3 +142,57 @@ def test_held_out_ratios_predict_each_sweep_from_a_fit_without_it(monkeypatch):
     assert len(seen) == len(sweeps) and all(len(sweeps - s) == 1 for s in seen)
     assert {next(iter(sweeps - s)) for s in seen} == sweeps  # each sweep left out once
     assert len(ratios) >= 60 * len(sweeps) * 0.5 and all(math.isfinite(r) for r in ratios)
+
+
+def test_the_prior_never_falls_as_nodes_are_added():
+    """What Oracle.comm_floor_prefix_min's early stop rests on: for every GPU generation, GPUs
+    per node, link and message size, the prior at n + 1 nodes is at least the prior at n (n >= 2)."""
+    sizes = [8, 4096, 1 << 20, 25 << 20, 1 << 30]
+    checked = 0
+    for generation, nvlink in (
+        ("Volta", 300),
+        ("Turing", 0),
+        ("Ampere", 600),
+        ("Ada", 0),
+        ("Hopper", 900),
+        ("Blackwell", 1800),
+    ):
+        for gpn in (1, 4, 8):
+            for net, gbps in (("efa", 100), ("efa", 400), ("efa", 3200), ("tcp", 25), ("tcp", 100)):
+                for placement in (True, False):
+                    for size in sizes:
+                        times = [
+                            prior_us(
+                                size,
+                                Topology(
+                                    gpn,
+                                    n,
+                                    generation,
+                                    nvlink,
+                                    net=net,
+                                    net_gbps=gbps,
+                                    placement_group=placement,
+                                ),
+                            )[0]
+                            for n in range(2, 130)
+                        ]
+                        assert all(b >= a for a, b in zip(times, times[1:], strict=False)), (
+                            generation,
+                            gpn,
+                            net,
+                            gbps,
+                            size,
+                        )
+                        checked += 1
+    assert checked == 6 * 3 * 5 * 2 * 5
+
+
+def test_the_least_correction_is_below_every_estimate_over_the_prior():
+    from planner.models.nccl import least_correction, shipped_model
+
+    model = shipped_model()
+    low = math.exp(least_correction(model))
+    for topo in (A100_NODE, H100_NODE, P4D_PAIR, Topology(1, 4, "Ampere", net="tcp", net_gbps=25)):
+        for size in (8, 1 << 20, 25 << 20, 1 << 30):
+            prior, _ = prior_us(size, topo, model.params)
+            assert model.estimate(size, topo).p50_us >= low * prior * (1 - 1e-12)
