@@ -665,15 +665,19 @@ class MixBounds:
         slowest = combos[rows, np.argmin(np.nan_to_num(speed, nan=-1.0), axis=1)]  # argmin: the first
         link = tables["link"][combos]
         unknown = np.isnan(link).any(axis=1) | np.isnan(speed).any(axis=1)
-        sig = np.column_stack(
-            [
-                tables["gpn"][combos].min(axis=1),
-                np.where(unknown, -1.0, np.nan_to_num(link).min(axis=1)),
-                tables["efa"][combos].min(axis=1),
-                slowest.astype(float),
-            ]
+        gpn_min = tables["gpn"][combos].min(axis=1)
+        link_min = np.where(unknown, -1.0, np.nan_to_num(link).min(axis=1))
+        efa_all = tables["efa"][combos].min(axis=1)
+        # one integer per signature: np.unique over rows (axis=0) sorts them as bytes, far slower
+        _, g_code = np.unique(gpn_min, return_inverse=True)
+        l_vals, l_code = np.unique(link_min, return_inverse=True)
+        code = ((g_code.reshape(-1) * len(l_vals) + l_code.reshape(-1)) * 2 + efa_all.astype(np.int64)) * len(
+            tables["offers"]
+        ) + slowest
+        _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+        uniq = np.column_stack(
+            [gpn_min[first], link_min[first], efa_all[first], slowest[first].astype(float)]
         )
-        uniq, first, inverse = np.unique(sig, axis=0, return_index=True, return_inverse=True)
         offers = tables["offers"]
         inverse = np.asarray(inverse).reshape(-1)
         most = (
