@@ -96,20 +96,25 @@ Measured (2-core VM, product oracle, full bundled catalog, 5 Dec 2026):
   configurations; 100.3 s once the comm floors are memoised per slowest cluster); the others within the noise (0.25-1.3 s).  Summary line: new median
   0.95 s over 11 finished, old 0.85 s over 10 (the old one's median leaves out BERT $300,
   which timed out); max > 120 s on both (r50 $1,000 on 512 x 3).
-* Not yet good enough (the issue's target is median <= 0.8 s, max <= 2 s): "fastest within a
-  budget" -- r50 $500 on 64 x 2 at 21 s (39,447 distinct hardware mixes have a bound within a
-  few % of the optimum: near-optimal H100/H200/B200 mixes), r50 $1,000 on 512 x 3 still
-  > 120 s and BERT $300 on 128 x 3 at 100 s (tens of thousands of 3-subsets survive the
-  subset-level bound and each is still bounded in Python: member limits, allowed counts,
-  count-vector slices of up to 2^18 rows and their bounds, about 2 ms a subset) -- and max
-  throughput under $100/h at 6 s.  What is left: a batch-dilution bound (in a mix the same
-  global batch is split over more GPUs, so each runs at a smaller, less efficient batch: the
-  balanced split's compute-only step time over the monotone envelope of the step curves,
-  ``T <= G / tau*(G - max_i w_i + 1)``, would be a far tighter cap than A1 at a fixed batch;
-  too dear per vector for millions of vectors, so for the queue's survivors only), the comm
-  floor at subset level, one bounding pass per hardware subset for all its regions (the
-  dominance only skips what another region beats; the rest is still bounded per region), and
-  evaluating a popped hardware mix once for all its surviving offers.
+* The batch-dilution bound (A5, :mod:`planner.mix_bound`), then the comm floor and A5's
+  count-free ceiling at subset level with the least floor over totals found without asking
+  every total (:meth:`planner.oracle.Oracle.comm_floor_prefix_min`), see
+  :mod:`planner.solver.candidates`.  ``bench/plan_speed.py`` against the old path (737ef96),
+  12 requests, each in a child under ``ulimit -v 4000000``, 120 s timeout, 6 Dec 2026, two runs
+  back to back on the same 2 cores (their spread: 1-type plans moved by up to 50 % between
+  them): new median 0.84 / 0.93 s, max 2.59 / 2.48 s, peak RSS 437 MB (the import baseline);
+  old median 1.36 / 1.46 s over the 7 of 12 it finishes (5 out of memory or time).  Per request
+  (second run): r50 $500 on 64 x 2 types timeout -> 0.51 s (264 oracle calls; 39,119 before
+  A5); max throughput under $100/h on 128 x 2 40.2 -> 1.01 s; 256 on-demand nodes x 3 timeout
+  -> 0.83 s; 512 x 3 spot MemoryError -> 0.83 s; r50 $1,000 on 512 x 3 MemoryError -> 2.48 s
+  (> 120 s before the subset bounds); BERT $300 on 128 x 3 MemoryError -> 2.12 s (153 s before);
+  max $25/h on 512 x 2 x batch 256..2048 7.05 -> 1.01 s; the 1-type plans as before (0.27-1.66 s:
+  r50 3 h on 512 nodes asks 4,548 curve points, 0.3 ms each).
+* Not yet at the issue's target (median <= 0.8 s, max <= 2 s): the two largest 3-type
+  "fastest within a budget" requests (~2.1-2.6 s: comm floors per cluster signature, the
+  envelopes of the A5 ceiling and ~1,500 oracle calls) and the median, which the single-type
+  plans set (each oracle call ~0.3 ms; vectorising the operator-class phase prediction over
+  batches would cut the curves' and envelopes' cost).
 
 :func:`exhaustive_search` is the brute-force reference used by the tests and the bench.
 """
