@@ -71,6 +71,24 @@ def catalog(markets: tuple[str, ...] = ("on_demand", "spot")) -> tuple:
     )
 
 
+def solve_with_and_without(monkeypatch: Any, request: Any, oracle: Any, attr: str, regions=("us-east-1",)):
+    """``(plan, plan without the oracle's attr)`` of ``request`` on the catalog's offers in
+    ``regions``, ``oracle()`` building a fresh oracle each time, after asserting they have the
+    same optimum (a bound may only prune); the caller checks that it pruned."""
+    from planner.oracle import Oracle
+    from planner.solver import solve
+
+    cands = [c for c in catalog() if c.region in regions]
+    with_it = solve(request, cands, oracle())
+    with monkeypatch.context() as m:
+        m.delattr(Oracle, attr)
+        without = solve(request, cands, oracle())
+    assert with_it.best.label == without.best.label
+    assert with_it.best.effective_throughput_sps == without.best.effective_throughput_sps
+    assert with_it.best.time_h == without.best.time_h
+    return with_it, without
+
+
 def solve_named(name: str) -> list[dict[str, Any]]:
     """Solve one golden request; the ranked options as plain JSON (or the infeasibility)."""
     from bench.solver import ModelSpec, product_oracle

@@ -10,7 +10,7 @@ import itertools
 import numpy as np
 import pytest
 
-from tests.planner.golden_plans import catalog
+from tests.planner.golden_plans import catalog, solve_with_and_without
 
 
 def _oracle():
@@ -54,18 +54,12 @@ def test_the_floor_is_zero_where_it_cannot_say():
 
 def test_the_solver_finds_the_same_optimum_with_and_without_the_comm_floor(monkeypatch):
     """Exactness: the bound only prunes mixes that cannot beat the incumbent."""
-    from planner.oracle import Oracle
-    from planner.solver import PlanRequest, solve
+    from planner.solver import PlanRequest
 
     request = PlanRequest(
         objective="throughput", total_samples=90 * 1_281_167, max_hourly_usd=60.0, max_nodes=12, max_types=2
     )
-    cands = [c for c in catalog() if c.region == "us-east-1"]
-    with_floor = solve(request, cands, _oracle())
-    monkeypatch.delattr(Oracle, "comm_floor_ms")
-    without = solve(request, cands, _oracle())
-    assert with_floor.best.label == without.best.label
-    assert with_floor.best.effective_throughput_sps == without.best.effective_throughput_sps
+    with_floor, without = solve_with_and_without(monkeypatch, request, _oracle, "comm_floor_ms")
     assert with_floor.stats.mixed_configs_evaluated <= without.stats.mixed_configs_evaluated
 
 

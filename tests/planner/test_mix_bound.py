@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.planner.golden_plans import catalog
+from tests.planner.golden_plans import catalog, solve_with_and_without
 
 GRID = (256, 512, 1024, 2048, 4096, 8192)
 
@@ -130,16 +130,10 @@ def test_the_ceiling_is_above_the_bound_at_every_count_vector(model):
 
 
 def test_the_solver_finds_the_same_optimum_with_and_without_the_ceiling(monkeypatch):
-    from planner.oracle import Oracle
-    from planner.solver import PlanRequest, solve
+    from planner.solver import PlanRequest
 
     request = PlanRequest(
         objective="time", total_samples=90 * 1_281_167, budget_usd=600.0, max_nodes=40, max_types=3
     )
-    cands = [c for c in catalog() if c.region == "us-east-1"]
-    with_it = solve(request, cands, _oracle())
-    monkeypatch.delattr(Oracle, "mix_ceiling")
-    without = solve(request, cands, _oracle())
-    assert with_it.best.label == without.best.label
-    assert with_it.best.time_h == without.best.time_h
+    with_it, without = solve_with_and_without(monkeypatch, request, _oracle, "mix_ceiling")
     assert with_it.stats.mixed_vectors_bounded < without.stats.mixed_vectors_bounded
