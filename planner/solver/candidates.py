@@ -649,13 +649,15 @@ class MixBounds:
     ) -> np.ndarray | None:
         """(A4 at subset level) for each row of ``combos``, ``min_n floor(n)`` (ms; 0 where the
         oracle cannot say) over the total counts ``n = k..most`` its vectors can have (``most``:
-        per row, at most ``N``): ``G_max / that`` is the cap of :meth:`comm_ub` at its loosest.  A mix's cluster depends on its members only
-        through the fewest GPUs per node, the slowest link, whether all have EFA and the first
-        slowest GPU (the comm floor's own cache key, :meth:`planner.oracle.Oracle.comm_floor_ms`),
-        so the floors are asked once per distinct such signature and ``k`` (dozens to hundreds),
-        for the totals up to the largest ``most`` of its rows (extended when a later block needs
-        more), with a subset of that signature as the members.  ``None`` where the oracle offers
-        no comm floor."""
+        per row, at most ``N``): ``G_max / that`` is the cap of :meth:`comm_ub` at its loosest.
+
+        A mix's cluster depends on its members only through the fewest GPUs per node, the
+        slowest link, whether all have EFA and the first slowest GPU (the comm floor's own cache
+        key, :meth:`planner.oracle.Oracle.comm_floor_ms`), so the floors are asked once per
+        distinct such signature and ``k`` (dozens to hundreds), for the totals up to the largest
+        ``most`` of its rows (extended when a later block needs more), with a subset of that
+        signature as the members (:meth:`planner.oracle.Oracle.comm_floor_prefix_min` where the
+        oracle has it: it stops early).  ``None`` where the oracle offers no comm floor."""
         if "speed" not in tables or len(combos) == 0:
             return None
         assert self.curves.comm_floor is not None
