@@ -390,12 +390,7 @@ class Oracle:
         out = np.zeros(counts.shape, dtype=float)
         if self.samples or not members:
             return out
-        # every bucket layout a configuration's first worker may get (profiled layouts per batch)
-        layouts = {tuple(int(s) for s in self.workload.bucket_sizes)}
-        measured = self.workload.measured
-        for layout in getattr(measured, "buckets_by_batch", {}).values():
-            layouts.add(tuple(int(b.size_bytes) for b in layout))
-        specs = [tuple(BucketSpec(s, 1.0) for s in layout) for layout in layouts]
+        specs = self._floor_specs()
         k = len(members)
         base = None  # the mix's cluster on its fewest nodes; only the node count changes
         for i, n in enumerate(counts.tolist()):
@@ -407,21 +402,31 @@ class Oracle:
                     cluster = self.cluster(config)
                 except (KeyError, TypeError, ValueError):  # no datasheet, no network figure
                     continue
-                if n > 1:
-                    base = cluster
-            else:
-                key = (n, base.gpus_per_node, base.network_gbps, base.efa, base.device)
-                hit = self._floor_cache.get(key)
-                if hit is None:
-                    cluster = dataclasses.replace(base, nodes=n)
-                    hit = self._floor_cache[key] = min(
-                        sum(c.p50_ms for c in self._comm(cluster, s)) for s in specs
-                    )
-                out[i] = hit
-                continue
-            if cluster.world_size > 1:
-                out[i] = min(sum(c.p50_ms for c in self._comm(cluster, s)) for s in specs)
+                if n == 1:
+                    if cluster.world_size > 1:
+                        out[i] = min(sum(c.p50_ms for c in self._comm(cluster, s)) for s in specs)
+                    continue
+                base = cluster
+            out[i] = self._floor_at(base, n, specs)
         return out
+
+    def _floor_specs(self) -> list[tuple[BucketSpec, ...]]:
+        """Every bucket layout a configuration's first worker may get (the workload's, and the
+        profiled layouts per batch): :meth:`comm_floor_ms` takes the least sum over them."""
+        layouts = {tuple(int(s) for s in self.workload.bucket_sizes)}
+        for layout in getattr(self.workload.measured, "buckets_by_batch", {}).values():
+            layouts.add(tuple(int(b.size_bytes) for b in layout))
+        return [tuple(BucketSpec(s, 1.0) for s in layout) for layout in layouts]
+
+    def _floor_at(self, base: Cluster, n: int, specs: Sequence[tuple[BucketSpec, ...]]) -> float:
+        """The comm floor of ``base`` (a mix's cluster, several nodes) on ``n`` nodes, memoised
+        by the fields the comm model keys on."""
+        key = (n, base.gpus_per_node, base.network_gbps, base.efa, base.device)
+        hit = self._floor_cache.get(key)
+        if hit is None:
+            cluster = dataclasses.replace(base, nodes=n)
+            hit = self._floor_cache[key] = min(sum(c.p50_ms for c in self._comm(cluster, s)) for s in specs)
+        return hit
 
     def comm_floor_prefix_min(self, members: Sequence[Candidate], upto: int) -> np.ndarray:
         """``m[n]`` for ``n = 0..upto``: the least :meth:`comm_floor_ms` of ``members`` over the
@@ -444,28 +449,23 @@ class Oracle:
             floors = np.asarray(self.comm_floor_ms(members, totals), dtype=float)
             out[k:] = np.minimum.accumulate(np.where(floors > 0, floors, -np.inf))
             return np.where(out == -np.inf, 0.0, out)
-        layouts = {tuple(int(s) for s in self.workload.bucket_sizes)}
-        for layout in getattr(self.workload.measured, "buckets_by_batch", {}).values():
-            layouts.add(tuple(int(b.size_bytes) for b in layout))
+        specs = self._floor_specs()
         factor = math.exp(least_correction(self.comm))
-        config = tuple((c, 1) for c in members[:-1]) + ((members[-1], 1),)
         try:
-            base = self.cluster(config)
+            base = self.cluster(tuple((c, 1) for c in members))  # on k nodes; only n changes
         except (KeyError, TypeError, ValueError):  # no datasheet, no network figure: cannot say
             out[k:] = 0.0
             return out
         best = math.inf
         for n in totals.tolist():
             topo = Topology.from_cluster(dataclasses.replace(base, nodes=n))
-            low = factor * min(sum(prior_us(s, topo, self.comm.params)[0] for s in lay) for lay in layouts)
+            low = factor * min(
+                sum(prior_us(b.size_bytes, topo, self.comm.params)[0] for b in sp) for sp in specs
+            )
             if low * (1 - 1e-12) >= best:
                 out[n:] = best  # the prior only grows from here: no later total goes below best
                 break
-            [floor] = self.comm_floor_ms(members, np.array([n]))
-            if floor <= 0:
-                out[n:] = 0.0
-                break
-            best = min(best, float(floor))
+            best = min(best, self._floor_at(base, n, specs))
             out[n] = best
         return out
 

@@ -335,11 +335,7 @@ def least_correction(model: LearnedComm) -> float:
     times ``exp`` of this): the trees' base plus each tree's least leaf, clipped; 0 without trees."""
     if not model.trees.trees:
         return 0.0
-    low = model.trees.base + sum(
-        min(threshold[i] for i in range(len(left)) if left[i] == -1)
-        for left, _right, _feature, threshold, _default in model.trees.trees
-    )
-    return max(-model.clip, min(model.clip, low))
+    return max(-model.clip, min(model.clip, model.trees.least()))
 
 
 @dataclass

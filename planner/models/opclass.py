@@ -236,6 +236,13 @@ class Trees:
             total += threshold[n]
         return total
 
+    def least(self) -> float:
+        """A value :meth:`__call__` never goes below: the base plus each tree's least leaf."""
+        return self.base + sum(
+            min(threshold[i] for i in range(len(left)) if left[i] == -1)
+            for left, _right, _feature, threshold, _default in self.trees
+        )
+
     @classmethod
     def from_xgboost_json(cls, doc: Mapping[str, Any]) -> Trees:
         learner = doc["learner"]

@@ -419,6 +419,13 @@ class MixBounds:
         out = self.curves.mix_bound([reps[t] for t in types], [merged[t] for t in types], self.curves.grid)
         return np.asarray(out, dtype=float)
 
+    def cap_of_floor(self, floor_ms: np.ndarray) -> np.ndarray:
+        """(A4) ``G_max / floor``: the throughput cap of comm floors (ms; inf where 0, unknown)."""
+        with np.errstate(divide="ignore"):
+            return np.where(
+                floor_ms > 0, self.curves.g_max * 1e3 / np.where(floor_ms > 0, floor_ms, 1.0), np.inf
+            )
+
     def comm_ub(self, subset: Sequence[Candidate], totals: Any) -> np.ndarray:
         """(A4) ``G_max / floor(n)`` for each total node count ``n`` of ``totals``: a mix runs on
         one cluster (fewest GPUs per node, slowest link, slowest GPU, whatever the counts) and
@@ -437,10 +444,7 @@ class MixBounds:
             assert self.curves.comm_floor is not None
             need = np.unique(t[miss])
             floor = np.asarray(self.curves.comm_floor([self.curves.reps[x] for x in key], need), dtype=float)
-            with np.errstate(divide="ignore"):
-                arr[need] = np.where(
-                    floor > 0, self.curves.g_max * 1e3 / np.where(floor > 0, floor, 1.0), np.inf
-                )
+            arr[need] = self.cap_of_floor(floor)
             vals = arr[t]
         return vals
 
@@ -566,12 +570,7 @@ class MixBounds:
             # bounds above leave
             rows = np.flatnonzero(keep)
             floor = self.subset_comm_floor(tables, combos[rows], most[rows])
-            tcap = np.full(len(rows), np.inf)
-            if floor is not None:
-                with np.errstate(divide="ignore"):
-                    tcap = np.where(
-                        floor > 0, self.curves.g_max * 1e3 / np.where(floor > 0, floor, 1.0), np.inf
-                    )
+            tcap = np.full(len(rows), np.inf) if floor is None else self.cap_of_floor(floor)
             if level >= 4 and self.curves.ceiling_terms is not None:
                 tcap = np.minimum(tcap, self.subset_ceiling(tables, combos[rows], floor))
             caps[rows] = tcap

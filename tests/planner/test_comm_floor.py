@@ -74,12 +74,6 @@ def _bounds(cands, N):
     return MixBounds(Curves(reps, N, (256, 1024, 4096), Memo(oracle), oracle))
 
 
-def _caps(bounds, floors):
-    """``G_max / floor`` (inf where the oracle cannot say), as the solver caps a subset with it."""
-    with np.errstate(divide="ignore"):
-        return np.where(floors > 0, bounds.curves.g_max * 1e3 / np.where(floors > 0, floors, 1.0), np.inf)
-
-
 def test_the_subset_cap_is_never_below_the_cap_of_any_count_vector():
     """A4 at subset level: one cap per subset, from the floors of its cluster signature at every
     total up to the most nodes its vectors can have, is the largest per-vector cap (comm_ub) over
@@ -99,7 +93,7 @@ def test_the_subset_cap_is_never_below_the_cap_of_any_count_vector():
         most = rng.integers(k, N + 1, size=len(combos))  # the most nodes each subset's vectors have
         floors = bounds.subset_comm_floor(tables, combos, most)
         assert floors is not None and len(floors) == len(combos)
-        caps = _caps(bounds, floors)
+        caps = bounds.cap_of_floor(floors)
         for row, cap, m in zip(combos, caps, most, strict=True):
             subset = [cands[i] for i in row]
             per_total = bounds.comm_ub(subset, np.arange(k, m + 1))
@@ -108,7 +102,7 @@ def test_the_subset_cap_is_never_below_the_cap_of_any_count_vector():
             checked += 1
             finite += bool(np.isfinite(cap))
         # asked again for every total: the cached floors are extended, not reused short
-        wide = _caps(bounds, bounds.subset_comm_floor(tables, combos, np.full(len(combos), N)))
+        wide = bounds.cap_of_floor(bounds.subset_comm_floor(tables, combos, np.full(len(combos), N)))
         for row, cap in zip(combos[:50], wide[:50], strict=True):
             assert cap == pytest.approx(
                 bounds.comm_ub([cands[i] for i in row], np.arange(k, N + 1)).max(), rel=1e-12
@@ -139,16 +133,16 @@ def test_the_prefix_minimum_of_the_floors_stops_early_and_equals_asking_every_to
     oracle = _oracle()
     members = _members()
     asked = []
-    real = Oracle.comm_floor_ms
+    real = Oracle._floor_at  # the floor at one total
 
-    def counting(self, members, nodes):
-        asked.append(len(nodes))
-        return real(self, members, nodes)
+    def counting(self, base, n, specs):
+        asked.append(n)
+        return real(self, base, n, specs)
 
     with monkeypatch.context() as m:
-        m.setattr(Oracle, "comm_floor_ms", counting)
+        m.setattr(Oracle, "_floor_at", counting)
         oracle.comm_floor_prefix_min(members[:2], 200)
-    assert 1 <= sum(asked) < 199 / 2  # far fewer totals than 2..200
+    assert 1 <= len(asked) < 199 / 2  # far fewer totals than 2..200
     for k in (2, 3):
         for subset in itertools.combinations(members, k):
             upto = 200
