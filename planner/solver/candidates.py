@@ -492,6 +492,8 @@ class MixBounds:
             )
             out["efa"] = np.array([float(bool(c.efa)) for c in usable])
             out["speed"] = np.array([speed_of[c.gpu_model] for c in usable])
+            code_of = {m: i for i, m in enumerate(sorted(speed_of))}
+            out["model"] = np.array([code_of[c.gpu_model] for c in usable], dtype=np.int64)
         if self.replacement:
             out["ti"] = np.array([self.tidx[c.instance_type] for c in usable])
             out["pmax"] = np.array([self.pmax[c.instance_type] for c in usable])
@@ -535,32 +537,39 @@ class MixBounds:
         if level >= 2 and self.replacement:
             # replacement bound: members whose hardware another member dominates are merged into it
             ti, pmax, rmin = tables["ti"], tables["pmax"], tables["rmin"]
+            T = ti[combos]
+            # dominates[x, y]: member x's hardware dominates member y's, per row
+            dominates = {(x, y): self.dom[T[:, x], T[:, y]] for x in range(k) for y in range(k) if x != y}
             merges: list[tuple[int, tuple[int, ...]]] = [
                 (x, (y,)) for x in range(k) for y in range(k) if x != y
             ]
             if k == 3:
                 merges += [(x, tuple(y for y in range(k) if y != x)) for x in range(k)]
             for x, ys in merges:
-                X = combos[:, x]
-                d = np.ones(len(combos), dtype=bool)
-                for y in ys:
-                    d &= self.dom[ti[X], ti[combos[:, y]]]
-                if not d.any():
+                d = dominates[(x, ys[0])]
+                for y in ys[1:]:
+                    d = d & dominates[(x, y)]
+                at = np.flatnonzero(d)  # few rows: the merge is computed on them alone
+                if not len(at):
                     continue
+                C = combos[at]
+                X = C[:, x]
                 merged = (x, *ys)
                 others = [z for z in range(k) if z not in merged]
-                smax = np.minimum(N - len(others), sum(m1[combos[:, z]] for z in merged))
-                pmin = np.min(price[combos[:, list(merged)]], axis=1)
+                smax = np.minimum(N - len(others), sum(m1[C[:, z]] for z in merged))
+                pmin = price[C[:, merged[0]]]
+                for z in merged[1:]:
+                    pmin = np.minimum(pmin, price[C[:, z]])
                 if cap is not None:
-                    other_price = price[combos[:, others]].sum(axis=1) if others else 0.0
+                    other_price = price[C[:, others]].sum(axis=1) if others else 0.0
                     smax = np.minimum(smax, np.floor((cap - other_price) / pmin + 1e-9))
                 smax = np.clip(smax, 0, N).astype(int)
-                bound = pmax[X, smax] + (sep_terms[:, others].sum(axis=1) if others else 0.0)
+                bound = pmax[X, smax] + (sep_terms[at][:, others].sum(axis=1) if others else 0.0)
                 r = pmin * rmin[X, smax]
                 if others:
-                    r = np.minimum(r, rho1[combos[:, others]].min(axis=1))
-                ub = np.where(d, np.minimum(ub, bound), ub)
-                rho = np.where(d, np.maximum(rho, r), rho)
+                    r = np.minimum(r, rho1[C[:, others]].min(axis=1))
+                ub[at] = np.minimum(ub[at], bound)
+                rho[at] = np.maximum(rho[at], r)
         haz = lam_a[combos].sum(axis=1)
         cost_lb = rho * request.total_samples / 3600.0 + min_rate * request.startup_overhead_h
         keep = self._subset_keep(spec, theta, ub, min_rate, haz, cost_lb, request)
@@ -669,48 +678,60 @@ class MixBounds:
         gpn_min = tables["gpn"][combos].min(axis=1)
         link_min = np.where(unknown, -1.0, np.nan_to_num(link).min(axis=1))
         efa_all = tables["efa"][combos].min(axis=1)
-        # one integer per signature: np.unique over rows (axis=0) sorts them as bytes, far slower
+        # one integer per signature (np.unique over rows, axis=0, sorts them as bytes: far slower);
+        # the slowest member enters by its GPU model, all the comm model sees of it
         _, g_code = np.unique(gpn_min, return_inverse=True)
         l_vals, l_code = np.unique(link_min, return_inverse=True)
-        code = ((g_code.reshape(-1) * len(l_vals) + l_code.reshape(-1)) * 2 + efa_all.astype(np.int64)) * len(
-            tables["offers"]
-        ) + slowest
+        models = tables["model"]
+        m_code = models[slowest]
+        code = ((g_code.reshape(-1) * len(l_vals) + l_code.reshape(-1)) * 2 + efa_all.astype(np.int64)) * (
+            int(models.max()) + 1
+        ) + m_code
         _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
-        uniq = np.column_stack(
-            [gpn_min[first], link_min[first], efa_all[first], slowest[first].astype(float)]
-        )
-        offers = tables["offers"]
         inverse = np.asarray(inverse).reshape(-1)
+        offers = tables["offers"]
         most = (
             np.full(len(combos), self.N, dtype=np.int64) if most is None else np.asarray(most, dtype=np.int64)
         )
-        floors = np.zeros(len(combos))
-        for u in range(len(uniq)):
-            if uniq[u, 1] < 0:
+        upto_of = np.zeros(len(first), dtype=np.int64)  # per signature, the most nodes of its rows
+        np.maximum.at(upto_of, inverse, most)
+        # prefix minima of the floors over totals k..n per signature (nan: not asked yet or below
+        # k; 0 or -inf: the oracle cannot say), then one gather for every row
+        table = np.zeros((len(first), self.N + 1))
+        for u, (r, upto) in enumerate(zip(first.tolist(), upto_of.tolist(), strict=True)):
+            if link_min[r] < 0 or upto < k:
                 continue  # a member without a network figure or datasheet: the oracle cannot say
-            idx = np.flatnonzero(inverse == u)
-            upto = int(most[idx].max())
-            if upto < k:
-                continue
-            key = (k, *(float(x) for x in uniq[u, :3]), offers[int(uniq[u, 3])].gpu_model)
-            # prefix minima of the floors over totals k..n (nan: not asked yet; 0: cannot say)
+            key = (
+                k,
+                float(gpn_min[r]),
+                float(link_min[r]),
+                float(efa_all[r]),
+                offers[int(slowest[r])].gpu_model,
+            )
             pmin = self._subset_comm.get(key)
             if pmin is None or np.isnan(pmin[upto]):
-                members = [offers[i] for i in combos[idx[0]]]
-                pmin = np.full(self.N + 1, np.nan)
-                if self.curves.comm_floor_prefix is not None:
-                    pmin[k : upto + 1] = self.curves.comm_floor_prefix(members, upto)[k:]
-                else:
-                    floor = np.asarray(self.curves.comm_floor(members, np.arange(k, upto + 1)), dtype=float)
-                    # 0: the oracle cannot say for that total, so no floor from it (nor any larger)
-                    floor = np.where(floor > 0, floor, -np.inf)
-                    pmin[k : upto + 1] = np.minimum.accumulate(floor)
+                pmin = self._subset_floor_prefix([offers[i] for i in combos[r]], upto)
                 if len(self._subset_comm) >= self.comm_entries:
                     self._subset_comm.clear()  # a cache (COMM_CACHE_BYTES): asked again when needed
                 self._subset_comm[key] = pmin
-            f = pmin[most[idx]]
-            floors[idx] = np.where(f > 0, f, 0.0)  # nan (most < k) and -inf (cannot say): none
-        return floors
+            table[u] = pmin
+        f = table[inverse, most]
+        return np.where(f > 0, f, 0.0)  # nan (most < k) and -inf (cannot say): none
+
+    def _subset_floor_prefix(self, members: Sequence[Candidate], upto: int) -> np.ndarray:
+        """``pmin[n]``, the least comm floor of ``members``' cluster over totals ``k..n``, for
+        ``n = k..upto`` (nan elsewhere)."""
+        k = len(members)
+        pmin = np.full(self.N + 1, np.nan)
+        if self.curves.comm_floor_prefix is not None:
+            pmin[k : upto + 1] = self.curves.comm_floor_prefix(members, upto)[k:]
+        else:
+            assert self.curves.comm_floor is not None
+            floor = np.asarray(self.curves.comm_floor(members, np.arange(k, upto + 1)), dtype=float)
+            # 0: the oracle cannot say for that total, so no floor from it (nor any larger)
+            floor = np.where(floor > 0, floor, -np.inf)
+            pmin[k : upto + 1] = np.minimum.accumulate(floor)
+        return pmin
 
     def member_limits(
         self,
