@@ -469,6 +469,97 @@ class Oracle:
             out[n] = best
         return out
 
+    def throughput_curve(
+        self, candidate: Candidate, counts: Sequence[int], global_batch: int
+    ) -> np.ndarray | None:
+        """``self(((candidate, n),), global_batch).throughput_sps`` for every ``n`` of ``counts``
+        at once (0 where that is ``None``), to the bit: the same split, phase adjustments,
+        all-reduces and deterministic timeline (:func:`planner.simulator.timeline` with one
+        worker: bucket ``k`` starts at ``max(opt + fwd + f_k·bwd, end of bucket k-1)``) and the
+        loaders' floor, over arrays.  The plan search asks hundreds of counts of one type; one
+        call at a time costs ~0.2 ms.  ``None`` where this path does not apply (the Monte-Carlo
+        oracle, a profiled workload's per-batch buckets, a comm model other than the learned
+        one): ask the configurations one by one."""
+        if self.samples or self.workload.measured is not None or not isinstance(self.comm, LearnedComm):
+            return None
+        ns = np.asarray(counts, dtype=np.int64)
+        out = np.zeros(len(ns))
+        model, gpn = candidate.gpu_model, int(candidate.gpus_per_node)
+        g = int(global_batch)
+        try:
+            cap = self.max_batch(model)
+            base = self.cluster(((candidate, 1),))
+            multi_base = self.cluster(((candidate, 2),))
+        except (KeyError, TypeError, ValueError):
+            return None
+        workers = ns * gpn
+        ok = (workers >= 1) & (workers <= g)
+        batch = np.zeros(len(ns), dtype=np.int64)
+        batch[ok] = [math.ceil(g / w) for w in workers[ok].tolist()]  # as split() rounds
+        ok &= batch <= cap
+        kappa_all = getattr(self.transfer, "nccl_slowdown", 0.0)
+        input_all = getattr(self.transfer, "input_ns_per_element", 0.0)
+        elements = math.prod(self.workload.input_shape) if self.workload.input_shape else 0
+        share = host_share(candidate)
+        # the κ-, δ-adjusted (optimizer, forward, backward) of each (batch, more than one GPU)
+        phase_of: dict[tuple[int, bool], tuple[float, float, float] | None] = {}
+        opt, fwd, bwd = np.zeros(len(ns)), np.zeros(len(ns)), np.zeros(len(ns))
+        for i in np.flatnonzero(ok).tolist():
+            b, multi = int(batch[i]), bool(workers[i] > 1)
+            key = (b, multi)
+            if key not in phase_of:
+                try:
+                    ph = self.phases(model, b)
+                except KeyError:
+                    ph = None
+                if ph is None:
+                    phase_of[key] = None
+                else:
+                    kappa = kappa_all if multi else 0.0
+                    sync_ms = (input_all if multi else 0.0) * share * elements * b / 1e6
+                    if kappa or sync_ms:
+                        phase_of[key] = (ph.optimizer + sync_ms, ph.forward, ph.backward * (1 + kappa))
+                    else:
+                        phase_of[key] = (ph.optimizer, ph.forward, ph.backward)
+            got = phase_of[key]
+            if got is None:
+                ok[i] = False
+            else:
+                opt[i], fwd[i], bwd[i] = got
+        sizes = tuple(int(s) for s in self.workload.bucket_sizes)
+        specs = self.workload.bucket_specs(1)  # the workload's own layout: the same at every batch
+        fractions = [b.ready_fraction for b in specs]
+        comm = np.zeros((len(ns), len(specs)))
+        if gpn > 1 and np.any(ok & (ns == 1)):
+            comm[ns == 1] = [c.p50_ms for c in self._comm(base, specs)]
+        several = np.flatnonzero(ok & (ns >= 2))
+        if len(several):
+            self._comm_fill(multi_base, ns[several].tolist(), sizes)
+            fixed = (
+                multi_base.gpus_per_node,
+                multi_base.network_gbps,
+                multi_base.efa,
+                multi_base.device,
+                sizes,
+            )
+            comm[several] = [[c.p50_ms for c in self._comm_cache[(n, *fixed)]] for n in ns[several].tolist()]
+        starts = opt + fwd
+        ends = starts + bwd
+        prev = np.zeros(len(ns))
+        for k, f in enumerate(fractions):
+            prev = np.maximum(starts + f * bwd, prev) + comm[:, k]
+        p50 = np.maximum(ends, prev) + 0.0  # + the tail (0): as timeline() adds it
+        pipeline = self.pipeline
+        if pipeline is not None:
+            input_ms = batch * gpn / pipeline.ceiling(candidate.vcpus, gpn) * 1e3
+            p50 = np.where(input_ms > p50, input_ms, p50)
+        processed = np.minimum(batch * workers, g)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            thr = processed / (p50 / 1e3)
+        good = ok & (thr > 0) & np.isfinite(thr)
+        out[good] = thr[good]
+        return out
+
     def mix_throughput_bound(
         self, members: Sequence[Candidate], counts: Sequence[np.ndarray], grid: Sequence[int]
     ) -> np.ndarray:
@@ -642,6 +733,23 @@ class Oracle:
                     CommTime(p.p50_ms, p.p90_ms) for p in self.comm.predict_many(queries)
                 ]
         return self._comm_cache[key]
+
+    def _comm_fill(self, base: Cluster, nodes: Sequence[int], sizes: tuple[int, ...]) -> None:
+        """:meth:`_comm`'s entries of ``base`` on each of ``nodes`` (every one at least 2) with
+        buckets of ``sizes``, the missing ones computed over all counts at once
+        (:meth:`planner.models.nccl.LearnedComm.estimate_nodes`: the same figures to the bit)."""
+        assert isinstance(self.comm, LearnedComm)
+        fixed = (base.gpus_per_node, base.network_gbps, base.efa, base.device, sizes)
+        missing = [n for n in nodes if (n, *fixed) not in self._comm_cache]
+        if not missing or not sizes:
+            return
+        topo = Topology.from_cluster(base)
+        per_size = {s: self.comm.estimate_nodes(s, topo, missing) for s in set(sizes)}
+        for i, n in enumerate(missing):
+            # µs → ms, as _comm divides
+            self._comm_cache[(n, *fixed)] = [
+                CommTime(float(per_size[s][0][i]) / 1e3, float(per_size[s][1][i]) / 1e3) for s in sizes
+            ]
 
     def comm_source(self, config: Config) -> CommSource:
         """Which comm model times this configuration's all-reduces, and on how many train points

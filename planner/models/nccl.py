@@ -302,6 +302,47 @@ def prior_us(size_bytes: float, topo: Topology, params: PriorParams = DEFAULT_PA
     return best
 
 
+def prior_us_nodes(
+    size_bytes: float, topo: Topology, nodes: Any, params: PriorParams = DEFAULT_PARAMS
+) -> Any:
+    """:func:`prior_us`'s time of ``topo`` on each node count of ``nodes`` (numpy, every count
+    at least 2), to the bit: the same operations in the same order, over arrays (only the node
+    count and the ranks change between rows)."""
+    import numpy as np
+
+    nodes = np.asarray(nodes, dtype=np.int64)
+    if len(nodes) and int(nodes.min()) < 2:
+        raise ValueError("prior_us_nodes: every count must be at least 2 nodes")
+    multi = dataclasses.replace(topo, nodes=2)  # the per-node figures of a multi-node topology
+    g = topo.gpus_per_node
+    n = nodes * g
+    intra, net = multi.intra_bw(params), multi.net_bw(params)
+    ring_bw = min(intra, net) * n / (2 * (n - 1))
+    inter_steps = np.minimum(2 * nodes, 2 * (n - 1))
+    # ceil(log2(nodes)), in integers: the index of the first power of two at least nodes
+    log_nodes = np.searchsorted(1 << np.arange(63, dtype=np.int64), nodes, side="left")
+    best = np.full(len(nodes), math.inf)
+    for proto in PROTOCOLS:
+        base = params.lat_base * BASE_LAT_US["ring"][proto]
+        lat = (2 * (n - 1) - inter_steps) * _hop_us(
+            multi.intra, "ring", proto, params
+        ) + inter_steps * _hop_us(multi.net, "ring", proto, params)
+        best = np.minimum(best, (base + lat) + size_bytes / (ring_bw * BW_FACTOR[proto]) * 1e6)
+        lat = 2 * (
+            (g - 1) * _hop_us(multi.intra, "tree", proto, params)
+            + log_nodes * _hop_us(multi.net, "tree", proto, params)
+        )
+        tree_lat = params.lat_base * BASE_LAT_US["tree"][proto] + lat
+        best = np.minimum(best, tree_lat + size_bytes / (0.92 * ring_bw * BW_FACTOR[proto]) * 1e6)
+    if multi.nvls():
+        nvls_bw = params.nvls_gain * intra * g / (2 * (g - 1))
+        base = params.lat_base * BASE_LAT_US["nvls"]["Simple"]
+        hier = params.nvlstree_eff * net * nodes / (2 * (nodes - 1))
+        lat = base + 2 * log_nodes * _hop_us(multi.net, "tree", "Simple", params)
+        best = np.minimum(best, lat + size_bytes / (np.minimum(nvls_bw, hier) * BW_FACTOR["Simple"]) * 1e6)
+    return best
+
+
 def features(size_bytes: float, topo: Topology, prior: float) -> list[float]:
     return [
         math.log2(max(size_bytes, 1.0)),
@@ -367,6 +408,48 @@ class LearnedComm:
         )
         r90 = max(r50, r90, r50 + math.log(far))
         return CommEstimate(prior * math.exp(r50), prior * math.exp(r90), "learned", near, choice)
+
+    def estimate_nodes(self, size_bytes: float, topo: Topology, nodes: Any) -> tuple[Any, Any]:
+        """``(p50 µs, p90 µs)`` arrays: :meth:`estimate` of ``topo`` on each node count of
+        ``nodes`` (numpy, all at least 2), to the bit, for a whole curve in one pass (the plan
+        search asks hundreds of counts of each instance type)."""
+        import numpy as np
+
+        nodes = np.asarray(nodes, dtype=np.int64)
+        prior = prior_us_nodes(size_bytes, topo, nodes, self.params)
+        multi = dataclasses.replace(topo, nodes=2)
+        near_of = self.meta.get("near", {})
+        far_ratio = float(self.meta.get("far_p90_ratio", 1.0))
+        # the node counts with train points near (near_key: interconnect|nodes|GPUs per node)
+        near_nodes = [
+            int(parts[1])
+            for key, count in near_of.items()
+            for parts in (key.split("|"),)
+            if int(count) != 0 and parts[0] == multi.interconnect and parts[2] == str(topo.gpus_per_node)
+        ]
+        far = np.where(np.isin(nodes, near_nodes), 1.0, far_ratio)
+        if not self.trees.trees:
+            return prior, prior * np.maximum(P90_RATIO, far)
+        x = np.empty((len(nodes), len(FEATURES)))
+        x[:, 0] = math.log2(max(size_bytes, 1.0))
+        x[:, 1] = nodes
+        x[:, 2] = float(topo.gpus_per_node)
+        x[:, 3] = float(INTERCONNECTS.index(multi.interconnect))
+        x[:, 4] = float(GENERATIONS.index(topo.generation)) if topo.generation in GENERATIONS else math.nan
+        x[:, 5] = nccl_band(topo.nccl_version)
+        x[:, 6] = [math.log(max(p, 1e-3) / 1e3) for p in prior.tolist()]
+        r50 = np.maximum(-self.clip, np.minimum(self.clip, self.trees.predict_many(x)))
+        if self.trees_p90.trees:
+            r90 = np.maximum(-self.clip, np.minimum(self.clip, self.trees_p90.predict_many(x)))
+        else:
+            r90 = r50 + math.log(P90_RATIO)
+        r90 = np.maximum(np.maximum(r50, r90), r50 + np.array([math.log(v) for v in far.tolist()]))
+        e50 = np.array([math.exp(v) for v in r50.tolist()])
+        e90 = np.array([math.exp(v) for v in r90.tolist()])
+        learned = prior > 0  # prior 0: estimate gives the prior (no correction)
+        p50 = np.where(learned, prior * e50, prior)
+        p90 = np.where(learned, prior * e90, prior * np.maximum(P90_RATIO, far))
+        return p50, p90
 
     def predict_us(self, size_bytes: float, topo: Topology) -> tuple[float, float, str]:
         """``(p50 µs, p90 µs, source)`` with source ``"learned"`` or ``"prior"``."""

@@ -236,6 +236,56 @@ class Trees:
             total += threshold[n]
         return total
 
+    def predict_many(self, X: Any) -> Any:
+        """:meth:`__call__` of every row of ``X`` (rows x features) at once (numpy), to the bit:
+        features and thresholds compared as float32, NaN going the default way, and the leaves
+        added in tree order after the base (``cumsum`` adds left to right, as the loop does)."""
+        import numpy as np
+
+        X = np.asarray(X, dtype=float)
+        rows = X.shape[0]
+        if not self.trees:
+            return np.full(rows, self.base)
+        left, right, feature, threshold, default_left, depth = self._arrays()
+        xf = X.astype(np.float32).astype(float)  # as _float32 does
+        T = left.shape[0]
+        t = np.arange(T)[None, :]
+        node = np.zeros((rows, T), dtype=np.int64)
+        r = np.arange(rows)[:, None]
+        for _ in range(depth):
+            lf = left[t, node]
+            inner = lf != -1
+            v = xf[r, feature[t, node]]
+            go_left = np.where(np.isnan(v), default_left[t, node], v < threshold[t, node])
+            node = np.where(inner, np.where(go_left, lf, right[t, node]), node)
+        leaves = threshold[t, node]
+        out = np.cumsum(np.concatenate([np.full((rows, 1), self.base), leaves], axis=1), axis=1)
+        return out[:, -1].copy()
+
+    def _arrays(self) -> tuple[Any, Any, Any, Any, Any, int]:
+        """The trees as padded numpy arrays (tree x node) and the deepest path, built once."""
+        cached = self.__dict__.get("_np_arrays")
+        if cached is not None:
+            return cached  # type: ignore[no-any-return]
+        import numpy as np
+
+        T = len(self.trees)
+        width = max(len(tr[0]) for tr in self.trees)
+        left = np.full((T, width), -1, dtype=np.int64)
+        right = np.full((T, width), -1, dtype=np.int64)
+        feature = np.zeros((T, width), dtype=np.int64)
+        threshold = np.zeros((T, width))
+        default_left = np.zeros((T, width), dtype=bool)
+        depth = 0
+        for i, (lt, rt, ft, th, dl) in enumerate(self.trees):
+            m = len(lt)
+            left[i, :m], right[i, :m], feature[i, :m] = lt, rt, ft
+            threshold[i, :m], default_left[i, :m] = th, dl
+            depth = max(depth, _depth(lt, rt))
+        out = (left, right, feature, threshold, default_left, depth)
+        self.__dict__["_np_arrays"] = out  # frozen: a cache, not a field
+        return out
+
     def least(self) -> float:
         """A value :meth:`__call__` never goes below: the base plus each tree's least leaf."""
         return self.base + sum(
@@ -277,6 +327,18 @@ class Trees:
             for t in doc.get("trees", ())
         )
         return cls(float(doc.get("base", 0.0)), trees)
+
+
+def _depth(left: Sequence[int], right: Sequence[int]) -> int:
+    """Edges on the longest root-to-leaf path of one tree."""
+    best, stack = 0, [(0, 0)]
+    while stack:
+        n, d = stack.pop()
+        if left[n] == -1:
+            best = max(best, d)
+        else:
+            stack += [(left[n], d + 1), (right[n], d + 1)]
+    return best
 
 
 def _float32(values: Sequence[float]) -> tuple[float, ...]:

@@ -95,6 +95,8 @@ from planner.solver.request import REL, PerfOracle, qkey
 FULL_CURVE_LIMIT = 2048
 #: Count vectors built at once for a subset of three (the first member's counts in blocks).
 SLICE_ROWS = 1 << 18
+#: Node counts of one type evaluated in one pass (the oracle's ``throughput_curve``).
+CURVE_BLOCK = 64
 #: Bytes of cached comm-floor caps (A4) per solve.
 COMM_CACHE_BYTES = 8 << 20
 
@@ -132,6 +134,13 @@ class Curves:
         self.comm_floor_prefix: Callable[[Sequence[Candidate], int], np.ndarray] | None = (
             prefix_fn if callable(prefix_fn) and self.comm_floor is not None else None
         )
+        curve_fn = getattr(perf, "throughput_curve", None)
+        self.throughput_curve: Callable[[Candidate, np.ndarray, int], np.ndarray | None] | None = (
+            curve_fn if callable(curve_fn) else None
+        )
+        # (type, batch, block) -> the exact throughput of counts block*CURVE_BLOCK.. (None: the
+        # oracle cannot do it in one pass, so each count is asked alone)
+        self._blocks: dict[tuple[str, int, int], np.ndarray | None] = {}
         speed_fn = getattr(perf, "gpu_speed", None)
         self.gpu_speed: Callable[[str], float] | None = speed_fn if callable(speed_fn) else None
         mix_fn = getattr(perf, "mix_throughput_bound", None)
@@ -174,7 +183,7 @@ class Curves:
                     self.evaluate(t, n)
 
     def nbytes(self) -> int:
-        return len(self.types) * (self.N + 1) * (2 * len(self.grid) + 3) * 8
+        return len(self.types) * (self.N + 1) * (3 * len(self.grid) + 3) * 8  # + the curve blocks
 
     def known(self, t: str, n: int) -> bool:
         return not math.isnan(self.thr[t][n])
@@ -198,8 +207,7 @@ class Curves:
                 continue
             if not self.full and ub[j] < best_t:
                 break  # sorted by bound: no later batch can beat best_t
-            e = self.memo.get(((t, n),), g)
-            v = e.throughput_sps if e is not None else 0.0
+            v = self._value(t, n, g)
             vals[j] = v
             if v > best_t or (v == best_t and v > 0 and g < best_g):
                 best_t, best_g = v, g
@@ -208,6 +216,27 @@ class Curves:
         self.points_evaluated += 1
         self.progress.tick()
         return best_t, best_g
+
+    def _value(self, t: str, n: int, g: int) -> float:
+        """The oracle's throughput of ``n`` nodes of type ``t`` at global batch ``g`` (0: cannot
+        run): from the oracle's ``throughput_curve`` over a block of counts where it has one
+        (the search asks a type's counts near one another), else one call (memoised)."""
+        if self.throughput_curve is not None:
+            block = n // CURVE_BLOCK
+            key = (t, g, block)
+            if key not in self._blocks:
+                lo = max(block * CURVE_BLOCK, 1)
+                counts = np.arange(lo, min((block + 1) * CURVE_BLOCK, self.N + 1))
+                got = self.throughput_curve(self.reps[t], counts, g)
+                self._blocks[key] = (
+                    None if got is None else np.concatenate([np.zeros(lo - block * CURVE_BLOCK), got])
+                )
+            row = self._blocks[key]
+            if row is not None:
+                self.memo.calls += 1  # one configuration the search used
+                return float(row[n - block * CURVE_BLOCK])
+        e = self.memo.get(((t, n),), g)
+        return e.throughput_sps if e is not None else 0.0
 
     def upper(self, t: str) -> np.ndarray:
         """``T_t(n)`` where evaluated, else its upper bound (``n = 0..N``)."""
