@@ -68,6 +68,9 @@ class MixBound:
         comp = np.full(top + 1, np.inf)
         paced = np.full(top + 1, np.inf)
         beta = 0.0
+        many = getattr(self.oracle, "phases_many", None)
+        if callable(many):
+            many(model, range(1, top + 1))  # every batch's phases in one pass
         for b in range(1, top + 1):
             try:
                 phases = self.oracle.phases(model, b)

@@ -242,17 +242,51 @@ class Oracle:
             )
         except (KeyError, ValueError):  # no (usable) datasheet for this GPU: it cannot be planned for
             return None
-        if t.spread == PhaseSpread():
-            t = PhaseTimes(
-                t.forward,
-                t.backward,
-                t.optimizer,
-                spread=w.default_spread,
-                fit_error=t.fit_error,
-                source=t.source,
-                batch_size=batch,
-            )
-        return t
+        return self._default_spread(t, batch)
+
+    def _default_spread(self, t: PhaseTimes, batch: int) -> PhaseTimes:
+        """``t`` with the workload's default spread where the model gave none."""
+        if t.spread != PhaseSpread():
+            return t
+        return PhaseTimes(
+            t.forward,
+            t.backward,
+            t.optimizer,
+            spread=self.workload.default_spread,
+            fit_error=t.fit_error,
+            source=t.source,
+            batch_size=batch,
+        )
+
+    def phases_many(self, model: str, batches: Sequence[int]) -> None:
+        """Predict :meth:`phases` of ``model`` at every batch of ``batches`` not asked yet in one
+        pass (:meth:`planner.models.transfer.TransferModel.analytical_many`, the same figures to
+        the bit) and keep them where :meth:`phases` looks.  Only for an unprofiled workload (its
+        times are the analytical ones); a profiled one is asked a batch at a time."""
+        if self.workload.measured is not None:
+            return
+        todo = [int(b) for b in batches if (model, int(b)) not in self._phase_cache]
+        if not todo:
+            return
+        try:
+            cap = self.max_batch(model)
+        except KeyError:
+            return  # asked one at a time, as before
+        runs = sorted({b for b in todo if 1 <= b <= cap})
+        for b in todo:
+            if not 1 <= b <= cap:
+                self._phase_cache[(model, b)] = None
+        if not runs:
+            return
+        w = self.workload
+        try:
+            times = self.transfer.analytical_many(w.cost, runs, model, w.precision)
+        except (KeyError, ValueError):  # no (usable) datasheet for this GPU: it cannot be planned for
+            for b in runs:
+                self._phase_cache[(model, b)] = None
+            return
+        for b, t in zip(runs, times, strict=True):
+            self._phase_cache[(model, b)] = self._default_spread(t, b)
 
     def step_ms(self, model: str, batch: int) -> float:
         t = self.phases(model, batch)
@@ -494,38 +528,10 @@ class Oracle:
             return None
         workers = ns * gpn
         ok = (workers >= 1) & (workers <= g)
-        batch = np.zeros(len(ns), dtype=np.int64)
-        batch[ok] = [math.ceil(g / w) for w in workers[ok].tolist()]  # as split() rounds
+        # split()'s ceil(G / workers), in integers (the same for any G and workers below 2**26)
+        batch = np.where(ok, -(-g // np.maximum(workers, 1)), 0)
         ok &= batch <= cap
-        kappa_all = getattr(self.transfer, "nccl_slowdown", 0.0)
-        input_all = getattr(self.transfer, "input_ns_per_element", 0.0)
-        elements = math.prod(self.workload.input_shape) if self.workload.input_shape else 0
-        share = host_share(candidate)
-        # the κ-, δ-adjusted (optimizer, forward, backward) of each (batch, more than one GPU)
-        phase_of: dict[tuple[int, bool], tuple[float, float, float] | None] = {}
-        opt, fwd, bwd = np.zeros(len(ns)), np.zeros(len(ns)), np.zeros(len(ns))
-        for i in np.flatnonzero(ok).tolist():
-            b, multi = int(batch[i]), bool(workers[i] > 1)
-            key = (b, multi)
-            if key not in phase_of:
-                try:
-                    ph = self.phases(model, b)
-                except KeyError:
-                    ph = None
-                if ph is None:
-                    phase_of[key] = None
-                else:
-                    kappa = kappa_all if multi else 0.0
-                    sync_ms = (input_all if multi else 0.0) * share * elements * b / 1e6
-                    if kappa or sync_ms:
-                        phase_of[key] = (ph.optimizer + sync_ms, ph.forward, ph.backward * (1 + kappa))
-                    else:
-                        phase_of[key] = (ph.optimizer, ph.forward, ph.backward)
-            got = phase_of[key]
-            if got is None:
-                ok[i] = False
-            else:
-                opt[i], fwd[i], bwd[i] = got
+        opt, fwd, bwd, ok = self._adjusted_phases(candidate, batch, workers, ok)
         sizes = tuple(int(s) for s in self.workload.bucket_sizes)
         specs = self.workload.bucket_specs(1)  # the workload's own layout: the same at every batch
         fractions = [b.ready_fraction for b in specs]
@@ -602,9 +608,6 @@ class Oracle:
             cap = self.max_batch(model)
         except KeyError:
             return out
-        kappa_all = getattr(self.transfer, "nccl_slowdown", 0.0)
-        input_all = getattr(self.transfer, "input_ns_per_element", 0.0)
-        elements = math.prod(self.workload.input_shape) if self.workload.input_shape else 0
         pipeline = self.pipeline
         ceiling = pipeline.ceiling(candidate.vcpus, gpn) if pipeline else math.inf
         g = int(global_batch)
@@ -612,27 +615,53 @@ class Oracle:
         ok = (workers >= 1) & (workers <= g)
         batch = np.where(ok, -(-g // np.maximum(workers, 1)), 0)
         ok &= batch <= cap
-        per_batch: dict[tuple[int, bool], float] = {}
-        for i in np.flatnonzero(ok).tolist():
-            b, multi = int(batch[i]), bool(workers[i] > 1)
-            key = (b, multi)
-            if key not in per_batch:
-                try:
-                    phases = self.phases(model, b)
-                except KeyError:
-                    phases = None
-                if phases is None:
-                    per_batch[key] = 0.0
-                else:
-                    kappa = kappa_all if multi else 0.0
-                    sync_ms = (input_all if multi else 0.0) * host_share(candidate) * elements * b / 1e6
-                    bwd = phases.backward * (1 + kappa) if (kappa or sync_ms) else phases.backward
-                    opt = phases.optimizer + sync_ms if (kappa or sync_ms) else phases.optimizer
-                    compute_ms = (opt + phases.forward) + bwd
-                    compute_ms = max(compute_ms, b * gpn / ceiling * 1e3)  # the loaders' floor
-                    per_batch[key] = g / (compute_ms / 1e3) if compute_ms > 0 else math.inf
-            out[i] = per_batch[key]
+        opt, fwd, bwd, ok = self._adjusted_phases(candidate, batch, workers, ok)
+        compute_ms = (opt + fwd) + bwd
+        compute_ms = np.maximum(compute_ms, batch * gpn / ceiling * 1e3)  # the loaders' floor
+        with np.errstate(divide="ignore"):
+            out[ok] = np.where(compute_ms[ok] > 0, g / (compute_ms[ok] / 1e3), math.inf)
         return out
+
+    def _adjusted_phases(
+        self, candidate: Candidate, batch: np.ndarray, workers: np.ndarray, ok: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(optimizer, forward, backward, ok)`` per row of ``candidate`` at per-GPU ``batch``
+        with ``workers`` GPUs in all, as :meth:`_estimate` adjusts them: backward ``× (1 + κ)`` and
+        ``δ`` per input element on the optimizer on more than one GPU (the same operations);
+        ``ok`` cleared where the GPU has no phase times at that batch."""
+        model = candidate.gpu_model
+        opt, fwd, bwd = (np.zeros(len(batch)) for _ in range(3))
+        ok = ok.copy()
+        rows = np.flatnonzero(ok)
+        if not len(rows):
+            return opt, fwd, bwd, ok
+        kappa_all = getattr(self.transfer, "nccl_slowdown", 0.0)
+        input_all = getattr(self.transfer, "input_ns_per_element", 0.0)
+        elements = math.prod(self.workload.input_shape) if self.workload.input_shape else 0
+        share = host_share(candidate)
+        self.phases_many(model, np.unique(batch[rows]).tolist())
+        keys, inverse = np.unique(batch[rows] * 2 + (workers[rows] > 1), return_inverse=True)
+        table = np.zeros((len(keys), 3))
+        runs = np.ones(len(keys), dtype=bool)
+        for j, key in enumerate(keys.tolist()):
+            b, multi = key // 2, bool(key % 2)
+            try:
+                ph = self.phases(model, b)
+            except KeyError:
+                ph = None
+            if ph is None:
+                runs[j] = False
+                continue
+            kappa = kappa_all if multi else 0.0
+            sync_ms = (input_all if multi else 0.0) * share * elements * b / 1e6
+            if kappa or sync_ms:
+                table[j] = (ph.optimizer + sync_ms, ph.forward, ph.backward * (1 + kappa))
+            else:
+                table[j] = (ph.optimizer, ph.forward, ph.backward)
+        inverse = np.asarray(inverse).reshape(-1)
+        opt[rows], fwd[rows], bwd[rows] = table[inverse].T
+        ok[rows] = runs[inverse]
+        return opt, fwd, bwd, ok
 
     def __call__(self, config: Config, global_batch: int) -> Estimate | None:
         self.calls += 1

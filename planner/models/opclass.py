@@ -442,6 +442,132 @@ class OpClassModel(TransferModel):
     ) -> dict[str, float]:
         return self._corrected(cost, batch, gpu, precision, PHASES)
 
+    def phase_ms_many(
+        self, cost: WorkloadCost, batches: Sequence[int], gpu: str | GpuSpec, precision: str | None = None
+    ) -> dict[str, Any]:
+        """:meth:`phase_ms` at every batch of ``batches`` at once: ``{phase: numpy array}``, to the
+        bit (each sum accumulates its terms in the order :func:`columns`, :meth:`bracket` and
+        :func:`features` add them; logs and exps per element with :mod:`math`).  The plan search
+        asks hundreds of batches per GPU (step envelopes, batch splits)."""
+        import numpy as np
+
+        spec = self.spec(gpu)
+        prec = precision or cost.precision
+        b = np.asarray(batches, dtype=float)
+        out = {p: np.zeros(len(b)) for p in PHASES}
+        if not len(b):
+            return out
+        peak = spec.peak_tflops(prec)
+        if not peak or not spec.memory_bandwidth_gb_s:
+            raise ValueError(f"gpu {spec.name}: no {prec} peak or memory bandwidth in its spec")
+        sums = cost.class_sums()
+        at = {
+            (p, c): (np.maximum(s.f0 + s.f1 * b, 0.0), np.maximum(s.m0 + s.m1 * b, 0.0))
+            for p in PHASES
+            for c, s in sums[p].items()
+        }
+        # which GEMM classes have FLOPs decides which columns a row has, hence the order of its
+        # sums: rows are done in groups of one such pattern (almost always a single group)
+        gemm = [(p, c) for p in PHASES for c in sums[p] if c in GEMM_CLASSES]
+        pattern = np.zeros(len(b), dtype=np.int64)
+        for i, key in enumerate(gemm):
+            pattern |= (at[key][0] != 0).astype(np.int64) << i
+        for code in np.unique(pattern).tolist():
+            rows = np.flatnonzero(pattern == code)
+            live = {key for i, key in enumerate(gemm) if code >> i & 1}
+            sub = {key: (f[rows], m[rows]) for key, (f, m) in at.items()}
+            phases = self._phases_of_rows(cost, b[rows], spec, prec, sub, live)
+            for p in PHASES:
+                out[p][rows] = phases[p]
+        return out
+
+    def _phases_of_rows(
+        self,
+        cost: WorkloadCost,
+        b: Any,
+        spec: GpuSpec,
+        prec: str,
+        at: Mapping[tuple[str, str], tuple[Any, Any]],
+        live: set[tuple[str, str]],
+    ) -> dict[str, Any]:
+        """:meth:`phase_ms_many` for rows whose GEMM classes with FLOPs are ``live``."""
+        import numpy as np
+
+        rows = len(b)
+        sums = cost.class_sums()
+        unit = compute_unit(spec, prec)
+        flops_per_ms = (spec.peak_tflops(prec) or 0.0) * 1e9
+        bw = spec.memory_bandwidth_gb_s or 0.0
+        bytes_per_ms = W_REF_GB_S * (bw / W_REF_GB_S) ** self.beta * 1e6
+        k = self.unit_factor(spec, prec)
+        t: dict[str, Any] = {}
+        floor: Any = 0.0
+        for p in PHASES:
+            row: dict[str, Any] = {}  # columns(): keys in the order they are first added
+            for c, s in sums[p].items():
+                f, m = at[(p, c)]
+                if c in GEMM_CLASSES and (p, c) in live:
+                    key = f"flop:{c}:{unit}"
+                    row[key] = row.get(key, 0.0) + f / flops_per_ms
+                row[f"byte:{c}"] = row.get(f"byte:{c}", 0.0) + m / bytes_per_ms
+                key = f"kern:{kernel_group(c)}"
+                row[key] = row.get(key, 0.0) + s.kernels / 1e3
+            if p == "forward":
+                row["step"] = 1.0
+            tp: Any = 0.0  # bracket()
+            for name, v in row.items():
+                w = self.theta.get(name, 0.0) * v
+                if name.startswith(("flop:", "byte:")):
+                    tp = tp + k * w
+                else:
+                    floor = floor + (w if name.startswith("kern:") else 0.0)
+                    tp = tp + w
+            t[p] = np.broadcast_to(np.asarray(tp, dtype=float), (rows,))
+        if not self.residual.trees:
+            return {p: v * 1.0 for p, v in t.items()}
+        bracket_ms = ((0 + t["forward"]) + t["backward"]) + t["optimizer"]
+        floor = np.broadcast_to(np.asarray(floor, dtype=float), (rows,))
+        flops: dict[str, Any] = dict.fromkeys(OP_CLASSES, 0.0)  # features()
+        nbytes: dict[str, Any] = dict.fromkeys(OP_CLASSES, 0.0)
+        gemm_kernels = 0
+        for p in PHASES:
+            for c, s in sums[p].items():
+                f, m = at[(p, c)]
+                flops[c] = flops[c] + f
+                nbytes[c] = nbytes[c] + m
+                gemm_kernels += s.kernels if c in GEMM_CLASSES else 0
+        sum_f: Any = sum(flops.values())
+        total_f = np.where(sum_f != 0, sum_f, 1.0)  # `or 1.0`
+        sum_m: Any = sum(nbytes.values())
+        total_m = np.where(sum_m != 0, sum_m, 1.0)
+        gemm_f = sum(flops[c] for c in GEMM_CLASSES)
+        x = np.empty((rows, len(FEATURES)))
+        col = 0
+        for c in GEMM_CLASSES:
+            x[:, col] = flops[c] / total_f
+            col += 1
+        for c in OP_CLASSES:
+            x[:, col] = nbytes[c] / total_m
+            col += 1
+        logs = (
+            [math.log(v + 1e-9) for v in np.broadcast_to(total_f / total_m, (rows,)).tolist()],
+            [math.log(max(v, 1.0)) for v in b.tolist()],
+            [math.log(v + 1.0) for v in np.broadcast_to(gemm_f / max(gemm_kernels, 1), (rows,)).tolist()],
+        )
+        for values in logs:
+            x[:, col] = values
+            col += 1
+        with np.errstate(divide="ignore", invalid="ignore"):
+            x[:, col] = np.where(bracket_ms > 0, floor / np.where(bracket_ms > 0, bracket_ms, 1.0), 0.0)
+        x[:, col + 1] = 1.0 if precision_family(prec) == "half" else 0.0
+        x[:, col + 2] = 1.0 if unit == "tensor" else 0.0
+        x[:, col + 3] = math.log((spec.peak_tflops(prec) or 1.0) / 100.0)
+        x[:, col + 4] = math.log((spec.memory_bandwidth_gb_s or 1.0) / 1000.0)
+        r = self.residual.predict_many(x)
+        clip = self.residual_clip
+        factor = np.array([math.exp(max(-clip, min(clip, v))) for v in r.tolist()])
+        return {p: v * factor for p, v in t.items()}
+
     def step_ms(
         self,
         cost: WorkloadCost,

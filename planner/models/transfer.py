@@ -143,6 +143,17 @@ class RooflineParams:
         return float(W_REF_GB_S * (gpu.memory_bandwidth_gb_s / W_REF_GB_S) ** self.beta)
 
 
+def _analytical_times(t: Mapping[str, float], batch: int, spread: PhaseSpread | None) -> PhaseTimes:
+    return PhaseTimes(
+        t["forward"],
+        t["backward"],
+        t["optimizer"],
+        spread=spread or PhaseSpread(),
+        source="analytical",
+        batch_size=batch,
+    )
+
+
 def compute_unit(gpu: GpuSpec, precision: str) -> str:
     """``"cuda"`` for fp32 (and tf32 on GPUs without TF32 units), else ``"tensor"``."""
     p = precision.lower()
@@ -237,15 +248,23 @@ class TransferModel:
         precision: str | None = None,
         spread: PhaseSpread | None = None,
     ) -> PhaseTimes:
-        t = self.phase_ms(cost, batch, gpu, precision)
-        return PhaseTimes(
-            t["forward"],
-            t["backward"],
-            t["optimizer"],
-            spread=spread or PhaseSpread(),
-            source="analytical",
-            batch_size=batch,
-        )
+        return _analytical_times(self.phase_ms(cost, batch, gpu, precision), batch, spread)
+
+    def analytical_many(
+        self, cost: WorkloadCost, batches: Sequence[int], gpu: str | GpuSpec, precision: str | None = None
+    ) -> list[PhaseTimes]:
+        """:meth:`analytical` at every batch of ``batches`` (no measured spread), in one pass where
+        the model has ``phase_ms_many`` (:meth:`planner.models.opclass.OpClassModel.phase_ms_many`:
+        the same figures to the bit), else one batch at a time."""
+        many = getattr(self, "phase_ms_many", None)
+        if many is None:
+            return [self.analytical(cost, b, gpu, precision) for b in batches]
+        t = many(cost, batches, gpu, precision)
+        columns = [t[p].tolist() for p in ("forward", "backward", "optimizer")]
+        return [
+            _analytical_times({"forward": f, "backward": bw, "optimizer": o}, b, None)
+            for b, f, bw, o in zip(batches, *columns, strict=True)
+        ]
 
     def transfer(
         self,

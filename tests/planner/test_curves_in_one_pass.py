@@ -51,6 +51,36 @@ def test_trees_without_any_tree_give_their_base():
     assert np.array_equal(Trees(0.25).predict_many(np.zeros((3, 2))), np.full(3, 0.25))
 
 
+def test_the_compute_model_predicts_many_batches_as_it_predicts_each():
+    oracle = _oracle()
+    model, cost, precision = oracle.transfer, oracle.workload.cost, oracle.workload.precision
+    batches = list(range(1, 400)) + [1000, 4096]
+    gpus = 0
+    for gpu in sorted(model.specs):
+        try:
+            many = model.phase_ms_many(cost, batches, gpu, precision)
+        except (KeyError, ValueError) as exc:  # the same refusal as one batch gets
+            with pytest.raises(type(exc)):
+                model.phase_ms(cost, 8, gpu, precision)
+            continue
+        one = [model.phase_ms(cost, b, gpu, precision) for b in batches]
+        for phase in ("forward", "backward", "optimizer"):
+            assert np.array_equal(many[phase], np.array([t[phase] for t in one])), (gpu, phase)
+        gpus += 1
+    assert gpus >= 8
+
+
+def test_the_oracle_keeps_the_phases_it_predicts_in_one_pass():
+    fresh, batched = _oracle(), _oracle()
+    for gpu in ("A100", "A10G", "H100", "T4"):
+        cap = fresh.max_batch(gpu)
+        batches = [0, 1, 2, 3, 17, cap - 1, cap, cap + 1]
+        batched.phases_many(gpu, batches)
+        assert all((gpu, b) in batched._phase_cache for b in batches)
+        assert [batched.phases(gpu, b) for b in batches] == [fresh.phases(gpu, b) for b in batches]
+        assert batched.phases(gpu, cap + 1) is None and batched.phases(gpu, 0) is None
+
+
 def test_the_comm_model_times_a_whole_curve_as_it_times_each_count():
     from planner.models.nccl import Topology, prior_us, prior_us_nodes, shipped_model
 
