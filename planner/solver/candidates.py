@@ -539,16 +539,26 @@ class MixBounds:
         request: Any,
     ) -> tuple[np.ndarray, int, np.ndarray]:
         """The rows of ``combos`` (k-subsets of the offers of ``tables``) that survive the
-        subset-level bounds (vectorised over the subsets), and how many were pruned."""
+        subset-level bounds (vectorised over the subsets), how many were pruned, and each
+        survivor's throughput cap (A4/A5; inf where none).
+
+        The bounds are applied from the cheapest, each to the rows the previous ones leave:
+        separability, then the floor-free A5 ceiling, then replacement, then the comm floor and
+        the A5 ceiling with it.  Every test is monotone in its bounds and each later bound is
+        at least as tight (a lower cap, a higher rate, hazard or cost bound), so a row an early,
+        looser test prunes fails the last one too: the survivors and caps are those of applying
+        every bound to every row, at a fraction of the cost (the floor-free ceiling leaves a few
+        hundred of the hundreds of thousands of subsets of a "fastest within a budget" request)."""
         k = combos.shape[1]
-        if level < 1 or len(combos) == 0:
-            return combos, 0, np.full(len(combos), np.inf)
+        total = len(combos)
+        if level < 1 or total == 0:
+            return combos, 0, np.full(total, np.inf)
         N = self.N
         price, lam_a, ub1, rho1, pm1, m1 = (tables[x] for x in ("price", "lam", "ub1", "rho1", "pm1", "m1"))
         min_rate = price[combos].sum(axis=1)
         cap = spec.cap * (1 + REL) if spec.cap is not None else None
-        sep_terms = np.zeros((len(combos), k))  # separability term of each member (cap-aware)
-        most = np.zeros(len(combos), dtype=np.int64)  # most nodes a vector of the subset can have
+        sep_terms: np.ndarray = np.zeros((total, k))  # separability term of each member (cap-aware)
+        most: np.ndarray = np.zeros(total, dtype=np.int64)  # most nodes a vector of the subset can have
         for col in range(k):
             me = combos[:, col]
             if cap is not None:
@@ -563,44 +573,26 @@ class MixBounds:
         most = np.minimum(most, N)
         ub = sep_terms.sum(axis=1)
         rho = rho1[combos].min(axis=1)
-        if level >= 2 and self.replacement:
-            # replacement bound: members whose hardware another member dominates are merged into it
-            ti, pmax, rmin = tables["ti"], tables["pmax"], tables["rmin"]
-            T = ti[combos]
-            # dominates[x, y]: member x's hardware dominates member y's, per row
-            dominates = {(x, y): self.dom[T[:, x], T[:, y]] for x in range(k) for y in range(k) if x != y}
-            merges: list[tuple[int, tuple[int, ...]]] = [
-                (x, (y,)) for x in range(k) for y in range(k) if x != y
-            ]
-            if k == 3:
-                merges += [(x, tuple(y for y in range(k) if y != x)) for x in range(k)]
-            for x, ys in merges:
-                d = dominates[(x, ys[0])]
-                for y in ys[1:]:
-                    d = d & dominates[(x, y)]
-                at = np.flatnonzero(d)  # few rows: the merge is computed on them alone
-                if not len(at):
-                    continue
-                C = combos[at]
-                X = C[:, x]
-                merged = (x, *ys)
-                others = [z for z in range(k) if z not in merged]
-                smax = np.minimum(N - len(others), sum(m1[C[:, z]] for z in merged))
-                pmin = price[C[:, merged[0]]]
-                for z in merged[1:]:
-                    pmin = np.minimum(pmin, price[C[:, z]])
-                if cap is not None:
-                    other_price = price[C[:, others]].sum(axis=1) if others else 0.0
-                    smax = np.minimum(smax, np.floor((cap - other_price) / pmin + 1e-9))
-                smax = np.clip(smax, 0, N).astype(int)
-                bound = pmax[X, smax] + (sep_terms[at][:, others].sum(axis=1) if others else 0.0)
-                r = pmin * rmin[X, smax]
-                if others:
-                    r = np.minimum(r, rho1[C[:, others]].min(axis=1))
-                ub[at] = np.minimum(ub[at], bound)
-                rho[at] = np.maximum(rho[at], r)
         haz = lam_a[combos].sum(axis=1)
-        cost_lb = rho * request.total_samples / 3600.0 + min_rate * request.startup_overhead_h
+        S, o = request.total_samples, request.startup_overhead_h
+
+        def cost_lb_of(rho: np.ndarray, rate: np.ndarray) -> np.ndarray:
+            return np.asarray(rho * S / 3600.0 + rate * o, dtype=float)
+
+        keep = self._subset_keep(spec, theta, ub, min_rate, haz, cost_lb_of(rho, min_rate), request)
+        if level >= 4 and self.curves.ceiling_terms is not None and keep.any():
+            rows = np.flatnonzero(keep)
+            cap0 = self.subset_ceiling(tables, combos[rows], None)
+            r = min_rate[rows]
+            with np.errstate(divide="ignore"):
+                c0 = np.maximum(cost_lb_of(rho[rows], r), r * S / (3600.0 * cap0) + r * o)
+            keep[rows] = self._subset_keep(spec, theta, np.minimum(ub[rows], cap0), r, haz[rows], c0, request)
+        at = np.flatnonzero(keep)  # from here on, the rows still in
+        combos, sep_terms, most = combos[at], sep_terms[at], most[at]
+        ub, rho, haz, min_rate = ub[at], rho[at], haz[at], min_rate[at]
+        if level >= 2 and self.replacement and len(combos):
+            ub, rho = self._replacement(tables, combos, sep_terms, ub, rho, cap)
+        cost_lb = cost_lb_of(rho, min_rate)
         keep = self._subset_keep(spec, theta, ub, min_rate, haz, cost_lb, request)
         caps = np.full(len(combos), np.inf)
         if level >= 3 and keep.any():
@@ -615,14 +607,59 @@ class MixBounds:
             r = min_rate[rows]
             # any vector pays at least one node of each member, at a throughput of at most the cap
             with np.errstate(divide="ignore"):
-                c_lb = np.maximum(
-                    cost_lb[rows],
-                    r * request.total_samples / (3600.0 * tcap) + r * request.startup_overhead_h,
-                )
+                c_lb = np.maximum(cost_lb[rows], r * S / (3600.0 * tcap) + r * o)
             keep[rows] = self._subset_keep(
                 spec, theta, np.minimum(ub[rows], tcap), r, haz[rows], c_lb, request
             )
-        return combos[keep], int((~keep).sum()), caps[keep]
+        return combos[keep], total - int(keep.sum()), caps[keep]
+
+    def _replacement(
+        self,
+        tables: Mapping[str, np.ndarray],
+        combos: np.ndarray,
+        sep_terms: np.ndarray,
+        ub: np.ndarray,
+        rho: np.ndarray,
+        cap: float | None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(ub, rho)`` tightened by the replacement bound: members whose hardware another member
+        dominates are merged into it (their counts added, the cheaper price)."""
+        k, N = combos.shape[1], self.N
+        price, rho1, m1 = tables["price"], tables["rho1"], tables["m1"]
+        ti, pmax, rmin = tables["ti"], tables["pmax"], tables["rmin"]
+        ub, rho = ub.copy(), rho.copy()
+        T = ti[combos]
+        # dominates[x, y]: member x's hardware dominates member y's, per row
+        dominates = {(x, y): self.dom[T[:, x], T[:, y]] for x in range(k) for y in range(k) if x != y}
+        merges: list[tuple[int, tuple[int, ...]]] = [(x, (y,)) for x in range(k) for y in range(k) if x != y]
+        if k == 3:
+            merges += [(x, tuple(y for y in range(k) if y != x)) for x in range(k)]
+        for x, ys in merges:
+            d = dominates[(x, ys[0])]
+            for y in ys[1:]:
+                d = d & dominates[(x, y)]
+            at = np.flatnonzero(d)  # few rows: the merge is computed on them alone
+            if not len(at):
+                continue
+            C = combos[at]
+            X = C[:, x]
+            merged = (x, *ys)
+            others = [z for z in range(k) if z not in merged]
+            smax = np.minimum(N - len(others), sum(m1[C[:, z]] for z in merged))
+            pmin = price[C[:, merged[0]]]
+            for z in merged[1:]:
+                pmin = np.minimum(pmin, price[C[:, z]])
+            if cap is not None:
+                other_price = price[C[:, others]].sum(axis=1) if others else 0.0
+                smax = np.minimum(smax, np.floor((cap - other_price) / pmin + 1e-9))
+            smax = np.clip(smax, 0, N).astype(int)
+            bound = pmax[X, smax] + (sep_terms[at][:, others].sum(axis=1) if others else 0.0)
+            r = pmin * rmin[X, smax]
+            if others:
+                r = np.minimum(r, rho1[C[:, others]].min(axis=1))
+            ub[at] = np.minimum(ub[at], bound)
+            rho[at] = np.maximum(rho[at], r)
+        return ub, rho
 
     def subset_ceiling(
         self, tables: Mapping[str, np.ndarray], combos: np.ndarray, floor: np.ndarray | None

@@ -151,3 +151,44 @@ def test_the_prefix_minimum_of_the_floors_stops_early_and_equals_asking_every_to
             slow = np.minimum.accumulate(np.where(every > 0, every, -np.inf))
             assert np.isnan(fast[:k]).all()
             np.testing.assert_allclose(fast[k:], np.where(slow == -np.inf, 0.0, slow), rtol=1e-12)
+
+
+@pytest.mark.parametrize("objective", ["time", "cost", "throughput"])
+def test_the_cheap_bounds_first_leave_the_survivors_and_caps_of_every_bound_on_every_row(
+    monkeypatch, objective
+):
+    """subset_survivors applies separability, then the floor-free A5 ceiling, then the rest to
+    the rows each leaves; with the floor-free ceiling turned off (every row gets every other
+    bound) the survivors and their caps are the same."""
+    from planner.solver import PlanRequest
+    from planner.solver.candidates import MixBounds, combinations
+    from planner.solver.evaluate import Spec
+
+    N = 48
+    cands = [c for c in catalog() if c.region == "us-east-1"]
+    bounds = _bounds(cands, N)
+    fields = {
+        "time": {"budget_usd": 400.0},
+        "cost": {"deadline_hours": 6.0},
+        "throughput": {"max_hourly_usd": 80.0},
+    }
+    request = PlanRequest(
+        objective=objective, total_samples=90 * 1_281_167, max_nodes=N, max_types=3, **fields[objective]
+    )
+    spec = Spec(objective, request.deadline_hours, request.budget_usd, request.max_hourly_usd, None, {}, 5)
+    lam = {c: 0.0 for c in cands}
+    theta = {"time": 0.2, "cost": 12.0, "throughput": -80_000.0}[objective]  # an incumbent
+    tables = bounds.member_tables(cands, 3, {c: N for c in cands}, lam)
+    combos = np.concatenate(list(combinations(len(cands), 3)))
+    fast = bounds.subset_survivors(spec, theta, tables, combos, 4, request)
+    real = MixBounds.subset_ceiling
+
+    def no_prefilter(self, tables, rows, floor):
+        out = real(self, tables, rows, floor)
+        return np.full(len(rows), np.inf) if floor is None else out
+
+    monkeypatch.setattr(MixBounds, "subset_ceiling", no_prefilter)
+    slow = bounds.subset_survivors(spec, theta, tables, combos, 4, request)
+    assert np.array_equal(fast[0], slow[0]) and fast[1] == slow[1]
+    assert np.array_equal(fast[2], slow[2])
+    assert 0 < len(fast[0]) < len(combos) // 5  # it prunes, and not everything
