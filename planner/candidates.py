@@ -90,6 +90,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+import numpy as np
+
 from planner.hardware import efa_gbps
 
 SPOT = "spot"
@@ -441,6 +443,29 @@ def _static_dominates(a: Candidate, b: Candidate, max_nodes: int | None = None, 
     )
 
 
+def _static_matrix(group: Sequence[Candidate], max_nodes: int | None, mixes: bool) -> np.ndarray:
+    """``m[i, j] = _static_dominates(group[i], group[j])`` for the offers of one region, market
+    and quota class, all pairs at once (``False`` on the diagonal: an offer does not drop itself)."""
+    vcpus = np.array([c.vcpus for c in group], dtype=float)
+    cap = np.array([_cap(c, max_nodes) for c in group])
+    price = np.array([c.price_per_hour for c in group])
+    bucket = np.array([c.interruption_bucket for c in group], dtype=float)
+    gbps = np.array([c.network_gbps for c in group], dtype=float)
+    efa = np.array([bool(c.efa) for c in group])
+    m = (
+        (vcpus[:, None] <= vcpus[None, :])
+        & (cap[:, None] >= cap[None, :])
+        & (price[:, None] <= price[None, :])
+        & (bucket[:, None] <= bucket[None, :])
+        & (gbps[:, None] >= gbps[None, :])
+        & (efa[:, None] >= efa[None, :])
+    )
+    if mixes:  # a capped offer cannot stand in for another in every mix
+        m &= (cap >= (math.inf if max_nodes is None else float(max_nodes)))[:, None]
+    np.fill_diagonal(m, False)
+    return m
+
+
 def _static_equal(a: Candidate, b: Candidate, max_nodes: int | None = None) -> bool:
     return (
         a.vcpus == b.vcpus
@@ -497,10 +522,10 @@ def find_dominated(
     dropped: dict[Candidate, Candidate] = {}
     for group in groups.values():
         group = sorted(group, key=lambda c: (c.price_per_hour, c.key))
-        for b in group:
-            for a in group:
-                if a is b or not _static_dominates(a, b, max_nodes, mixes):
-                    continue
+        static = _static_matrix(group, max_nodes, mixes)
+        for j, b in enumerate(group):
+            for i in np.flatnonzero(static[:, j]).tolist():
+                a = group[i]
                 if not faster_or_equal(a.instance_type, b.instance_type):
                     continue
                 if (

@@ -267,3 +267,29 @@ def test_a_throughput_function_can_be_given_instead_of_curves():
     assert prune_dominated([a, b], fn, max_nodes=4, batches=(1, 2)) == [a]
     with pytest.raises(ValueError):
         find_dominated([a, b], fn)
+
+
+@pytest.mark.parametrize("mixes", [False, True])
+def test_the_pairwise_criteria_of_a_group_are_each_pairs_criteria(mixes):
+    """find_dominated builds the static criteria of a whole region/market/quota group at once;
+    every entry is what _static_dominates says of that pair (the catalog's own offers)."""
+    from planner.candidates import _static_dominates, _static_matrix
+
+    with open(FIXTURES / "aws_instance_network.csv", newline="") as f:
+        net = load_network(csv.DictReader(f))
+    with open(FIXTURES / "aws_gpu_instances.csv", newline="") as f:
+        cands = load_candidates(csv.DictReader(f), net)
+    checked = found = 0
+    for region in ("us-east-1", "eu-west-1"):
+        for market in ("on_demand", "spot"):
+            group = [c for c in cands if c.region == region and c.market == market]
+            group = [c for c in group if c.quota_class == group[0].quota_class]
+            for max_nodes in (None, 8):
+                m = _static_matrix(group, max_nodes, mixes)
+                for i, a in enumerate(group):
+                    for j, b in enumerate(group):
+                        expected = a is not b and _static_dominates(a, b, max_nodes, mixes)
+                        assert bool(m[i, j]) == expected, (a.key, b.key)
+                        checked += 1
+                        found += expected
+    assert checked > 1000 and found > 10
