@@ -193,8 +193,24 @@ class Curves:
         thr = self.thr[t]
         if not math.isnan(thr[n]):
             return float(thr[n]), int(self.best_g[t][n])
+        scan = self._scan(t, n, lambda g: self._value(t, n, g))
+        assert scan is not None  # _value always answers
+        best_t, best_g, vals = scan
+        self.vals[t][n] = vals
+        thr[n] = best_t
+        self.best_g[t][n] = best_g
+        self.points_evaluated += 1
+        self.progress.tick()
+        return best_t, best_g
+
+    def _scan(
+        self, t: str, n: int, value: Callable[[int], float | None]
+    ) -> tuple[float, int, np.ndarray] | None:
+        """The best (throughput, batch) of ``(t, n)`` over the grid batches in decreasing order of
+        their bound (stopping once no later one can beat it), and the values seen (nan: not
+        asked); ``None`` as soon as ``value`` has none."""
         ub = self.ub[t][:, n]
-        vals = self.vals[t][n]
+        vals = np.full(len(self.grid), np.nan)
         if self.full:
             order = list(range(len(self.grid)))
         else:
@@ -207,34 +223,39 @@ class Curves:
                 continue
             if not self.full and ub[j] < best_t:
                 break  # sorted by bound: no later batch can beat best_t
-            v = self._value(t, n, g)
+            v = value(g)
+            if v is None:
+                return None
             vals[j] = v
             if v > best_t or (v == best_t and v > 0 and g < best_g):
                 best_t, best_g = v, g
-        thr[n] = best_t
-        self.best_g[t][n] = best_g
-        self.points_evaluated += 1
-        self.progress.tick()
-        return best_t, best_g
+        return best_t, best_g, vals
+
+    def _block_value(self, t: str, n: int, g: int) -> float | None:
+        """The throughput of ``(t, n)`` at ``g`` from the oracle's curve over its block of counts
+        (computed if need be); ``None`` where the oracle has no curve for it."""
+        if self.throughput_curve is None:
+            return None
+        block = n // CURVE_BLOCK
+        key = (t, g, block)
+        if key not in self._blocks:
+            lo = max(block * CURVE_BLOCK, 1)
+            counts = np.arange(lo, min((block + 1) * CURVE_BLOCK, self.N + 1))
+            got = self.throughput_curve(self.reps[t], counts, g)
+            self._blocks[key] = (
+                None if got is None else np.concatenate([np.zeros(lo - block * CURVE_BLOCK), got])
+            )
+        row = self._blocks[key]
+        return None if row is None else float(row[n - block * CURVE_BLOCK])
 
     def _value(self, t: str, n: int, g: int) -> float:
         """The oracle's throughput of ``n`` nodes of type ``t`` at global batch ``g`` (0: cannot
         run): from the oracle's ``throughput_curve`` over a block of counts where it has one
         (the search asks a type's counts near one another), else one call (memoised)."""
-        if self.throughput_curve is not None:
-            block = n // CURVE_BLOCK
-            key = (t, g, block)
-            if key not in self._blocks:
-                lo = max(block * CURVE_BLOCK, 1)
-                counts = np.arange(lo, min((block + 1) * CURVE_BLOCK, self.N + 1))
-                got = self.throughput_curve(self.reps[t], counts, g)
-                self._blocks[key] = (
-                    None if got is None else np.concatenate([np.zeros(lo - block * CURVE_BLOCK), got])
-                )
-            row = self._blocks[key]
-            if row is not None:
-                self.memo.calls += 1  # one configuration the search used
-                return float(row[n - block * CURVE_BLOCK])
+        v = self._block_value(t, n, g)
+        if v is not None:
+            self.memo.calls += 1  # one configuration the search used
+            return v
         e = self.memo.get(((t, n),), g)
         return e.throughput_sps if e is not None else 0.0
 

@@ -146,6 +146,7 @@ from planner.solver.evaluate import (
     jitter_sd_h,
     lim,
     metrics,
+    metrics_at,
     value_of,
 )
 from planner.solver.explain import explain_infeasible
@@ -680,7 +681,7 @@ class Engine:
                 continue
             rate = d["price"] * n
             haz = d["lam"] * n
-            base, tt, cost, good = metrics(np.full(len(rate), thr), rate, haz, req)
+            base, tt, cost, good = metrics_at(thr, rate, haz, req)
             val = np.asarray(value_of(spec.objective, tt, cost, good, rate), dtype=float)
             fits = n <= d["m"]
             ok = spec.feasible_mask(tt, cost, rate) & fits

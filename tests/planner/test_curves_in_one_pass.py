@@ -169,3 +169,26 @@ def test_the_search_finds_the_same_plan_with_and_without_the_curve(monkeypatch):
     with_it, without = solve_with_and_without(monkeypatch, request, _oracle, "throughput_curve")
     assert [p.label for p in with_it.plans] == [p.label for p in without.plans]
     assert with_it.stats.curve_points_evaluated == without.stats.curve_points_evaluated  # the same points
+
+
+@pytest.mark.parametrize(
+    "fields", [{"objective": "cost", "deadline_hours": 3.0}, {"objective": "time", "budget_usd": 90.0}]
+)
+def test_metrics_of_one_throughput_are_the_metrics_of_its_array(fields):
+    from planner.solver import PlanRequest
+    from planner.solver.evaluate import metrics, metrics_at
+
+    request = PlanRequest(total_samples=1e8, **fields)
+    rng = np.random.default_rng(7)
+    for _ in range(500):
+        k = int(rng.integers(1, 40))
+        rate = rng.random(k) * 10
+        hazard = np.where(rng.random(k) > 0.5, rng.random(k) * 0.5, 0.0)
+        hazard[rng.random(k) < 0.1] = 1e6  # interrupted faster than it can checkpoint: never ends
+        thr = float(rng.random() * 1e5 + 1e-3)
+        for a, b in zip(
+            metrics(np.full(k, thr), rate, hazard, request),
+            metrics_at(thr, rate, hazard, request),
+            strict=True,
+        ):
+            assert np.array_equal(a, b)
