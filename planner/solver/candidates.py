@@ -389,6 +389,7 @@ class MixBounds:
         self._comm_ub: dict[tuple[str, ...], np.ndarray] = {}
         self._subset_comm: dict[tuple[Any, ...], np.ndarray] = {}
         self._ceiling_terms: dict[str, tuple[float, float, float] | None] = {}
+        self._reps: dict[tuple[str, ...], list[int]] = {}
         self.comm_entries = max(16, COMM_CACHE_BYTES // (8 * (N + 1)))
         self.pmax: dict[str, np.ndarray] = {}
         self.rmin: dict[str, np.ndarray] = {}
@@ -422,8 +423,12 @@ class MixBounds:
     def reps(self, subset: Sequence[Candidate]) -> list[int]:
         """For each member, the member whose hardware dominates it with the largest curve (itself
         if none): the replacement bound merges every member into its representative."""
-        idx = [self.tidx[c.instance_type] for c in subset]
-        out = []
+        types = tuple(c.instance_type for c in subset)
+        hit = self._reps.get(types)
+        if hit is not None:
+            return hit
+        idx = [self.tidx[t] for t in types]
+        out: list[int] = []
         for i in range(len(subset)):
             best = i
             for j in range(len(subset)):
@@ -433,6 +438,7 @@ class MixBounds:
                 ):
                     best = j
             out.append(best)
+        self._reps[types] = out  # hardware and curve sums are fixed for the solve
         return out
 
     def ub(self, subset: Sequence[Candidate], ns: Sequence[Any], level: int) -> Any:
