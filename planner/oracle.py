@@ -639,28 +639,29 @@ class Oracle:
         input_all = getattr(self.transfer, "input_ns_per_element", 0.0)
         elements = math.prod(self.workload.input_shape) if self.workload.input_shape else 0
         share = host_share(candidate)
-        self.phases_many(model, np.unique(batch[rows]).tolist())
-        keys, inverse = np.unique(batch[rows] * 2 + (workers[rows] > 1), return_inverse=True)
-        table = np.zeros((len(keys), 3))
-        runs = np.ones(len(keys), dtype=bool)
-        for j, key in enumerate(keys.tolist()):
-            b, multi = key // 2, bool(key % 2)
+        b = batch[rows]
+        uniq = np.unique(b)
+        self.phases_many(model, uniq.tolist())
+        table = np.zeros((len(uniq), 3))  # (optimizer, forward, backward) of each batch
+        runs = np.ones(len(uniq), dtype=bool)
+        for j, size in enumerate(uniq.tolist()):
             try:
-                ph = self.phases(model, b)
+                ph = self.phases(model, size)
             except KeyError:
                 ph = None
             if ph is None:
                 runs[j] = False
-                continue
-            kappa = kappa_all if multi else 0.0
-            sync_ms = (input_all if multi else 0.0) * share * elements * b / 1e6
-            if kappa or sync_ms:
-                table[j] = (ph.optimizer + sync_ms, ph.forward, ph.backward * (1 + kappa))
             else:
                 table[j] = (ph.optimizer, ph.forward, ph.backward)
-        inverse = np.asarray(inverse).reshape(-1)
-        opt[rows], fwd[rows], bwd[rows] = table[inverse].T
-        ok[rows] = runs[inverse]
+        at = np.searchsorted(uniq, b)
+        multi = workers[rows] > 1
+        # κ and δ only on more than one GPU; elsewhere (1 + 0) and + 0.0 leave the times as they are
+        kappa = np.where(multi, kappa_all, 0.0)
+        sync_ms = np.where(multi, input_all, 0.0) * share * elements * b / 1e6
+        opt[rows] = table[at, 0] + sync_ms
+        fwd[rows] = table[at, 1]
+        bwd[rows] = table[at, 2] * (1 + kappa)
+        ok[rows] = runs[at]
         return opt, fwd, bwd, ok
 
     def __call__(self, config: Config, global_batch: int) -> Estimate | None:

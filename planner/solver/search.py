@@ -121,6 +121,7 @@ Measured (2-core VM, product oracle, full bundled catalog, 5 Dec 2026):
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 import math
@@ -387,6 +388,44 @@ def covers(o: Col, time_h: float, cost: float, value: float, nodes: int) -> bool
     return o.time < time_h or o.cost < cost or (o.value, o.nodes) <= (value, nodes)
 
 
+class Front:
+    """One offer's single-type columns none of the others covers (:func:`covers`), in the
+    order they were found (ties in :func:`~planner.solver.rank.best_of_key` go to the first).
+
+    No two such columns cover each other, so sorted by time their times are distinct and their
+    costs fall strictly: the only one that may cover a point is the last one no slower than it,
+    and the ones a new column covers are a run from its time on.  Both are found by bisection,
+    not by a scan of every column (a cost-by-deadline curve keeps hundreds of them)."""
+
+    def __init__(self) -> None:
+        self.cols: list[Col] = []
+        self._times: list[float] = []
+        self._by_time: list[Col] = []
+
+    def covered(self, time_h: float, cost: float, value: float, nodes: int) -> bool:
+        """``any(covers(o, point) for o in self.cols)``."""
+        i = bisect.bisect_right(self._times, time_h) - 1
+        return i >= 0 and covers(self._by_time[i], time_h, cost, value, nodes)
+
+    def add(self, col: Col) -> None:
+        """Keep ``col`` (covered by none) and drop the columns it covers."""
+        i = bisect.bisect_left(self._times, col.time)
+        j = i
+        while j < len(self._by_time) and self._by_time[j].cost >= col.cost:
+            j += 1  # costs fall with time: whatever col covers lies in [i, j)
+        gone = [o for o in self._by_time[i:j] if covers(col, o.time, o.cost, o.value, o.nodes)]
+        if gone:
+            ids = {id(o) for o in gone}
+            self.cols = [o for o in self.cols if id(o) not in ids]
+            kept = [o for o in self._by_time[i:j] if id(o) not in ids]
+            self._by_time[i:j] = kept
+            self._times[i:j] = [o.time for o in kept]
+        self.cols.append(col)
+        k = bisect.bisect_left(self._times, col.time)
+        self._times.insert(k, col.time)
+        self._by_time.insert(k, col)
+
+
 class RegionDominance:
     """Which subsets of one region's offers another region offers at least as well.
 
@@ -551,7 +590,7 @@ class Engine:
         points = PointStore(self.kept) if want_points else None
         if points is not None:
             self.budget.charge(4 * points.cap * points.BYTES_PER_POINT, "max_nodes", "the point store")
-        cand_best: dict[int, list[Col]] = {}
+        cand_best: dict[int, Front] = {}
         homogeneous = self._homogeneous(spec, top, cand_best, points)
         # every evaluated column of each type set (all regions and zones), chosen from at the end:
         # the best by value alone would keep the first of equally fast offers in catalog order
@@ -562,7 +601,7 @@ class Engine:
             by_key[col.key].append(col)
 
         for i in sorted(cand_best):
-            for col in cand_best[i]:
+            for col in cand_best[i].cols:
                 keep(col)
         theta_homo = min((c.value for cs in by_key.values() for c in cs), default=math.inf)
         stats = {"subsets": 0, "pruned": 0, "bounded": 0, "evaluated": 0, "violations": 0, "refined": 0}
@@ -602,7 +641,7 @@ class Engine:
         )
 
     def _homogeneous(
-        self, spec: Spec, top: TopK, cand_best: dict[int, list[Col]], points: PointStore | None
+        self, spec: Spec, top: TopK, cand_best: dict[int, Front], points: PointStore | None
     ) -> int:
         """Single-type columns: each (type, count) point in increasing order of its best bound
         over the offers of that type, evaluated while the bound can still enter the top k (or
@@ -700,10 +739,12 @@ class Engine:
                 evaluated += len(sel)
             for j in np.flatnonzero(ok).tolist():
                 ci = int(cs_idx[j])
-                front = cand_best.setdefault(ci, [])
+                front = cand_best.get(ci)
+                if front is None:
+                    front = cand_best[ci] = Front()
                 v = float(val[j])
                 point = (float(tt[j]), float(cost[j]), v, n)
-                if any(covers(o, *point) for o in front):
+                if front.covered(*point):
                     continue
                 c = self.kept[ci]
                 col = Col(
@@ -725,8 +766,7 @@ class Engine:
                 self.finish_col(col, spec)
                 if not col.feasible:
                     continue
-                front[:] = [o for o in front if not covers(col, o.time, o.cost, o.value, o.nodes)]
-                front.append(col)
+                front.add(col)
                 key = col.key
                 key_best[key] = min(key_best.get(key, math.inf), v)
                 top.offer(key, v)

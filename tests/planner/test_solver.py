@@ -800,3 +800,31 @@ def test_count_vectors_within_the_node_limit_are_the_masked_grid_in_its_order():
         keep = sum(grid) <= N
         got = _within_total(arrs[0], arrs[1:], N)
         assert [x.tolist() for x in got] == [x[keep].tolist() for x in grid]
+
+
+def test_an_offers_front_keeps_what_the_scan_of_every_column_kept():
+    """search.Front answers "is this point covered" and drops what a new column covers by
+    bisection; on random streams with ties it keeps the same columns in the same order as
+    testing every column (the rule it replaced)."""
+    import random
+
+    from planner.solver.evaluate import Col
+    from planner.solver.search import Front, covers
+
+    rng = random.Random(20)
+    for _ in range(300):
+        front, naive = Front(), []
+        for n in range(1, 60):
+            t = float(rng.choice([1, 2, 3, 4, 5, 6, rng.random() * 6]))
+            c = float(rng.choice([1, 2, 3, 4, 5, rng.random() * 5]))
+            v = float(rng.choice([c, t, 1.0]))
+            point = (t, c, v, n)
+            naive_covered = any(covers(o, *point) for o in naive)
+            assert front.covered(*point) == naive_covered
+            if naive_covered:
+                continue
+            col = Col("r", (), 1.0, 1, 1.0, 0.0, 1.0, t, c, 1.0, n, v, True)
+            naive[:] = [o for o in naive if not covers(col, o.time, o.cost, o.value, o.nodes)]
+            naive.append(col)
+            front.add(col)
+            assert front.cols == naive
