@@ -61,7 +61,7 @@ from planner.hardware import Cluster, GpuSpec
 from planner.input_pipeline import InputPipeline
 from planner.models.comm import CommModel, CommQuery
 from planner.models.compute import BucketSpec, ComputeModel, ComputeRangeError, PhaseSpread, PhaseTimes
-from planner.models.nccl import LearnedComm, Topology, least_correction, prior_us, shipped_model
+from planner.models.nccl import LearnedComm, Topology, least_correction, prior_us_nodes, shipped_model
 from planner.models.transfer import TransferModel, WorkloadCost
 from planner.simulator import (
     COMM_BOUND_SHARE,
@@ -490,17 +490,27 @@ class Oracle:
         except (KeyError, TypeError, ValueError):  # no datasheet, no network figure: cannot say
             out[k:] = 0.0
             return out
+        topo = Topology.from_cluster(base)
         best = math.inf
-        for n in totals.tolist():
-            topo = Topology.from_cluster(dataclasses.replace(base, nodes=n))
-            low = factor * min(
-                sum(prior_us(b.size_bytes, topo, self.comm.params)[0] for b in sp) for sp in specs
-            )
-            if low * (1 - 1e-12) >= best:
-                out[n:] = best  # the prior only grows from here: no later total goes below best
-                break
-            best = min(best, self._floor_at(base, n, specs))
-            out[n] = best
+        start, step = k, 8
+        while start <= upto:
+            # a run of totals at a time: their priors and all-reduces in one pass each
+            # (prior_us_nodes, _comm_fill: the same figures as one total at a time)
+            chunk = list(range(start, min(start + step, int(upto) + 1)))
+            start, step = chunk[-1] + 1, step * 2
+            lows = np.full(len(chunk), math.inf)
+            for sp in specs:
+                total: Any = 0
+                for b in sp:
+                    total = total + prior_us_nodes(b.size_bytes, topo, chunk, self.comm.params)
+                lows = np.minimum(lows, total)
+                self._comm_fill(base, chunk, tuple(b.size_bytes for b in sp))
+            for n, low in zip(chunk, (factor * lows).tolist(), strict=True):
+                if low * (1 - 1e-12) >= best:
+                    out[n:] = best  # the prior only grows from here: no later total goes below best
+                    return out
+                best = min(best, self._floor_at(base, n, specs))
+                out[n] = best
         return out
 
     def throughput_curve(
