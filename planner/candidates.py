@@ -82,6 +82,7 @@ ring all-reduce / slowest-node DDP models used here and is checked against brute
 from __future__ import annotations
 
 import ast
+import dataclasses
 import math
 import re
 from collections import defaultdict
@@ -148,6 +149,19 @@ class Candidate:
     gpu_memory_gib: float = 0.0
     arch: str = "x86_64"
     max_count: int | None = None
+
+    def __hash__(self) -> int:
+        # the dataclass hash of every field, computed once: the solver keys dicts and sets by
+        # offers tens of thousands of times per plan (frozen: the fields never change)
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self)))
+            object.__setattr__(self, "_hash", h)
+        return int(h)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # not the cached hash: str hashes differ between processes
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
 
     @property
     def key(self) -> tuple[str, str, str]:

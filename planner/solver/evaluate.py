@@ -60,6 +60,8 @@ def hazard_of(groups: Iterable[tuple[Candidate, int]]) -> float:
 def metrics(thr: Any, rate: Any, hazard: Any, request: PlanRequest) -> tuple[Any, Any, Any, Any]:
     """``(base_h, time_h, cost, goodput)``; works on floats and numpy arrays."""
     params = request.spot_params
+    if type(thr) is float and type(rate) is float and type(hazard) is float:  # noqa: E721 (the common case, cheaply)
+        return _metrics_scalar(thr, rate, hazard, request, params)
     if np.ndim(thr) == 0 and np.ndim(rate) == 0 and np.ndim(hazard) == 0:
         return _metrics_scalar(float(thr), float(rate), float(hazard), request, params)
     with np.errstate(divide="ignore", invalid="ignore"):
