@@ -456,6 +456,27 @@ class MixBounds:
             out = np.minimum(out, self.comm_ub(subset, sum(ns)))
         return out
 
+    def ub_one(self, subset: Sequence[Candidate], counts: Sequence[int], level: int) -> float:
+        """:meth:`ub` of one count vector, in plain floats (the same terms; the search checks
+        every mix it evaluates against it)."""
+        term = self.term
+        sep = 0.0
+        for c, n in zip(subset, counts, strict=True):
+            sep += float(term[c.instance_type][n])
+        out = sep
+        if level >= 2 and self.replacement:
+            merged: dict[int, int] = {}
+            for i, r in enumerate(self.reps(subset)):
+                merged[r] = merged.get(r, 0) + int(counts[i])
+            if len(merged) < len(subset):
+                rep = 0.0
+                for r, cnt in merged.items():
+                    rep += float(term[subset[r].instance_type][cnt])
+                out = min(sep, rep)
+        if level >= 3 and self.comm:
+            out = min(out, float(self.comm_ub(subset, [int(sum(counts))])[0]))
+        return out
+
     def dilution_ub(self, subset: Sequence[Candidate], ns: Sequence[np.ndarray]) -> np.ndarray:
         """(A5) the oracle's own bound on the mix at one global batch over all its GPUs
         (``mix_throughput_bound``: batch dilution, the balanced split and the all-reduces after

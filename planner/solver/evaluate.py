@@ -169,6 +169,10 @@ class Memo:
         self.cache: dict[tuple[tuple[tuple[str, int], ...], int], Estimate | None] = {}
         self.rep: dict[str, Candidate] = {}
         self.calls = 0
+        # hw -> best over a grid (a mix is asked again in every region that offers its types)
+        self._best: dict[
+            tuple[tuple[tuple[str, int], ...], tuple[int, ...]], tuple[float, int, Estimate | None]
+        ] = {}
 
     @staticmethod
     def hw_key(groups: Iterable[tuple[Candidate, int]]) -> tuple[tuple[str, int], ...]:
@@ -189,17 +193,27 @@ class Memo:
         self.cache[key] = est
         return est
 
+    def forget_mixes(self) -> None:
+        """Drop what is kept of mixes (a cache: asked again when needed); single types stay."""
+        self.cache = {k: v for k, v in self.cache.items() if len(k[0]) == 1}
+        self._best = {k: v for k, v in self._best.items() if len(k[0]) == 1}
+
     def best(
         self, groups: Sequence[tuple[Candidate, int]], grid: Sequence[int]
     ) -> tuple[float, int, Estimate | None]:
         for c, _ in groups:
             self.rep.setdefault(c.instance_type, c)
         hw = self.hw_key(groups)
+        key = (hw, tuple(grid))
+        hit = self._best.get(key)
+        if hit is not None:
+            return hit  # what asking each batch again gives (dropped with the cache: forget_mixes)
         best_t, best_g, best_e = 0.0, grid[0], None
         for g in grid:
             e = self.get(hw, g)
             if e is not None and e.throughput_sps > best_t:
                 best_t, best_g, best_e = e.throughput_sps, g, e
+        self._best[key] = (best_t, best_g, best_e)
         return best_t, best_g, best_e
 
 

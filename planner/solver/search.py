@@ -579,7 +579,7 @@ class Engine:
     def _check_memo(self) -> None:
         """The memo of mixes is a cache: dropped (plans re-ask the oracle) past a quarter of the room."""
         if len(self.memo.cache) * 400 > self.budget.room() / 4:
-            self.memo.cache = {k: v for k, v in self.memo.cache.items() if len(k[0]) == 1}
+            self.memo.forget_mixes()
 
     # -- main search
     def run(self, spec: Spec, *, want_points: bool = True) -> Outcome:
@@ -927,7 +927,7 @@ class Engine:
             self.progress.tick()
             if thr <= 0:
                 return None
-            ub_v = min(float(bounds.ub(subset, counts, min(level, 3))), ub_row)
+            ub_v = min(bounds.ub_one(subset, counts, min(level, 3)), ub_row)
             if level >= 1 and thr > ub_v * (1 + 1e-9) + 1e-9:
                 stats["violations"] += 1
             rate = sum(c.price_per_hour * n for c, n in groups)

@@ -193,3 +193,16 @@ def test_the_cheap_bounds_first_leave_the_survivors_and_caps_of_every_bound_on_e
     assert np.array_equal(fast[0], slow[0]) and fast[1] == slow[1]
     assert np.array_equal(fast[2], slow[2])
     assert 0 < len(fast[0]) < len(combos) // 5  # it prunes, and not everything
+
+
+def test_the_bound_of_one_vector_is_the_bound_of_its_array():
+    N = 24
+    cands = [c for c in catalog() if c.region == "us-east-1"]
+    bounds = _bounds(cands, N)
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        k = int(rng.integers(2, 4))
+        subset = [cands[i] for i in rng.choice(len(cands), size=k, replace=False)]
+        counts = [int(x) for x in rng.integers(1, N // k + 1, size=k)]
+        for level in (1, 2, 3):
+            assert bounds.ub_one(subset, counts, level) == float(bounds.ub(subset, counts, level))
