@@ -716,22 +716,39 @@ class MixBounds:
         count vectors (:func:`planner.mix_bound.ceiling`: the members' largest step at batch 1,
         paced step and backward share, and the subset's comm floor); ``inf`` where unknown."""
         assert self.curves.mix_ceiling is not None and self.curves.ceiling_terms is not None
+        terms = self._offer_ceiling_terms(tables, combos)  # (offers, 3), nan where unknown
+        cols = [combos[:, j] for j in range(combos.shape[1])]
+        first, paced, beta = (terms[cols[0], x] for x in range(3))
+        for c in cols[1:]:  # the members' largest of each (nan, unknown, propagates)
+            first = np.maximum(first, terms[c, 0])
+            paced = np.maximum(paced, terms[c, 1])
+            beta = np.maximum(beta, terms[c, 2])
+        unknown = np.isnan(first) | np.isnan(paced) | np.isnan(beta)
+        fl = np.zeros(len(combos)) if floor is None else np.where(floor > 0, floor, 0.0)
+        out = np.asarray(self.curves.mix_ceiling(first, paced, beta, fl, self.curves.g_max), dtype=float)
+        return np.where(unknown, np.inf, out)
+
+    def _offer_ceiling_terms(self, tables: Mapping[str, Any], combos: np.ndarray) -> np.ndarray:
+        """The A5 ceiling's terms (:meth:`planner.oracle.Oracle.mix_ceiling_terms`) of every offer
+        of ``tables`` that is a member of a row of ``combos`` (nan: unknown, or not asked yet),
+        kept with the tables: per instance type, asked only for the members of subsets that get
+        this far (each builds the type's step envelope over every batch: milliseconds)."""
+        assert self.curves.ceiling_terms is not None
         offers = tables["offers"]
-        idx = np.unique(combos)
-        terms = np.full((len(offers), 3), np.nan)
-        for i in idx.tolist():
-            # per instance type, asked only for the members of subsets that get this far (each
-            # builds the type's step envelope over every batch: milliseconds)
+        held = tables.get("_a5")
+        if held is None:
+            held = (np.full((len(offers), 3), np.nan), np.zeros(len(offers), dtype=bool))
+            tables["_a5"] = held  # type: ignore[index]
+        terms, asked = held
+        present = np.zeros(len(offers), dtype=bool)
+        present[combos.ravel()] = True
+        for i in np.flatnonzero(present & ~asked).tolist():
             t = offers[i].instance_type
             if t not in self._ceiling_terms:
                 self._ceiling_terms[t] = self.curves.ceiling_terms(self.curves.reps[t], self.curves.g_max)
             terms[i] = self._ceiling_terms[t] or (math.nan, math.nan, math.nan)
-        a5 = terms[combos]  # (rows, k, 3)
-        first, paced, beta = (a5[:, :, j].max(axis=1) for j in range(3))
-        unknown = np.isnan(a5).any(axis=(1, 2))
-        fl = np.zeros(len(combos)) if floor is None else np.where(floor > 0, floor, 0.0)
-        out = np.asarray(self.curves.mix_ceiling(first, paced, beta, fl, self.curves.g_max), dtype=float)
-        return np.where(unknown, np.inf, out)
+            asked[i] = True
+        return terms
 
     @staticmethod
     def _subset_keep(
