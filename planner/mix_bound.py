@@ -65,26 +65,29 @@ class MixBound:
         kappa = getattr(self.oracle.transfer, "nccl_slowdown", 0.0)
         input_ns = getattr(self.oracle.transfer, "input_ns_per_element", 0.0)
         elements = math.prod(self.oracle.workload.input_shape) if self.oracle.workload.input_shape else 0
-        comp = np.full(top + 1, np.inf)
-        paced = np.full(top + 1, np.inf)
-        beta = 0.0
         many = getattr(self.oracle, "phases_many", None)
         if callable(many):
             many(model, range(1, top + 1))  # every batch's phases in one pass
-        for b in range(1, top + 1):
+        b = np.arange(top + 1)
+        table = np.zeros((top + 1, 3))  # (optimizer, forward, backward) at each batch
+        known = np.zeros(top + 1, dtype=bool)
+        for size in range(1, top + 1):
             try:
-                phases = self.oracle.phases(model, b)
+                phases = self.oracle.phases(model, size)
             except KeyError:
                 phases = None
-            if phases is None:
-                continue
-            sync_ms = input_ns * share * elements * b / 1e6
-            bwd = phases.backward * (1 + kappa)
-            step = ((phases.optimizer + sync_ms) + phases.forward) + bwd
-            comp[b] = step
-            paced[b] = max(step, b * gpn / ceiling * 1e3)
-            if step > 0:
-                beta = max(beta, bwd / step)
+            if phases is not None:
+                table[size] = (phases.optimizer, phases.forward, phases.backward)
+                known[size] = True
+        # the oracle's adjusted step, as _estimate computes it, at every batch at once
+        sync_ms = input_ns * share * elements * b / 1e6
+        bwd = table[:, 2] * (1 + kappa)
+        step = ((table[:, 0] + sync_ms) + table[:, 1]) + bwd
+        comp = np.where(known, step, np.inf)
+        paced = np.where(known, np.maximum(step, b * gpn / ceiling * 1e3), np.inf)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            shares = np.where(known & (step > 0), bwd / np.where(step > 0, step, 1.0), 0.0)
+        beta = max(0.0, float(shares.max(initial=0.0)))
         comp[0] = paced[0] = 0.0
         out = (
             np.minimum.accumulate(comp[::-1])[::-1].copy(),
