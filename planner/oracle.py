@@ -784,12 +784,12 @@ class Oracle:
         if not missing or not sizes:
             return
         topo = Topology.from_cluster(base)
-        per_size = {s: self.comm.estimate_nodes(s, topo, missing) for s in set(sizes)}
+        distinct = sorted(set(sizes))
+        p50, p90 = self.comm.estimate_nodes(distinct, topo, missing)  # every bucket size at once
+        row = [distinct.index(s) for s in sizes]
+        ms50, ms90 = (p50 / 1e3).tolist(), (p90 / 1e3).tolist()  # µs → ms, as _comm divides
         for i, n in enumerate(missing):
-            # µs → ms, as _comm divides
-            self._comm_cache[(n, *fixed)] = [
-                CommTime(float(per_size[s][0][i]) / 1e3, float(per_size[s][1][i]) / 1e3) for s in sizes
-            ]
+            self._comm_cache[(n, *fixed)] = [CommTime(ms50[r][i], ms90[r][i]) for r in row]
 
     def comm_source(self, config: Config) -> CommSource:
         """Which comm model times this configuration's all-reduces, and on how many train points

@@ -302,13 +302,15 @@ def prior_us(size_bytes: float, topo: Topology, params: PriorParams = DEFAULT_PA
     return best
 
 
-def prior_us_nodes(
-    size_bytes: float, topo: Topology, nodes: Any, params: PriorParams = DEFAULT_PARAMS
-) -> Any:
+def prior_us_nodes(size_bytes: Any, topo: Topology, nodes: Any, params: PriorParams = DEFAULT_PARAMS) -> Any:
     """:func:`prior_us`'s time of ``topo`` on each node count of ``nodes`` (numpy, every count
     at least 2), to the bit: the same operations in the same order, over arrays (only the node
-    count and the ranks change between rows)."""
+    count and the ranks change between rows).  ``size_bytes`` may be an array of sizes: then
+    one row per size (sizes x counts)."""
     import numpy as np
+
+    if np.ndim(size_bytes):
+        size_bytes = np.asarray(size_bytes, dtype=float)[:, None]
 
     nodes = np.asarray(nodes, dtype=np.int64)
     if len(nodes) and int(nodes.min()) < 2:
@@ -321,7 +323,7 @@ def prior_us_nodes(
     inter_steps = np.minimum(2 * nodes, 2 * (n - 1))
     # ceil(log2(nodes)), in integers: the index of the first power of two at least nodes
     log_nodes = np.searchsorted(1 << np.arange(63, dtype=np.int64), nodes, side="left")
-    best = np.full(len(nodes), math.inf)
+    best: Any = np.full(np.broadcast_shapes(np.shape(size_bytes), nodes.shape), math.inf)
     for proto in PROTOCOLS:
         base = params.lat_base * BASE_LAT_US["ring"][proto]
         lat = (2 * (n - 1) - inter_steps) * _hop_us(
@@ -409,14 +411,16 @@ class LearnedComm:
         r90 = max(r50, r90, r50 + math.log(far))
         return CommEstimate(prior * math.exp(r50), prior * math.exp(r90), "learned", near, choice)
 
-    def estimate_nodes(self, size_bytes: float, topo: Topology, nodes: Any) -> tuple[Any, Any]:
+    def estimate_nodes(self, size_bytes: Any, topo: Topology, nodes: Any) -> tuple[Any, Any]:
         """``(p50 µs, p90 µs)`` arrays: :meth:`estimate` of ``topo`` on each node count of
         ``nodes`` (numpy, all at least 2), to the bit, for a whole curve in one pass (the plan
-        search asks hundreds of counts of each instance type)."""
+        search asks hundreds of counts of each instance type).  ``size_bytes`` may be an array
+        of message sizes: then ``(sizes, counts)`` arrays, every bucket of a model at once."""
         import numpy as np
 
         nodes = np.asarray(nodes, dtype=np.int64)
-        prior = prior_us_nodes(size_bytes, topo, nodes, self.params)
+        sizes = np.atleast_1d(np.asarray(size_bytes, dtype=float))
+        prior = prior_us_nodes(sizes, topo, nodes, self.params)  # (sizes, counts)
         multi = dataclasses.replace(topo, nodes=2)
         near_of = self.meta.get("near", {})
         far_ratio = float(self.meta.get("far_p90_ratio", 1.0))
@@ -427,28 +431,36 @@ class LearnedComm:
             for parts in (key.split("|"),)
             if int(count) != 0 and parts[0] == multi.interconnect and parts[2] == str(topo.gpus_per_node)
         ]
-        far = np.where(np.isin(nodes, near_nodes), 1.0, far_ratio)
+        far = np.broadcast_to(np.where(np.isin(nodes, near_nodes), 1.0, far_ratio), prior.shape)
         if not self.trees.trees:
-            return prior, prior * np.maximum(P90_RATIO, far)
-        x = np.empty((len(nodes), len(FEATURES)))
-        x[:, 0] = math.log2(max(size_bytes, 1.0))
-        x[:, 1] = nodes
-        x[:, 2] = float(topo.gpus_per_node)
-        x[:, 3] = float(INTERCONNECTS.index(multi.interconnect))
-        x[:, 4] = float(GENERATIONS.index(topo.generation)) if topo.generation in GENERATIONS else math.nan
-        x[:, 5] = nccl_band(topo.nccl_version)
-        x[:, 6] = [math.log(max(p, 1e-3) / 1e3) for p in prior.tolist()]
-        r50 = np.maximum(-self.clip, np.minimum(self.clip, self.trees.predict_many(x)))
-        if self.trees_p90.trees:
-            r90 = np.maximum(-self.clip, np.minimum(self.clip, self.trees_p90.predict_many(x)))
+            p50, p90 = prior, prior * np.maximum(P90_RATIO, far)
         else:
-            r90 = r50 + math.log(P90_RATIO)
-        r90 = np.maximum(np.maximum(r50, r90), r50 + np.array([math.log(v) for v in far.tolist()]))
-        e50 = np.array([math.exp(v) for v in r50.tolist()])
-        e90 = np.array([math.exp(v) for v in r90.tolist()])
-        learned = prior > 0  # prior 0: estimate gives the prior (no correction)
-        p50 = np.where(learned, prior * e50, prior)
-        p90 = np.where(learned, prior * e90, prior * np.maximum(P90_RATIO, far))
+            rows = prior.size
+            x = np.empty((rows, len(FEATURES)))
+            x[:, 0] = np.repeat([math.log2(max(v, 1.0)) for v in sizes.tolist()], len(nodes))
+            x[:, 1] = np.tile(nodes, len(sizes))
+            x[:, 2] = float(topo.gpus_per_node)
+            x[:, 3] = float(INTERCONNECTS.index(multi.interconnect))
+            x[:, 4] = (
+                float(GENERATIONS.index(topo.generation)) if topo.generation in GENERATIONS else math.nan
+            )
+            x[:, 5] = nccl_band(topo.nccl_version)
+            flat = prior.reshape(-1)
+            x[:, 6] = [math.log(max(p, 1e-3) / 1e3) for p in flat.tolist()]
+            r50 = np.maximum(-self.clip, np.minimum(self.clip, self.trees.predict_many(x)))
+            if self.trees_p90.trees:
+                r90 = np.maximum(-self.clip, np.minimum(self.clip, self.trees_p90.predict_many(x)))
+            else:
+                r90 = r50 + math.log(P90_RATIO)
+            far_flat = far.reshape(-1)
+            r90 = np.maximum(np.maximum(r50, r90), r50 + np.array([math.log(v) for v in far_flat.tolist()]))
+            e50 = np.array([math.exp(v) for v in r50.tolist()])
+            e90 = np.array([math.exp(v) for v in r90.tolist()])
+            learned = flat > 0  # prior 0: estimate gives the prior (no correction)
+            p50 = np.where(learned, flat * e50, flat).reshape(prior.shape)
+            p90 = np.where(learned, flat * e90, flat * np.maximum(P90_RATIO, far_flat)).reshape(prior.shape)
+        if np.ndim(size_bytes) == 0:
+            return p50[0], p90[0]
         return p50, p90
 
     def predict_us(self, size_bytes: float, topo: Topology) -> tuple[float, float, str]:

@@ -96,8 +96,12 @@ def test_the_comm_model_times_a_whole_curve_as_it_times_each_count():
         (True, False),
     ):
         topo = Topology(gpn, 2, gen, nvlink, 32.0, net, gbps, placed, "")
-        for size in (4.0, 1 << 20, 25e6, 1e9):
+        sizes = (4.0, 1 << 20, 25e6, 1e9)
+        grid50, grid90 = model.estimate_nodes(list(sizes), topo, nodes)  # every size at once
+        for size in sizes:
             p50, p90 = model.estimate_nodes(size, topo, nodes)
+            row = sizes.index(size)
+            assert np.array_equal(grid50[row], p50) and np.array_equal(grid90[row], p90)
             prior = prior_us_nodes(size, topo, nodes, model.params)
             for i, n in enumerate(nodes.tolist()):
                 one = dataclasses.replace(topo, nodes=n)
