@@ -83,6 +83,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -333,6 +334,19 @@ def _within_total(head: np.ndarray, rest: Sequence[np.ndarray], N: int) -> list[
 
 
 def _all_combinations(K: int, k: int) -> np.ndarray:
+    """All ``k``-subsets of ``range(K)`` in lexicographic order; pairs and singles are kept (every
+    region asks the same tails again, a few MB in all; read-only: callers build new arrays)."""
+    return _kept_combinations(K, k) if k <= 2 else _build_combinations(K, k)
+
+
+@lru_cache(maxsize=512)
+def _kept_combinations(K: int, k: int) -> np.ndarray:
+    out = _build_combinations(K, k)
+    out.setflags(write=False)
+    return out
+
+
+def _build_combinations(K: int, k: int) -> np.ndarray:
     if k == 1:
         return np.arange(K).reshape(-1, 1)
     if k == 2:
