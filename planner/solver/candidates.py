@@ -169,6 +169,12 @@ class Curves:
                 rows[:, 1:] = np.inf
             self.ub[t] = rows
         self.ub_best = {t: rows.max(axis=0) for t, rows in self.ub.items()}
+        # per count, the grid batches by decreasing bound, ties to the smaller batch: the order
+        # evaluate() asks them in (row n)
+        batches = np.array(self.grid, dtype=float)
+        self._order = {
+            t: np.lexsort((np.broadcast_to(batches, rows.T.shape), -rows.T)) for t, rows in self.ub.items()
+        }
         # evaluated values: vals[t][n, j] (nan = not evaluated), thr/g the best over the grid
         self.vals = {t: np.full((self.N + 1, len(self.grid)), np.nan) for t in self.types}
         self.thr = {t: np.full(self.N + 1, np.nan) for t in self.types}
@@ -212,10 +218,7 @@ class Curves:
         asked); ``None`` as soon as ``value`` has none."""
         ub = self.ub[t][:, n]
         vals = np.full(len(self.grid), np.nan)
-        if self.full:
-            order = list(range(len(self.grid)))
-        else:
-            order = sorted(range(len(self.grid)), key=lambda j: (-ub[j], self.grid[j]))
+        order = range(len(self.grid)) if self.full else self._order[t][n].tolist()
         best_t, best_g = 0.0, self.grid[0]
         for j in order:
             g = self.grid[j]
