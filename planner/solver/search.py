@@ -110,11 +110,20 @@ Measured (2-core VM, product oracle, full bundled catalog, 5 Dec 2026):
   (> 120 s before the subset bounds); BERT $300 on 128 x 3 MemoryError -> 2.12 s (153 s before);
   max $25/h on 512 x 2 x batch 256..2048 7.05 -> 1.01 s; the 1-type plans as before (0.27-1.66 s:
   r50 3 h on 512 nodes asks 4,548 curve points, 0.3 ms each).
-* Not yet at the issue's target (median <= 0.8 s, max <= 2 s): the two largest 3-type
-  "fastest within a budget" requests (~2.1-2.6 s: comm floors per cluster signature, the
-  envelopes of the A5 ceiling and ~1,500 oracle calls) and the median, which the single-type
-  plans set (each oracle call ~0.3 ms; vectorising the operator-class phase prediction over
-  batches would cut the curves' and envelopes' cost).
+* Vectorised evaluation (7 Dec 2026): a type's curve over 64 counts in one pass
+  (:meth:`planner.oracle.Oracle.throughput_curve`, all-reduces by
+  :meth:`planner.models.nccl.LearnedComm.estimate_nodes`, phases by
+  :meth:`planner.models.opclass.OpClassModel.phase_ms_many`, each the one-call figures to the
+  bit), the subset bounds from the cheapest (the floor-free A5 ceiling leaves a few hundred of
+  523,433 subsets before the rest are computed), step envelopes over arrays, the comm floor's
+  prefix over runs of totals, each offer's covering columns in a bisected :class:`Front`.
+  ``bench/plan_speed.py`` against the old path (737ef96), same setup: new median 0.55 s, max
+  1.12 s (r50 $1,000 on 512 x 3), peak RSS 437 MB; old median 1.44 s over the 7 of 12 it
+  finishes.  Per request: r50 cost 24 h on 16 nodes 0.34 s; 64 x 2 types x batch to 4,096
+  0.58 s; $500 on 64 x 2 0.44 s; $100/h on 128 x 2 0.66 s; 256 on-demand x 3 0.49 s; 512 x 3
+  spot 0.53 s; $1,000 on 512 x 3 1.12 s; 3 h on 512 x 1 0.70 s; BERT cost 12 h on 32 x 2
+  0.36 s; BERT $300 on 128 x 3 0.77 s; BERT $50/h on 64 x 1 0.49 s; $25/h on 512 x 2 x batch
+  256..2,048 0.93 s.  The machine's noise moves single requests by up to 50 % between runs.
 
 :func:`exhaustive_search` is the brute-force reference used by the tests and the bench.
 """
