@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -152,19 +152,33 @@ def columns(
     sums = cost.class_sums()
     out: dict[str, dict[str, float]] = {}
     for p in phases:
-        row: dict[str, float] = {}
-        for c, s in sums[p].items():
-            f, m = s.at(batch)
-            if c in GEMM_CLASSES and f:
-                key = f"flop:{c}:{unit}"
-                row[key] = row.get(key, 0.0) + f / flops_per_ms
-            row[f"byte:{c}"] = row.get(f"byte:{c}", 0.0) + m / bytes_per_ms
-            key = f"kern:{kernel_group(c)}"
-            row[key] = row.get(key, 0.0) + s.kernels / 1e3
-        if p == "forward":
-            row["step"] = 1.0
-        out[p] = row
+        items = ((c, *s.at(batch), s.kernels) for c, s in sums[p].items())
+        out[p] = _design_row(
+            ((c, f, m, k, bool(f)) for c, f, m, k in items), p, unit, flops_per_ms, bytes_per_ms
+        )
     return out
+
+
+def _design_row(
+    items: Iterable[tuple[str, Any, Any, int, bool]],
+    phase: str,
+    unit: str,
+    flops_per_ms: float,
+    bytes_per_ms: float,
+) -> dict[str, Any]:
+    """One phase's design row from ``(class, FLOPs, bytes, kernels, has FLOPs)`` per operator
+    class (floats, or arrays of many batches: the same sums in the same order)."""
+    row: dict[str, Any] = {}
+    for c, f, m, kernels, flops in items:
+        if c in GEMM_CLASSES and flops:
+            key = f"flop:{c}:{unit}"
+            row[key] = row.get(key, 0.0) + f / flops_per_ms
+        row[f"byte:{c}"] = row.get(f"byte:{c}", 0.0) + m / bytes_per_ms
+        key = f"kern:{kernel_group(c)}"
+        row[key] = row.get(key, 0.0) + kernels / 1e3
+    if phase == "forward":
+        row["step"] = 1.0
+    return row
 
 
 def features(
@@ -503,17 +517,13 @@ class OpClassModel(TransferModel):
         t: dict[str, Any] = {}
         floor: Any = 0.0
         for p in PHASES:
-            row: dict[str, Any] = {}  # columns(): keys in the order they are first added
-            for c, s in sums[p].items():
-                f, m = at[(p, c)]
-                if c in GEMM_CLASSES and (p, c) in live:
-                    key = f"flop:{c}:{unit}"
-                    row[key] = row.get(key, 0.0) + f / flops_per_ms
-                row[f"byte:{c}"] = row.get(f"byte:{c}", 0.0) + m / bytes_per_ms
-                key = f"kern:{kernel_group(c)}"
-                row[key] = row.get(key, 0.0) + s.kernels / 1e3
-            if p == "forward":
-                row["step"] = 1.0
+            row = _design_row(  # columns(): keys in the order they are first added
+                ((c, *at[(p, c)], s.kernels, (p, c) in live) for c, s in sums[p].items()),
+                p,
+                unit,
+                flops_per_ms,
+                bytes_per_ms,
+            )
             tp: Any = 0.0  # bracket()
             for name, v in row.items():
                 w = self.theta.get(name, 0.0) * v
