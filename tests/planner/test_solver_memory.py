@@ -51,3 +51,25 @@ def test_mixes_stream_within_the_default_budget_and_report_it():
     assert 0 < res.stats.search_memory_mb < 1000
     assert res.stats.mixed_vectors_bounded > 0
     assert len(res.points) <= 2 * 4000 + len(res.pareto)
+
+
+def test_the_mixes_a_search_keeps_are_counted_against_the_budget(monkeypatch):
+    """Every feasible mix the search evaluates is kept to the end: a search that would keep too
+    many gets the budget's RequestError naming max_types, not an ever-growing list."""
+    from planner.solver import search
+
+    req = PlanRequest(
+        objective="time",
+        total_samples=5e7,
+        budget_usd=500,
+        max_nodes=24,
+        max_types=3,
+        global_batch_min=64,
+        global_batch_max=256,
+    )
+    assert solve(req, _cands(), toy_perf).stats.mixed_configs_evaluated > 0  # it keeps some
+    monkeypatch.setattr(search, "COL_BYTES", 10 * 1024**3)  # one kept mix is over any budget
+    with pytest.raises(RequestError) as exc:
+        solve(req, _cands(), toy_perf)
+    assert exc.value.field == "max_types"
+    assert "evaluated mixes" in str(exc.value) and "MB limit per plan" in str(exc.value)
