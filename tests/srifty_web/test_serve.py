@@ -140,8 +140,9 @@ def test_two_workers_share_the_socket_and_a_dead_one_is_replaced(supervisor):
     assert all(get(port) == 200 for _ in range(20))
 
     os.kill(workers[0], signal.SIGKILL)
-    # the survivor keeps answering while the supervisor starts a replacement
-    assert get(port) == 200
+    # the survivor keeps answering while the supervisor starts a replacement (a request the dead
+    # worker had taken is lost with it, and a loaded 2-core CI host can be slow: asked again)
+    wait_for(lambda: get(port) == 200, 30, "an answer from the surviving worker")
     replaced = wait_for(
         lambda: (kids := children(proc.pid)) and len(kids) == 2 and workers[0] not in kids and kids,
         30,
