@@ -1,13 +1,24 @@
 # Sourced by ./test: install (apt-get, as root) and start what the tests need, when missing:
-# Debian chromium for the browser tests, redis-server, PostgreSQL. Each is optional: a test that
-# needs a service that could not be started is skipped with the reason, never silently passed.
+# Debian chromium for the browser tests, redis-server, PostgreSQL. Locally each is optional: a
+# test that needs a service that could not be started is skipped with the reason. Under CI=true
+# a service that cannot be installed or started fails the run (srifty_services_required): a
+# green CI must never hide skipped browser, Redis or PostgreSQL tests.
 srifty_apt() {
   command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ] || return 1
-  if [ -z "${SRIFTY_APT_UPDATED:-}" ]; then
-    apt-get update -qq >/dev/null 2>&1 || true
-    SRIFTY_APT_UPDATED=1
-  fi
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null 2>&1
+  # Another install may hold dpkg's lock (an unattended upgrade, a parallel session): wait for it
+  # up to 5 minutes (DPkg::Lock::Timeout, seconds), then try the whole install once more.
+  local try
+  for try in 1 2; do
+    if [ -z "${SRIFTY_APT_UPDATED:-}" ]; then
+      apt-get -o DPkg::Lock::Timeout=300 update -qq >/dev/null 2>&1 && SRIFTY_APT_UPDATED=1
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq \
+      --no-install-recommends "$@" >/dev/null 2>&1 && return 0
+    echo "    (apt-get install $* failed (try $try); retrying after the lock and a fresh update)"
+    SRIFTY_APT_UPDATED=
+    sleep 10
+  done
+  return 1
 }
 
 srifty_free_port() {
@@ -29,9 +40,20 @@ srifty_services() {
   if command -v redis-server >/dev/null 2>&1; then
     local rport
     rport=$(srifty_free_port)
-    redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --daemonize yes \
-      --pidfile "$PWD/var/test-services/redis.pid" --logfile "$PWD/var/test-services/redis.log" >/dev/null
-    export SRIFTY_TEST_REDIS_URL="redis://127.0.0.1:${rport}/0"
+    # Exported only once it answers PING (a daemonised redis-server returns before it listens).
+    if redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no --daemonize yes \
+      --pidfile "$PWD/var/test-services/redis.pid" --logfile "$PWD/var/test-services/redis.log" >/dev/null; then
+      local i
+      for i in $(seq 50); do
+        redis-cli -p "$rport" ping >/dev/null 2>&1 && break
+        sleep 0.1
+      done
+      if redis-cli -p "$rport" ping >/dev/null 2>&1; then
+        export SRIFTY_TEST_REDIS_URL="redis://127.0.0.1:${rport}/0"
+      else
+        echo "    (redis-server did not answer; see var/test-services/redis.log)"
+      fi
+    fi
   fi
   # PostgreSQL: a throwaway cluster in var/, owned by an unprivileged user when run as root.
   local initdb pgbin pgdir=/tmp/srifty-pg-$$ pport pguser
@@ -54,6 +76,22 @@ srifty_services() {
     fi
   fi
   trap srifty_services_stop EXIT
+  srifty_services_required
+}
+
+# Under CI=true every service is required: fail now, naming what is missing, rather than let the
+# tests that need it skip.
+srifty_services_required() {
+  [ "${CI:-}" = true ] || return 0
+  local missing=()
+  [ -x /usr/bin/chromium ] || missing+=("chromium (browser tests)")
+  [ -n "${SRIFTY_TEST_REDIS_URL:-}" ] || missing+=("redis-server (channel-layer tests)")
+  [ -n "${SRIFTY_TEST_DATABASE_URL:-}" ] || missing+=("PostgreSQL (the PostgreSQL pass)")
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "==> CI=true and these services could not be installed or started: ${missing[*]}" >&2
+    echo "    (locally, without CI=true, their tests would be skipped with the reason)" >&2
+    exit 1
+  fi
 }
 
 runuser_or_self() {
