@@ -31,6 +31,12 @@ and the file's ``envs``, which may not redefine the node identity (a file export
 :func:`to_skypilot` carries the two ``SRIFTY_*`` batch values; the plan's replace them).  Errors carry the line and the field
 (:class:`TaskFileError`); nothing is launched from a file with errors.
 
+A task file is read under bounds (:class:`_BoundedLoader`), checked on the composed node tree
+before any Python value is built: at most ``MAX_TASK_VALUES`` values counting every alias
+(``*name``) as a copy of what it names, at most ``MAX_TASK_DEPTH`` levels of nesting (aliases
+expanded), and no alias inside the value it names. A 790-byte file of nested aliases stands for
+billions of values; it is refused at the alias that passes the bound, naming its line.
+
 No Django import: the CLI, the API and the launch code share this module.
 """
 
@@ -46,6 +52,10 @@ from typing import Any
 import yaml
 
 MAX_TASK_BYTES = 256 * 1024
+# Values (scalars, lists, mappings) in one task file with its aliases expanded: a real task file
+# has tens; 10,000 reads in milliseconds, while an alias bomb stands for billions.
+MAX_TASK_VALUES = 10_000
+MAX_TASK_DEPTH = 32  # levels of nesting, aliases expanded (a real task file has 4)
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 S3_RE = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\s]*)?$")
@@ -141,20 +151,146 @@ class TaskSpec:
 
 
 # ------------------------------------------------------------------------------------- parsing
+class _TooLarge(Exception):
+    """A bound of :class:`_BoundedLoader` was passed at ``mark`` (what and which bound: ``message``)."""
+
+    def __init__(self, mark: Any, message: str) -> None:
+        super().__init__(message)
+        self.line = mark.line + 1 if mark is not None else None
+        self.message = message
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, composing the node tree under bounds, before anything is constructed.
+
+    The composer shares one node between an anchor (``&a``) and its aliases (``*a``), so the tree
+    stays as small as the text; what grows is every walk of the values built from it (our lines,
+    validation, ``json.dumps``, the SkyPilot export). Each composed node costs 1 and each alias the
+    size of the node it names, so the running total is the size of the expanded document: it is
+    refused at the first node or alias that passes ``MAX_TASK_VALUES``, or that nests deeper than
+    ``MAX_TASK_DEPTH`` (which also keeps the recursive composer and constructor far from Python's
+    recursion limit), and an alias inside the node it names (a cycle) is refused outright.
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._values = 0  # expanded size so far
+        self._depth = 0  # of the node being composed (the root is 1)
+        self._reach = 0  # deepest level reached inside the node being composed, aliases expanded
+        self._open: set[str] = set()  # anchors of the nodes being composed (their aliases are cycles)
+        self._named: dict[str, tuple[int, int]] = {}  # anchor -> (expanded size, height)
+
+    def _count(self, mark: Any, values: int, alias: str = "") -> None:
+        self._values += values
+        if self._values <= MAX_TASK_VALUES:
+            return
+        if alias:
+            raise _TooLarge(
+                mark,
+                f"the alias *{alias} expands the file past {MAX_TASK_VALUES} values, a task file's "
+                "limit (an alias counts as a copy of what it names)",
+            )
+        raise _TooLarge(mark, f"more than {MAX_TASK_VALUES} values (a task file's limit)")
+
+    def _reached(self, mark: Any, level: int, alias: str = "") -> None:
+        if level > MAX_TASK_DEPTH:
+            if alias:
+                raise _TooLarge(
+                    mark,
+                    f"the alias *{alias} nests the file deeper than {MAX_TASK_DEPTH} levels, a task file's limit",
+                )
+            raise _TooLarge(mark, f"nested deeper than {MAX_TASK_DEPTH} levels (a task file's limit)")
+        self._reach = max(self._reach, level)
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            self._alias(event)
+            return super().compose_node(parent, index)
+        depth = self._depth = self._depth + 1
+        self._reached(event.start_mark, depth)
+        self._count(event.start_mark, 1)
+        anchor, start = event.anchor, self._values
+        outer_reach, self._reach = self._reach, depth
+        if anchor is not None:
+            self._open.add(anchor)
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        if anchor is not None:
+            self._open.discard(anchor)
+            self._named[anchor] = (self._values - start, self._reach - depth + 1)
+        self._reach = max(outer_reach, self._reach)
+        return node
+
+    def _alias(self, event: yaml.AliasEvent) -> None:
+        name = event.anchor or ""
+        if name in self._open:
+            raise _TooLarge(
+                event.start_mark, f"the alias *{name} is inside the value it names (a recursive alias)"
+            )
+        if name not in self._named:
+            return  # the composer's own error: "found undefined alias"
+        size, height = self._named[name]
+        self._reached(event.start_mark, self._depth + height, name)
+        self._count(event.start_mark, size, name)
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        # A scalar Python refuses (a date 2026-13-45, an integer of 5,000 digits) is a YAML error
+        # at that node's line, not a ValueError escaping as a 500.
+        try:
+            return super().construct_object(node, deep)
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise yaml.constructor.ConstructorError(None, None, str(exc), node.start_mark) from exc
+
+
+def load_bounded(text: str) -> tuple[yaml.Node | None, Any]:
+    """(node tree, value) of one YAML document read by :class:`_BoundedLoader`, or
+    :class:`TaskFileError` naming the line and the bound or the YAML error. The one bounded YAML
+    loader: every YAML a user sends is read through it."""
+    loader = _BoundedLoader(text)
+    try:  # one parse: the node tree gives the lines, the same tree gives the values
+        node = loader.get_single_node()
+        doc = loader.construct_document(node) if node is not None else None
+    except _TooLarge as exc:
+        raise TaskFileError([TaskIssue(exc.line, "file", exc.message)]) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise TaskFileError([TaskIssue(line, "file", f"not valid YAML: {problem}")]) from None
+    except RecursionError:  # the bounds above keep it away; should a loader path still recurse
+        raise TaskFileError([TaskIssue(None, "file", "nested too deeply to read")]) from None
+    finally:
+        loader.dispose()
+    return node, doc
+
+
 class _Lines:
-    """Line numbers of the keys of a YAML document (its composed node tree), by dotted path."""
+    """Line numbers of the keys of a YAML document (its composed node tree), by dotted path.
+
+    Each node is walked once (a visited set by identity): a mapping reached again through an
+    alias keeps the paths of its first place, and a key under an alias takes the line of the
+    key that holds the alias (``of`` falls back to the parent path)."""
 
     def __init__(self, node: yaml.Node | None) -> None:
         self.lines: dict[str, int] = {}
         if node is not None:
-            self._walk(node, "")
+            self._walk(node)
 
-    def _walk(self, node: yaml.Node, prefix: str) -> None:
-        if isinstance(node, yaml.MappingNode):
+    def _walk(self, root: yaml.Node) -> None:
+        seen: set[int] = set()
+        todo: list[tuple[yaml.Node, str]] = [(root, "")]
+        while todo:  # a stack, not recursion: the depth is bounded, the habit costs nothing
+            node, prefix = todo.pop()
+            if id(node) in seen or not isinstance(node, yaml.MappingNode):
+                continue
+            seen.add(id(node))
             for key, value in node.value:
                 path = f"{prefix}.{key.value}" if prefix else str(key.value)
-                self.lines[path] = key.start_mark.line + 1
-                self._walk(value, path)
+                self.lines[path] = key.start_mark.line + 1  # a key given twice: its last line, as its value
+                todo.append((value, path))
 
     def of(self, path: str) -> int | None:
         while path:
@@ -175,17 +311,7 @@ def parse_task(text: str | bytes) -> TaskSpec:
             raise TaskFileError([TaskIssue(None, "file", "not UTF-8 text")]) from None
     if len(text.encode()) > MAX_TASK_BYTES:
         raise TaskFileError([TaskIssue(None, "file", f"larger than {MAX_TASK_BYTES} bytes")])
-    loader = yaml.SafeLoader(text)
-    try:  # one parse: the node tree gives the lines, the same tree gives the values
-        node = loader.get_single_node()
-        doc = loader.construct_document(node) if node is not None else None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else None
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise TaskFileError([TaskIssue(line, "file", f"not valid YAML: {problem}")]) from None
-    finally:
-        loader.dispose()
+    node, doc = load_bounded(text)
     if not isinstance(doc, dict):
         raise TaskFileError(
             [TaskIssue(1, "file", "must be a mapping of keys (name, workdir, setup, run, ...)")]
