@@ -88,6 +88,9 @@ def job_new(request: HttpRequest) -> HttpResponse:
                 )
                 messages.success(request, f"Job {job.pk} is launching.")
                 return redirect("job-page", job_id=job.pk)
+            except jobs.ConfirmationUsed as exc:  # a second click or a resent form: no second job
+                messages.info(request, f"This launch was already confirmed: job {exc.job_id}.")
+                return redirect("job-page", job_id=exc.job_id)
             except jobs.JobError as exc:
                 if exc.field != "confirmation":
                     raise
@@ -185,6 +188,9 @@ def job_replan_apply(request: HttpRequest, job_id: int) -> HttpResponse:
             request.POST.get("max_hours"),
             request.POST.get("confirmation"),
         )
+    except jobs.ConfirmationUsed as exc:
+        messages.info(request, f"This re-plan was already applied: job {exc.job_id}.")
+        return redirect("job-page", job_id=exc.job_id)
     except (jobs.JobError, jobs.NotAllowed, ValueError, ArithmeticError) as exc:
         messages.error(request, f"Re-plan not applied: {getattr(exc, 'message', exc)}")
         return redirect("job-page", job_id=job_id)

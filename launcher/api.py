@@ -109,8 +109,12 @@ class JobAgentThrottle(SimpleRateThrottle):
         return self.cache_format % {"scope": self.scope, "ident": request.user.pk}
 
 
+USED = OpenApiResponse(description='the confirmation already launched a job: {"detail", "job": its id}')
+
+
 def _job_errors(view):
-    """JobError -> 400 naming the field, NotAllowed -> 403."""
+    """JobError -> 400 naming the field, NotAllowed -> 403, a used confirmation -> 409 naming
+    the job it launched (``{"detail", "job"}``)."""
 
     @wraps(view)
     def wrapped(*args, **kwargs):
@@ -118,6 +122,8 @@ def _job_errors(view):
             return view(*args, **kwargs)
         except jobs.NotAllowed as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_403_FORBIDDEN)
+        except jobs.ConfirmationUsed as exc:
+            return Response({"detail": exc.message, "job": exc.job_id}, status=status.HTTP_409_CONFLICT)
         except jobs.JobError as exc:
             problems: list[object] = list(exc.details) if exc.details else [exc.message]
             return Response({exc.field: problems}, status=status.HTTP_400_BAD_REQUEST)
@@ -215,10 +221,13 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
         plan = launch._plan(request.user, v["plan"])
         return Response(prechecks.summary(jobs.plan_option(request.user, plan, v["rank"])))
 
-    @extend_schema(request=CreateJobSerializer, responses={201: JobDetailSerializer, 400: None, 403: None})
+    @extend_schema(
+        request=CreateJobSerializer, responses={201: JobDetailSerializer, 400: None, 403: None, 409: USED}
+    )
     @_job_errors
     def create(self, request, *args, **kwargs):
-        """Launch a previewed job; ``confirmation`` must match the preview's parameters."""
+        """Launch a previewed job; ``confirmation`` must match the preview's parameters. Each
+        confirmation launches one job: a second use gets 409 with that job's id."""
         if not jobs.can_launch(request.user):
             raise jobs.NotAllowed("launching a job needs the launcher.add_job permission")
         params = CreateJobSerializer(data=request.data)
@@ -261,11 +270,14 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
         params.is_valid(raise_exception=True)
         return Response(monitor.prepare_replan(request.user, job, **params.validated_data))
 
-    @extend_schema(request=ApplyReplanSerializer, responses={201: JobDetailSerializer, 400: None, 403: None})
+    @extend_schema(
+        request=ApplyReplanSerializer, responses={201: JobDetailSerializer, 400: None, 403: None, 409: USED}
+    )
     @action(detail=True, methods=["post"], url_path="replan/apply")
     @_job_errors
     def apply(self, request, pk=None, **kwargs):
-        """Stop this job's cluster and launch the confirmed re-plan option instead."""
+        """Stop this job's cluster and launch the confirmed re-plan option instead (a confirmation
+        already applied: 409 with the job it launched)."""
         job = self.get_object()
         if not jobs.can_launch(request.user):
             raise jobs.NotAllowed("launching a job needs the launcher.add_job permission")

@@ -16,6 +16,18 @@ class JobError(ValueError):
         self.details = details
 
 
+class ConfirmationUsed(JobError):
+    """The confirmation id already launched a job (a replay, a double click or a client retry):
+    nothing new starts. ``job_id``: the job it launched (API: 409 naming it)."""
+
+    def __init__(self, job_id: int) -> None:
+        super().__init__(
+            "confirmation",
+            f"this confirmation already launched job {job_id}; preview again to launch another",
+        )
+        self.job_id = job_id
+
+
 class NotAllowed(PermissionError):
     """The user lacks the permission for this (API: 403)."""
 

@@ -12,7 +12,9 @@ Who may do what:
 * launching (``create_job``, re-plan apply) needs the Django permission ``launcher.add_job`` (the
   default add permission of ``Job``; superusers have it, other users must be granted it, e.g.
   through a group) *and* an explicit confirmation (``confirm=True``; the API and the pages only
-  pass it with a valid signed confirmation id from ``launcher.launch.confirmation_for``);
+  pass it with a valid signed confirmation id from ``launcher.launch.confirmation_for``); each
+  id launches one job: its digest is stored on the job under a unique index, in the transaction
+  that creates it (``create_job(confirmation=...)``), and a second use is ``ConfirmationUsed``;
 * stopping a job: its owner, or anyone with ``launcher.change_job`` who can see it;
 * seeing a job: the owner's team (``Job.objects.visible_to``, ``srifty_web.teams.visible_owner_q``).
 """
@@ -28,11 +30,12 @@ from datetime import datetime, timedelta
 from decimal import ROUND_DOWN, Decimal, InvalidOperation
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
 from launcher import options, taskfile
+from launcher.errors import ConfirmationUsed as ConfirmationUsed
 from launcher.errors import JobClosed as JobClosed
 from launcher.errors import JobError as JobError
 from launcher.errors import NotAllowed as NotAllowed
@@ -181,6 +184,13 @@ def total_samples(plan: PlanRecord, option: dict) -> float:
 # --- lifecycle ----------------------------------------------------------------------------
 
 
+def confirmation_used(digest: str) -> int | None:
+    """The job that the confirmation of this digest launched, if any."""
+    if not digest:
+        return None
+    return Job.objects.filter(confirmation_digest=digest).values_list("pk", flat=True).first()
+
+
 def create_job(
     owner,
     plan: PlanRecord,
@@ -194,6 +204,7 @@ def create_job(
     task: str = "",
     image_id: str = "",
     workdir_archive: str = "",
+    confirmation: str = "",
 ) -> Job:
     """A job for one plan option, launched by a background task once this commits.
 
@@ -203,11 +214,19 @@ def create_job(
     text) the nodes run its setup and run and ``train_command`` is ignored (the task's ``run`` is
     stored in its place); ``workdir_archive`` is its uploaded local workdir. ``image_id`` (or
     the task's ``resources.image_id``) replaces the Deep Learning AMI.
+
+    ``confirmation``: the digest of the confirmation id (``launch.confirmation_digest``), stored
+    on the job. A digest that already launched a job raises ``ConfirmationUsed`` naming it, and
+    so does the loser of two concurrent uses: its insert fails on the unique index (PostgreSQL
+    makes it wait for the winner's commit; SQLite's IMMEDIATE transactions queue the two), and
+    its job, event and queued tasks are rolled back with the savepoint.
     """
     if not can_launch(owner):
         raise NotAllowed("launching a job needs the launcher.add_job permission")
     if confirm is not True:
         raise JobError("confirmation", "a launch needs an explicit confirmation of instances and spend")
+    if (first := confirmation_used(confirmation)) is not None:
+        raise ConfirmationUsed(first)
     spec = clean_task(task)
     checked, spend, hours = clean_params("task" if spec else train_command, max_spend_usd, max_hours)
     if spec is None:
@@ -222,36 +241,46 @@ def create_job(
     options.check_user_data(spec or options.task_spec("", train_command), "task" if spec else "train_command")
     samples = total_samples(plan, option)
     global_batch = max(1, int(option.get("global_batch") or 1))
-    with transaction.atomic():
-        job = Job.objects.create(
-            owner=owner,
-            plan=plan,
-            plan_rank=int(rank),
-            option=option,
-            region=option["region"],
-            train_command=train_command,
-            hourly_usd=limits.hourly_usd,
-            max_spend_usd=limits.max_spend_usd,
-            max_hours=hours,
-            predicted_iter_s=float(option["iter_time_s"]),
-            predicted_iter_p90_s=float(option.get("iter_time_p90_s") or option["iter_time_s"]),
-            total_iterations=math.ceil(samples / global_batch) if samples > 0 else 0,
-            launch_token=f"job{secrets.token_hex(8)}",
-            task=task if spec is not None else "",
-            workdir_archive=workdir_archive,
-            image_id=image_id,
-            image_source="custom" if image_id else "",
-        )
-        add_event(
-            job,
-            "created",
-            f"launch confirmed: {options.describe_option(option)}, "
-            f"${limits.hourly_usd}/h, at most ${limits.max_spend_usd} ({limits.cap_hours:.2f} h)",
-            {"replaces": replaces.pk if replaces else None},
-        )
-        queue.enqueue_on_commit("launcher.launch_job", job.pk)
-        # The watch starts now, not after the launch: a launch that dies half-way is noticed too.
-        queue.enqueue_on_commit("launcher.watch_job", job.pk)
+    try:
+        with transaction.atomic():
+            job = Job.objects.create(
+                owner=owner,
+                plan=plan,
+                plan_rank=int(rank),
+                option=option,
+                region=option["region"],
+                train_command=train_command,
+                hourly_usd=limits.hourly_usd,
+                max_spend_usd=limits.max_spend_usd,
+                max_hours=hours,
+                predicted_iter_s=float(option["iter_time_s"]),
+                predicted_iter_p90_s=float(option.get("iter_time_p90_s") or option["iter_time_s"]),
+                total_iterations=math.ceil(samples / global_batch) if samples > 0 else 0,
+                launch_token=f"job{secrets.token_hex(8)}",
+                task=task if spec is not None else "",
+                workdir_archive=workdir_archive,
+                image_id=image_id,
+                image_source="custom" if image_id else "",
+                confirmation_digest=confirmation or None,
+            )
+            add_event(
+                job,
+                "created",
+                f"launch confirmed: {options.describe_option(option)}, "
+                f"${limits.hourly_usd}/h, at most ${limits.max_spend_usd} ({limits.cap_hours:.2f} h)",
+                {"replaces": replaces.pk if replaces else None},
+            )
+            queue.enqueue_on_commit("launcher.launch_job", job.pk)
+            # The watch starts now, not after the launch: a launch that dies half-way is noticed too.
+            queue.enqueue_on_commit("launcher.watch_job", job.pk)
+    except IntegrityError:
+        # A concurrent use of the same confirmation committed first. The block above is rolled
+        # back (a savepoint inside a caller's transaction), and Django drops the on_commit work it
+        # queued: nothing launches. Asked here, outside it: an aborted PostgreSQL transaction
+        # answers no query.
+        if (first := confirmation_used(confirmation)) is None:
+            raise
+        raise ConfirmationUsed(first) from None
     return job
 
 
@@ -492,8 +521,19 @@ def _finish(job: Job, status: str, reason: str) -> Job:
     return transition(job, status, reason)
 
 
-def apply_replan(job: Job, user, plan: PlanRecord, rank, max_spend_usd, max_hours, confirm: bool) -> Job:
-    """Stop ``job``'s cluster and launch option ``rank`` of ``plan`` (its re-plan) in its place."""
+def apply_replan(
+    job: Job,
+    user,
+    plan: PlanRecord,
+    rank,
+    max_spend_usd,
+    max_hours,
+    confirm: bool,
+    *,
+    confirmation: str = "",
+) -> Job:
+    """Stop ``job``'s cluster and launch option ``rank`` of ``plan`` (its re-plan) in its place.
+    ``confirmation``: as ``create_job``'s; a used one (``ConfirmationUsed``) stops nothing."""
     if not can_launch(user):
         raise NotAllowed("launching a job needs the launcher.add_job permission")
     if not can_stop(user, job):
@@ -511,6 +551,7 @@ def apply_replan(job: Job, user, plan: PlanRecord, rank, max_spend_usd, max_hour
             task=job.task,
             image_id=job.image_id if job.image_source == "custom" else "",
             workdir_archive=job.workdir_archive,
+            confirmation=confirmation,
         )
         stop_job(job, f"replaced by job {new.pk} (re-plan)")
         add_event(

@@ -27,7 +27,9 @@ and ``JOB_INSTANCE_PROFILE`` are passed on when set; nodes must reach ``SITE_URL
 
 Confirmation ids are ``django.core.signing`` tokens bound to user, plan, option, command (or
 task file, custom AMI and the digest of an uploaded workdir archive), spend and hours (and the job a re-plan replaces), valid
-``JOB_CONFIRM_MAX_AGE_S`` (600 s).
+``JOB_CONFIRM_MAX_AGE_S`` (600 s). Each launches one job: its SHA-256 is stored on the job it
+created (unique), so a replay, a double click or a client retry gets ``ConfirmationUsed`` (the
+API's 409 naming that job) and starts nothing; every preview makes a new id (a random nonce).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import secrets
 from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
@@ -89,9 +92,14 @@ def confirmation_for(
     max_hours: float,
     replaces: int | None = None,
 ) -> str:
-    """A short-lived signed id that confirms exactly this launch by this user."""
+    """A short-lived signed id that confirms exactly this launch by this user, once. The nonce
+    keeps two previews of the same launch in the same second apart (the timestamp counts whole
+    seconds): each may launch one job."""
     return signing.dumps(
-        _binding(user, plan_id, rank, train_command, max_spend_usd, max_hours, replaces),
+        {
+            **_binding(user, plan_id, rank, train_command, max_spend_usd, max_hours, replaces),
+            "n": secrets.token_hex(8),
+        },
         salt=CONFIRM_SALT,
         compress=True,
     )
@@ -106,8 +114,10 @@ def check_confirmation(
     max_spend_usd: Decimal,
     max_hours: float,
     replaces: int | None = None,
-) -> None:
-    """JobError("confirmation", ...) unless ``token`` confirms exactly these parameters."""
+) -> str:
+    """JobError("confirmation", ...) unless ``token`` confirms exactly these parameters;
+    ``ConfirmationUsed`` when it already launched a job. Returns its digest, which
+    ``jobs.create_job`` stores on the job in the transaction that creates it."""
     if not isinstance(token, str) or not token:
         raise jobs.JobError("confirmation", "preview the launch first and send its confirmation id")
     try:
@@ -116,12 +126,24 @@ def check_confirmation(
         raise jobs.JobError("confirmation", "the confirmation has expired; preview the launch again") from exc
     except signing.BadSignature as exc:
         raise jobs.JobError("confirmation", "not a valid confirmation id") from exc
+    if not isinstance(bound, dict):
+        raise jobs.JobError("confirmation", "not a valid confirmation id")
+    bound.pop("n", None)
     if bound != _binding(user, plan_id, rank, train_command, max_spend_usd, max_hours, replaces):
         raise jobs.JobError(
             "confirmation",
             "the confirmation is for another launch (plan, option, command, "
             "spend or hours changed); preview again",
         )
+    digest = confirmation_digest(token)
+    if (first := jobs.confirmation_used(digest)) is not None:
+        raise jobs.ConfirmationUsed(first)  # early, before an archive is stored: the index decides
+    return digest
+
+
+def confirmation_digest(token: str) -> str:
+    """What a job stores of the confirmation id that launched it (64 hex digits)."""
+    return hashlib.sha256(token.encode()).hexdigest()
 
 
 def _minutes_to_cap(job: Job, cap_hours: float) -> int:
@@ -635,7 +657,7 @@ def confirm_and_create(
     )
     plan = _plan(user, plan_id)
     what = _launched_what(train_command, task, image_id, archive.sha256 if archive else "")
-    check_confirmation(confirmation, user, plan.pk, int(rank), what, spend, hours)
+    digest = check_confirmation(confirmation, user, plan.pk, int(rank), what, spend, hours)
     stored = ""
     if archive is not None:
         stored = workdirs.store(archive.data, jobs.plan_option(user, plan, rank)["region"])
@@ -650,6 +672,7 @@ def confirm_and_create(
         task=task,
         image_id=image_id,
         workdir_archive=stored,
+        confirmation=digest,
     )
 
 
@@ -673,5 +696,5 @@ def apply_replan(user, job: Job, plan_id, rank, max_spend_usd, max_hours, confir
     )
     plan = _plan(user, plan_id)
     what = _launched_what(command, task, image_id)
-    check_confirmation(confirmation, user, plan.pk, int(rank), what, spend, hours, replaces=job.pk)
-    return jobs.apply_replan(job, user, plan, rank, spend, hours, confirm=True)
+    digest = check_confirmation(confirmation, user, plan.pk, int(rank), what, spend, hours, replaces=job.pk)
+    return jobs.apply_replan(job, user, plan, rank, spend, hours, confirm=True, confirmation=digest)

@@ -69,6 +69,18 @@ class Job(ScopedTokenMixin, models.Model):
         help_text="The uploaded workdir (tar.gz under SRIFTY_DATA_DIR) the nodes fetch",
     )
     launch_token = models.CharField(max_length=64, blank=True)
+    # One job per confirmation id: the unique index is what makes a replayed or concurrently
+    # doubled POST fail (IntegrityError) in the transaction that would create a second job.
+    # NULL for jobs launched without one (manage.py launch); a 600 s token's digest needs no
+    # pruning: it is one short column of a row that is kept anyway.
+    confirmation_digest = models.CharField(
+        max_length=64,
+        null=True,
+        blank=True,
+        unique=True,
+        editable=False,
+        help_text="SHA-256 of the confirmation id that launched this job (it launches nothing again)",
+    )
     token_hash = models.CharField(max_length=64, blank=True, db_index=True)
     token_expires_at = models.DateTimeField(null=True, blank=True)
     last_seq = models.PositiveBigIntegerField(default=0)

@@ -3,6 +3,8 @@
 // 1. POST /api/v1/jobs/precheck/  (credentials, quotas, offerings, subnets; each failure with its fix)
 // 2. POST /api/v1/jobs/preview/   (the task file's errors come back with line and field)
 // 3. POST /api/v1/jobs/           (with the preview's confirmation id) -> the job's page.
+//    The button stays disabled until the answer (and while the job's page loads): one click, one
+//    request. A confirmation launches one job; a reuse gets 409 with that job's id, shown as a link.
 // With an archive, 2 and 3 go as multipart with the same file (the confirmation binds its digest).
 // Every text from the server or the file goes in as textContent, never as HTML.
 (function () {
@@ -165,14 +167,26 @@
     }
   }
 
+  function showUsed(data) {
+    const box = $("launch-field-errors"), link = el("a", "", `Go to job ${data.job}`);
+    link.href = `/jobs/${data.job}/`;
+    box.replaceChildren(el("span", "", `${data.detail} · `), link);
+    show(box, true);
+  }
+
   async function launch() {
-    if (!prepared) return;
+    if (!prepared || go.disabled) return;
     go.disabled = true;
-    const made = await post("/api/v1/jobs/", prepared.body, prepared.archive);
-    go.disabled = false;
+    let made = null;
+    try {
+      made = await post("/api/v1/jobs/", prepared.body, prepared.archive);
+    } finally {
+      go.disabled = Boolean(made && made.status === 201);
+    }
     if (made.status === 201) { window.location.assign(`/jobs/${made.data.id}/`); return; }
     reset();
-    showErrors(made.data);
+    if (made.status === 409 && made.data.job) showUsed(made.data);
+    else showErrors(made.data);
   }
 
   opener.addEventListener("click", () => { defaults(); reset(); dialog.showModal(); text.focus(); });
