@@ -8,48 +8,45 @@ virtual environments, at most ``MAX_ARCHIVE_BYTES``) and stores it either under
 file name or the ``s3://`` URL.
 
 The web Launch dialog and the API cannot read the user's disk: they take the folder as an uploaded
-archive (``workdir_archive``, .tar.gz/.tgz or .zip). ``check_upload`` reads it member by member
-and refuses anything but regular files and folders under relative, ``..``-free names (no links,
-devices, absolute paths), more than ``MAX_MEMBERS`` members, more than ``JOB_WORKDIR_MAX_MB`` packed
-or ``UNPACKED_FACTOR`` times that unpacked, then repacks what it read into the same gzip tarball
-``pack`` makes, so one ``store`` and one fetch path serve both.
+archive (``workdir_archive``, .tar.gz/.tgz or .zip). ``check_upload`` spools it to a temporary
+folder and has a bounded child process (``launcher.unpack``: address space, CPU and file size
+rlimits, and a wall clock here) read it member by member, streaming: it refuses anything but
+regular files and folders under relative, ``..``-free names (no links, devices, absolute paths),
+more than ``MAX_MEMBERS`` members (a zip's count read from its end record first), PAX or GNU long
+headers over a few KB, more than ``JOB_WORKDIR_MAX_MB`` packed, and more inflated bytes than
+``unpacked_cap`` (counted at the decompressor, skipped members too), then repacks what it read into
+the same gzip tarball ``pack`` makes, so one ``store`` and one fetch path serve both.
 """
 
 from __future__ import annotations
 
-import calendar
-import gzip
+import dataclasses
 import hashlib
 import io
+import json
 import re
-import stat
-import struct
+import signal
+import subprocess
+import sys
 import tarfile
-import zipfile
-import zlib
+import tempfile
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import IO
 
 from django.conf import settings
 
 from cloud import s3
+from launcher import unpack
+from launcher.unpack import MAX_NAME, SKIPPED  # noqa: F401  (one list for pack() and uploads)
 
 MAX_ARCHIVE_BYTES = 200 * 1024 * 1024
 MAX_MEMBERS = 10_000
-UNPACKED_FACTOR = 4  # a small archive that unpacks to a full disk is refused too
-MAX_NAME = 1024
+UNPACKED_FACTOR = 4  # inflated bytes per uploaded byte: a small archive that fills a disk is refused
+UNPACKED_FLOOR = 32 * 1024 * 1024  # ... but any upload may inflate to this many bytes
+SPOOL_CHUNK = 1024 * 1024
+UNPACK_SCRIPT = unpack.__file__  # run as a script in the child: standard library only
 UPLOAD_SUFFIXES = (".tar.gz", ".tgz", ".zip")
-SKIPPED = {
-    ".git",
-    "__pycache__",
-    ".venv",
-    "venv",
-    "node_modules",
-    ".mypy_cache",
-    ".pytest_cache",
-    ".ruff_cache",
-}
 NAME_RE = re.compile(r"^[0-9a-f]{64}\.tar\.gz$")
 
 
@@ -104,155 +101,121 @@ class Upload:
         return {"name": self.name, "bytes": self.size, "sha256": self.sha256, "files": self.files}
 
 
-def _member_name(raw: str) -> str:
-    """``raw`` as a safe relative name (``a/b``), or ArchiveError."""
-    if len(raw) > MAX_NAME or "\0" in raw:
-        raise ArchiveError(f"{raw[:80]!r}: not a usable file name")
-    if "\\" in raw:
-        raise ArchiveError(f"{raw!r}: backslashes in a name (a Windows path?) are refused")
-    if raw.startswith("/") or re.match(r"^[A-Za-z]:", raw):
-        raise ArchiveError(f"{raw!r}: absolute paths are refused; names must be relative to the folder")
-    parts = [p for p in PurePosixPath(raw).parts if p != "."]
-    if ".." in parts:
-        raise ArchiveError(f"{raw!r}: '..' would leave the folder")
-    return "/".join(parts)
+def unpacked_cap(upload_bytes: int) -> tuple[int, str]:
+    """How many bytes an upload of ``upload_bytes`` may inflate to (counted at the
+    decompressor: skipped and duplicate members too), and the rule that set it:
+    ``UNPACKED_FACTOR`` x the upload, at least ``UNPACKED_FLOOR`` (a tar's own headers and
+    10 KiB record padding make a tiny upload inflate 50 x), at most ``UNPACKED_FACTOR`` x
+    ``JOB_WORKDIR_MAX_MB``."""
+    most = UNPACKED_FACTOR * max_bytes()
+    cap = min(most, max(UNPACKED_FACTOR * upload_bytes, UNPACKED_FLOOR))
+    why = (
+        f"{UNPACKED_FACTOR} x the {upload_bytes}-byte upload, at least {UNPACKED_FLOOR} "
+        f"and at most {UNPACKED_FACTOR} x JOB_WORKDIR_MAX_MB"
+    )
+    return cap, why
 
 
-class _Repack:
-    """Collects the checked members into the tarball ``pack`` would make (deterministic, so
-    one set of files is one archive)."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.members = 0
-        self.files = 0
-        self.unpacked = 0
-        self.seen: set[str] = set()
-        self.buf = io.BytesIO()
-        self.gz = gzip.GzipFile(fileobj=self.buf, mode="wb", mtime=0)
-        self.tar = tarfile.open(fileobj=self.gz, mode="w", format=tarfile.PAX_FORMAT)
-
-    def add(self, raw: str, is_dir: bool, size: int, reader, mtime: float) -> None:
-        self.members += 1
-        if self.members > MAX_MEMBERS:
-            raise ArchiveError(f"more than {MAX_MEMBERS} files and folders")
-        name = _member_name(raw)
-        if not name or name in self.seen:  # "./" itself, or the same path twice
-            return
-        if SKIPPED.intersection(name.split("/")):
-            return  # as pack(): no .git, caches or virtual environments
-        self.seen.add(name)
-        info = tarfile.TarInfo(name)
-        info.mtime = max(0, int(mtime))
-        if is_dir:
-            info.type, info.mode = tarfile.DIRTYPE, 0o755
-            self.tar.addfile(info)
-            return
-        self.files += 1
-        self.unpacked += size
-        if self.unpacked > self.limit * UNPACKED_FACTOR:
-            raise ArchiveError(f"unpacks to more than {self.limit * UNPACKED_FACTOR} bytes")
-        info.size, info.mode = size, 0o644
-        data = reader()
-        if data is None or len(data) != size:
-            raise ArchiveError(f"{name}: the member is truncated")
-        self.tar.addfile(info, io.BytesIO(data))
-
-    def finish(self) -> bytes:
-        self.tar.close()
-        self.gz.close()
-        return self.buf.getvalue()
+def check_timeout_s() -> int:
+    """Wall-clock seconds the child that checks an upload may run (``JOB_WORKDIR_CHECK_TIMEOUT_S``)."""
+    return int(getattr(settings, "JOB_WORKDIR_CHECK_TIMEOUT_S", 120))
 
 
-def _read_tar(data: bytes, out: _Repack) -> None:
+def check_memory_bytes() -> int:
+    """Address space of that child (``JOB_WORKDIR_CHECK_MEMORY_MB``)."""
+    return int(getattr(settings, "JOB_WORKDIR_CHECK_MEMORY_MB", 512)) * 1024 * 1024
+
+
+def _spool(stream: IO[bytes], path: Path, limit: int) -> tuple[int, str]:
+    """Copy the upload to ``path`` in chunks: (its bytes, their sha256); never more than
+    ``limit`` + 1 bytes are read."""
+    digest, size = hashlib.sha256(), 0
+    with path.open("wb") as fh:
+        while size <= limit:
+            chunk = stream.read(min(SPOOL_CHUNK, limit + 1 - size))
+            if not chunk:
+                break
+            digest.update(chunk)
+            size += len(chunk)
+            fh.write(chunk)
+    return size, digest.hexdigest()
+
+
+def _repack_in_child(job: unpack.Job, name: str) -> dict:
+    """Run ``launcher/unpack.py`` on ``job`` in a fresh interpreter (``-I``: no project or
+    Django import, no environment), bounded by its own rlimits and by our wall clock. The web
+    process only waits: it grows by the result, not by the archive."""
+    argv = [sys.executable, "-I", UNPACK_SCRIPT, json.dumps(dataclasses.asdict(job))]
     try:
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
-            for info in tar:
-                if not (info.isfile() or info.isdir()):
-                    kind = "link" if info.issym() or info.islnk() else "device or special file"
-                    raise ArchiveError(f"{info.name!r} is a {kind}; only regular files and folders travel")
-                extracted = tar.extractfile(info) if info.isfile() else None
-                out.add(
-                    info.name,
-                    info.isdir(),
-                    info.size,
-                    (lambda f=extracted, n=info.size: f.read(n) if f else None),
-                    info.mtime,
-                )
-    except ArchiveError:
-        raise
-    except (tarfile.TarError, EOFError, OSError, zlib.error, ValueError, struct.error) as exc:
-        # a damaged or hostile header: refused like any other unreadable archive, never a 500
-        raise ArchiveError(f"not a readable .tar.gz ({exc})") from exc
-
-
-def _read_zip(data: bytes, out: _Repack) -> None:
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as zf:
-            for info in zf.infolist():
-                mode = info.external_attr >> 16  # Unix mode; its type bits are 0 from some zippers
-                if stat.S_IFMT(mode) not in (0, stat.S_IFREG, stat.S_IFDIR):
-                    kind = "link" if stat.S_ISLNK(mode) else "device or special file"
-                    raise ArchiveError(
-                        f"{info.filename!r} is a {kind}; only regular files and folders travel"
-                    )
-                if info.flag_bits & 0x1:
-                    raise ArchiveError(f"{info.filename!r} is encrypted")
-                when = info.date_time
-                out.add(
-                    info.filename,
-                    info.is_dir(),
-                    info.file_size,
-                    (lambda i=info: zf.read(i)),
-                    _zip_mtime(when),
-                )
-    except ArchiveError:
-        raise
-    except (
-        zipfile.BadZipFile,
-        zipfile.LargeZipFile,
-        EOFError,
-        OSError,
-        NotImplementedError,
-        RuntimeError,
-        ValueError,
-        struct.error,
-        zlib.error,
-    ) as exc:
-        raise ArchiveError(f"not a readable .zip ({exc})") from exc
-
-
-def _zip_mtime(when: tuple[int, int, int, int, int, int]) -> int:
-    return calendar.timegm((*when, 0, 0, 0))
+        done = subprocess.run(
+            argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=check_timeout_s(), check=False
+        )
+    except subprocess.TimeoutExpired as exc:  # run() has killed the child
+        raise ArchiveError(
+            f"{name}: checking it took more than {check_timeout_s()} s (JOB_WORKDIR_CHECK_TIMEOUT_S)"
+        ) from exc
+    lines = done.stdout.decode(errors="replace").strip().splitlines()
+    if done.returncode == 0 and lines:
+        return json.loads(lines[-1])
+    err = done.stderr.decode(errors="replace")
+    if "MemoryError" in err:
+        return {"limit": "memory"}
+    if done.returncode in (-signal.SIGXCPU, -signal.SIGKILL):
+        raise ArchiveError(
+            f"{name}: checking it took more than {check_timeout_s()} s of CPU (JOB_WORKDIR_CHECK_TIMEOUT_S)"
+        )
+    raise RuntimeError(f"the workdir archive check failed (exit {done.returncode}): {err[-2000:]}")
 
 
 def check_upload(name: str, size: int, stream: IO[bytes]) -> Upload:
     """Read an uploaded workdir archive (``name`` as the client called it, ``size`` its bytes)
-    and return it checked and repacked, or ArchiveError saying what is wrong."""
+    and return it checked and repacked, or ArchiveError saying what is wrong. The upload is
+    spooled to a private temporary folder and checked there by a bounded child process
+    (``launcher.unpack``)."""
     name = Path(name or "").name
     limit = max_bytes()
     if not name.lower().endswith(UPLOAD_SUFFIXES):
         raise ArchiveError(f"{name or 'the file'}: must be a .tar.gz, .tgz or .zip archive of the folder")
     if size > limit:
         raise ArchiveError(f"{name} is {size} bytes; at most {limit} (JOB_WORKDIR_MAX_MB)")
-    data = stream.read(limit + 1)
-    if len(data) > limit:
-        raise ArchiveError(f"{name} is over {limit} bytes (JOB_WORKDIR_MAX_MB)")
-    out = _Repack(limit)
-    if name.lower().endswith(".zip"):
-        if not data.startswith(b"PK"):
+    kind = "zip" if name.lower().endswith(".zip") else "tar"
+    with tempfile.TemporaryDirectory(
+        prefix="srifty-workdir-", dir=getattr(settings, "FILE_UPLOAD_TEMP_DIR", None)
+    ) as tmp:
+        src, dst = Path(tmp) / "upload", Path(tmp) / "repacked.tar.gz"
+        got, sha256 = _spool(stream, src, limit)
+        if got > limit:
+            raise ArchiveError(f"{name} is over {limit} bytes (JOB_WORKDIR_MAX_MB)")
+        with src.open("rb") as fh:
+            magic = fh.read(2)
+        if kind == "zip" and magic != b"PK":
             raise ArchiveError(f"{name} is not a zip archive")
-        _read_zip(data, out)
-    else:
-        if not data.startswith(b"\x1f\x8b"):
+        if kind == "tar" and magic != b"\x1f\x8b":
             raise ArchiveError(f"{name} is not a gzip-compressed tar archive")
-        _read_tar(data, out)
-    packed = out.finish()
-    if not out.seen:
-        raise ArchiveError(f"{name} is empty")
-    if len(packed) > limit:
-        raise ArchiveError(f"{name} repacks to {len(packed)} bytes; at most {limit} (JOB_WORKDIR_MAX_MB)")
-    return Upload(name, len(data), hashlib.sha256(data).hexdigest(), packed, out.files)
+        cap, cap_why = unpacked_cap(got)
+        job = unpack.Job(
+            kind=kind,
+            src=str(src),
+            dst=str(dst),
+            cap=cap,
+            cap_why=cap_why,
+            limit=limit,
+            max_members=MAX_MEMBERS,
+            memory_bytes=check_memory_bytes(),
+            cpu_s=check_timeout_s(),
+        )
+        result = _repack_in_child(job, name)
+        if "refused" in result:
+            raise ArchiveError(str(result["refused"]))
+        if "limit" in result:
+            raise ArchiveError(
+                f"{name}: checking it needed more than {check_memory_bytes() // (1024 * 1024)} MB "
+                "of memory (JOB_WORKDIR_CHECK_MEMORY_MB)"
+            )
+        if not result.get("kept"):
+            raise ArchiveError(f"{name} is empty")
+        packed = dst.read_bytes()
+    return Upload(name, got, sha256, packed, int(result["files"]))
 
 
 def store(data: bytes, region: str) -> str:
