@@ -9,7 +9,7 @@ from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from catalog.models import InstanceType
+from catalog.models import Accelerator, AcceleratorKind, InstanceType
 from catalog.regions import AWS_REGIONS
 from profiler.models import (
     BucketSample,
@@ -29,10 +29,29 @@ SIZES_RE = re.compile(r"^\d{1,12}(\.\d{1,6})?[KMG]?B?\.\.\d{1,12}(\.\d{1,6})?[KM
 MEMORY_RE = re.compile(r"^\d{1,12}(\.\d{1,6})?[KMG]B\Z", re.IGNORECASE)
 
 
-def model_spec_problem(spec: str, provider: str, allow_local_code: bool) -> str | None:
+def largest_gpu_bytes() -> int:
+    """Memory of the catalog's largest CUDA GPU: a model must train in it (DDP keeps one whole
+    replica per GPU). The agent's constant (``config_bounds.LARGEST_GPU_BYTES``) while the
+    catalog has no GPU with a known memory."""
+    from django.db.models import Max
+
+    from profiler.agent.config_bounds import LARGEST_GPU_BYTES
+
+    most = Accelerator.objects.filter(kind=AcceleratorKind.NVIDIA_GPU).aggregate(m=Max("memory_mib"))["m"]
+    return int(most) * 2**20 if most else LARGEST_GPU_BYTES
+
+
+def shape_of(text: str) -> tuple[int, ...] | None:
+    """``input_shape`` as integers, or ``None`` when it is not well formed (its own error)."""
+    return tuple(int(d) for d in text.split(",")) if SHAPE_RE.match(text or "") else None
+
+
+def model_spec_problem(spec: str, provider: str, allow_local_code: bool, input_shape: str = "") -> str | None:
     """Why ``spec`` cannot be profiled by ``provider``, or ``None``.
 
-    Library specs (torchvision/timm/transformers names) are checked against their registries.
+    Library specs (torchvision/timm/transformers names) are checked against their registries,
+    transformers overrides against their bounds and the largest GPU of the catalog (for
+    ``input_shape``'s sequence length).
     A code spec (``package.module:factory``) runs the named code in the agent: on EC2 that is
     the team's own VM; locally it is this server, so only with ``allow_local_code``
     (``settings.LOCAL_CODE_EXECUTION``, or the operator's ``manage.py profile_model``)."""
@@ -40,7 +59,9 @@ def model_spec_problem(spec: str, provider: str, allow_local_code: bool) -> str 
 
     try:
         if parse_spec(spec).is_library:
-            check_library_spec(spec)
+            check_library_spec(
+                spec, input_shape=shape_of(input_shape), memory_budget_bytes=largest_gpu_bytes()
+            )
             return None
     except SpecError as exc:
         return str(exc)
@@ -272,6 +293,7 @@ class ProfilingRunSerializer(ModelSerializer):
                 attrs.get("model_spec", ""),
                 attrs.get("provider", Provider.LOCAL),
                 self.context.get("allow_local_code", settings.LOCAL_CODE_EXECUTION),
+                attrs.get("input_shape", ""),
             )
             if problem:
                 errors["model_spec"] = problem

@@ -17,7 +17,7 @@ from catalog.models import Accelerator
 from catalog.regions import AWS_REGIONS
 from planner.app.models import PlanRecord, PlanStatus
 from planner.defaults import MARKET_DEFAULTS, PLAN_DEFAULTS
-from profiler.serializers import SHAPE_RE, InputShapeField
+from profiler.serializers import MAX_SAMPLE_ELEMENTS, InputShapeField, largest_gpu_bytes, shape_of
 from srifty_web.serializers import ModelSerializer
 
 
@@ -103,15 +103,24 @@ class ModelChoiceSerializer(serializers.Serializer):
             return attrs
         attrs.setdefault("precision", "amp")
         errors = {}
+        shape = shape_of(attrs.get("input_shape", ""))
         try:
             if self.context.get("allow_code"):
                 parse_spec(attrs.get("spec", ""))
             else:
-                check_library_spec(attrs.get("spec", ""))
+                # Overrides bounded, and the model must train on the catalog's largest GPU:
+                # a 400 here, not a worker building it for ever (issue 33).
+                check_library_spec(
+                    attrs.get("spec", ""), input_shape=shape, memory_budget_bytes=largest_gpu_bytes()
+                )
         except SpecError as exc:
             errors["spec"] = f"give profile_run, or spec as a library model: {exc}"
-        if not SHAPE_RE.match(attrs.get("input_shape", "")):
+        if shape is None:
             errors["input_shape"] = "comma-separated positive integers, e.g. 3,224,224"
+        elif not 1 <= math.prod(shape) <= MAX_SAMPLE_ELEMENTS:
+            errors["input_shape"] = (
+                f"every dimension at least 1, at most {MAX_SAMPLE_ELEMENTS} elements per sample"
+            )
         if errors:
             raise serializers.ValidationError(errors)
         return attrs

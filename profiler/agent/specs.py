@@ -8,7 +8,11 @@ runs, no weights, no network):
 * ``transformers:MODEL_TYPE`` or ``transformers:MODEL_TYPE(key=value,...)`` - a Hugging Face
   model type (``CONFIG_MAPPING``, e.g. ``bert``, ``gpt2``, ``vit``) built from its default
   config, with optional overrides of numeric/boolean config fields (``bert(num_hidden_layers=24,
-  hidden_size=1024,num_attention_heads=16,intermediate_size=4096)`` is BERT-large). Head:
+  hidden_size=1024,num_attention_heads=16,intermediate_size=4096)`` is BERT-large). Each
+  override is bounded before it is set (``config_bounds``: finite, whole numbers for integer
+  fields, per-field limits), and a model whose training state would not fit the largest GPU
+  is refused before it is built (the web checks its catalog's largest GPU; a build on real
+  memory, as in the agent, checks ``config_bounds.LARGEST_GPU_BYTES``). Head:
   encoders (types with a masked-LM head) get a sequence-classification head
   (``num_labels = num_classes``), decoders a causal-LM head, vision types an image
   classifier, anything else is the bare model. Token models take their input as floats of
@@ -39,10 +43,12 @@ import inspect
 import os
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from profiler.agent import config_bounds
 
 LIBRARY_KINDS = ("torchvision", "timm", "transformers")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
@@ -148,20 +154,51 @@ def _hf_overrides(spec: ModelSpec) -> tuple[str, dict[str, Any]]:
     return match["type"], overrides
 
 
-def _hf_config(spec: ModelSpec, num_classes: int) -> Any:
+def _hf_config(
+    spec: ModelSpec,
+    num_classes: int,
+    *,
+    input_shape: Sequence[int] | None = None,
+    memory_budget_bytes: int | None = None,
+) -> Any:
+    """The spec's config with its overrides, each bounded (``config_bounds``) before it is set;
+    with ``memory_budget_bytes``, also refused when one replica could not train in that memory
+    (arithmetic on the config: nothing is built)."""
     from transformers import AutoConfig
 
     model_type, overrides = _hf_overrides(spec)
     config = AutoConfig.for_model(model_type)
+    defaults: dict[str, Any] = {}
     for key, value in overrides.items():
         current = getattr(config, key, None)
         # Only existing numeric/boolean fields: no new attributes, no strings (nothing that a
         # config could turn into a file name, a module or remote code).
         if isinstance(current, bool) != isinstance(value, bool) or not isinstance(current, int | float):
             raise SpecError(f"{spec}: {key!r} is not a numeric or boolean field of the {model_type} config")
-        setattr(config, key, type(current)(value) if not isinstance(current, bool) else value)
+        defaults[key] = current
+        if not isinstance(value, bool):
+            try:
+                value = config_bounds.bounded_value(key, value, current)
+            except config_bounds.BoundError as exc:
+                raise SpecError(f"{spec}: {exc}") from None
+        setattr(config, key, value)
+    try:
+        config_bounds.check_num_classes(num_classes)
+        if memory_budget_bytes is not None:
+            est = config_bounds.estimate(
+                config, overrides, defaults, num_classes=num_classes, input_shape=input_shape
+            )
+            config_bounds.check_budget(est, memory_budget_bytes)
+    except config_bounds.BoundError as exc:
+        raise SpecError(f"{spec}: {exc}") from None
     config.num_labels = num_classes
     return config
+
+
+def _encoder_decoder_refused(spec: ModelSpec) -> SpecError:
+    return SpecError(
+        f"{spec}: encoder-decoder models need decoder inputs, which the profiler does not make yet"
+    )
 
 
 def _code_refused(text: str) -> SpecError:
@@ -172,15 +209,28 @@ def _code_refused(text: str) -> SpecError:
     )
 
 
-def check_library_spec(text: str) -> ModelSpec:
-    """A library spec whose name is in its registry, else :class:`SpecError` (nothing built)."""
+def check_library_spec(
+    text: str,
+    *,
+    input_shape: Sequence[int] | None = None,
+    memory_budget_bytes: int | None = None,
+) -> ModelSpec:
+    """A library spec whose name is in its registry, else :class:`SpecError` (nothing built).
+
+    Transformers overrides are bounded field by field; with ``memory_budget_bytes`` (the web
+    passes its catalog's largest GPU) the model must also fit it for training (the estimate of
+    ``config_bounds``, for ``input_shape`` when given). Without it, the bounds alone keep what
+    the meta-device trace of the planner builds to seconds."""
     spec = parse_spec(text)
     if not spec.is_library:
         raise _code_refused(text)
     if spec.kind == "transformers":
         model_type, _ = _hf_overrides(spec)
         _known(spec.kind, model_type)
-        _hf_config(spec, 2)  # the overrides name real fields (a config is cheap; no model is built)
+        # A config is cheap; no model is built.
+        config = _hf_config(spec, 2, input_shape=input_shape, memory_budget_bytes=memory_budget_bytes)
+        if getattr(config, "is_encoder_decoder", False):
+            raise _encoder_decoder_refused(spec)
     else:
         _known(spec.kind, spec.target)
     return spec
@@ -245,18 +295,25 @@ def _token_input(model: Any) -> Any:
     return TokenInput(model)
 
 
-def _build_transformers(spec: ModelSpec, num_classes: int) -> Any:
+def _build_budget() -> int | None:
+    """The memory a built model must fit: the largest GPU's, unless it is built on the ``meta``
+    device (the planner's traces), which allocates nothing; the field bounds keep that build
+    to seconds, and a corpus model trained with FSDP (MPT-70B) can still be traced there."""
+    import torch
+
+    return None if torch.get_default_device().type == "meta" else config_bounds.LARGEST_GPU_BYTES
+
+
+def _build_transformers(spec: ModelSpec, num_classes: int, input_shape: Sequence[int] | None = None) -> Any:
     import transformers
     from transformers.models.auto import modeling_auto
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # configs come from the package, never the hub
     model_type, _ = _hf_overrides(spec)
     _known("transformers", model_type)
-    config = _hf_config(spec, num_classes)
+    config = _hf_config(spec, num_classes, input_shape=input_shape, memory_budget_bytes=_build_budget())
     if getattr(config, "is_encoder_decoder", False):
-        raise SpecError(
-            f"{spec}: encoder-decoder models need decoder inputs, which the profiler does not make yet"
-        )
+        raise _encoder_decoder_refused(spec)
     # Encoders (they have a masked-LM head) fine-tune with a classification head, decoders train
     # as causal LMs, vision types classify images; anything else is the bare model.
     heads = (
@@ -350,12 +407,16 @@ def load_model(
     import torch.nn as nn
 
     parsed = parse_spec(spec) if isinstance(spec, str) else spec
+    try:
+        config_bounds.check_num_classes(num_classes)  # the classifier is num_classes x features
+    except config_bounds.BoundError as exc:
+        raise SpecError(f"{parsed}: {exc}") from None
     if parsed.kind == "torchvision":
         model = _build_torchvision(parsed.target, num_classes)
     elif parsed.kind == "timm":
         model = _build_timm(parsed.target, num_classes)
     elif parsed.kind == "transformers":
-        model = _build_transformers(parsed, num_classes)
+        model = _build_transformers(parsed, num_classes, input_shape)
     elif not allow_code:
         raise _code_refused(str(parsed))
     else:
