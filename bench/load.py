@@ -81,7 +81,7 @@ from datetime import timedelta
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
 from django.contrib.sessions.backends.db import SessionStore
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
+from accounts.tokens import issue_api_token
 from profiler import actions
 from profiler.models import ProfilingRun, RunStatus
 
@@ -97,7 +97,7 @@ run = ProfilingRun.objects.create(
     deadline_at=timezone.now() + timedelta(minutes=30),
 )
 print("BENCH " + json.dumps({
-    "api_token": Token.objects.create(user=user).key, "session": session.session_key,
+    "api_token": issue_api_token(user).key, "session": session.session_key,
     "run_id": run.pk, "agent_token": actions.issue_token(run),
 }))
 """

@@ -33,11 +33,11 @@ from asgiref.sync import sync_to_async  # noqa: E402
 from asgiref.wsgi import WsgiToAsgi, WsgiToAsgiInstance  # noqa: E402
 from channels.auth import AuthMiddlewareStack  # noqa: E402  (needs the app registry)
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.contrib.staticfiles.handlers import StaticFilesHandler  # noqa: E402
 
 from planner.app.serializers import warm_model_registries  # noqa: E402
 from srifty_web.routing import websocket_urlpatterns  # noqa: E402
+from srifty_web.security import SameOriginWebsocketValidator  # noqa: E402
 
 # Before serving: the first plan request would otherwise load torch to check its model's name,
 # seconds during which every other request of this process waits (see warm_model_registries).
@@ -66,6 +66,7 @@ application = ProtocolTypeRouter(
     {
         # daphne serves static files itself so that ./run needs no separate web server.
         "http": PooledWsgiToAsgi(StaticFilesHandler(django_wsgi_app)),
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        # Origin: scheme, host and port must match ours (srifty_web.security).
+        "websocket": SameOriginWebsocketValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -10,14 +10,22 @@ Two pages get one more script source (``EXTRA_SCRIPT_SOURCES``): the plan and jo
 WebGL scatters whose plotly.js engine compiles code at run time (``'unsafe-eval'``; inline
 scripts and handlers stay blocked there). Swagger UI needs none: ``SpectacularSwaggerSplitView``
 serves its initialiser from a URL.
+
+Websockets get their own origin check (:class:`SameOriginWebsocketValidator`): a browser sends
+the session cookie to any port of the host, so a page on another port of the same machine
+(``http://127.0.0.1:9999``) must not open ours; scheme, host and port must all match.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from decimal import Decimal
+from urllib.parse import urlsplit
 
+from channels.security.websocket import WebsocketDenier
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse
+from django.http.request import split_domain_port, validate_host
 
 POLICY = {
     "default-src": "'self'",
@@ -80,3 +88,62 @@ def csv_safe_cell(value):
         return value
     text = str(value)
     return "'" + text if text.startswith(FORMULA_PREFIXES) else text
+
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+Origin = tuple[str, str, int]  # scheme, host (lower case, no brackets), port
+
+
+def parse_origin(url: str) -> Origin | None:
+    """``(scheme, host, port)`` of an http(s) origin or URL, the scheme's default port filled in;
+    ``None`` for anything else (``null``, another scheme, a malformed port)."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme not in DEFAULT_PORTS or not parts.hostname:
+        return None
+    return parts.scheme, parts.hostname.lower(), port or DEFAULT_PORTS[parts.scheme]
+
+
+def _allowed_hosts() -> list[str]:
+    # Django's own fallback for an empty ALLOWED_HOSTS under DEBUG (HttpRequest.get_host).
+    if settings.DEBUG and not settings.ALLOWED_HOSTS:
+        return [".localhost", "127.0.0.1", "[::1]"]
+    return list(settings.ALLOWED_HOSTS)
+
+
+def websocket_origin_allowed(origin_header: str, host_header: str) -> bool:
+    """Whether a websocket opened from page ``origin_header`` may reach us.
+
+    Allowed: our public address (``SITE_URL``), ``CSRF_TRUSTED_ORIGINS``, and the origin of the
+    address the browser connected to (its ``Host``, a host in ``ALLOWED_HOSTS``), each compared
+    on scheme, host and port. A ``Host`` without a port stands for the default port of the
+    page's scheme (what a browser sends for ``https://host/``, also behind a TLS proxy)."""
+    origin = parse_origin(origin_header)
+    if origin is None:
+        return False
+    configured = {parse_origin(url) for url in [settings.SITE_URL, *settings.CSRF_TRUSTED_ORIGINS]}
+    if origin in configured:
+        return True
+    domain, _ = split_domain_port(host_header)
+    if not domain or not validate_host(domain, _allowed_hosts()):
+        return False
+    return parse_origin(f"{origin[0]}://{host_header}") == origin
+
+
+class SameOriginWebsocketValidator:
+    """ASGI wrapper: a websocket whose ``Origin`` is not allowed (see
+    :func:`websocket_origin_allowed`) is closed before the handshake completes."""
+
+    def __init__(self, application):
+        self.application = application
+
+    async def __call__(self, scope, receive, send):
+        headers = {name: value.decode("latin1") for name, value in scope.get("headers", [])}
+        if scope["type"] == "websocket" and not websocket_origin_allowed(
+            headers.get(b"origin", ""), headers.get(b"host", "")
+        ):
+            return await WebsocketDenier()(scope, receive, send)
+        return await self.application(scope, receive, send)

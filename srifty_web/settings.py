@@ -47,7 +47,8 @@ def _env_or_kept(name: str, filename: str, make) -> str:
 
 # A generated key keeps sessions valid across restarts without shipping a fixed key in the repo.
 SECRET_KEY = _env_or_kept("SECRET_KEY", "secret_key", lambda: secrets.token_urlsafe(50))
-ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
+# (Django's test runner adds "testserver" itself; an install never needs it.)
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 # Where agents and job nodes post back. Unset, it is the address ./run and srifty_web.serve
 # listen on: PORT (default 8000) on 127.0.0.1 -- ./run exports PORT to the task worker too, so a
@@ -76,7 +77,6 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "channels",
@@ -87,6 +87,7 @@ INSTALLED_APPS = [
     "planner.app",
     "launcher",
     "frontend",
+    "accounts",
 ]
 
 MIDDLEWARE = [
@@ -241,7 +242,7 @@ STATICFILES_DIRS = [("plotly", _plotly_dir())]
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         # Token first so that an anonymous request gets 401 with WWW-Authenticate, not 403.
-        "rest_framework.authentication.TokenAuthentication",
+        "accounts.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -281,6 +282,22 @@ AGENT_TOKEN_TTL_HOURS = env_float("AGENT_TOKEN_TTL_HOURS", 6.0)
 # Search state one plan's solve may hold (MB, counted by planner.solver): a request that cannot
 # fit is refused naming max_nodes / max_types and this limit, instead of growing the worker.
 PLAN_MAX_MEMORY_MB = env_float("PLAN_MAX_MEMORY_MB", 512.0)
+# Sign-ins (srifty_web.login_guard): proxies of ours in front of the server that append to
+# X-Forwarded-For (count; 0 = the TCP peer is the client, the header is ignored). DRF's
+# throttles read the same number.
+TRUSTED_PROXY_COUNT = max(0, env_int("TRUSTED_PROXY_COUNT", 0))
+REST_FRAMEWORK["NUM_PROXIES"] = TRUSTED_PROXY_COUNT
+# Wrong passwords per username / per client address (count) within LOGIN_LOCKOUT_MINUTES
+# before that username / address is refused for LOGIN_LOCKOUT_MINUTES (minutes).
+LOGIN_FAILURES_PER_USER = env_int("LOGIN_FAILURES_PER_USER", 5)
+LOGIN_FAILURES_PER_ADDRESS = env_int("LOGIN_FAILURES_PER_ADDRESS", 20)
+LOGIN_LOCKOUT_MINUTES = env_float("LOGIN_LOCKOUT_MINUTES", 15.0)
+# Life of a user's API token from when POST /api/v1/auth/token/ issues it (days).
+API_TOKEN_TTL_DAYS = env_float("API_TOKEN_TTL_DAYS", 90.0)
+# Login failure counts and DRF throttles live in the default cache: this process's memory with
+# one web worker, Redis with REDIS_URL (several workers need it, srifty_web.serve), shared by all.
+if REDIS_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
 
 LOGGING = {
     "version": 1,

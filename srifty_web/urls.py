@@ -5,6 +5,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import URLPattern, URLResolver, include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
+from accounts.views import LoginView, admin_login
 from srifty_web.auth_api import ObtainTokenView
 
 api_v1: list[URLPattern | URLResolver] = [
@@ -16,8 +17,11 @@ api_v1: list[URLPattern | URLResolver] = [
 ]
 
 urlpatterns = [
+    # Both login pages count wrong passwords and answer a lockout with 429 (accounts.views);
+    # this route comes before the admin's own login/ so that the 429 status applies there too.
+    path("admin/login/", admin_login),
     path("admin/", admin.site.urls),
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/login/", LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

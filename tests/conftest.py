@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 PROFILE_FIXTURES = Path(__file__).parent / "profiler" / "fixtures"
@@ -68,7 +67,9 @@ def api() -> APIClient:
 @pytest.fixture
 def user_api(user) -> APIClient:
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    from accounts.tokens import issue_api_token
+
+    client.credentials(HTTP_AUTHORIZATION=f"Token {issue_api_token(user).key}")
     return client
 
 

@@ -145,11 +145,11 @@ def _manage(env: dict, *args: str, timeout: float = 300) -> str:
 USERS_SCRIPT = """
 import json, os
 from django.contrib.auth import get_user_model
-from rest_framework.authtoken.models import Token
+from accounts.tokens import issue_api_token
 User = get_user_model()
 staff = User.objects.create_superuser(os.environ["B_STAFF"], "", os.environ["B_STAFF_PW"])
 user = User.objects.create_user(os.environ["B_USER"], password=os.environ["B_USER_PW"])
-print("TOKENS=" + json.dumps({"staff": Token.objects.create(user=staff).key, "user": Token.objects.create(user=user).key}))
+print("TOKENS=" + json.dumps({"staff": issue_api_token(staff).key, "user": issue_api_token(user).key}))
 """
 
 

@@ -8,9 +8,9 @@ from decimal import Decimal
 
 import pytest
 from django.contrib.auth.models import Group, Permission
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from accounts.tokens import issue_api_token
 from cloud import ec2, session
 from launcher import jobs, options
 from launcher.models import Job, JobReport, JobStatus
@@ -195,7 +195,7 @@ def test_another_users_confirmation_does_not_launch(launcher_api, plan, django_u
     bob.groups.add(team := Group.objects.create(name="team"))
     plan.owner.groups.add(team)  # bob may see the plan, but the confirmation is alice's
     c = APIClient()
-    c.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=bob).key}")
+    c.credentials(HTTP_AUTHORIZATION=f"Token {issue_api_token(bob).key}")
     resp = c.post("/api/v1/jobs/", body(plan, confirmation=token), format="json")
     assert resp.status_code == 400 and "another launch" in resp.json()["confirmation"][0]
 

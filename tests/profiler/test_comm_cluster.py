@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from accounts.tokens import issue_api_token
 from profiler import actions, tasks
 from profiler.agent.comm import free_port
 from profiler.models import CommCurvePoint, ProfilingRun, RunStatus
@@ -53,7 +53,7 @@ def cloud(aws, aws_hooks, catalog, settings) -> LaunchAws:
 @pytest.fixture
 def staff_api(staff) -> APIClient:
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=staff).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {issue_api_token(staff).key}")
     return client
 
 

@@ -26,7 +26,6 @@ from django.conf import settings as django_settings
 from django.core.cache import cache
 from django.core.wsgi import get_wsgi_application
 from hypothesis import HealthCheck, event, settings
-from rest_framework.authtoken.models import Token
 from schemathesis.checks import not_a_server_error
 from schemathesis.config import SchemathesisConfig
 from schemathesis.specs.openapi.checks import content_type_conformance, response_schema_conformance
@@ -137,8 +136,9 @@ def seeded(db, user):
 
 
 def _headers(user) -> dict:
-    token, _ = Token.objects.get_or_create(user=user)
-    return {"Authorization": f"Token {token.key}"}
+    from accounts.tokens import issue_api_token
+
+    return {"Authorization": f"Token {issue_api_token(user).key}"}
 
 
 PRICES = "/api/v1/prices/"

@@ -19,9 +19,9 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import Permission
 from django.db import connection
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from accounts.tokens import issue_api_token
 from launcher import jobs
 from launcher.models import Job, JobReport, JobStatus
 from planner.app.models import PlanRecord
@@ -666,7 +666,7 @@ def test_tokens_are_stored_shown_and_logged_nowhere_in_plain_text(
     bearer(job_token).post(reports_url(job), report_batch(), format="json")
     bearer(job_token).get(f"/api/v1/jobs/{job.pk}/rendezvous/", {"instance_id": job.instance_ids[0]})
     owner = APIClient()
-    owner.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    owner.credentials(HTTP_AUTHORIZATION=f"Token {issue_api_token(user).key}")
     shown = [
         owner.get(u).content.decode()
         for u in (

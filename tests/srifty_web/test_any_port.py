@@ -89,9 +89,9 @@ def test_live_profiling_works_on_a_non_default_port(tmp_path):
             env,
             "shell",
             "-c",
-            "from django.contrib.auth import get_user_model; from rest_framework.authtoken.models import Token; "
+            "from django.contrib.auth import get_user_model; from accounts.tokens import issue_api_token; "
             "u = get_user_model().objects.create_user('ann', 'ann@example.com', 'pw-123-long'); "
-            "print(Token.objects.create(user=u).key)",
+            "print(issue_api_token(u).key)",
         )
         .strip()
         .splitlines()[-1]
