@@ -34,9 +34,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-# The largest GPU memory in the bundled catalog: B300, 270 GiB (catalog/fixtures/gpu_specs.csv).
+# The largest GPU memory in the bundled catalog: B300, 275,040 MiB (268.6 GiB) per GPU in
+# catalog/fixtures/aws_gpu_instances.csv (AWS's GpuInfo, which the catalog's memory_mib keeps).
 # The agent has no catalog (no Django): it uses this; the web passes the catalog's own maximum.
-LARGEST_GPU_BYTES = 270 * 2**30
+LARGEST_GPU_BYTES = 275_040 * 2**20
 # Training state per parameter with Adam: fp32 weights 4 + gradients 4 + two moments 8 bytes.
 # Mixed precision adds a half-precision copy (2 more); 16 is the least any run needs, so the
 # budget refuses only models that cannot fit.
