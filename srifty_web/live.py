@@ -130,6 +130,11 @@ class ViewerConsumer(_ConsumerBase):
         if getattr(self, "group", None):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
+    async def receive(self, text_data=None, bytes_data=None, **kwargs) -> None:
+        # Viewers only listen: a frame is dropped undecoded (channels would json.loads it first,
+        # and a deeply nested one raises RecursionError; a binary one, ValueError).
+        return
+
     async def receive_json(self, content, **kwargs) -> None:
         return  # viewers only listen
 

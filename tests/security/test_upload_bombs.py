@@ -226,3 +226,47 @@ def test_json_bodies_of_ordinary_size_and_text_that_looks_like_json_still_parse(
 def post_raw(client: APIClient, url: str, body: str) -> tuple[int, str]:
     resp = client.post(url, body, content_type="application/json")
     return resp.status_code, resp.content.decode(errors="replace")[:2000]
+
+
+# --- websocket frames ------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_job_viewer_that_sends_deeply_nested_json_or_bytes_keeps_its_live_view(
+    user, settings, live_next
+):
+    from asgiref.sync import sync_to_async
+    from channels.testing import WebsocketCommunicator
+    from django.test import Client
+
+    from launcher import jobs
+    from srifty_web.asgi import application
+
+    settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
+
+    def running_job() -> tuple[int, str, bytes]:
+        owner = may_launch(user)
+        job = jobs.create_job(owner, solved_plan(owner, g5_spot_option()), 1, "train.py", 10, 5, confirm=True)
+        token = jobs.issue_token(job)
+        jobs.mark_launched(job, instance_ids=["i-0a"], node_ips={"i-0a": "10.0.0.1"})
+        jobs.mark_running(job, "launched")
+        browser = Client()
+        browser.force_login(user)
+        return job.pk, token, f"sessionid={browser.cookies['sessionid'].value}".encode()
+
+    def report(job_id: int, token: str) -> int:
+        c = APIClient()
+        c.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+        body = {"seq": 1, "rank": 0, "reports": [{"iteration": 1, "iter_time_s": 0.5}]}
+        return c.post(f"/api/v1/jobs/{job_id}/reports/", body, format="json").status_code
+
+    job_id, token, cookie = await sync_to_async(running_job)()
+    headers = [(b"origin", b"http://127.0.0.1:8000"), (b"host", b"127.0.0.1:8000"), (b"cookie", cookie)]
+    comm = WebsocketCommunicator(application, f"/ws/jobs/{job_id}/", headers=headers)
+    assert (await comm.connect(timeout=10))[0]
+    assert (await live_next(comm))["type"] == "snapshot"
+    await comm.send_to(text_data="[" * 100_000 + "]" * 100_000)  # channels would json.loads it
+    await comm.send_to(bytes_data=b"\x00\x01")
+    assert await sync_to_async(report)(job_id, token) == 201
+    assert (await live_next(comm))["type"] == "report"  # the consumer did not die on the frames
+    await comm.disconnect()
