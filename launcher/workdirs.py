@@ -160,9 +160,14 @@ def _repack_in_child(job: unpack.Job, name: str) -> dict:
     err = done.stderr.decode(errors="replace")
     if "MemoryError" in err:
         return {"limit": "memory"}
-    if done.returncode in (-signal.SIGXCPU, -signal.SIGKILL):
+    if done.returncode == -signal.SIGXCPU:
         raise ArchiveError(
             f"{name}: checking it took more than {check_timeout_s()} s of CPU (JOB_WORKDIR_CHECK_TIMEOUT_S)"
+        )
+    if done.returncode == -signal.SIGKILL:  # the CPU limit's hard step, or the kernel out of memory
+        raise ArchiveError(
+            f"{name}: checking it was stopped past its limits "
+            "(JOB_WORKDIR_CHECK_TIMEOUT_S, JOB_WORKDIR_CHECK_MEMORY_MB)"
         )
     raise RuntimeError(f"the workdir archive check failed (exit {done.returncode}): {err[-2000:]}")
 
