@@ -161,6 +161,16 @@ def test_a_task_file_the_loader_cannot_build_is_a_400_with_its_line_not_a_500(
     assert (issue["line"], issue["field"]) == (3, "file")
 
 
+def test_a_long_unknown_key_over_thousands_of_keys_is_a_400_within_bounds(launcher_api, plan):
+    # Every dotted path under a 200 KB key repeated it: 4,900 of them were 950 MB of line table.
+    text = "name: long\nrun: python train.py\n? " + "k" * 200_000 + "\n:\n"
+    text += "".join(f"  a{i}: 1\n" for i in range(4900))
+    probe = in_child(
+        post, launcher_api, "/api/v1/jobs/preview/", launch_body(plan, text), timeout_s=TIMEOUT_S
+    )
+    refused_within_bounds(probe, "unknown key")
+
+
 def test_an_ordinary_task_file_with_a_few_aliases_is_still_previewed(launcher_api, plan):
     resp = launcher_api.post("/api/v1/jobs/preview/", launch_body(plan, ORDINARY), format="json")
     assert resp.status_code == 200, resp.content
