@@ -75,7 +75,7 @@ async def test_a_local_run_streams_progress_to_the_viewer_and_stores_samples(
     comm = WebsocketCommunicator(
         application,
         f"/ws/profiling-runs/{run_id}/",
-        headers=[(b"origin", b"http://127.0.0.1:8000"), (b"cookie", cookie)],
+        headers=[(b"origin", b"http://127.0.0.1:8000"), (b"host", b"127.0.0.1:8000"), (b"cookie", cookie)],
     )
     connected, _ = await comm.connect(timeout=10)
     assert connected
