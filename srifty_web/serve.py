@@ -181,7 +181,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="daphne processes (default: WEB_CONCURRENCY, else CPUs with REDIS_URL, else 1)",
     )
     ap.add_argument("--access-log", default="", help="access log path, '-' for stdout (default: none)")
-    ap.add_argument("--proxy-headers", action="store_true", help="trust X-Forwarded-For (behind a proxy)")
+    ap.add_argument(
+        "--proxy-headers",
+        action="store_true",
+        # daphne then takes the LEFTMOST X-Forwarded-For entry, which any client can write:
+        # the login lockout counts addresses from TRUSTED_PROXY_COUNT instead (see README).
+        help="let daphne set the client address from X-Forwarded-For (client-written; prefer TRUSTED_PROXY_COUNT)",
+    )
     ap.add_argument("--grace", type=float, default=10.0, help="seconds a worker gets to stop (default 10)")
     args = ap.parse_args(argv)
     if args.workers is None:

@@ -16,7 +16,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("srifty_web", "catalog", "profiler", "planner", "launcher", "cloud", "frontend")
+PACKAGES = ("srifty_web", "accounts", "catalog", "profiler", "planner", "launcher", "cloud", "frontend")
 SKIP_DIRS = {".venv", "tests", "bench", "migrations", "__pycache__", "node_modules", "static", "templates"}
 
 
