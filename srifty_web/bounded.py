@@ -9,11 +9,16 @@ archive) must not be able to take the process that runs it down, nor hold it for
 
 * The child is a ``fork`` of the caller, so it starts with everything the caller has imported and
   cached (no start-up cost) and shares those pages until it writes them.
-* ``max_memory_mb``: the address space the child may *add* to the caller's (``RLIMIT_AS`` = the
-  caller's virtual size at the fork + this; 0: no limit). Relative, because the caller's own
-  virtual size is mostly libraries mapped and never touched (importing torch maps ~3.4 GB) and
-  varies with the build; what a request can grow is the part above it. An allocation past it
-  fails in the child (``MemoryError``): :class:`OutOfMemory`.
+* ``max_memory_mb``: the memory the child may take of its own (0: no limit), held two ways:
+  its address space may grow by at most this much over the caller's (``RLIMIT_AS`` = the
+  caller's virtual size at the fork + this: an allocation past it fails in the child,
+  ``MemoryError``), and its private resident memory (pages it allocated or copied from the
+  caller, ``/proc/<pid>/smaps_rollup``), checked every ``poll_s``, may not pass it (the child
+  is killed). Both give :class:`OutOfMemory`. Relative, because the caller's own virtual size is
+  mostly libraries mapped and never touched (importing torch maps ~3.4 GB) and varies with the
+  build; the resident check, because free memory inside the caller's heap is reused by the
+  child without growing its address space (a caller with a large free heap would otherwise
+  lend it all).
 * ``max_seconds``: wall time from the fork; past it the child is killed: :class:`OutOfTime`.
 * ``on_progress``: given, ``fn`` is called with ``progress=`` a callable whose arguments (they
   must pickle) reach ``on_progress`` in the caller, in order. An exception ``on_progress`` raises
@@ -39,6 +44,7 @@ need them (Django, numpy and torch calls are fine).
 from __future__ import annotations
 
 import ctypes
+import gc
 import math
 import os
 import pickle
@@ -126,6 +132,18 @@ def _address_space_bytes() -> int | None:
     """This process's virtual size now (Linux); None where /proc is missing."""
     kb = _vm_kb("VmSize")
     return None if kb is None else kb * 1024
+
+
+def _private_kb(pid: int) -> int | None:
+    """Resident memory of ``pid`` that is its own (private pages: allocated, or copied on write
+    from the caller), in KiB; None where ``smaps_rollup`` is missing."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            return sum(
+                int(line.split()[1]) for line in fh if line.startswith(("Private_Clean:", "Private_Dirty:"))
+            )
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _die_with_parent() -> None:
@@ -314,10 +332,14 @@ def run_bounded(
     with _FORK_LOCK:  # another thread's child must not inherit this pipe's write end (no EOF)
         r, w = os.pipe()
         started = time.monotonic()
+        # Objects alive now are left out of the child's collections: a full collection writes to
+        # every object it visits, which would copy the caller's whole heap into the child.
+        gc.freeze()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - the child's coverage is not collected
             os.close(r)
             _child(fn, args, kwargs, w, max_memory_mb, max_seconds, on_progress is not None)
+        gc.unfreeze()
         os.close(w)
     try:
         os.setpgid(pid, pid)  # also here: a kill before the child's own setpgid still hits its group
@@ -344,6 +366,9 @@ def run_bounded(
             if outcome is None and now >= next_check:
                 next_check = now + poll_s
                 peak_vm_kb = max(peak_vm_kb, _vm_kb("VmPeak", pid) or 0)
+                own_kb = _private_kb(pid) if max_memory_mb > 0 else None
+                if own_kb is not None and own_kb > max_memory_mb * 1024:
+                    raise OutOfMemory(max_memory_mb, f"{own_kb / 1024:.0f} MB resident of its own")
                 reason = should_stop() if should_stop is not None else None
                 if reason:
                     raise Stopped(str(reason))

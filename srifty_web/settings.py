@@ -282,6 +282,12 @@ AGENT_TOKEN_TTL_HOURS = env_float("AGENT_TOKEN_TTL_HOURS", 6.0)
 # Search state one plan's solve may hold (MB, counted by planner.solver): a request that cannot
 # fit is refused naming max_nodes / max_types and this limit, instead of growing the worker.
 PLAN_MAX_MEMORY_MB = env_float("PLAN_MAX_MEMORY_MB", 512.0)
+# Each plan's model trace and solve run in a child of the worker (planner.app.solving): the
+# memory that child may take of its own (MB: address space beyond the worker's, RLIMIT_AS, and
+# private resident pages; 0 = no limit) and its wall time (seconds, model trace included; 0 = no
+# limit). A plan past either fails naming the setting.
+PLAN_CHILD_MAX_MEMORY_MB = env_float("PLAN_CHILD_MAX_MEMORY_MB", 1024.0)
+PLAN_MAX_SOLVE_S = env_float("PLAN_MAX_SOLVE_S", 300.0)
 # Sign-ins (srifty_web.login_guard): proxies of ours in front of the server that append to
 # X-Forwarded-For (count; 0 = the TCP peer is the client, the header is ignored). DRF's
 # throttles read the same number.

@@ -13,9 +13,18 @@ Every transition is one conditional ``UPDATE`` (``status`` and, while running, t
 ``attempts`` number as a lease), so a cancel, a recovery and a worker never overwrite each
 other: whoever changes the row first wins, the others find nothing to update.
 
-Liveness: while a plan runs, a heartbeat thread writes ``heartbeat_at`` every
-``PLAN_HEARTBEAT_S``; progress writes (at most every ``PLAN_PROGRESS_EVERY_S``) do too. A
-worker killed mid-solve (SIGKILL, out of memory) leaves its plan ``running`` with a heartbeat
+Bounds: the model trace and the solve run in a child process of the worker (``_solve``,
+``srifty_web.bounded``) with an address-space limit (``PLAN_CHILD_MAX_MEMORY_MB`` beyond the
+worker's own) and a wall-clock limit (``PLAN_MAX_SOLVE_S``); a plan that reaches one fails with a
+message naming the setting and its value. The worker relays the child's progress, renews the
+heartbeat and checks the row every :data:`POLL_S`: a cancel (or a lost lease) kills the child
+within a second, even in a phase that reports no progress. So a runaway request holds one worker
+for at most ``PLAN_MAX_SOLVE_S`` and can take no more than its memory limit; other teams' plans
+wait at most that long on a single worker, and not at all while a second worker is free.
+
+Liveness: while a plan runs, its worker writes ``heartbeat_at`` every ``PLAN_HEARTBEAT_S``;
+progress writes (at most every ``PLAN_PROGRESS_EVERY_S``) do too. A worker killed mid-solve
+(SIGKILL, out of memory; its child dies with it) leaves its plan ``running`` with a heartbeat
 that stops; :func:`recover_stale_plans` (run when a plan task starts and whenever plans are read)
 queues such a plan again, or fails it once ``PLAN_MAX_ATTEMPTS`` workers have died on it: a
 request that kills workers does not kill them forever.
@@ -27,20 +36,22 @@ Live updates go to the websocket group ``plan-<id>`` with ``transaction.on_commi
 
 from __future__ import annotations
 
+import importlib
 import logging
-import threading
+import os
+import sys
 import time
 from datetime import timedelta
 from functools import partial
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
 from planner.app.models import PLAN_ACTIVE, PLAN_FINISHED, PlanRecord, PlanStatus
-from srifty_web import queue
+from srifty_web import bounded, queue
 from srifty_web.live import send_on_commit
 
 log = logging.getLogger(__name__)
@@ -162,7 +173,8 @@ def enqueue(plan_id: int) -> None:
 
 def cancel_plan(record: PlanRecord, by=None) -> bool:
     """Cancel a queued or running plan; False when it had already finished. A running worker
-    notices at its next progress write and stops (its result, if any, is dropped)."""
+    notices within :data:`POLL_S` and kills the plan's child process (in-process, at its next
+    progress write); its result, if any, is dropped."""
     who = f" by {by.get_username()}" if by is not None else ""
     return _update(
         record.pk,
@@ -215,34 +227,32 @@ def recover_stale_plans(now=None) -> list[tuple[int, str]]:
 # --- run --------------------------------------------------------------------------------------
 
 
-class _Heartbeat(threading.Thread):
-    """Writes the running plan's ``heartbeat_at`` every ``PLAN_HEARTBEAT_S`` from its own thread
-    (and database connection), so phases without progress calls keep the lease too."""
+class _Lease:
+    """``should_stop`` of a solve in a child process, asked by the worker every
+    :data:`POLL_S` (or ``PLAN_HEARTBEAT_S`` if shorter): renews the plan's ``heartbeat_at`` every
+    ``PLAN_HEARTBEAT_S`` and, between beats, checks that the plan is still this worker's. A
+    cancel or a recovery thus kills the child within a poll, even in a phase that reports no
+    progress (a model trace)."""
 
     def __init__(self, plan_id: int, attempt: int):
-        super().__init__(name=f"plan-{plan_id}-heartbeat", daemon=True)
         self.plan_id, self.attempt = plan_id, attempt
         self.every = float(setting("PLAN_HEARTBEAT_S", 5))
-        self.stopped = threading.Event()
+        self.poll_s = min(POLL_S, self.every)
+        self._next_beat = time.monotonic() + self.every
 
-    def run(self) -> None:
+    def __call__(self) -> str | None:
+        mine = PlanRecord.objects.filter(pk=self.plan_id, status=PlanStatus.RUNNING, attempts=self.attempt)
+        now = time.monotonic()
         try:
-            while not self.stopped.wait(self.every):
-                try:
-                    alive = PlanRecord.objects.filter(
-                        pk=self.plan_id, status=PlanStatus.RUNNING, attempts=self.attempt
-                    ).update(heartbeat_at=timezone.now())
-                except Exception:  # a locked or lost database: try again next beat
-                    log.warning("plan %s: heartbeat failed", self.plan_id, exc_info=True)
-                    continue
-                if not alive:
-                    return  # cancelled or recovered: the solve notices at its next progress write
-        finally:
-            connection.close()
-
-    def stop(self) -> None:
-        self.stopped.set()
-        self.join(timeout=self.every + 1)
+            if now >= self._next_beat:
+                self._next_beat = now + self.every
+                alive = bool(mine.update(heartbeat_at=timezone.now()))
+            else:
+                alive = mine.exists()
+        except DatabaseError:  # a locked or lost database: ask again at the next poll
+            log.warning("plan %s: heartbeat failed", self.plan_id, exc_info=True)
+            return None
+        return None if alive else "the plan was cancelled or handed to another worker"
 
 
 class _Reporter:
@@ -314,18 +324,20 @@ def run_plan(plan_id: int, *, allow_code: bool = False, echo=None) -> str:
     record = PlanRecord.objects.select_related("owner").get(pk=plan_id)
     mine = Q(status=PlanStatus.RUNNING, attempts=attempt)
     reporter = _Reporter(plan_id, attempt, echo)
-    # Inside a caller's transaction (a test, an in-line task backend) another connection could
-    # neither see the row nor write it: progress writes are the heartbeat then.
-    heartbeat = None if connection.in_atomic_block else _Heartbeat(plan_id, attempt)
-    if heartbeat is not None:
-        heartbeat.start()
     done: dict[str, Any] = {"finished_at": timezone.now, "phase": ""}
     try:
-        result = service.solve_request(record.request, record.owner, allow_code=allow_code, progress=reporter)
-    except PlanStopped:
+        result = _solve(record, attempt, reporter, allow_code)
+    except (PlanStopped, bounded.Stopped):
         return "stopped: the plan was cancelled or handed to another worker"
+    except bounded.BoundedError as exc:
+        log.warning("plan %s: %s", plan_id, exc)
+        fields: dict[str, Any] = {
+            "status": PlanStatus.FAILED,
+            "error": limit_message(exc, reporter.phase),
+            "error_field": "model" if reporter.phase == "model" else "",
+        }
     except service.PlanInputError as exc:
-        fields: dict[str, Any] = {"status": PlanStatus.FAILED, "error": exc.message, "error_field": exc.field}
+        fields = {"status": PlanStatus.FAILED, "error": exc.message, "error_field": exc.field}
     except Infeasible as exc:
         fields = {
             "status": PlanStatus.INFEASIBLE,
@@ -336,8 +348,9 @@ def run_plan(plan_id: int, *, allow_code: bool = False, echo=None) -> str:
         log.exception("plan %s: solve failed", plan_id)
         fields = {"status": PlanStatus.FAILED, "error": f"the solver failed: {type(exc).__name__}: {exc}"}
     except BaseException:
-        # The worker is being stopped (a second SIGTERM/SIGINT exits mid-task): queue it again
-        # for the next worker rather than wait for the lease to pass.
+        # The worker is being stopped (a second SIGTERM/SIGINT exits mid-task; its child, if any,
+        # is killed on the way out): queue it again for the next worker rather than wait for the
+        # lease to pass.
         if _update(plan_id, mine, status=PlanStatus.QUEUED, phase="", heartbeat_at=None):
             enqueue(plan_id)
         raise
@@ -350,13 +363,110 @@ def run_plan(plan_id: int, *, allow_code: bool = False, echo=None) -> str:
             "progress_evaluated": reporter.evaluated,
             "progress_total": reporter.evaluated,
         }
-    finally:
-        if heartbeat is not None:
-            heartbeat.stop()
     fields.update({k: (v() if callable(v) else v) for k, v in done.items()})
     if not _update(plan_id, mine, **fields):
         return "stopped: the plan was cancelled or handed to another worker; result dropped"
     return f"plan {plan_id} {fields['status']}"
+
+
+# --- bounds -----------------------------------------------------------------------------------
+
+#: Seconds between the worker's checks of a plan solving in a child (cancelled? still its lease?):
+#: a cancel kills the child within about this long.
+POLL_S = 0.5
+
+
+def max_solve_s() -> float:
+    """Wall time one plan's child may take, model trace included (``PLAN_MAX_SOLVE_S``; 0: none)."""
+    return float(setting("PLAN_MAX_SOLVE_S", 300))
+
+
+def child_memory_mb() -> float:
+    """Address space one plan's child may add to the worker's (``PLAN_CHILD_MAX_MEMORY_MB``; 0:
+    none)."""
+    return float(setting("PLAN_CHILD_MAX_MEMORY_MB", 1024))
+
+
+def limit_message(exc: bounded.BoundedError, phase: str = "") -> str:
+    """What a plan stopped by a bound says: the setting and its value, and the phase it was in."""
+    where = f" (in its {phase} phase)" if phase else ""
+    narrow = "; narrow the request (a smaller model, fewer nodes, types or regions) or ask the operator to raise it"
+    if isinstance(exc, bounded.OutOfTime):
+        return f"the solve ran past PLAN_MAX_SOLVE_S = {exc.max_seconds:g} s{where} and was stopped{narrow}"
+    if isinstance(exc, bounded.OutOfMemory):
+        return (
+            f"the solve needed more than PLAN_CHILD_MAX_MEMORY_MB = {exc.max_memory_mb:g} MB{where} and was "
+            f"stopped{narrow}"
+        )
+    return f"the solve's process stopped without an answer{where}: {exc}"
+
+
+def _solve(record: PlanRecord, attempt: int, reporter: _Reporter, allow_code: bool) -> dict:
+    """``service.solve_request`` for the claimed plan, in a child process of this worker bounded
+    by ``PLAN_CHILD_MAX_MEMORY_MB`` and ``PLAN_MAX_SOLVE_S`` (``srifty_web.bounded``): its progress
+    comes back to ``reporter`` here, where the heartbeat and the cancel checks run too, and a
+    cancel, a lost lease or a limit kills it within seconds.
+
+    Inside a caller's transaction (a test's, an in-line task backend's) a child could neither
+    see the plan's rows nor be waited for safely: the solve then runs here, unbounded, with
+    progress writes as its heartbeat, as before. Where there is no ``fork`` either."""
+    from planner.app import service
+
+    if connection.in_atomic_block or not hasattr(os, "fork"):
+        return service.solve_request(record.request, record.owner, allow_code=allow_code, progress=reporter)
+    _warm(record.request)
+    lease = _Lease(record.pk, attempt)
+    done = bounded.run_bounded(
+        service.solve_request,
+        record.request,
+        record.owner,
+        allow_code=allow_code,
+        max_memory_mb=child_memory_mb(),
+        max_seconds=max_solve_s(),
+        on_progress=reporter,
+        should_stop=lease,
+        poll_s=lease.poll_s,
+    )
+    log.info(
+        "plan %s: solved in child %s in %.1f s, its peak RSS %.0f MB",
+        record.pk,
+        done.pid,
+        done.elapsed_s,
+        done.peak_rss_mb,
+    )
+    return done.value
+
+
+#: What every model build of a spec kind imports (beyond torch): seconds each (transformers'
+#: modeling_utils ~10 s and ~200 MB, with scipy's BLAS, whose start-up spins rather than fail
+#: when its memory is refused).
+WARM_MODULES = {
+    "torchvision": ("torchvision.models",),
+    "timm": ("timm",),
+    "transformers": ("transformers.modeling_utils", "transformers.modeling_layers"),
+}
+
+
+def _warm(request: dict) -> None:
+    """Import here, once per worker, what each child would otherwise import again (torch and the
+    spec kind's :data:`WARM_MODULES`) and fill the service's per-process caches (GPU specs, the
+    compute model): the fork shares them with every child, so a child's time and memory limits
+    go to the request's own work. A failure here is left for the child to meet and report."""
+    from planner.app import service
+    from profiler.agent.specs import parse_spec
+
+    modules = ["torch"]
+    spec = (request.get("model") or {}).get("spec")
+    try:
+        parsed = parse_spec(spec) if spec else None
+        if parsed is not None and parsed.is_library:
+            modules += WARM_MODULES.get(parsed.kind, (parsed.kind,))
+        for name in modules:
+            if name not in sys.modules:
+                importlib.import_module(name)
+        service.transfer_model()
+    except Exception:  # noqa: BLE001 - the child reports it, with the plan
+        log.debug("warming the worker for a plan failed", exc_info=True)
 
 
 def create_plan(owner, request: dict, *, name: str = "", allow_code: bool = False, echo=None) -> PlanRecord:

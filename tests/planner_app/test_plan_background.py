@@ -247,23 +247,26 @@ def test_a_stale_worker_that_wakes_up_cannot_overwrite_the_plan(user, settings, 
 
 @pytest.mark.django_db(transaction=True)
 def test_the_heartbeat_keeps_a_long_phase_alive(user, settings, monkeypatch):
-    """Phases without progress calls (a model trace, the baselines) keep the lease: the worker's
-    heartbeat thread renews it."""
+    """Phases without progress calls (a model trace, the baselines) keep the lease: the worker
+    renews it while the solve's child process works (the child sees the beats and returns them)."""
     settings.PLAN_HEARTBEAT_S = 0.05
     settings.PLAN_LEASE_S = 0.5
     plan = solving.store_plan(user, {"model": TINY})
-    beats = []
 
     def slow(req, owner, *, allow_code=False, progress=None):
+        beats = []
         for _ in range(10):
             time.sleep(0.1)
-            beats.append(PlanRecord.objects.values_list("heartbeat_at", flat=True).get(pk=plan.pk))
+            beats.append(
+                PlanRecord.objects.values_list("heartbeat_at", flat=True).get(pk=plan.pk).isoformat()
+            )
             assert solving.recover_stale_plans() == []  # never taken for dead
-        return {"solve_time_s": 1.0, "plans": []}
+        return {"solve_time_s": 1.0, "plans": [], "beats": beats}
 
     monkeypatch.setattr(service, "solve_request", slow)
     assert solving.run_plan(plan.pk) == f"plan {plan.pk} solved"
-    assert len(set(beats)) >= 5  # renewed while the phase ran
+    plan.refresh_from_db()
+    assert len(set(plan.result["beats"])) >= 5  # renewed while the phase ran
     assert not [t for t in threading.enumerate() if t.name == f"plan-{plan.pk}-heartbeat"]
 
 
