@@ -37,6 +37,7 @@ import csv
 import hashlib
 import json
 import random
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,14 @@ BOARD_TO_CHIP = {
     "H200-SXM-141GB": "H200",
     "A10": "A10G",
     "RTX-3090": "RTX-3090",
+    # public_gpu_training_2.csv boards (their notes in brackets are dropped by :func:`board_of`)
+    "V100-PCIe": "V100",
+    "V100-PCIE-32GB": "V100-32GB",
+    "V100-32GB": "V100-32GB",
+    "A100-PCIE-80GB": "A100-80GB",
+    "A100-80GB": "A100-80GB",
+    "H100-80GB-HBM3": "H100",
+    "A10-24GB": "A10G",
 }
 
 
@@ -324,4 +333,178 @@ def train_rows(rows: Sequence[CorpusRow], split: Split) -> list[CorpusRow]:
     bad = [r.row_id for r in rows if r.row_id not in split.train_ids]
     if bad:
         raise SplitViolation(f"rows {bad[:5]} are not train rows of the split")
+    # A frozen test publisher's rows never reach a fit, whatever the split says (issue 34).
+    return refuse_frozen(rows)
+
+
+# --------------------------------------------------------------------------- publishers, LOPO
+#
+# Issue 34: the headline figures are leave-one-publisher-out (LOPO), and a frozen test set of
+# whole publishers is never read by any fit or choice.  The second corpus
+# (``catalog/fixtures/public_gpu_training_2.csv``, 399 rows from other publishers and stacks) is
+# read here for the benches' folds only: the product's shipped fit (``compute-model.json``) and
+# its split are unchanged, and ``calibrate_compute`` reads it only when asked explicitly.
+
+CORPUS_2_CSV = ROOT / "catalog/fixtures/public_gpu_training_2.csv"
+MODELS_2_CSV = ROOT / "planner/data/corpus_models_2.csv"
+FROZEN_FILE = ROOT / "planner/data/frozen_test_publishers.json"
+# Rows of the second corpus get ids after the calibration rows', so one id space covers all three.
+CORPUS_2_ID_OFFSET = 20_000
+
+_GITHUB_REPO = re.compile(r"github\.com/([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+)")
+
+
+def publisher_of(source: str) -> str:
+    """The publisher of a row: the repository (or paper artifact) its figure was read from.
+
+    Rule (written before any LOPO figure was seen): the first ``github.com/OWNER/REPO`` in the
+    row's ``source`` text, as ``OWNER/REPO``; a source without a GitHub URL is refused
+    (:class:`ValueError`), so every row has exactly one publisher.  So NVIDIA's README tables
+    and its ResNet-50 calibration rows are one publisher (``NVIDIA/DeepLearningExamples``),
+    Lambda's logs are ``lambdal/deeplearning-benchmark``, and each source of
+    ``public_gpu_training_2.csv`` is its own repository (Zeus, Pollux/AdaptDL, NeuSight, …).
+    A fork's figures belong to the fork that published them (``trsharm25/NeuSight``)."""
+    m = _GITHUB_REPO.search(source)
+    if m is None:
+        raise ValueError(f"no github.com/OWNER/REPO in the source {source[:120]!r}")
+    return f"{m.group(1)}/{m.group(2).removesuffix('.git')}"
+
+
+def board_of(gpu: str) -> str:
+    """The board name of a ``gpu`` cell without its bracketed notes
+    (``"V100-PCIe (inferred)"`` → ``"V100-PCIe"``)."""
+    return gpu.split(" (")[0].strip()
+
+
+def precision_of(cell: str) -> str:
+    """The precision of a ``precision`` cell without its notes (``"amp (fp16)"`` → ``"amp"``,
+    ``"fp32 (TF32 ...)"`` → ``"fp32"``: the row is read as what it names first)."""
+    return cell.split("(")[0].strip().strip(",").strip().lower()
+
+
+def load_models_2(path: Path = MODELS_2_CSV) -> dict[tuple[str, str], CorpusModel]:
+    """Builders of the second corpus's models (same columns as ``corpus_models.csv``)."""
+    return load_models(path)
+
+
+def all_models() -> dict[tuple[str, str], CorpusModel]:
+    """Every corpus builder: the second corpus's, then the first's and the calibration rows'
+    (an existing key keeps the builder the shipped fit used)."""
+    from planner.calibration import calibration_models
+
+    return {**load_models_2(), **load_models(), **calibration_models()}
+
+
+def load_rows_2(
+    path: Path = CORPUS_2_CSV, models: Mapping[tuple[str, str], CorpusModel] | None = None
+) -> list[CorpusRow]:
+    """The second corpus's rows (ids from :data:`CORPUS_2_ID_OFFSET`), boards and precisions
+    read without their notes; each row keeps its ``source``."""
+    models = load_models_2() if models is None else models
+    rows = []
+    with open(path, newline="") as fh:
+        for i, r in enumerate(csv.DictReader(fh)):
+            m = models.get((r["model"], r["input_shape"]))
+            rows.append(
+                CorpusRow(
+                    CORPUS_2_ID_OFFSET + i,
+                    r["source"],
+                    r["model"],
+                    r["input_shape"],
+                    precision_of(r["precision"]),
+                    board_of(r["gpu"]),
+                    int(r["gpus_per_node"]),
+                    int(r["nodes"]),
+                    int(float(r["per_gpu_batch"])),
+                    r["metric"],
+                    float(r["value"]),
+                    r["notes"] + (f" [instance {r['instance_type']}]" if r.get("instance_type") else ""),
+                    m.family if m else "",
+                )
+            )
+    return rows
+
+
+def instance_of(row: CorpusRow) -> str | None:
+    """The EC2 instance type a second-corpus row names (``[instance …]`` in its notes)."""
+    m = re.search(r"\[instance ([a-z0-9.]+)\]", row.notes)
+    return m.group(1) if m else None
+
+
+def load_all_rows() -> list[CorpusRow]:
+    """Every row the benches validate on: both corpora and the ResNet-50 calibration rows."""
+    models = all_models()
+    return load_rows(models=models) + load_calibration_rows() + load_rows_2(models=models)
+
+
+@dataclass(frozen=True)
+class Frozen:
+    """The frozen test set: whole publishers that no fit and no choice may read."""
+
+    seed: int
+    publishers: frozenset[str]
+
+    def holds(self, row: CorpusRow) -> bool:
+        try:
+            return publisher_of(row.source) in self.publishers
+        except ValueError:  # a row without a repository (a test's) is no frozen publisher's
+            return False
+
+
+FROZEN_SEED = 34
+FROZEN_RULE = (
+    "Chosen before any leave-one-publisher-out figure was computed. publishers = publisher_of(source) "
+    "of every row of public_gpu_training.csv, calibration_resnet50_single_gpu.csv and "
+    "public_gpu_training_2.csv; eligible = the publishers of public_gpu_training_2.csv only (those of the "
+    "first corpus were already read by the shipped compute-model.json, so they cannot be a clean test); "
+    "k = round(len(publishers) / 5); frozen = sorted(eligible) shuffled by random.Random(34), first k. "
+    "No fit (calibrate_compute, the benches' folds) and no choice of a parameter or a form may read "
+    "these rows; benches report them once per run, separately, at the end. No parameter or form is "
+    "chosen after looking at validation or test rows."
+)
+
+
+def choose_frozen(rows: Iterable[CorpusRow], eligible: Iterable[str], seed: int = FROZEN_SEED) -> Frozen:
+    """The rule of :data:`FROZEN_RULE` applied to ``rows`` (all publishers) and ``eligible``."""
+    publishers = {publisher_of(r.source) for r in rows}
+    k = round(len(publishers) / 5)
+    pool = sorted(set(eligible))
+    random.Random(seed).shuffle(pool)
+    return Frozen(seed, frozenset(pool[:k]))
+
+
+def load_frozen(path: Path = FROZEN_FILE) -> Frozen:
+    doc = json.loads(path.read_text())
+    return Frozen(int(doc["seed"]), frozenset(doc["publishers"]))
+
+
+def write_frozen(frozen: Frozen, all_publishers: Iterable[str], path: Path = FROZEN_FILE) -> None:
+    doc = {
+        "rule": FROZEN_RULE,
+        "seed": frozen.seed,
+        "publishers": sorted(frozen.publishers),
+        "all_publishers": sorted(set(all_publishers)),
+    }
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+class FrozenViolation(SplitViolation):
+    """A row of a frozen test publisher was about to reach a fit."""
+
+
+def refuse_frozen(rows: Sequence[CorpusRow], frozen: Frozen | None = None) -> list[CorpusRow]:
+    """``rows`` unchanged; raises :class:`FrozenViolation` if one is a frozen publisher's."""
+    frozen = load_frozen() if frozen is None else frozen
+    bad = [r.row_id for r in rows if frozen.holds(r)]
+    if bad:
+        raise FrozenViolation(f"rows {bad[:5]} belong to a frozen test publisher")
     return list(rows)
+
+
+def lopo_split(rows: Sequence[CorpusRow], left_out: str, frozen: Frozen) -> Split:
+    """One leave-one-publisher-out fold as a :class:`Split`: train = every row of another
+    publisher that is not frozen; validation = the left-out publisher's rows (frozen rows are
+    in neither)."""
+    train = {r.row_id for r in rows if not frozen.holds(r) and publisher_of(r.source) != left_out}
+    held = {r.row_id for r in rows if not frozen.holds(r) and publisher_of(r.source) == left_out}
+    return Split(0, "", frozenset(), frozenset(train), frozenset(held), f"lopo:{left_out}")
