@@ -215,6 +215,8 @@ def _child(
 ) -> None:
     """The child's whole life; never returns (``os._exit``: no atexit handlers, no flushing of
     buffers inherited from the caller, no cleanup of the caller's objects)."""
+    global _FORK_LOCK
+    _FORK_LOCK = threading.Lock()  # the caller's is held across the fork: a new one for this process
     status = 0
     try:
         os.setpgid(0, 0)
@@ -227,6 +229,9 @@ def _child(
         base = _address_space_bytes()
         if max_memory_mb > 0 and base is not None:
             limit = base + int(max_memory_mb * (1 << 20))
+            _, hard = resource.getrlimit(resource.RLIMIT_AS)
+            if hard != resource.RLIM_INFINITY:
+                limit = min(limit, hard)  # an operator's ``ulimit -v`` on the worker still holds
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
         out = _Sender(w)
         if progress:

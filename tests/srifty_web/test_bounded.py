@@ -127,3 +127,19 @@ def test_a_child_killed_from_outside_is_reported():
 def test_it_refuses_to_run_inside_a_transaction():
     with pytest.raises(RuntimeError, match="inside a transaction"):
         bounded.run_bounded(int, max_memory_mb=256, max_seconds=30)
+
+
+def test_a_lower_address_space_limit_of_the_caller_still_holds():
+    """An operator's ``ulimit -v`` on the worker: the child's limit is never above it."""
+    import resource
+
+    def limits():
+        return resource.getrlimit(resource.RLIMIT_AS)
+
+    def under_ulimit():
+        hard = (bounded._vm_kb("VmSize") + 64 * 1024) * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (hard, hard))
+        return bounded.run_bounded(limits, max_memory_mb=4096, max_seconds=30).value, hard
+
+    (soft, hard_seen), hard = bounded.run_bounded(under_ulimit, max_memory_mb=0, max_seconds=60).value
+    assert soft == hard_seen == hard
