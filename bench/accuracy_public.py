@@ -179,6 +179,12 @@ class Bench:
         for key, err in errors.items():
             print(f"  trace failed: {key[0]} {key[1]} {key[2]}: {err}")
 
+    def has_spec(self, chip: str) -> bool:
+        from planner.models.transfer import SUPPLEMENTARY_SPECS, spec_name_for
+
+        name = spec_name_for(chip)
+        return name in self.specs or name in SUPPLEMENTARY_SPECS
+
     def workload(self, row: corpus.CorpusRow) -> Workload | None:
         doc = self.traces.get(calibration.row_trace_key(row, self.models))
         if doc is None:
@@ -472,13 +478,21 @@ class Lopo:
         """The product's fit (``calibrate_compute``) on every non-frozen publisher but ``left_out``."""
         import time
 
-        split = corpus.lopo_split(self.rows, left_out or "", self.frozen)
+        # Rows on a GPU without a datasheet row (K80, P100, RTX 6000, …) cannot be fitted on.
+        rows = [r for r in self.rows if self.has_spec(r.chip)]
+        split = corpus.lopo_split(rows, left_out or "", self.frozen)
         t0 = time.perf_counter()
         model, _ = calibration.calibrate_compute(
-            self.specs, jobs=self.jobs, split=split, rows=self.rows, models=self.models
+            self.specs, jobs=self.jobs, split=split, rows=rows, models=self.models
         )
         self.fit_seconds.append(time.perf_counter() - t0)
         return model
+
+    def has_spec(self, chip: str) -> bool:
+        from planner.models.transfer import SUPPLEMENTARY_SPECS, spec_name_for
+
+        name = spec_name_for(chip)
+        return name in self.specs or name in SUPPLEMENTARY_SPECS
 
     def workload(self, row: corpus.CorpusRow) -> Workload | None:
         doc = self.traces.get(calibration.row_trace_key(row, self.models))
@@ -509,6 +523,9 @@ class Lopo:
         return out
 
     def transferred(self, model, rows, publisher) -> list[LopoCase]:
+        """One case per (target row, profiled chip): the median of the predictions from each of
+        the publisher's rows on that chip (repeated runs of one configuration are one profile,
+        so a publisher with many repeats does not outweigh the others)."""
         out = []
         single = [r for r in rows if r.gpus == 1 and r.nodes == 1]
         for b in single:
@@ -517,6 +534,7 @@ class Lopo:
             t_b = corpus.iteration_ms(b, m)
             if wl is None or not t_b:
                 continue
+            by_chip: dict[str, list[float]] = defaultdict(list)
             for a in single:
                 same = (a.key, a.precision, a.per_gpu_batch) == (b.key, b.precision, b.per_gpu_batch)
                 if not same or a.chip == b.chip:
@@ -527,11 +545,11 @@ class Lopo:
                 except KeyError:
                     pred = None
                 if pred:
-                    out.append(
-                        LopoCase(
-                            "transferred", b, publisher, t_b, pred, "transferred", None, f"from {a.chip}"
-                        )
-                    )
+                    by_chip[a.chip].append(pred)
+            for chip, preds in sorted(by_chip.items()):
+                detail = f"from {chip} ({len(preds)} rows)"
+                pred = statistics.median(preds)
+                out.append(LopoCase("transferred", b, publisher, t_b, pred, "transferred", None, detail))
         return out
 
     def scaling(self, model, rows, publisher) -> list[LopoCase]:
@@ -566,6 +584,8 @@ class Lopo:
                 if instance
                 else calibration.node_candidate(r.chip, r.gpus_per_node, spec, r.host_vcpus)
             )
+            if cand is not None and cand.efa and "EFA not configured" in r.notes:
+                cand = dataclasses.replace(cand, efa=False)  # the run's transport: NCCL over TCP
             if cand is None or not t:
                 continue
             oracle = Oracle(wl, model, model.specs, self.comm, samples=2000)
@@ -587,18 +607,37 @@ class Lopo:
             )
         return out
 
-    def run(self) -> tuple[list[LopoCase], list[LopoCase]]:
-        """(validation cases of every fold, frozen test cases from the all-publisher fit)."""
-        cases: list[LopoCase] = []
-        for publisher, rows in self.by_publisher.items():
-            if publisher in self.frozen.publishers:
-                continue
-            cases += self.predict(self.fit(publisher), rows, publisher)
+    def fold(self, left_out: str | None) -> tuple[list[LopoCase], float]:
+        """One fit and its predictions: the left-out publisher's rows, or (``None``: the fit on
+        every non-frozen publisher) the frozen test publishers' rows; with the fit's seconds."""
+        model = self.fit(left_out)
+        seconds = self.fit_seconds[-1]
+        if left_out is not None:
+            return self.predict(model, self.by_publisher[left_out], left_out), seconds
         test: list[LopoCase] = []
-        final = self.fit(None)  # every non-frozen publisher: the test set's model
         for publisher in sorted(self.frozen.publishers):
-            test += self.predict(final, self.by_publisher.get(publisher, []), publisher)
-        return cases, test
+            test += self.predict(model, self.by_publisher.get(publisher, []), publisher)
+        return test, seconds
+
+    def run(self) -> tuple[list[LopoCase], list[LopoCase]]:
+        """(validation cases of every fold, frozen test cases from the all-publisher fit).
+
+        One full ``calibrate_compute`` per fold (its κ/δ grid is most of the ~50 s a fit takes
+        on this corpus), the folds spread over ``jobs`` forked processes."""
+        global _WORKER
+        folds: list[str | None] = [p for p in self.by_publisher if p not in self.frozen.publishers]
+        folds.append(None)
+        if self.jobs > 1:
+            import multiprocessing
+
+            _WORKER = self
+            with multiprocessing.get_context("fork").Pool(self.jobs) as pool:
+                results = pool.map(_fold, folds, chunksize=1)
+        else:
+            results = [self.fold(p) for p in folds]
+        self.fit_seconds = [seconds for _, seconds in results]
+        cases = [c for (cs, _), p in zip(results, folds, strict=True) if p is not None for c in cs]
+        return cases, results[-1][0]
 
     def stated_range(self, c: LopoCase) -> tuple[float, float] | None:
         """The range a plan row states for this prediction: its p50 ± the validated p90 error of
@@ -608,6 +647,32 @@ class Lopo:
             return None
         e = entry.p90_pct / 100
         return c.predicted * (1 - e), c.predicted * (1 + e)
+
+
+_WORKER: Lopo | None = None  # the parent's Lopo, inherited by the forked fold workers
+
+
+def _fold(left_out: str | None) -> tuple[list[LopoCase], float]:
+    assert _WORKER is not None
+    return _WORKER.fold(left_out)
+
+
+def lopo_case_dict(c: LopoCase) -> dict:
+    r = c.row
+    return {
+        "group": c.group,
+        "publisher": c.publisher,
+        "model": r.model,
+        "gpu": r.chip,
+        "precision": r.precision,
+        "batch": r.per_gpu_batch,
+        "gpus_per_node": r.gpus_per_node,
+        "nodes": r.nodes,
+        "measured": c.measured,
+        "predicted": c.predicted,
+        "p90": c.p90,
+        "detail": c.detail,
+    }
 
 
 def lopo_line(name: str, cases: list[LopoCase]) -> str:
@@ -652,6 +717,8 @@ def lopo_report(lopo: Lopo, cases: list[LopoCase], test: list[LopoCase]) -> None
     )
     for g in ("transferred", "analytical", "scaling", "ddp-multinode"):
         print(lopo_line(g, [c for c in cases if c.group == g]))
+    ec2 = [c for c in cases if c.group == "ddp-multinode" and "non-EC2" not in c.detail]
+    print(lopo_line("  ddp-multinode on EC2 catalog instances only", ec2))
     for text in coverage_lines(lopo, cases):
         print(text)
     # The frozen test set: once per run, from the fit on every non-frozen publisher.
@@ -690,6 +757,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--jobs", type=int, default=1, help="processes for tracing models not yet cached")
     ap.add_argument("--rows", action="store_true", help="print every validation case")
+    ap.add_argument(
+        "--dump", type=Path, help="write the LOPO validation cases (no frozen test row) to this JSON file"
+    )
     args = ap.parse_args()
     bench = Bench(args.jobs)
     bench.check_split()
@@ -775,6 +845,8 @@ def main() -> int:
                 f"  {lc.group:14} {lc.publisher:32} {lc.row.model[:28]:28} {lc.row.chip:10} {lc.row.precision:5} "
                 f"b={lc.row.per_gpu_batch:<5} meas {lc.measured:.4g} pred {lc.predicted:.4g} {lc.detail}"
             )
+    if args.dump:
+        args.dump.write_text(json.dumps([lopo_case_dict(c) for c in lopo_cases], indent=0) + "\n")
     ok = (
         figures.get("transferred", {}).get("median_pct", 99) <= 8
         and figures.get("analytical", {}).get("median_pct", 99) <= 15

@@ -68,7 +68,8 @@ BOARD_TO_CHIP = {
     "V100-PCIe": "V100",
     "V100-PCIE-32GB": "V100-32GB",
     "V100-32GB": "V100-32GB",
-    "A100-PCIE-80GB": "A100-80GB",
+    "A100-PCIE-80GB": "A100-PCIe-80GB",  # the transfer model's PCIe spec (1,935 GB/s, no NVLink)
+    "A40-48GB": "A40",
     "A100-80GB": "A100-80GB",
     "H100-80GB-HBM3": "H100",
     "A10-24GB": "A10G",
