@@ -304,6 +304,10 @@ API_TOKEN_TTL_DAYS = env_float("API_TOKEN_TTL_DAYS", 90.0)
 # one web worker, Redis with REDIS_URL (several workers need it, srifty_web.serve), shared by all.
 if REDIS_URL:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+# An uploaded workdir archive is checked and repacked in a child process (launcher.unpack): its
+# wall-clock (and CPU) time in seconds and its address space in MB (RLIMIT_AS); past either, a 400.
+JOB_WORKDIR_CHECK_TIMEOUT_S = env_int("JOB_WORKDIR_CHECK_TIMEOUT_S", 120)
+JOB_WORKDIR_CHECK_MEMORY_MB = env_int("JOB_WORKDIR_CHECK_MEMORY_MB", 512)
 
 LOGGING = {
     "version": 1,
