@@ -18,6 +18,7 @@ import time
 import traceback
 
 import pytest
+from django.conf import settings as django_settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connections
@@ -42,6 +43,10 @@ RUNAWAY = {
     "precision": "amp",
 }
 PLAN = plan_body(max_nodes=8)
+# The probes fork the test process with its database (tests.support.probe): SQLite only.
+sqlite_only = pytest.mark.skipif(
+    not django_settings.DATABASES["default"]["ENGINE"].endswith("sqlite3"), reason="in_child needs SQLite"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -175,6 +180,7 @@ def test_a_512_node_3_type_imagenet_plan_solves_within_the_default_limits(staff,
     assert plan.status == "solved" and plan.result["plans"], plan.error
 
 
+@sqlite_only
 def test_a_model_trace_past_PLAN_MAX_SOLVE_S_fails_naming_it_and_the_next_teams_plan_then_solves(
     user_api, bob_api, catalog, settings
 ):
@@ -204,6 +210,7 @@ def test_a_model_trace_past_PLAN_MAX_SOLVE_S_fails_naming_it_and_the_next_teams_
     print(f"\nPROBE solve-time: runaway failed after {took:.1f} s; worker +{probe.growth_mb:.0f} MB RSS")
 
 
+@sqlite_only
 def test_a_model_trace_past_PLAN_CHILD_MAX_MEMORY_MB_fails_naming_it_within_seconds(
     user_api, bob_api, catalog, settings
 ):
