@@ -382,8 +382,8 @@ def max_solve_s() -> float:
 
 
 def child_memory_mb() -> float:
-    """Address space one plan's child may add to the worker's (``PLAN_CHILD_MAX_MEMORY_MB``; 0:
-    none)."""
+    """Memory one plan's child may take of its own (``PLAN_CHILD_MAX_MEMORY_MB``; 0: none): the
+    address space it adds to the worker's, and its private resident pages."""
     return float(setting("PLAN_CHILD_MAX_MEMORY_MB", 1024))
 
 
