@@ -30,7 +30,6 @@ from django.test.client import encode_multipart
 from rest_framework.test import APIClient
 
 from launcher import workdirs
-from tests.support.jobs import g5_spot_option, may_launch, solved_plan
 from tests.support.probe import in_child
 
 pytestmark = pytest.mark.django_db
@@ -244,18 +243,6 @@ def small_tar_gz(*extra: tuple[str, bytes]) -> bytes:
 
 
 # --- the request ------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def launcher_api(user) -> APIClient:
-    client = APIClient(raise_request_exception=False)  # a 500 is an answer to assert on
-    client.force_authenticate(may_launch(user))
-    return client
-
-
-@pytest.fixture
-def plan(user):
-    return solved_plan(user, g5_spot_option())
 
 
 @pytest.fixture(autouse=True)

@@ -53,18 +53,6 @@ file_mounts:
 """
 
 
-@pytest.fixture
-def launcher_api(user) -> APIClient:
-    client = APIClient(raise_request_exception=False)  # a 500 is an answer to assert on
-    client.force_authenticate(may_launch(user))
-    return client
-
-
-@pytest.fixture
-def plan(user):
-    return solved_plan(user, g5_spot_option())
-
-
 def launch_body(plan, task: str) -> dict:
     return {"plan": plan.pk, "rank": 1, "task": task, "max_spend_usd": "10", "max_hours": 2}
 
