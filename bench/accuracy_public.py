@@ -29,7 +29,19 @@ builds it, with the comm model of ``planner.app.service.comm_model``):
   nodes; an EC2 row (e.g. Pollux's T4 traces on g4dn.12xlarge) on the catalog's instance type
   (its vCPUs, network and EFA from the catalog fixtures, as ``manage.py predict`` reads them from
   the catalog), a non-EC2 row on a DGX-like node (``calibration.node_candidate``).
-* ``coverage`` — how often the measured value falls inside the range the product states.
+* ``coverage`` — how often the measured value falls inside the range the product states: its
+  p10-p90 (``planner.validated.iteration_band``: the oracle's p50/p90 times ``exp(q10/q90)`` of the
+  model error of the row's source: analytical, transferred or, on several nodes, ddp-multinode).
+  On the LOPO rows each publisher's rows are banded with the quantiles of the *other* publishers'
+  LOPO rows (cross-fitted: a row never sits in the quantiles that band it); on the frozen test
+  rows with the quantiles of every LOPO row, the ones the product reads.
+
+Model error written (issue 34, rule fixed before any figure): per group (transferred, analytical,
+ddp-multinode; scaling on the 1-to-n step time, i.e. ln(predicted / published speed-up)) the
+empirical quantiles q10/q50/q90 (``pct``: linear between order statistics) of
+``ln(measured / predicted)`` over the LOPO validation rows only, with n, the bench and the date, as
+``lopo_q10`` ... ``lopo_measured_at`` in ``planner/data/validated_errors.json`` next to the old
+split's fields. Nothing is fitted or tuned on them.
 
 Old split (kept beside the LOPO figures for one stop, printed as before under "old split")
 -------------------------------------------------------------------------------------------
@@ -459,7 +471,7 @@ class Lopo:
         self.rows = corpus.load_all_rows()
         self.frozen = corpus.load_frozen()
         self.comm = service.comm_model()  # the product's comm model (nccl-model.json)
-        self.errors = service.validated_errors()  # what plan rows state (± p90 per source)
+        self.model_errors: dict = {}  # the LOPO quantiles plan rows band with (set by lopo_report)
         self.traces = bench.traces
         self.fit_seconds: list[float] = []
         by: dict[str, list[corpus.CorpusRow]] = defaultdict(list)
@@ -658,14 +670,66 @@ class Lopo:
         cases = [c for (cs, _), p in zip(results, folds, strict=True) if p is not None for c in cs]
         return cases, results[-1][0]
 
-    def stated_range(self, c: LopoCase) -> tuple[float, float] | None:
-        """The range a plan row states for this prediction: its p50 ± the validated p90 error of
-        its source (``validated_errors.json``, "±E % p90"); the product states no p10."""
-        entry = self.errors.get(c.source)
-        if entry is None:
+    def stated_range(self, c: LopoCase, errors: dict | None = None) -> tuple[float, float] | None:
+        """The p10-p90 a plan row states for this prediction (``planner.validated.iteration_band``
+        with the model error of its source); None where that source has no validated quantiles."""
+        from planner.validated import iteration_band
+
+        errors = self.model_errors if errors is None else errors
+        err = errors.get(band_source(c))
+        if err is None:
             return None
-        e = entry.p90_pct / 100
-        return c.predicted * (1 - e), c.predicted * (1 + e)
+        p10, _, p90 = iteration_band(c.predicted, c.p90 if c.p90 is not None else c.predicted, err)
+        return p10, p90
+
+
+def band_source(c: LopoCase) -> str:
+    """The validated_errors.json entry whose model error bands this case in the product."""
+    return c.group  # analytical, transferred, ddp-multinode: as planner.validated.row_model_error
+
+
+def log_ratio(c: LopoCase) -> float:
+    """ln(measured / predicted) of the time (for scaling, of the 1-to-n step time)."""
+    return math.log(c.predicted / c.measured) if c.group == "scaling" else math.log(c.measured / c.predicted)
+
+
+def model_errors(cases: list[LopoCase], today: str) -> dict:
+    """The module docstring's rule: per group, q10/q50/q90 of the LOPO log-ratios."""
+    from planner.validated import ModelError
+
+    out = {}
+    for g in ("transferred", "analytical", "scaling", "ddp-multinode"):
+        logs = [log_ratio(c) for c in cases if c.group == g and c.measured > 0 and c.predicted > 0]
+        if logs:
+            out[g] = ModelError(
+                g,
+                pct(logs, 0.1),
+                pct(logs, 0.5),
+                pct(logs, 0.9),
+                len(logs),
+                "bench/accuracy_public.py (LOPO)",
+                today,
+            )
+    return out
+
+
+def write_model_errors(errors: dict) -> None:
+    doc = json.loads(VALIDATED.read_text()) if VALIDATED.exists() else {}
+    for g, e in errors.items():
+        doc.setdefault(g, {}).update(
+            {
+                "lopo_q10": round(e.q10, 4),
+                "lopo_q50": round(e.q50, 4),
+                "lopo_q90": round(e.q90, 4),
+                "lopo_n": e.n,
+                "lopo_bench": e.bench,
+                "lopo_measured_at": e.measured_at,
+            }
+        )
+    VALIDATED.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    print(
+        f"wrote the LOPO model error (q10/q50/q90 of ln(measured/predicted)) to {VALIDATED.relative_to(ROOT)}"
+    )
 
 
 _WORKER: Lopo | None = None  # the parent's Lopo, inherited by the forked fold workers
@@ -703,26 +767,28 @@ def lopo_line(name: str, cases: list[LopoCase]) -> str:
     )
 
 
-def coverage_lines(lopo: Lopo, cases: list[LopoCase], prefix: str = "") -> list[str]:
+def coverage_lines(lopo: Lopo, cases: list[LopoCase], prefix: str = "", cross_fit: bool = False) -> list[str]:
+    """The share of time rows measured inside the product's p10-p90; ``cross_fit``: each
+    publisher's rows banded with the quantiles of the other publishers' rows."""
     inside = []
-    for c in cases:
-        r = lopo.stated_range(c)
-        if r is not None:
-            inside.append(r[0] <= c.measured <= r[1])
-    ddp = [c for c in cases if c.p90 is not None]
-    below = [c.measured <= c.p90 for c in ddp if c.p90 is not None]
+    today = datetime.date.today().isoformat()
+    for publisher in sorted({c.publisher for c in cases}):
+        errors = model_errors([c for c in cases if c.publisher != publisher], today) if cross_fit else None
+        for c in cases:
+            if c.publisher == publisher and c.group in TIME_GROUPS:
+                r = lopo.stated_range(c, errors)
+                if r is not None:
+                    inside.append(r[0] <= c.measured <= r[1])
     share = f"{100 * sum(inside) / len(inside):.1f}%" if inside else "-"
-    lines = [
-        f"{prefix}coverage p10-p90: {share} (n={len(inside)}; the product states no p10/p90 range for a "
-        "prediction today: a plan row states its p50 and '±E% p90', E the validated p90 error of its "
-        "source in validated_errors.json; this is the share of rows measured inside p50·(1±E))"
+    how = (
+        "each publisher banded by the others' LOPO quantiles"
+        if cross_fit
+        else "banded by every LOPO quantile"
+    )
+    return [
+        f"{prefix}coverage p10-p90: {share} (n={len(inside)}; measured inside the product's p10-p90: the "
+        f"oracle's p50/p90 x exp(q10/q90) of the source's model error; {how})"
     ]
-    if below:
-        lines.append(
-            f"{prefix}  ddp-multinode: measured ≤ the oracle's Monte-Carlo p90 (no model error in it) in "
-            f"{100 * sum(below) / len(below):.1f}% of {len(below)} rows"
-        )
-    return lines
 
 
 def lopo_report(lopo: Lopo, cases: list[LopoCase], test: list[LopoCase]) -> None:
@@ -736,9 +802,11 @@ def lopo_report(lopo: Lopo, cases: list[LopoCase], test: list[LopoCase]) -> None
     )
     for g in ("transferred", "analytical", "scaling", "ddp-multinode"):
         print(lopo_line(g, [c for c in cases if c.group == g]))
+    lopo.model_errors = model_errors(cases, datetime.date.today().isoformat())
+    write_model_errors(lopo.model_errors)
     ec2 = [c for c in cases if c.group == "ddp-multinode" and "non-EC2" not in c.detail]
     print(lopo_line("  ddp-multinode on EC2 catalog instances only", ec2))
-    for text in coverage_lines(lopo, cases):
+    for text in coverage_lines(lopo, cases, cross_fit=True):
         print(text)
     # The frozen test set: once per run, from the fit on every non-frozen publisher.
     print(f"-- frozen test set ({', '.join(sorted(lopo.frozen.publishers))}), read by no fit")

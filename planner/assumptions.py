@@ -17,7 +17,7 @@ from typing import Any
 from planner.input_pipeline import HYPERTHREAD_SHARE, InputPipeline
 from planner.precision import same_precision
 from planner.solver.request import Plan, PlanRequest
-from planner.validated import SCALING, SOURCES, SourceError, error_of
+from planner.validated import MULTINODE, SCALING, SOURCES, ModelError, SourceError, error_of
 
 SOURCE_WORDS = {
     "measured": "measured: profiled on this GPU",
@@ -118,10 +118,27 @@ def data_loader(pipeline: InputPipeline | None) -> dict[str, Any]:
     }
 
 
+def model_error(model_errors: Mapping[str, ModelError]) -> dict[str, Any]:
+    """The one line per plan naming the model error each source's p10-p90 carries."""
+    entries = {s: e.as_dict() for s, e in model_errors.items() if s != SCALING}
+    named = [model_errors[s].text() for s in (*SOURCES, MULTINODE) if s in model_errors and s != SCALING]
+    missing = [s for s in SOURCES if s not in model_errors]
+    text = (
+        "p10-p90 model error, leave-one-publisher-out: " + "; ".join(named)
+        if named
+        else "No source has a validated model error: p10-p90 is the simulator's spread alone"
+    )
+    if named and missing:
+        text += "; " + ", ".join(missing) + ": not validated (the simulator's spread alone)"
+    return {"sources": entries, "text": text}
+
+
 def p90(request: PlanRequest, uses_spot: bool) -> str:
     """What the p90 time includes (and leaves out)."""
     parts = [
         f"{request.startup_overhead_h:g} h of startup",
+        "the model error of the prediction's source at its p90 (validated by leave-one-publisher-out; "
+        "none where that source is not validated)",
         "the iteration-time jitter of the simulator's p90 iteration over the whole run",
     ]
     if uses_spot:
@@ -151,10 +168,12 @@ def describe(
     planned_precision: str,
     precision_warning: str | None,
     pipeline: InputPipeline | None,
+    model_errors: Mapping[str, ModelError] | None = None,
 ) -> dict[str, Any]:
     """The assumptions block of a plan result (module docstring)."""
     scaling = error_of(SCALING, errors)
     return {
+        "model_error": model_error(model_errors or {}),
         "types": gpu_types(plans, source_of, errors, measured_on),
         "scaling": {
             "error": scaling,

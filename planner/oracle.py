@@ -73,6 +73,7 @@ from planner.simulator import (
     timeline,
 )
 from planner.solver import Config, Estimate
+from planner.validated import ModelError, row_model_error
 
 if TYPE_CHECKING:
     from planner.candidates import Candidate
@@ -181,6 +182,9 @@ class Oracle:
     # samples/s one data-loader worker prepares on one vCPU (profiler/agent/dataloader.py);
     # None: the default of the workload's data kind (planner.input_pipeline)
     input_rate_per_vcpu: float | None = None
+    # the validated model error per prediction source (planner.validated.load_model_errors):
+    # each estimate carries its source's, for the p10/p50/p90 band; empty: simulator spread only
+    model_errors: Mapping[str, ModelError] = field(default_factory=dict)
     _phase_cache: dict[tuple[str, int], PhaseTimes | None] = field(default_factory=dict, repr=False)
     _max_cache: dict[str, int] = field(default_factory=dict, repr=False)
     #: per GPU model, step_ms by batch (index = batch; NaN until asked): split's hot loop reads a
@@ -687,6 +691,7 @@ class Oracle:
         if batches is None:
             return None
         loads = []
+        sources = []
         # NCCL's all-reduce kernels share the SMs with backward on a multi-GPU worker: backward
         # takes (1 + κ) longer there; and n GPUs share one host's input pipeline, which costs
         # each step δ ns per input element of its batch (decode, augment, copy) — both
@@ -699,6 +704,7 @@ class Oracle:
             phases = self.phases(model, b)
             if phases is None:
                 return None
+            sources.append(phases.source)
             sync_ms = input_ns * host_share(cand) * elements * b / 1e6
             if kappa or sync_ms:
                 phases = dataclasses.replace(
@@ -730,6 +736,9 @@ class Oracle:
             throughput_sps=min(processed, global_batch) / (p50_ms / 1e3),
             bottleneck=bottleneck,
             per_node_batch=per_node,
+            model_error=row_model_error(sources, sum(n for _, n in config), self.model_errors)
+            if self.model_errors
+            else None,
         )
 
     def _input_floor(

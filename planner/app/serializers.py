@@ -367,6 +367,11 @@ class PlanAssumptionsSerializer(serializers.Serializer):
     precision = PlanPrecisionAssumptionSerializer()
     data_loader = serializers.DictField(help_text="kind, rate_per_vcpu, measured, text")
     p90 = serializers.CharField(help_text="what the p90 time includes")
+    model_error = serializers.DictField(
+        required=False,
+        help_text="sources (the LOPO model error per source) and text: the one line naming them; "
+        "absent for older plans",
+    )
 
 
 class PlanQueuedSerializer(serializers.Serializer):
@@ -404,6 +409,34 @@ class PlanProgressSerializer(serializers.Serializer):
     detail = serializers.CharField(required=False, help_text="why a cancel was refused")
 
 
+class PlanBandSerializer(serializers.Serializer):
+    """A ranked plan's p10/p50/p90 time and cost (also in result.plans[i]): the simulator's spread
+    with the validated model error of its prediction source (planner.validated); null for plans
+    solved before the bands existed."""
+
+    rank = serializers.IntegerField()
+    label = serializers.CharField()  # type: ignore[assignment]  # the JSON key, as source above
+    time_p10_h = serializers.FloatField(allow_null=True)
+    time_p50_h = serializers.FloatField(allow_null=True)
+    time_p90_h = serializers.FloatField(
+        allow_null=True, help_text="what the deadline-miss risk is checked on"
+    )
+    cost_p10_usd = serializers.FloatField(allow_null=True)
+    cost_p50_usd = serializers.FloatField(allow_null=True)
+    cost_p90_usd = serializers.FloatField(allow_null=True)
+    iter_time_p10_s = serializers.FloatField(allow_null=True)
+    iter_time_p50_s = serializers.FloatField(allow_null=True)
+    iter_time_p90_s = serializers.FloatField(allow_null=True)
+    model_error = serializers.DictField(
+        allow_null=True,
+        help_text='{"validated": false, "source": ...} or the LOPO quantiles q10/q50/q90 of '
+        "ln(measured/predicted), n, bench, measured_at",
+    )
+
+
+BAND_FIELDS = tuple(PlanBandSerializer().fields)
+
+
 class PlanSerializer(ModelSerializer):
     owner: serializers.SlugRelatedField = serializers.SlugRelatedField(slug_field="username", read_only=True)
     warnings = serializers.SerializerMethodField(
@@ -416,6 +449,7 @@ class PlanSerializer(ModelSerializer):
     mix_reasons = serializers.SerializerMethodField(
         help_text="Rank -> why that mixed plan beats its types alone (also in result.mix_reasons)"
     )
+    bands = serializers.SerializerMethodField(help_text="p10/p50/p90 time and cost of each ranked plan")
 
     class Meta:
         model = PlanRecord
@@ -441,8 +475,14 @@ class PlanSerializer(ModelSerializer):
             "warnings",
             "assumptions",
             "mix_reasons",
+            "bands",
         ]
         read_only_fields = fields
+
+    @extend_schema_field(PlanBandSerializer(many=True))
+    def get_bands(self, obj: PlanRecord) -> list[dict]:
+        plans = (obj.result or {}).get("plans") or []
+        return [{k: p.get(k) for k in BAND_FIELDS} for p in plans]
 
     @extend_schema_field(PlanWarningSerializer(many=True))
     def get_warnings(self, obj: PlanRecord) -> list[dict]:
@@ -488,4 +528,15 @@ class PlanSummarySerializer(ModelSerializer):
             "total_usd": p["total_usd"],
             "time_h": p["time_h"],
             "hourly_usd": p["hourly_usd"],
+            **{
+                k: p.get(k)
+                for k in (
+                    "time_p10_h",
+                    "time_p50_h",
+                    "time_p90_h",
+                    "cost_p10_usd",
+                    "cost_p50_usd",
+                    "cost_p90_usd",
+                )
+            },
         }

@@ -240,6 +240,7 @@ def plan_assumptions(plans, pr, req: dict, wl, profile, oracle, warnings: list[d
         planned_precision=wl.precision,
         precision_warning=next((w["message"] for w in warnings if w["code"] == "precision_mismatch"), None),
         pipeline=oracle.pipeline,
+        model_errors=oracle.model_errors,
     )
 
 
@@ -418,7 +419,14 @@ def solve_request(req: dict, owner, *, allow_code: bool = False, progress=None) 
     transfer = transfer_model()
     if wl.measured_on is not None:
         wl = dataclasses.replace(wl, measured_on=datasheet_gpu_name(wl.measured_on, transfer))
-    oracle = Oracle(wl, transfer, gpu_specs(), comm_model(), input_rate_per_vcpu=input_rate(profile, wl))
+    oracle = Oracle(
+        wl,
+        transfer,
+        gpu_specs(),
+        comm_model(),
+        input_rate_per_vcpu=input_rate(profile, wl),
+        model_errors=model_errors(),  # each row's p10/p50/p90 carries its source's model error
+    )
     stages.enter("search")
     result = _solve(pr, cands, oracle, progress=stages.counts if progress else None)
     stages.enter("verify")
@@ -546,6 +554,14 @@ def validated_errors() -> dict:
     return load_validated_errors(Path(settings.VALIDATED_ERRORS_PATH))
 
 
+def model_errors() -> dict:
+    """The LOPO model error (q10/q50/q90 of ln(measured/predicted)) per prediction source
+    (``planner.validated.load_model_errors``; may be empty: no band beyond the simulator's)."""
+    from planner.validated import load_model_errors
+
+    return load_model_errors(Path(settings.VALIDATED_ERRORS_PATH))
+
+
 @dataclasses.dataclass
 class RowSource:
     """Each plan row's prediction source (``PhaseTimes.source`` of its groups) and its validated error."""
@@ -567,9 +583,12 @@ class RowSource:
         from planner.validated import error_of
 
         source = self.source(plan)
+        from planner.validated import model_error_of
+
         return {
             "prediction_source": source,
             "prediction_error": error_of(source, self.errors),
+            "model_error": model_error_of(plan.model_error_source, self.oracle.model_errors),
             **self.comm(plan),
         }
 

@@ -51,6 +51,7 @@ from planner.solver.request import (
     qkey,
     quota_table,
 )
+from planner.validated import miss_with_error
 
 
 def hazard_of(groups: Iterable[tuple[Candidate, int]]) -> float:
@@ -300,12 +301,17 @@ class ConfigMetrics:
         return float(value_of(objective, self.time_h, self.total_usd, self.goodput_sps, self.hourly_usd))
 
 
-def risk_of(request: PlanRequest, base_h: float, hazard: float, est: Estimate, g: int) -> float | None:
-    if request.deadline_hours is None:
+def risk_of(
+    request: PlanRequest, base_h: float, hazard: float, est: Estimate, g: int, deadline_h: float | None = None
+) -> float | None:
+    """The deadline-miss probability, the model error of ``est``'s source included
+    (:func:`planner.validated.miss_with_error`: at most 10 % exactly when the p90 time meets it)."""
+    deadline = request.deadline_hours if deadline_h is None else deadline_h
+    if deadline is None:
         return None
     jitter = jitter_sd_h(request, est, g)
-    return spotmodel.miss_probability(
-        request.deadline_hours - request.startup_overhead_h, base_h, hazard, request.spot_params, jitter
+    return miss_with_error(
+        deadline - request.startup_overhead_h, base_h, hazard, request.spot_params, jitter, est.model_error
     )
 
 

@@ -57,9 +57,10 @@ import numpy as np
 
 from planner import spot as spotmodel
 from planner.candidates import Candidate
-from planner.solver.evaluate import Col, Memo, Spec, evaluate_config, jitter_sd_h
+from planner.solver.evaluate import Col, Memo, Spec, evaluate_config, jitter_sd_h, risk_of
 from planner.solver.explain import binding, cluster, dominance_text, fh, fp, pct, why_text
 from planner.solver.request import Config, Estimate, NodeGroup, PerfOracle, Plan, PlanRequest, Point
+from planner.validated import iteration_band, job_quantile
 
 
 def pareto_frontier(points: Sequence[Point]) -> tuple[Point, ...]:
@@ -387,6 +388,15 @@ def build_plan(
     jitter = jitter_sd_h(req, est, col.g)
     deadline_left = None if req.deadline_hours is None else req.deadline_hours - req.startup_overhead_h
     comp = spotmodel.completion(col.base, col.hazard, params, deadline_left, jitter)
+    # p10/p50/p90 with the model error of the estimate's source (planner.validated); the miss
+    # risk is the same quantile's, so max_miss_risk 0.1 and "p90 <= deadline" agree.
+    err = est.model_error
+    p10_h, p50_h, p90_h = (
+        req.startup_overhead_h + job_quantile(q, col.base, col.hazard, params, jitter, err)
+        for q in (0.1, 0.5, 0.9)
+    )
+    it10, it50, it90 = iteration_band(est.iter_time_s, est.iter_time_p90_s, err)
+    miss = risk_of(req, col.base, col.hazard, est, col.g)
     batches = split_batch(col.groups, col.g, weights)
     groups = tuple(
         NodeGroup(
@@ -404,9 +414,7 @@ def build_plan(
     )
     if col.hazard > 0:
         why += f"; spot: {comp.expected_interruptions:.2g} expected interruptions" + (
-            f", {100 * comp.miss_probability:.1f}% risk of missing the deadline"
-            if comp.miss_probability is not None
-            else ""
+            f", {100 * miss:.1f}% risk of missing the deadline" if miss is not None else ""
         )
     return Plan(
         rank=rank + 1,
@@ -418,16 +426,24 @@ def build_plan(
         hourly_usd=col.rate,
         total_usd=col.cost,
         time_h=col.time,
-        time_p90_h=req.startup_overhead_h + comp.p90_h,
+        time_p90_h=p90_h,
         base_time_h=col.base,
         throughput_sps=col.thr,
         effective_throughput_sps=col.good,
         iter_time_s=est.iter_time_s,
-        iter_time_p90_s=est.iter_time_p90_s,
+        iter_time_p90_s=it90,
         bottleneck=est.bottleneck,
-        deadline_miss_risk=comp.miss_probability,
+        deadline_miss_risk=miss,
         expected_interruptions=comp.expected_interruptions,
         why=why.lstrip("; "),
+        time_p10_h=p10_h,
+        time_p50_h=p50_h,
+        cost_p10_usd=col.rate * p10_h,
+        cost_p50_usd=col.rate * p50_h,
+        cost_p90_usd=col.rate * p90_h,
+        iter_time_p10_s=it10,
+        iter_time_p50_s=it50,
+        model_error_source=err.source if err is not None else None,
     )
 
 

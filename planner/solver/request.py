@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 from planner import spot as spotmodel
 from planner.candidates import SPOT, Candidate, quota_class
 from planner.defaults import PLAN_DEFAULTS
+from planner.validated import ModelError
 
 OBJECTIVES = ("cost", "time", "throughput")
 Z90 = 1.2815515655446004
@@ -51,6 +52,10 @@ class Estimate:
     throughput_sps: float
     bottleneck: str = "compute"
     per_node_batch: tuple[int, ...] | None = None
+    #: the validated model error of the prediction's source (:mod:`planner.validated`; None: no
+    #: validated quantiles, the band is the simulator's spread alone). The iteration times above
+    #: are the simulator's: the model error is systematic, so it never enters the jitter.
+    model_error: ModelError | None = None
 
 
 #: ``perf(config, global_batch) -> Estimate`` (``None`` when the configuration cannot run,
@@ -239,6 +244,16 @@ class Plan:
     deadline_miss_risk: float | None
     expected_interruptions: float
     why: str
+    # p10/p50/p90 with the model error (planner.validated); time_p90_h and iter_time_p90_s above
+    # include it too. model_error_source: whose validated quantiles, None when none were.
+    time_p10_h: float | None = None
+    time_p50_h: float | None = None
+    cost_p10_usd: float | None = None
+    cost_p50_usd: float | None = None
+    cost_p90_usd: float | None = None
+    iter_time_p10_s: float | None = None
+    iter_time_p50_s: float | None = None
+    model_error_source: str | None = None
 
     @property
     def label(self) -> str:

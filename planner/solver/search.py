@@ -142,7 +142,6 @@ from typing import Any
 
 import numpy as np
 
-from planner import spot as spotmodel
 from planner.candidates import Candidate, find_dominated
 from planner.solver.candidates import COMM_CACHE_BYTES, Curves, MixBounds, combinations, hardware_rows
 from planner.solver.evaluate import (
@@ -153,10 +152,10 @@ from planner.solver.evaluate import (
     Spec,
     evaluate_config,
     hazard_of,
-    jitter_sd_h,
     lim,
     metrics,
     metrics_at,
+    risk_of,
     value_of,
 )
 from planner.solver.explain import explain_infeasible
@@ -578,10 +577,7 @@ class Engine:
             return None
         est = self.memo.get(self.memo.hw_key(col.groups), col.g)
         assert est is not None
-        jitter = jitter_sd_h(self.request, est, col.g)
-        return spotmodel.miss_probability(
-            deadline - self.request.startup_overhead_h, col.base, col.hazard, self.request.spot_params, jitter
-        )
+        return risk_of(self.request, col.base, col.hazard, est, col.g, deadline)  # model error included
 
     def finish_col(self, col: Col, spec: Spec) -> None:
         if col.feasible and spec.risk is not None:

@@ -3,6 +3,7 @@ import re
 
 import pytest
 
+from frontend.templatetags.srifty import usd
 from planner.app.models import PlanRecord
 
 pytestmark = pytest.mark.django_db
@@ -148,7 +149,7 @@ def _rows(page: str) -> list[str]:
     return re.findall(r"<tr[^>]*>(.*?)</tr>", found.group(1), re.S)
 
 
-def test_each_ranked_row_shows_its_prediction_source_and_the_validated_p90_error(
+def test_each_ranked_row_shows_p50_time_and_cost_with_their_p10_p90_and_its_sources_model_error(
     client, user, catalog, settings, tmp_path
 ):
     path = tmp_path / "validated_errors.json"
@@ -161,6 +162,12 @@ def test_each_ranked_row_shows_its_prediction_source_and_the_validated_p90_error
                     "n": 210,
                     "bench": "bench/accuracy_public.py",
                     "measured_at": "2026-12-05",
+                    "lopo_q10": -0.2,
+                    "lopo_q50": 0.1,
+                    "lopo_q90": 0.5,
+                    "lopo_n": 48,
+                    "lopo_bench": "bench/accuracy_public.py (LOPO)",
+                    "lopo_measured_at": "2026-12-07",
                 }
             }
         )
@@ -169,11 +176,18 @@ def test_each_ranked_row_shows_its_prediction_source_and_the_validated_p90_error
     client.force_login(user)
     client.post("/plans/", FORM)
     solve_queued()
-    page = client.get(f"/plans/{PlanRecord.objects.get().pk}/").content.decode()
-    assert "Prediction (validated p90 error)" in page
+    record = PlanRecord.objects.get()
+    page = client.get(f"/plans/{record.pk}/").content.decode()
+    assert "Prediction (model error in the band)" in page and "Time p50 (p10–p90)" in page
     rows = _rows(page)
-    assert rows and all("analytical" in r and "p90 ±38.5% (n=210)" in r for r in rows)
-    assert "bench/accuracy_public.py" in rows[0]
+    # exp(-0.2) = 0.82, exp(0.5) = 1.65: the json's quantiles as factors on the prediction
+    assert rows and all("analytical" in r and "×0.82–1.65" in r and "p90 ±" not in r for r in rows)
+    best = record.result["plans"][0]
+    assert best["time_p10_h"] < best["time_p50_h"] < best["time_p90_h"]
+    assert usd(best["cost_p10_usd"]) in rows[0] and usd(best["cost_p90_usd"]) in rows[0]
+    line = re.search(r'<li id="assumption-model-error">(.*?)</li>', page, re.S)
+    assert line and "analytical: measured 0.82-1.65x" in line.group(1) and "n=48" in line.group(1)
+    assert "measured, transferred: not validated" in line.group(1)
 
 
 def test_a_source_without_a_validated_error_says_not_validated(client, user, catalog, settings, tmp_path):
