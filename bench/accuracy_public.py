@@ -145,7 +145,7 @@ class Bench:
         self.new = calibration.load_compute_model(self.specs)
         self.split = corpus.load_split()
         self.old = self.previous_model()
-        self.models = {**corpus.load_models(), **calibration.calibration_models()}
+        self.models = {**corpus.load_models(), **corpus.calibration_models()}
         self.rows = corpus.load_rows(models=corpus.load_models()) + corpus.load_calibration_rows()
         self.jobs = jobs
         self.traces: dict = {}

@@ -189,17 +189,6 @@ def corpus_samples(
     return out
 
 
-def calibration_models() -> dict[tuple[str, str], CorpusModel]:
-    """The ResNet-50 calibration rows' builder, keyed like corpus models."""
-    from planner.corpus import CorpusModel
-
-    return {
-        ("resnet50", "3x224x224"): CorpusModel(
-            "resnet50", "3x224x224", "resnet", "torchvision:resnet50", (3, 224, 224), None, ""
-        )
-    }
-
-
 def calibrate_compute(
     specs: Mapping[str, GpuSpec],
     *,
@@ -220,7 +209,7 @@ def calibrate_compute(
 
     split = split or corpus.load_split()
     all_models = dict(models or corpus.load_models())
-    all_models.update(calibration_models())
+    all_models.update(corpus.calibration_models())
     models = all_models
     every = (
         list(rows) if rows is not None else corpus.load_rows(models=models) + corpus.load_calibration_rows()
@@ -377,7 +366,7 @@ def fit_multi_gpu(
     from planner import corpus
     from planner.oracle import Workload
 
-    models = models or {**corpus.load_models(), **calibration_models()}
+    models = models or {**corpus.load_models(), **corpus.calibration_models()}
     built: dict[int, Workload] = {}
     usable: list[tuple[CorpusRow, CorpusRow, Workload]] = []
     for one, many in pairs:

@@ -388,11 +388,18 @@ def load_models_2(path: Path = MODELS_2_CSV) -> dict[tuple[str, str], CorpusMode
     return load_models(path)
 
 
+def calibration_models() -> dict[tuple[str, str], CorpusModel]:
+    """The ResNet-50 calibration rows' builder, keyed like corpus models."""
+    return {
+        ("resnet50", "3x224x224"): CorpusModel(
+            "resnet50", "3x224x224", "resnet", "torchvision:resnet50", (3, 224, 224), None, ""
+        )
+    }
+
+
 def all_models() -> dict[tuple[str, str], CorpusModel]:
     """Every corpus builder: the second corpus's, then the first's and the calibration rows'
     (an existing key keeps the builder the shipped fit used)."""
-    from planner.calibration import calibration_models
-
     return {**load_models_2(), **load_models(), **calibration_models()}
 
 
