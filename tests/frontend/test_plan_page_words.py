@@ -32,8 +32,11 @@ def test_every_money_figure_has_its_currency_and_period_and_every_time_its_unit(
     page = client.get(f"/plans/{PlanRecord.objects.get().pk}/").content.decode()
     prices, totals, times, p90s = (_cells(page, "ranked-table", i) for i in (3, 4, 5, 6))
     assert prices and all(re.fullmatch(r"\$[0-9,.]+/h", p) for p in prices), prices
-    assert all(re.fullmatch(r"\$[0-9,.]+", t) for t in totals), totals
-    assert all(re.fullmatch(r"[0-9.]+ (h|min)", t) for t in times + p90s), times + p90s
+    # Cost and time cells: the p50, then its p10-p90 range (issue 34), each with its unit.
+    money, hours = r"\$[0-9,.]+", r"[0-9.,]+ (h|min)"
+    assert all(re.fullmatch(rf"{money}({money}–{money})?", t) for t in totals), totals
+    assert all(re.fullmatch(rf"{hours}({hours}–{hours})?", t) for t in times), times
+    assert all(re.fullmatch(hours, t) for t in p90s), p90s
     assert all(re.fullmatch(r"\$[0-9,.]+/h", p) for p in _cells(page, "markets-table", 2))
 
 
