@@ -38,7 +38,7 @@ import hashlib
 import json
 import random
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -167,32 +167,44 @@ def load_models(path: Path = MODELS_CSV) -> dict[tuple[str, str], CorpusModel]:
     return out
 
 
-def load_rows(
-    path: Path = CORPUS_CSV, models: Mapping[tuple[str, str], CorpusModel] | None = None
+def _read_rows(
+    path: Path,
+    models: Mapping[tuple[str, str], CorpusModel],
+    first_id: int,
+    row: Callable[[dict[str, str]], tuple[str, str, str]],
 ) -> list[CorpusRow]:
-    models = load_models() if models is None else models
+    """The rows of a corpus CSV (both corpora share its columns), ids from ``first_id``;
+    ``row(r)`` gives the (precision, board, notes) each corpus reads its own way."""
     rows = []
     with open(path, newline="") as fh:
         for i, r in enumerate(csv.DictReader(fh)):
             m = models.get((r["model"], r["input_shape"]))
+            precision, board, notes = row(r)
             rows.append(
                 CorpusRow(
-                    i,
+                    first_id + i,
                     r["source"],
                     r["model"],
                     r["input_shape"],
-                    r["precision"].lower(),
-                    r["gpu"],
+                    precision,
+                    board,
                     int(r["gpus_per_node"]),
                     int(r["nodes"]),
                     int(float(r["per_gpu_batch"])),
                     r["metric"],
                     float(r["value"]),
-                    r["notes"],
+                    notes,
                     m.family if m else "",
                 )
             )
     return rows
+
+
+def load_rows(
+    path: Path = CORPUS_CSV, models: Mapping[tuple[str, str], CorpusModel] | None = None
+) -> list[CorpusRow]:
+    models = load_models() if models is None else models
+    return _read_rows(path, models, 0, lambda r: (r["precision"].lower(), r["gpu"], r["notes"]))
 
 
 def load_calibration_rows(path: Path = CALIBRATION_CSV) -> list[CorpusRow]:
@@ -409,28 +421,12 @@ def load_rows_2(
     """The second corpus's rows (ids from :data:`CORPUS_2_ID_OFFSET`), boards and precisions
     read without their notes; each row keeps its ``source``."""
     models = load_models_2() if models is None else models
-    rows = []
-    with open(path, newline="") as fh:
-        for i, r in enumerate(csv.DictReader(fh)):
-            m = models.get((r["model"], r["input_shape"]))
-            rows.append(
-                CorpusRow(
-                    CORPUS_2_ID_OFFSET + i,
-                    r["source"],
-                    r["model"],
-                    r["input_shape"],
-                    precision_of(r["precision"]),
-                    board_of(r["gpu"]),
-                    int(r["gpus_per_node"]),
-                    int(r["nodes"]),
-                    int(float(r["per_gpu_batch"])),
-                    r["metric"],
-                    float(r["value"]),
-                    r["notes"] + (f" [instance {r['instance_type']}]" if r.get("instance_type") else ""),
-                    m.family if m else "",
-                )
-            )
-    return rows
+
+    def row(r: dict[str, str]) -> tuple[str, str, str]:
+        instance = f" [instance {r['instance_type']}]" if r.get("instance_type") else ""
+        return precision_of(r["precision"]), board_of(r["gpu"]), r["notes"] + instance
+
+    return _read_rows(path, models, CORPUS_2_ID_OFFSET, row)
 
 
 def instance_of(row: CorpusRow) -> str | None:
