@@ -88,7 +88,9 @@ import math
 import statistics
 import sys
 from collections import defaultdict
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -137,6 +139,22 @@ class Case:
     def err(self, which: str) -> float | None:
         pred = self.new if which == "new" else self.old
         return None if pred is None else abs(pred - self.published) / self.published
+
+
+def has_spec(specs: Mapping[str, Any], chip: str) -> bool:
+    """Whether ``chip`` has a datasheet row (the bench's specs or the transfer model's own)."""
+    from planner.models.transfer import SUPPLEMENTARY_SPECS, spec_name_for
+
+    name = spec_name_for(chip)
+    return name in specs or name in SUPPLEMENTARY_SPECS
+
+
+def row_workload(traces: Mapping, models: Mapping, row: corpus.CorpusRow) -> Workload | None:
+    """The cached trace of ``row``'s model as a workload at the row's precision, or None."""
+    doc = traces.get(calibration.row_trace_key(row, models))
+    if doc is None:
+        return None
+    return dataclasses.replace(Workload.from_dict(doc), precision=row.precision)
 
 
 class Bench:
@@ -192,16 +210,10 @@ class Bench:
             print(f"  trace failed: {key[0]} {key[1]} {key[2]}: {err}")
 
     def has_spec(self, chip: str) -> bool:
-        from planner.models.transfer import SUPPLEMENTARY_SPECS, spec_name_for
-
-        name = spec_name_for(chip)
-        return name in self.specs or name in SUPPLEMENTARY_SPECS
+        return has_spec(self.specs, chip)
 
     def workload(self, row: corpus.CorpusRow) -> Workload | None:
-        doc = self.traces.get(calibration.row_trace_key(row, self.models))
-        if doc is None:
-            return None
-        return dataclasses.replace(Workload.from_dict(doc), precision=row.precision)
+        return row_workload(self.traces, self.models, row)
 
     # --- analytical ---------------------------------------------------------------------
     def analytical(self, rows: list[corpus.CorpusRow]) -> list[Case]:
@@ -514,16 +526,10 @@ class Lopo:
         return model
 
     def has_spec(self, chip: str) -> bool:
-        from planner.models.transfer import SUPPLEMENTARY_SPECS, spec_name_for
-
-        name = spec_name_for(chip)
-        return name in self.specs or name in SUPPLEMENTARY_SPECS
+        return has_spec(self.specs, chip)
 
     def workload(self, row: corpus.CorpusRow) -> Workload | None:
-        doc = self.traces.get(calibration.row_trace_key(row, self.models))
-        if doc is None:
-            return None
-        return dataclasses.replace(Workload.from_dict(doc), precision=row.precision)
+        return row_workload(self.traces, self.models, row)
 
     def predict(self, model, rows: list[corpus.CorpusRow], publisher: str) -> list[LopoCase]:
         return (
