@@ -83,11 +83,17 @@ class SourceError:
         return asdict(self)
 
 
-def _pct(value: Any) -> float | None:
+def _finite(value: Any) -> float | None:
+    """A JSON number as a finite float, else None (booleans are not numbers here)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     value = float(value)
-    return value if math.isfinite(value) and value >= 0 else None
+    return value if math.isfinite(value) else None
+
+
+def _pct(value: Any) -> float | None:
+    value = _finite(value)
+    return value if value is not None and value >= 0 else None
 
 
 def _entry(source: str, doc: Any) -> SourceError | None:
@@ -108,12 +114,9 @@ def _entry(source: str, doc: Any) -> SourceError | None:
     )
 
 
-def load_validated_errors(path: Path | None = None) -> dict[str, SourceError]:
-    """``{source: SourceError}`` for the sources the file validates (possibly none).
-
-    An unreadable or malformed file is logged and treated as absent: planning never fails on it.
-    """
-    path = DEFAULT_PATH if path is None else Path(path)
+def _read_doc(path: Path) -> Mapping[str, Any]:
+    """The validated-errors file as an object; absent, unreadable or not an object: empty (logged,
+    except absent), so planning never fails on it."""
     try:
         doc = json.loads(path.read_text())
     except FileNotFoundError:
@@ -124,6 +127,16 @@ def load_validated_errors(path: Path | None = None) -> dict[str, SourceError]:
     if not isinstance(doc, Mapping):
         log.warning("validated errors %s is not an object; ignored", path)
         return {}
+    return doc
+
+
+def load_validated_errors(path: Path | None = None) -> dict[str, SourceError]:
+    """``{source: SourceError}`` for the sources the file validates (possibly none).
+
+    An unreadable or malformed file is logged and treated as absent: planning never fails on it.
+    """
+    path = DEFAULT_PATH if path is None else Path(path)
+    doc = _read_doc(path)
     out = {}
     for source in (*SOURCES, SCALING):
         entry = _entry(source, doc.get(source))
@@ -179,17 +192,10 @@ class ModelError:
         )
 
 
-def _log_q(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
-
-
 def _model_entry(source: str, doc: Any) -> ModelError | None:
     if not isinstance(doc, Mapping):
         return None
-    q10, q50, q90 = (_log_q(doc.get(k)) for k in ("lopo_q10", "lopo_q50", "lopo_q90"))
+    q10, q50, q90 = (_finite(doc.get(k)) for k in ("lopo_q10", "lopo_q50", "lopo_q90"))
     n = doc.get("lopo_n")
     if q10 is None or q50 is None or q90 is None or not q10 <= q50 <= q90:
         return None
@@ -202,13 +208,7 @@ def _model_entry(source: str, doc: Any) -> ModelError | None:
 def load_model_errors(path: Path | None = None) -> dict[str, ModelError]:
     """``{source: ModelError}`` for the sources with validated LOPO quantiles (possibly none);
     an unreadable file or entry counts as absent (planning never fails on it)."""
-    path = DEFAULT_PATH if path is None else Path(path)
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(doc, Mapping):
-        return {}
+    doc = _read_doc(DEFAULT_PATH if path is None else Path(path))
     out = {}
     for source in (*SOURCES, SCALING, MULTINODE):
         entry = _model_entry(source, doc.get(source))
