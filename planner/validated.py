@@ -1,7 +1,8 @@
 """The validated error of each prediction source, as the benches last measured it.
 
 ``planner/data/validated_errors.json`` is written by the benches (``bench/accuracy_local.py``
-for *measured*, ``bench/accuracy_public.py`` for *transferred* and *analytical*)::
+for *measured*; ``bench/accuracy_public.py``, leave one publisher out, for *transferred*,
+*analytical*, *scaling* and *ddp-multinode*: rows on several nodes)::
 
     {"measured": {"median_pct": 1.7, "p90_pct": 4.0, "n": 40, "bench": "bench/accuracy_local.py",
                   "measured_at": "2026-12-04"},
@@ -138,7 +139,7 @@ def load_validated_errors(path: Path | None = None) -> dict[str, SourceError]:
     path = DEFAULT_PATH if path is None else Path(path)
     doc = _read_doc(path)
     out = {}
-    for source in (*SOURCES, SCALING):
+    for source in (*SOURCES, SCALING, MULTINODE):
         entry = _entry(source, doc.get(source))
         if entry is not None:
             out[source] = entry

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from planner.validated import SourceError, error_of, load_validated_errors
+from planner.validated import MULTINODE, SourceError, error_of, load_model_errors, load_validated_errors
 
 
 def test_it_reads_each_validated_source(tmp_path):
@@ -34,6 +34,29 @@ def test_it_reads_each_validated_source(tmp_path):
     )
     assert errors["transferred"].p90_pct == 19.5 and errors["transferred"].measured_at is None
     assert "analytical" not in errors  # not in the file: not validated
+
+
+def test_it_reads_the_ddp_multinode_entry_the_lopo_bench_writes_beside_its_quantiles(tmp_path):
+    path = tmp_path / "v.json"
+    entry = {
+        "median_pct": 12.5,
+        "p90_pct": 61.0,
+        "max_pct": 140.2,
+        "n": 116,
+        "bench": "bench/accuracy_public.py (LOPO)",
+        "measured_at": "2026-12-07",
+        "lopo_q10": -1.1,
+        "lopo_q50": -0.2,
+        "lopo_q90": 1.7,
+        "lopo_n": 116,
+        "lopo_bench": "bench/accuracy_public.py (LOPO)",
+        "lopo_measured_at": "2026-12-07",
+    }
+    path.write_text(json.dumps({MULTINODE: entry}))
+    assert load_validated_errors(path) == {
+        MULTINODE: SourceError(MULTINODE, 12.5, 61.0, 116, "bench/accuracy_public.py (LOPO)", "2026-12-07")
+    }
+    assert load_model_errors(path)[MULTINODE].q90 == 1.7
 
 
 def test_a_missing_or_broken_file_validates_nothing(tmp_path):
