@@ -41,11 +41,14 @@ def gpu_types(
     source_of: Callable[[str, int], str],
     errors: Mapping[str, SourceError],
     measured_on: str | None,
+    support_of: Callable[[str], str] | None = None,
 ) -> list[dict[str, Any]]:
-    """One entry per GPU model of the plans: its instance types, prediction source and error.
+    """One entry per GPU model of the plans: its instance types, prediction source and error,
+    and the compute model's training support for it.
 
     ``source_of(gpu_model, per_gpu_batch)`` is the oracle's ``PhaseTimes.source`` (or
-    ``"analytical"`` when it has none)."""
+    ``"analytical"`` when it has none); ``support_of(gpu_model)`` the compute model's sentence
+    (``OpClassModel.support``: training rows on its chip, where its chip factor comes from)."""
     seen: dict[str, dict[str, Any]] = {}
     for p in plans:
         for g in p.groups:
@@ -62,6 +65,7 @@ def gpu_types(
                     "source_text": SOURCE_WORDS[source].format(measured_on=measured_on or "another GPU"),
                     "error": err,
                     "error_text": _error_words(err),
+                    "support_text": support_of(g.gpu_model) if support_of else "",
                 }
             if g.instance_type not in entry["instance_types"]:
                 entry["instance_types"].append(g.instance_type)
@@ -169,12 +173,13 @@ def describe(
     precision_warning: str | None,
     pipeline: InputPipeline | None,
     model_errors: Mapping[str, ModelError] | None = None,
+    support_of: Callable[[str], str] | None = None,
 ) -> dict[str, Any]:
     """The assumptions block of a plan result (module docstring)."""
     scaling = error_of(SCALING, errors)
     return {
         "model_error": model_error(model_errors or {}),
-        "types": gpu_types(plans, source_of, errors, measured_on),
+        "types": gpu_types(plans, source_of, errors, measured_on, support_of),
         "scaling": {
             "error": scaling,
             "text": "Scaling to several GPUs and nodes (all-reduce and input-pipeline model): "

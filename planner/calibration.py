@@ -189,6 +189,15 @@ def corpus_samples(
     return out
 
 
+def has_spec(specs: Mapping[str, GpuSpec], chip: str) -> bool:
+    """Whether ``chip`` has a datasheet row (``specs`` or the transfer model's own): rows on
+    other chips (K80, P100, …) cannot be fitted on."""
+    from planner.models.transfer import SUPPLEMENTARY_SPECS, spec_name_for
+
+    name = spec_name_for(chip)
+    return name in specs or name in SUPPLEMENTARY_SPECS
+
+
 def calibrate_compute(
     specs: Mapping[str, GpuSpec],
     *,
@@ -202,18 +211,21 @@ def calibrate_compute(
 ) -> tuple[OpClassModel, dict[str, Any]]:
     """Fit the operator-class model on the train split; returns ``(model, report)``.
 
+    By default the shipped model's fit: every row of both public corpora and the calibration
+    rows on a chip with a datasheet row, of every publisher but the frozen test ones
+    (``corpus.all_publishers_split``), the fit each leave-one-publisher-out fold repeats
+    without its publisher (``bench/accuracy_public.py``).
+
     Validation rows are dropped before anything is traced or fitted; ``train_rows`` checks
     the result against the split again (a test asserts that no validation id gets through)."""
     from planner import corpus
     from planner.models import opclass
 
-    split = split or corpus.load_split()
-    all_models = dict(models or corpus.load_models())
+    all_models = dict(models or corpus.all_models())
     all_models.update(corpus.calibration_models())
     models = all_models
-    every = (
-        list(rows) if rows is not None else corpus.load_rows(models=models) + corpus.load_calibration_rows()
-    )
+    every = list(rows) if rows is not None else [r for r in corpus.load_all_rows() if has_spec(specs, r.chip)]
+    split = split or corpus.all_publishers_split(every, corpus.load_frozen())
     if families:
         every = [r for r in every if r.family in set(families)]
     train = corpus.train_rows(
@@ -230,6 +242,7 @@ def calibrate_compute(
     fit_multi_gpu(model, pairs, traces_for(pairs, models, jobs, cache_dir), specs, models)
     model.meta.update(
         {
+            "frozen_publishers": sorted(corpus.load_frozen().publishers),
             "split_seed": split.seed,
             "held_out_chip": split.held_out_chip,
             "corpus_sha256": split.corpus_sha256,

@@ -31,6 +31,31 @@ ALPHA_US = {"nvlink": 8.0, "pcie": 12.0, "efa": 20.0, "tcp": 50.0, "loopback": 3
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "amp")
 
+# Board power limit (W) and boost clock (MHz) from NVIDIA's datasheets.  A datasheet peak
+# assumes every SM at the boost clock; under sustained tensor or FP32 load a board holds the
+# clock its power limit allows, so the power it may draw per SM-GHz of boost,
+# ``W / (SMs · boost GHz)``, says how far below its peak it settles: a T4 (70 W, 40 SMs,
+# 1.59 GHz) has 1.1 W per SM-GHz, an L4 (72 W, 58 SMs, 2.04 GHz) 0.6, an H100 SXM (700 W,
+# 132 SMs, 1.98 GHz) 2.7.  The compute model uses it for chips without training rows
+# (``planner.models.opclass``); no figure here was chosen by looking at any fit.
+BOARD_POWER: dict[str, tuple[float, float]] = {
+    "V100": (300, 1530),  # SXM2 (p3)
+    "V100-32GB": (300, 1530),  # SXM2 32 GB (p3dn)
+    "T4": (70, 1590),
+    "A10G": (300, 1710),  # nvidia-smi's power limit on g5; the A10 PCIe card is 150 W
+    "L4": (72, 2040),
+    "L40S": (350, 2520),
+    "A100": (400, 1410),  # SXM4
+    "A100-80GB": (400, 1410),
+    "A100-PCIe-40GB": (250, 1410),
+    "A100-PCIe-80GB": (300, 1410),
+    "A40": (300, 1740),
+    "RTX-3090": (350, 1695),
+    "H100": (700, 1980),  # SXM5
+    "H200": (700, 1980),
+    "H100-PCIe-80GB": (350, 1755),
+}
+
 
 @dataclass(frozen=True)
 class GpuSpec:
@@ -63,6 +88,13 @@ class GpuSpec:
             memory_gib=_opt_float(row.get("memory_gib")),
             nvlink_gb_s=_opt_float(_first(row, "nvlink_gb_s", "nvlink_gbps_per_gpu")) or 0.0,
         )
+
+    def watts_per_sm_ghz(self) -> float | None:
+        """Board power limit per SM-GHz of boost clock (:data:`BOARD_POWER`); None when unknown."""
+        power = BOARD_POWER.get(self.name)
+        if power is None or not self.sm_count:
+            return None
+        return power[0] / (self.sm_count * power[1] / 1e3)
 
     def peak_tflops(self, precision: str) -> float | None:
         """Dense peak for a training precision.

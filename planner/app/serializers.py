@@ -347,6 +347,10 @@ class PlanTypeAssumptionSerializer(serializers.Serializer):
         help_text="planner.validated entry: validated, median_pct, p90_pct, n, bench"
     )
     error_text = serializers.CharField(help_text='e.g. "validated p90 error ±19.8% (...)" or "not validated"')
+    support_text = serializers.CharField(
+        required=False,
+        help_text="the compute model's training rows on this GPU's chip and where its chip factor comes from",
+    )
 
 
 class PlanPrecisionAssumptionSerializer(serializers.Serializer):

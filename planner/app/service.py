@@ -229,6 +229,13 @@ def plan_assumptions(plans, pr, req: dict, wl, profile, oracle, warnings: list[d
             t = None
         return t.source if t is not None else "analytical"
 
+    def support_of(gpu: str) -> str:
+        support = getattr(oracle.transfer, "support", None)  # the operator-class model states it
+        try:
+            return support(gpu, wl.precision) if support else ""
+        except KeyError:
+            return ""
+
     return describe(
         plans,
         pr,
@@ -241,6 +248,7 @@ def plan_assumptions(plans, pr, req: dict, wl, profile, oracle, warnings: list[d
         precision_warning=next((w["message"] for w in warnings if w["code"] == "precision_mismatch"), None),
         pipeline=oracle.pipeline,
         model_errors=oracle.model_errors,
+        support_of=support_of,
     )
 
 

@@ -22,8 +22,13 @@ Roofline per class.  On GPU ``g`` at precision ``p`` (peak ``P_g,p`` FLOP/s, mem
   batches and narrow layers do not reach peak, and a GPU with a higher peak needs more work
   per kernel to reach it;
 * ``c₀`` — a fixed overhead per iteration (ms);
-* ``k_g`` — a per-chip factor (clocks, power limits), its architecture's mean for a chip without
-  train rows, else 1;
+* ``k_g`` — a per-chip factor (clocks, power limits).  A chip without train rows gets
+  ``exp(a_u + b·ln w_g)`` (:func:`fit_power`: ``w_g`` its board's power limit per SM-GHz of
+  boost, :meth:`planner.hardware.GpuSpec.watts_per_sm_ghz`, regressed over the fitted chips),
+  else its architecture's mean, else the mean of every fitted chip;
+* the unit and peak of each GEMM class follow PyTorch's defaults (:func:`class_precision`): an
+  ``fp32`` model's dense and grouped convolutions run in TF32 on GPUs that have it
+  (``cudnn.allow_tf32`` is True), its matmuls on CUDA cores (``cuda.matmul.allow_tf32`` False);
 * ``r(x)`` — the learned correction: an XGBoost regression of ``ln(t/t̂)`` on train rows whose
   features ``x`` are the class shares of FLOPs and bytes, arithmetic intensity, batch,
   precision, work per GEMM kernel, the kernel-floor share and the GPU's peak and bandwidth.
@@ -87,7 +92,7 @@ FEATURES: tuple[str, ...] = (
 # Where the physics fixes the sign of the correction: more work per GEMM kernel never makes
 # a step slower than the roofline already says (kernels only get closer to peak).
 MONOTONE = {"ln_work_per_gemm_kernel": -1}
-MODEL_VERSION = 2
+MODEL_VERSION = 3
 
 
 # The silicon behind each spec row: boards of one die differ only in what their datasheet says
@@ -146,31 +151,59 @@ def columns(
     peak = gpu.peak_tflops(precision)
     if not peak or not gpu.memory_bandwidth_gb_s:
         raise ValueError(f"gpu {gpu.name}: no {precision} peak or memory bandwidth in its spec")
-    unit = compute_unit(gpu, precision)
-    flops_per_ms = peak * 1e9
+    rates = class_rates(gpu, precision)
     bytes_per_ms = W_REF_GB_S * (gpu.memory_bandwidth_gb_s / W_REF_GB_S) ** beta * 1e6
     sums = cost.class_sums()
     out: dict[str, dict[str, float]] = {}
     for p in phases:
         items = ((c, *s.at(batch), s.kernels) for c, s in sums[p].items())
-        out[p] = _design_row(
-            ((c, f, m, k, bool(f)) for c, f, m, k in items), p, unit, flops_per_ms, bytes_per_ms
-        )
+        out[p] = _design_row(((c, f, m, k, bool(f)) for c, f, m, k in items), p, rates, bytes_per_ms)
+    return out
+
+
+# PyTorch's defaults (since 1.12): ``torch.backends.cudnn.allow_tf32`` is True, so an fp32
+# convolution runs on TF32 tensor cores where the GPU has them (Ampere and newer), while
+# ``torch.backends.cuda.matmul.allow_tf32`` is False, so fp32 matmuls and attention stay on
+# CUDA cores.  Depthwise convolutions are not implicit GEMMs in cuDNN: no tensor cores.
+TF32_BY_DEFAULT = ("conv_dense", "conv_grouped")
+
+
+def class_precision(gpu: GpuSpec, precision: str, cls: str) -> str:
+    """The precision operator class ``cls`` really runs in under PyTorch's defaults."""
+    if precision.lower() == "fp32" and cls in TF32_BY_DEFAULT and gpu.tf32_tflops:
+        return "tf32"
+    return precision
+
+
+def row_unit(gpu: GpuSpec, precision: str) -> str:
+    """The unit whose chip factor ``k`` a step at ``precision`` gets: ``"tensor"`` when its
+    convolutions run on tensor cores (an fp32 step on a GPU with TF32 included), else
+    :func:`compute_unit`'s."""
+    return compute_unit(gpu, class_precision(gpu, precision, "conv_dense"))
+
+
+def class_rates(gpu: GpuSpec, precision: str) -> dict[str, tuple[str, float]]:
+    """``{GEMM class: (unit, peak FLOPs per ms)}`` under PyTorch's defaults."""
+    out = {}
+    for c in GEMM_CLASSES:
+        prec = class_precision(gpu, precision, c)
+        out[c] = (compute_unit(gpu, prec), (gpu.peak_tflops(prec) or 0.0) * 1e9)
     return out
 
 
 def _design_row(
     items: Iterable[tuple[str, Any, Any, int, bool]],
     phase: str,
-    unit: str,
-    flops_per_ms: float,
+    rates: Mapping[str, tuple[str, float]],
     bytes_per_ms: float,
 ) -> dict[str, Any]:
     """One phase's design row from ``(class, FLOPs, bytes, kernels, has FLOPs)`` per operator
-    class (floats, or arrays of many batches: the same sums in the same order)."""
+    class (floats, or arrays of many batches: the same sums in the same order); ``rates`` the
+    unit and peak of each GEMM class (:func:`class_rates`)."""
     row: dict[str, Any] = {}
     for c, f, m, kernels, flops in items:
         if c in GEMM_CLASSES and flops:
+            unit, flops_per_ms = rates[c]
             key = f"flop:{c}:{unit}"
             row[key] = row.get(key, 0.0) + f / flops_per_ms
         row[f"byte:{c}"] = row.get(f"byte:{c}", 0.0) + m / bytes_per_ms
@@ -379,6 +412,7 @@ class OpClassModel(TransferModel):
     residual_clip: float = math.log(3.0)
     nccl_slowdown: float = 0.0
     input_ns_per_element: float = 0.0
+    power_fit: dict[str, float] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
 
     def bracket(
@@ -401,14 +435,50 @@ class OpClassModel(TransferModel):
         return out, floor
 
     def unit_factor(self, gpu: GpuSpec, precision: str) -> float:
-        """``k`` of (die, unit), else of (architecture, unit), else 1: a die's tensor cores
-        and its CUDA cores reach their peaks to different degrees."""
-        unit = compute_unit(gpu, precision)
-        return (
-            self.gpu_factors.get(f"{die_of(gpu)}/{unit}")
-            or self.arch_factors.get(f"{gpu.architecture}/{unit}")
-            or 1.0
-        )
+        """``k`` of (die, unit): a die's tensor cores and its CUDA cores reach their peaks to
+        different degrees.  See :meth:`unit_factor_source` for a die without training rows."""
+        return self.unit_factor_source(gpu, precision)[0]
+
+    def unit_factor_source(self, gpu: GpuSpec, precision: str) -> tuple[float, str]:
+        """``(k, level)``: the die's own fitted factor (``"gpu"``); for a die without training
+        rows the power regression's (``"power"``, :func:`fit_power`: the chip's board power
+        per SM-GHz says how far below its boost clock it settles); else its architecture's mean
+        (``"architecture"``); else the geometric mean of every fitted die (``"global"``); else 1."""
+        unit = row_unit(gpu, precision)
+        own = self.gpu_factors.get(f"{die_of(gpu)}/{unit}")
+        if own:
+            return own, "gpu"
+        power = gpu.watts_per_sm_ghz()
+        if power and "slope" in self.power_fit and unit in self.power_fit:
+            k = math.exp(self.power_fit[unit] + self.power_fit["slope"] * math.log(power))
+            return min(max(k, CHIP_FACTOR_RANGE[0]), CHIP_FACTOR_RANGE[1]), "power"
+        arch = self.arch_factors.get(f"{gpu.architecture}/{unit}")
+        if arch:
+            return arch, "architecture"
+        same = [math.log(v) for key, v in self.gpu_factors.items() if key.endswith(f"/{unit}")]
+        if same:
+            return math.exp(sum(same) / len(same)), "global"
+        return 1.0, "none"
+
+    def support(self, gpu: str | GpuSpec, precision: str) -> str:
+        """One sentence: the training rows behind ``gpu``'s predictions and where its chip
+        factor comes from (what a plan states per GPU)."""
+        spec = self.spec(gpu)
+        unit = row_unit(spec, precision)
+        rows = int(self.meta.get("chip_rows", {}).get(f"{die_of(spec)}/{unit}", 0))
+        k, level = self.unit_factor_source(spec, precision)
+        chips = len([key for key in self.gpu_factors if key.endswith(f"/{unit}")])
+        unit_words = "tensor cores" if unit == "tensor" else "CUDA cores"
+        if level == "gpu":
+            return f"{spec.name}: {rows} training rows on its chip ({die_of(spec)}, {unit_words}), chip factor {k:.2f} fitted on them"
+        how = {
+            "power": f"from its board power per SM-GHz ({spec.watts_per_sm_ghz() or 0:.2f} W), "
+            f"regressed over {chips} fitted chips",
+            "architecture": f"the mean of its architecture ({spec.architecture})",
+            "global": f"the mean of all {chips} fitted chips",
+            "none": "none fitted (1)",
+        }[level]
+        return f"{spec.name}: no training rows on its chip ({unit_words}); chip factor {k:.2f}, {how}"
 
     def factor(self, gpu: str | GpuSpec) -> tuple[float, str]:
         spec = self.spec(gpu)
@@ -510,7 +580,7 @@ class OpClassModel(TransferModel):
         rows = len(b)
         sums = cost.class_sums()
         unit = compute_unit(spec, prec)
-        flops_per_ms = (spec.peak_tflops(prec) or 0.0) * 1e9
+        rates = class_rates(spec, prec)
         bw = spec.memory_bandwidth_gb_s or 0.0
         bytes_per_ms = W_REF_GB_S * (bw / W_REF_GB_S) ** self.beta * 1e6
         k = self.unit_factor(spec, prec)
@@ -520,8 +590,7 @@ class OpClassModel(TransferModel):
             row = _design_row(  # columns(): keys in the order they are first added
                 ((c, *at[(p, c)], s.kernels, (p, c) in live) for c, s in sums[p].items()),
                 p,
-                unit,
-                flops_per_ms,
+                rates,
                 bytes_per_ms,
             )
             tp: Any = 0.0  # bracket()
@@ -604,6 +673,7 @@ class OpClassModel(TransferModel):
             "residual_clip": self.residual_clip,
             "nccl_slowdown": self.nccl_slowdown,
             "input_ns_per_element": self.input_ns_per_element,
+            "power_fit": self.power_fit,
             "features": list(FEATURES),
             "columns": list(COLUMNS),
             "meta": self.meta,
@@ -626,6 +696,7 @@ class OpClassModel(TransferModel):
             residual_clip=float(doc.get("residual_clip", math.log(3.0))),
             nccl_slowdown=float(doc.get("nccl_slowdown", 0.0)),
             input_ns_per_element=float(doc.get("input_ns_per_element", 0.0)),
+            power_fit={k: float(v) for k, v in doc.get("power_fit", {}).items()},
             meta=dict(doc.get("meta", {})),
         )
 
@@ -680,6 +751,7 @@ def fit(
     assert best is not None
     model = best[1]
     model.meta = {
+        **model.meta,  # chip_rows, set by _fit_linear
         "train_rows": len(samples),
         "families": sorted({s.family for s in samples}),
         "linear_train_loss": round(best[0], 6),
@@ -731,7 +803,7 @@ def _fit_linear(model: OpClassModel, samples: Sequence[Sample]) -> float:
 
     def chip_key(s: Sample) -> str:
         spec = model.spec(s.gpu)
-        return f"{die_of(spec)}/{compute_unit(spec, s.precision)}"
+        return f"{die_of(spec)}/{row_unit(spec, s.precision)}"
 
     chips = sorted({chip_key(s) for s in samples})
     chip_of = np.asarray([chips.index(chip_key(s)) for s in samples])
@@ -771,8 +843,48 @@ def _fit_linear(model: OpClassModel, samples: Sequence[Sample]) -> float:
         if arch:
             by_arch.setdefault(f"{arch}/{unit}", []).append(math.log(k))
     model.arch_factors = {key: math.exp(sum(v) / len(v)) for key, v in by_arch.items()}
+    model.power_fit = fit_power(model, samples)
+    model.meta["chip_rows"] = {g: int(np.sum(chip_of == i)) for i, g in enumerate(chips)}
     err = np.log(predict(sol.x)) - y
     return float(np.sum(w**2 * err**2) / np.sum(w**2))
+
+
+POWER_SLOPE_RANGE = (-1.0, 0.0)
+
+
+def fit_power(model: OpClassModel, samples: Sequence[Sample]) -> dict[str, float]:
+    """``ln k = a_u + b·ln w``: the fitted chip factors against their boards' power per SM-GHz
+    ``w`` (``GpuSpec.watts_per_sm_ghz``), one intercept per unit ``u`` and one slope ``b``.
+
+    Physics: a board that may draw less power per SM-GHz settles further below its boost
+    clock, so its steps take longer than its datasheet peak says (``b ≤ 0``; with dynamic power
+    ``∝ f·V²`` and ``V ∝ f``, a fully power-bound chip has ``f ∝ w^{1/3}``, ``b = −1/3``).  ``b``
+    is least squares on the chips centred per unit, clamped to :data:`POWER_SLOPE_RANGE`; a
+    die's ``w`` is the geometric mean over its boards' samples.  ``{}`` with fewer than three
+    chips with a known ``w`` or no spread in ``w``."""
+    logs: dict[str, list[float]] = {}
+    for s in samples:
+        spec = model.spec(s.gpu)
+        w = spec.watts_per_sm_ghz()
+        if w:
+            logs.setdefault(f"{die_of(spec)}/{row_unit(spec, s.precision)}", []).append(math.log(w))
+    points = [
+        (key.split("/")[1], sum(v) / len(v), math.log(model.gpu_factors[key]))
+        for key, v in logs.items()
+        if key in model.gpu_factors
+    ]
+    if len(points) < 3:
+        return {}
+    mean: dict[str, tuple[float, float]] = {}
+    for unit in {u for u, _, _ in points}:
+        xs = [(x, y) for u, x, y in points if u == unit]
+        mean[unit] = (sum(x for x, _ in xs) / len(xs), sum(y for _, y in xs) / len(xs))
+    sxx = sum((x - mean[u][0]) ** 2 for u, x, _ in points)
+    if sxx < 1e-6:
+        return {}
+    sxy = sum((x - mean[u][0]) * (y - mean[u][1]) for u, x, y in points)
+    slope = min(max(sxy / sxx, POWER_SLOPE_RANGE[0]), POWER_SLOPE_RANGE[1])
+    return {"slope": slope, **{u: my - slope * mx for u, (mx, my) in mean.items()}}
 
 
 def _residual_data(model: OpClassModel, samples: Sequence[Sample]) -> tuple[Any, Any]:

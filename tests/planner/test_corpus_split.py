@@ -63,12 +63,14 @@ def test_a_row_becomes_one_gpus_step_time():
     assert corpus.iteration_ms(no_opt, None) == 83.5 and not no_opt.with_optimizer
 
 
-def test_calibration_traces_and_fits_no_validation_row(monkeypatch, every):
-    """A validation family (vgg) and a train family (resnet) are offered; only train reaches
-    the tracer and the fit."""
-    split = corpus.load_split()
-    assert "vgg" in split.validation_families and "resnet" not in split.validation_families
-    rows = [r for r in every if r.family in ("vgg", "resnet") and r.gpus == 1]
+def test_calibration_traces_and_fits_no_frozen_row(monkeypatch):
+    """The shipped fit's rows of a train publisher (resnet) and of the frozen test publishers are
+    offered; only the train publisher's reach the tracer and the fit."""
+    frozen = corpus.load_frozen()
+    every = corpus.load_all_rows()
+    train = [r for r in every if r.family == "resnet" and r.gpus == 1 and not frozen.holds(r)][:6]
+    held = [r for r in every if frozen.holds(r) and r.gpus == 1 and r.family == "alexnet"]
+    assert train and held
     traced, fitted = [], []
     real_traces, real_fit = calibration.corpus_traces, opclass.fit
 
@@ -85,7 +87,7 @@ def test_calibration_traces_and_fits_no_validation_row(monkeypatch, every):
     from planner.hardware import load_gpu_specs
 
     specs = load_gpu_specs(corpus.ROOT / "catalog/fixtures/gpu_specs.csv")
-    model, info = calibration.calibrate_compute(specs, rows=rows, residual=False)
-    assert fitted and set(fitted) <= split.train_ids
-    assert not any("vgg" in spec for spec, _, _ in traced)
-    assert info["samples"] == len(fitted) and model.meta["split_seed"] == split.seed
+    model, info = calibration.calibrate_compute(specs, rows=train + held, residual=False)
+    assert fitted and set(fitted) <= {r.row_id for r in train}
+    assert not any("alexnet" in spec for spec, _, _ in traced)
+    assert info["samples"] == len(fitted) and model.meta["frozen_publishers"] == sorted(frozen.publishers)

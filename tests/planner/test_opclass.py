@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 
 from planner.calibration import COMPUTE_MODEL_FILE, load_compute_model
-from planner.hardware import GpuSpec
-from planner.models.opclass import PRIOR, OpClassModel, Trees
-from planner.models.transfer import RooflineParams
+from planner.hardware import GpuSpec, load_gpu_specs
+from planner.models.opclass import PRIOR, OpClassModel, Sample, Trees
+from planner.models.transfer import SUPPLEMENTARY_SPECS, RooflineParams
 from profiler.agent.workload import count_workload, op_class
 
 A100 = GpuSpec("A100", "Ampere", 108, 19.5, 156, 312, 1555, 40, 600)
 ROOT = Path(__file__).resolve().parents[2]
+SPEC_ROWS = load_gpu_specs(ROOT / "catalog/fixtures/gpu_specs.csv")
 
 
 def _convs():
@@ -124,19 +125,52 @@ def test_the_shipped_model_plans_without_importing_xgboost():
     assert out.stdout.strip() == "ok", out.stderr
 
 
-def test_the_shipped_model_was_fitted_on_the_committed_split():
-    from planner.corpus import load_split
+def test_the_shipped_model_was_fitted_on_every_publisher_but_the_frozen_ones():
+    from planner.corpus import load_frozen
 
     doc = json.loads(COMPUTE_MODEL_FILE.read_text())
-    split = load_split()
-    assert doc["meta"]["split_seed"] == split.seed and doc["meta"]["corpus_sha256"] == split.corpus_sha256
+    assert doc["meta"]["corpus_sha256"] == "all non-frozen publishers"
+    assert doc["meta"]["frozen_publishers"] == sorted(load_frozen().publishers)
     assert doc["meta"]["made_by"] == "manage.py calibrate_compute"
-    assert not set(doc["meta"]["families"]) & split.validation_families
+    assert sum(doc["meta"]["chip_rows"].values()) == doc["meta"]["train_rows"]
 
 
-def test_a_prediction_on_an_unseen_die_uses_its_architecture():
-    specs = {"A100": A100}
+def test_a_die_without_rows_gets_the_power_regression_else_its_architecture_else_the_mean():
+    model = load_compute_model({"A100": A100})
+    model.gpu_factors = {"GA100/tensor": 0.7, "GV100/tensor": 0.6}
+    model.arch_factors = {"Hopper/tensor": 0.9}
+    model.power_fit = {"slope": -0.25, "tensor": -0.2}
+    l4 = GpuSpec("L4", "Ada", 58, 30.3, 60, 121, 300, 24, 0.0)  # 72 W, 58 SMs, 2.04 GHz
+    k, level = model.unit_factor_source(l4, "amp")
+    assert level == "power" and k == pytest.approx(math.exp(-0.2 - 0.25 * math.log(72 / (58 * 2.04))))
+    no_power = GpuSpec("H999", "Hopper", 132, 67, 494.5, 989.5, 3350, 80, 900)  # no board power known
+    assert model.unit_factor_source(no_power, "amp") == (0.9, "architecture")
+    unknown = GpuSpec("X1", "Unknown", 1, 1, 1, 1, 1, 1, 0)
+    assert model.unit_factor_source(unknown, "amp") == (pytest.approx(math.sqrt(0.7 * 0.6)), "global")
+    assert "no training rows" in model.support(l4, "amp") and "power per SM-GHz" in model.support(l4, "amp")
+
+
+def test_the_power_regression_finds_a_planted_slope():
+    from planner.models.opclass import fit_power
+
+    specs = {n: SUPPLEMENTARY_SPECS.get(n) or SPEC_ROWS[n] for n in ("A100", "V100", "T4", "A10G")}
     model = load_compute_model(specs)
-    h100 = GpuSpec("H100", "Hopper", 132, 67, 494.5, 989.5, 3350, 80, 900)
-    assert model.unit_factor(h100, "amp") == model.arch_factors["Hopper/tensor"]
-    assert math.isfinite(model.unit_factor(GpuSpec("X1", "Unknown", 1, 1, 1, 1, 1, 1, 0), "amp"))
+    # factors planted on ln k = 0.1 − 0.3·ln w (w: each board's W per SM-GHz)
+    model.gpu_factors = {
+        f"{die}/tensor": math.exp(0.1 - 0.3 * math.log(specs[n].watts_per_sm_ghz()))
+        for n, die in (("A100", "GA100"), ("V100", "GV100"), ("T4", "TU104"), ("A10G", "GA102"))
+    }
+    samples = [Sample(i, "f", None, 8, n, "amp", 1.0) for i, n in enumerate(specs)]  # type: ignore[arg-type]
+    fitted = fit_power(model, samples)
+    assert fitted["slope"] == pytest.approx(-0.3) and fitted["tensor"] == pytest.approx(0.1)
+
+
+def test_an_fp32_convolution_runs_in_tf32_where_the_gpu_has_it_and_a_matmul_does_not():
+    from planner.models.opclass import class_rates
+
+    rates = class_rates(A100, "fp32")
+    assert rates["conv_dense"] == ("tensor", A100.tf32_tflops * 1e9)
+    assert rates["matmul"] == ("cuda", A100.fp32_tflops * 1e9)
+    assert rates["conv_depthwise"][0] == "cuda"
+    v100 = GpuSpec("V100", "Volta", 80, 15.7, None, 125, 900, 16, 300)
+    assert class_rates(v100, "fp32")["conv_dense"] == ("cuda", 15.7e9)

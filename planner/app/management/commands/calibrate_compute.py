@@ -1,8 +1,11 @@
-"""``manage.py calibrate_compute``: fit the operator-class compute model on the corpus's train split.
+"""``manage.py calibrate_compute``: fit the operator-class compute model on every publisher
+but the frozen test ones.
 
 Reproduces ``planner/data/compute-model.json`` (the artefact the app plans with) from
-``catalog/fixtures/public_gpu_training.csv``, the ResNet-50 calibration rows and the split in
-``planner/data/public_split.json``; only train rows are traced and fitted.
+``catalog/fixtures/public_gpu_training.csv``, ``public_gpu_training_2.csv`` and the ResNet-50
+calibration rows: every row of every publisher except those of
+``planner/data/frozen_test_publishers.json`` (``planner.corpus.all_publishers_split``), the fit
+that ``bench/accuracy_public.py`` repeats once per publisher without that publisher.
 """
 
 from pathlib import Path
@@ -15,9 +18,7 @@ from planner.hardware import load_gpu_specs
 
 
 class Command(BaseCommand):
-    help = (
-        "Calibrate the operator-class compute model on the public corpus's train split; write planner/data/."
-    )
+    help = "Calibrate the operator-class compute model on every non-frozen publisher; write planner/data/."
 
     def add_arguments(self, parser):
         parser.add_argument("--jobs", type=int, default=1, help="processes for tracing models (default 1)")
@@ -45,7 +46,7 @@ class Command(BaseCommand):
         if families:
             from planner import corpus
 
-            known = {m.family for m in corpus.load_models().values()}
+            known = {m.family for m in corpus.all_models().values()}
             unknown = sorted(set(families) - known)
             if unknown:
                 raise CommandError(
