@@ -1,4 +1,5 @@
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -193,10 +194,25 @@ def test_it_predicts_a_catalog_cluster(catalog, capsys):
     )
     one = json.loads(capsys.readouterr().out)
     assert two["source"] == "analytical" and two["per_worker_batch"] == 64
-    assert two["iteration_ms_p50"] >= one["iteration_ms_p50"]  # crossing the network costs time
+    assert two["simulator_ms_p50"] >= one["simulator_ms_p50"]  # crossing the network costs time
     assert two["throughput_samples_s"] / one["throughput_samples_s"] <= 2.0  # never superlinear
     # the all-reduce between the nodes is timed by the NCCL model learned on published EFA sweeps
     assert two["comm"]["source"] == "learned" and two["comm"]["near_points"] > 0
     assert one["comm"]["source"] == "learned" and "nvlink" in one["comm"]["detail"]
     with pytest.raises(CommandError, match="not a CUDA GPU instance type"):
         call_command("predict", "--model", "examples.tiny_model:build", "--instance", "inf2.xlarge")
+
+
+@pytest.mark.django_db
+def test_its_catalog_p10_p90_carries_the_validated_model_error_of_the_source(catalog, capsys):
+    from planner.app import service
+
+    args = ("--model", "examples.tiny_model:build", "--input-shape", "3,32,32", "--instance", "p4d.24xlarge")
+    call_command("predict", *args, "--per-worker-batch", "64", "--json")
+    out = json.loads(capsys.readouterr().out)
+    err = service.model_errors()["analytical"]  # one node, no profile: the analytical source's
+    assert out["model_error"]["source"] == "analytical" and out["model_error"]["n"] == err.n
+    assert out["iteration_ms_p90"] == pytest.approx(out["simulator_ms_p90"] * math.exp(err.q90))
+    assert out["iteration_ms_p50"] == pytest.approx(out["simulator_ms_p50"] * math.exp(err.q50))
+    assert out["iteration_ms_p10"] < out["iteration_ms_p50"] < out["iteration_ms_p90"]
+    assert "training rows" in out["support"]

@@ -61,10 +61,13 @@ class Command(BaseCommand):
         if o["json"]:
             self.stdout.write(json.dumps(out, indent=2, default=str))
         else:
+            low = f"p10 {out['iteration_ms_p10']:.2f} ms, " if "iteration_ms_p10" in out else ""
             self.stdout.write(
-                f"{out['target']}: iteration p50 {out['iteration_ms_p50']:.2f} ms, p90 {out['iteration_ms_p90']:.2f} ms, "
+                f"{out['target']}: iteration {low}p50 {out['iteration_ms_p50']:.2f} ms, p90 {out['iteration_ms_p90']:.2f} ms, "
                 f"{out['throughput_samples_s']:.1f} samples/s, bottleneck {out['bottleneck']} ({out['source']})"
             )
+            if out.get("support"):
+                self.stdout.write(f"  {out['support']}")
 
     def _local(self, o) -> dict:
         from planner.hardware import Cluster
@@ -146,6 +149,7 @@ class Command(BaseCommand):
         from planner.app import service
         from planner.candidates import Candidate, family_of
         from planner.oracle import Oracle
+        from planner.validated import iteration_band
 
         t = (
             InstanceType.objects.ddp_capable()
@@ -165,7 +169,12 @@ class Command(BaseCommand):
         except service.PlanInputError as exc:
             raise CommandError(str(exc)) from exc
         oracle = Oracle(
-            wl, service.transfer_model(), service.gpu_specs(), service.comm_model(), samples=o["samples"]
+            wl,
+            service.transfer_model(),
+            service.gpu_specs(),
+            service.comm_model(),
+            samples=o["samples"],
+            model_errors=service.model_errors(),  # the plan rows' p10-p90 carries the same
         )
         gpus = int(t.gpu_count)
         batch = o["per_worker_batch"] or max(1, oracle.max_batch(t.accelerator.name) // 2)
@@ -192,12 +201,22 @@ class Command(BaseCommand):
         if phases is None:  # est is not None: the batch fits, so the phases are predicted
             raise CommandError(f"no phase times for batch {batch} on {t.accelerator.name}")
         comm = oracle.comm_source(((cand, o["nodes"]),))
+        p10, p50, p90 = iteration_band(est.iter_time_s, est.iter_time_p90_s, est.model_error)
+        err = est.model_error
         return {
             "target": f"{o['nodes']}x {t.name} ({o['nodes'] * gpus} GPUs)",
             "source": phases.source,
             "per_worker_batch": batch,
-            "iteration_ms_p50": est.iter_time_s * 1e3,
-            "iteration_ms_p90": est.iter_time_p90_s * 1e3,
+            # p10/p50/p90 with the validated model error of the prediction's source, as a plan row
+            "iteration_ms_p10": p10 * 1e3,
+            "iteration_ms_p50": p50 * 1e3,
+            "iteration_ms_p90": p90 * 1e3,
+            "simulator_ms_p50": est.iter_time_s * 1e3,
+            "simulator_ms_p90": est.iter_time_p90_s * 1e3,
+            "model_error": err.as_dict() if err is not None else {"validated": False},
+            "support": oracle.transfer.support(t.accelerator.name, wl.precision)
+            if hasattr(oracle.transfer, "support")
+            else "",
             "throughput_samples_s": est.throughput_sps,
             "bottleneck": est.bottleneck,
             "phases_ms": {
