@@ -36,6 +36,9 @@ def test_every_plan_states_where_each_gpu_type_is_predicted_from_and_its_validat
         want = file["analytical"]
         assert t["error"]["p90_pct"] == want["p90_pct"] and t["error"]["bench"] == want["bench"]
         assert f"±{want['p90_pct']:.1f}%" in t["error_text"]
+        # the compute model's training support on this GPU's chip, from the shipped model itself
+        assert re.search(r"(\d+ training rows on its chip|no training rows on its chip)", t["support_text"])
+        assert t["support_text"].startswith(t["gpu_model"] + ":") and "chip factor" in t["support_text"]
     assert f"±{file['scaling']['p90_pct']:.1f}%" in a["scaling"]["text"]
     assert a["precision"]["profile_ran"] is None and not a["precision"]["mismatch"]
     assert a["data_loader"]["kind"] == "small_image" and a["data_loader"]["rate_per_vcpu"] == 1400.0
