@@ -1,4 +1,10 @@
-"""The public training-throughput corpus: rows, builders, the one train/validation split.
+"""The public training-throughput corpus: rows, builders, publishers and the frozen test set.
+
+What fits and what validates (issue 34): the shipped compute model is fitted on every row of
+every publisher except the frozen test publishers (:func:`all_publishers_split`); the benches
+validate leave-one-publisher-out (:func:`lopo_split`).  The family split below (the first
+corpus only) is kept for the tests and tools that still read ``public_split.json``; no shipped
+model is fitted on it any more.
 
 Sources: ``catalog/fixtures/public_gpu_training.csv`` (a copy of
 ``shared/data/public_gpu_training.csv``, 875 published measurements with their URLs) and
