@@ -36,6 +36,10 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parents[1]
 CSV = ROOT / "catalog/fixtures/public_nccl_allreduce.csv"
+# The second corpus (issue 35: p4d over 4 EFA, 1 EFA and TCP; p5 at 2-32 nodes): not in the split,
+# only for leave-one-regime-out checks (bench/accuracy_comm.py).  Its sweep ids carry the
+# transport and a digest of the interconnect text (one source publishes five p4d setups).
+CSV_2 = ROOT / "catalog/fixtures/public_nccl_allreduce_2.csv"
 NETWORK_CSV = ROOT / "catalog/fixtures/aws_instance_network.csv"
 SPECS_CSV = ROOT / "catalog/fixtures/gpu_specs.csv"
 SPLIT_FILE = ROOT / "planner/data/nccl_split.json"
@@ -81,8 +85,16 @@ def network_gbps(
 
 
 def interconnect_is_efa(text: str) -> bool:
-    """Whether a corpus row's interconnect text says EFA between nodes ("... no EFA" says TCP)."""
-    return "EFA" in text and not re.search(r"\bno EFA\b", text)
+    """Whether a corpus row's interconnect text says EFA between nodes ("no EFA", "non-EFA" and
+    "EFA disabled" say TCP)."""
+    return "EFA" in text and not re.search(r"\bno EFA\b|\bnon-EFA\b|\bEFA disabled\b", text)
+
+
+def stated_efa_gbps(text: str) -> float:
+    """Gbit/s of the EFA interfaces a row's interconnect text states ("EFA 1x100 Gbps": 100;
+    0 when it states none): a run may attach fewer interfaces than the instance has."""
+    m = re.search(r"EFA (\d+)x(\d+(?:\.\d+)?) Gbps", text)
+    return float(m.group(1)) * float(m.group(2)) if m else 0.0
 
 
 def topology_for(
@@ -94,9 +106,11 @@ def topology_for(
     net_gbps: float,
     nccl_version: str,
     nvls_allowed: bool = True,
+    net_cards: int = 1,
 ) -> Topology:
     """``nodes`` × ``gpus_per_node`` GPUs of ``spec``, over EFA (``efa``) or TCP between nodes, in
-    a cluster placement group: the one construction the corpus rows and users' curves share."""
+    a cluster placement group: the one construction the corpus rows and users' curves share.
+    A benchmark runs for minutes, so TCP counts the burst peak (``sustained`` off)."""
     kind = "none" if nodes == 1 else "efa" if efa else "tcp"
     return Topology(
         gpus_per_node,
@@ -109,6 +123,7 @@ def topology_for(
         True,
         nccl_version,
         nvls_allowed=nvls_allowed,
+        net_cards=net_cards,
     )
 
 
@@ -117,13 +132,20 @@ def _network() -> dict[str, dict[str, Any]]:
         return {r["InstanceType"]: r for r in csv.DictReader(fh)}
 
 
-def sweep_id(row: dict[str, Any]) -> str:
+def sweep_id(row: dict[str, Any], detailed: bool = False) -> str:
+    """``source|instance type (or GPU)|nodes``; ``detailed`` adds the transport and a digest of
+    the interconnect text (the second corpus: several setups of one source and type)."""
     source = row["source"].split(" ")[0]
-    return f"{source}|{row['instance_type'] or row['gpu']}|{row['nodes']}"
+    base = f"{source}|{row['instance_type'] or row['gpu']}|{row['nodes']}"
+    if not detailed:
+        return base
+    transport = "efa" if interconnect_is_efa(row["interconnect"]) else "tcp"
+    return f"{base}|{transport}|{hashlib.sha256(row['interconnect'].encode()).hexdigest()[:6]}"
 
 
 def load_points(path: Path = CSV, specs: dict[str, GpuSpec] | None = None) -> list[Point]:
     specs = specs or load_gpu_specs(SPECS_CSV)
+    detailed = Path(path).resolve() != CSV.resolve()
     net = _network()
     out = []
     with open(path, newline="") as fh:
@@ -135,7 +157,7 @@ def load_points(path: Path = CSV, specs: dict[str, GpuSpec] | None = None) -> li
             text = r["interconnect"]
             row_net = net.get(r["instance_type"], {})
             efa = interconnect_is_efa(text)
-            gbps = network_gbps(
+            gbps = (efa and stated_efa_gbps(text)) or network_gbps(
                 row_net.get("PeakBandwidthGbps"),
                 row_net.get("BaselineBandwidthGbps"),
                 row_net.get("NetworkPerformance", ""),
@@ -150,12 +172,12 @@ def load_points(path: Path = CSV, specs: dict[str, GpuSpec] | None = None) -> li
                 net_gbps=gbps,
                 nccl_version=r["nccl_version"],
                 nvls_allowed=not nvls_off,
+                net_cards=int(row_net.get("MaximumNetworkCards") or 1),
             )
             t = _measured_us(r, topo.ranks)
             if t:
-                out.append(
-                    Point(i, sweep_id(r), r["instance_type"] or r["gpu"], float(r["size_bytes"]), topo, t)
-                )
+                sweep = sweep_id(r, detailed)
+                out.append(Point(i, sweep, r["instance_type"] or r["gpu"], float(r["size_bytes"]), topo, t))
     return out
 
 

@@ -10,9 +10,26 @@ Bandwidths (bytes/s, "bus bandwidth" in the nccl-tests sense)::
             = ε_pcie · PCIe              (no NVLink: through the host's PCIe switches)
     B_net   = ε_efa · Σ EFA card Gbps / 8              (per node: every NIC of the node carries
                                                         its channels' ring hops)
-            = ε_tcp · min(peak, sockets · flow cap) / 8  (TCP: 5 Gbit/s per flow outside a cluster
-                                                          placement group, 10 inside; NCCL opens
-                                                          2 threads × 8 sockets on AWS ENA)
+            = B_tcp                                    (TCP: NCCL's socket transport, below)
+
+The socket transport (NCCL over TCP on an ENA interface, no EFA; every constant from NCCL's or
+AWS's documentation, none fitted — no train sweep runs over TCP)::
+
+    F      = min(64, NCCL_SOCKET_NTHREADS · NCCL_NSOCKS_PERTHREAD) = min(64, 2 · 8) = 16 flows per peer
+             (NCCL's AWS defaults, src/transport/net_socket.cc; the product is capped at 64)
+    f_cap  = 10 Gbit/s per flow inside a cluster placement group, 5 outside (EC2 "instance network
+             bandwidth": a single 5-tuple flow)
+    B_eni  = (sustained ? BaselineBandwidthGbps : PeakBandwidthGbps) / MaximumNetworkCards
+             (one ENA interface sits on one network card; "up to" types burst to the peak for
+             minutes on network credits, a training run lasts hours: plans count the baseline,
+             nccl-tests curves the peak)
+    B_wire = ε_tcp · min(B_eni, F · f_cap) / 8               (ε_tcp = TCP/IPv4 payload per wire
+             byte at EC2's 9001-byte MTU: (9001 − 52) / (9001 + 38) = 0.990)
+    B_host = PCIe / 2                                        (no GPUDirect: every byte crosses
+             PCIe twice, GPU → pinned host buffer at the sender, host → GPU at the receiver,
+             each step's chunk whole before it moves on, so in series with the wire)
+    B_tcp  = 1 / (1/B_wire + 1/B_host)                       (per-byte cost: wire + host copies)
+    h_tcp  = TCP_LAT_US per inter-node step (a kernel TCP hop through NCCL's proxy thread)
 
 Algorithms and protocols, as NCCL's tuner weighs them (``ncclTopoTuneModel``, src/graph/tuning.cc):
 for algorithm ``a`` and protocol ``p`` ∈ {LL, LL128, Simple}::
@@ -94,8 +111,22 @@ HW_LAT_US = {
 # NCCL has no TCP row (its NET row is for RDMA NICs); a kernel TCP hop through NCCL's proxy thread
 # costs tens of µs.  No train sweep runs over TCP, so these are not fitted.
 TCP_LAT_US = {"LL": 30.0, "LL128": 40.0, "Simple": 60.0}
-TCP_SOCKETS = 16  # NCCL on an AWS ENA NIC: 2 threads × 8 sockets per peer
-TCP_FLOW_GBPS = {True: 10.0, False: 5.0}  # inside / outside a cluster placement group
+# NCCL's socket transport on AWS (src/transport/net_socket.cc, ncclNetSocketGetNsockNthread, and
+# NCCL's environment-variable docs): 2 helper threads × 8 sockets per connection when the DMI
+# vendor is Amazon; NCCL refuses more than 64 sockets per connection.
+TCP_SOCKET_NTHREADS = 2
+TCP_NSOCKS_PERTHREAD = 8
+TCP_MAX_SOCKETS = 64
+TCP_SOCKETS = min(TCP_MAX_SOCKETS, TCP_SOCKET_NTHREADS * TCP_NSOCKS_PERTHREAD)
+# EC2 "Amazon EC2 instance network bandwidth": one flow (5-tuple) gets up to 10 Gbit/s inside a
+# cluster placement group, 5 outside it.
+TCP_FLOW_GBPS = {True: 10.0, False: 5.0}
+# TCP/IPv4 payload per wire byte at EC2's 9001-byte MTU: 52 header bytes (IPv4 20, TCP 20,
+# timestamps 12) inside the frame, 38 around it (Ethernet header 14, FCS 4, preamble 8, gap 12).
+TCP_FRAME_EFF = (9001 - 52) / (9001 + 38)
+# Without GPUDirect every byte crosses PCIe twice (GPU → host at the sender, host → GPU at the
+# receiver), in series with the wire: B_host = PCIe / crossings.
+TCP_PCIE_CROSSINGS = 2
 GENERATIONS = ("Volta", "Turing", "Ampere", "Ada", "Hopper", "Blackwell")
 INTERCONNECTS = ("nvlink", "pcie", "efa", "tcp")
 FEATURES = ("log2_size", "nodes", "gpus_per_node", "interconnect", "generation", "nccl_band", "log_prior_ms")
@@ -111,7 +142,7 @@ class PriorParams:
     eps_nvlink: float = 0.8
     eps_pcie: float = 0.5
     eps_efa: float = 0.85
-    eps_tcp: float = 0.6
+    eps_tcp: float = TCP_FRAME_EFF
     nvls_gain: float = 1.4
     nvlstree_eff: float = 0.8
     lat_nvlink: float = 1.0
@@ -163,28 +194,37 @@ class Topology:
     nvlink_gb_s: float = 0.0  # datasheet aggregate per GPU (both directions)
     pcie_gb_s: float = PCIE_GB_S
     net: str = "none"  # "efa", "tcp" or "none" (one node)
-    net_gbps: float = 0.0  # EFA: sum over cards; TCP: the instance's peak
+    net_gbps: float = 0.0  # EFA: sum over cards; TCP: the instance's peak (over all its cards)
     placement_group: bool = True
     nccl_version: str = ""
     nvls_allowed: bool = True  # NCCL_NVLS_ENABLE=0 or a forced algorithm turns NVLS off
+    net_cards: int = 1  # MaximumNetworkCards: one ENA interface (TCP) gets one card's share
+    net_baseline_gbps: float = 0.0  # BaselineBandwidthGbps (0: as the peak)
+    sustained: bool = False  # count the baseline (hours of training), not the burst peak
 
     @classmethod
     def from_cluster(cls, cluster: Any, nccl_version: str = "") -> Topology:
         """The topology of a :class:`planner.hardware.Cluster` (what plans ask about): its GPU's
-        datasheet NVLink, EFA or TCP between nodes at the node's peak (burst) bandwidth."""
+        datasheet NVLink, EFA or TCP between nodes.  A plan is hours of training, so TCP counts
+        the sustained baseline (``network_gbps``) over one ENA interface (one network card of
+        ``aws_instance_network.csv``), not the burst peak; EFA counts the peak."""
         gpu = cluster.gpu
         generation = gpu.architecture if gpu is not None else ""
-        net_gbps = float(cluster.peak_gbps or cluster.network_gbps or 0.0) if cluster.nodes > 1 else 0.0
+        multi = cluster.nodes > 1
+        net_gbps = float(cluster.peak_gbps or cluster.network_gbps or 0.0) if multi else 0.0
         return cls(
             cluster.gpus_per_node,
             cluster.nodes,
             generation,
             gpu.nvlink_gb_s if gpu is not None else 0.0,
             pcie_gb_s_of(generation),
-            ("efa" if cluster.efa else "tcp") if cluster.nodes > 1 else "none",
+            ("efa" if cluster.efa else "tcp") if multi else "none",
             net_gbps,
             bool(cluster.placement_group),
             nccl_version,
+            net_cards=network_cards(getattr(cluster, "instance_type", "")),
+            net_baseline_gbps=float(cluster.network_gbps or 0.0) if multi else 0.0,
+            sustained=True,
         )
 
     @property
@@ -200,6 +240,27 @@ class Topology:
         """The class the ring's slowest hop belongs to (a feature of the correction)."""
         return self.net if self.nodes > 1 else self.intra
 
+    @property
+    def transport(self) -> str:
+        """How NCCL moves the bytes between nodes (or inside the one node), in words."""
+        if self.nodes <= 1:
+            return self.intra
+        if self.net == "tcp":
+            return "sockets over TCP"
+        return self.net
+
+    def tcp_wire_gbps(self) -> float:
+        """``min(B_eni, F · f_cap)`` of the module docstring (Gbit/s, before ε_tcp)."""
+        sustained = self.sustained and self.net_baseline_gbps > 0
+        eni = (self.net_baseline_gbps if sustained else self.net_gbps) / max(1, self.net_cards)
+        return min(eni, TCP_SOCKETS * TCP_FLOW_GBPS[self.placement_group])
+
+    def tcp_bw(self, params: PriorParams = DEFAULT_PARAMS) -> float:
+        """``B_tcp`` (bytes/s): the wire and the host copies in series (module docstring)."""
+        wire = params.eps_tcp * self.tcp_wire_gbps() / 8 * 1e9
+        host = self.pcie_gb_s * 1e9 / TCP_PCIE_CROSSINGS
+        return 1.0 / (1.0 / wire + 1.0 / host)
+
     def intra_bw(self, params: PriorParams = DEFAULT_PARAMS) -> float:
         """Bytes/s per rank inside a node."""
         if self.gpus_per_node <= 1:
@@ -214,8 +275,7 @@ class Topology:
             return math.inf
         if self.net == "efa":
             return params.eps_efa * self.net_gbps / 8 * 1e9
-        flows = TCP_SOCKETS * TCP_FLOW_GBPS[self.placement_group]
-        return params.eps_tcp * min(self.net_gbps, flows) / 8 * 1e9
+        return self.tcp_bw(params)
 
     def nvls(self) -> bool:
         """NVLink SHARP: NVSwitch nodes of Hopper or later with at least 4 GPUs."""
@@ -225,6 +285,26 @@ class Topology:
             and self.gpus_per_node >= 4
             and self.generation in ("Hopper", "Blackwell")
         )
+
+
+def network_cards(instance_type: str) -> int:
+    """``MaximumNetworkCards`` of an instance type in ``aws_instance_network.csv`` (1 when the
+    type, or a mix of types, has no row)."""
+    return _network_cards().get(instance_type, 1)
+
+
+_CARDS: dict[str, int] = {}
+
+
+def _network_cards() -> dict[str, int]:
+    if not _CARDS:
+        import csv
+
+        path = Path(__file__).resolve().parents[2] / "catalog/fixtures/aws_instance_network.csv"
+        with open(path, newline="") as fh:
+            for row in csv.DictReader(fh):
+                _CARDS[row["InstanceType"]] = int(row.get("MaximumNetworkCards") or 1)
+    return _CARDS
 
 
 def pcie_gb_s_of(generation: str) -> float:
@@ -371,6 +451,7 @@ class CommEstimate:
     source: str  # "learned" (prior × correction) or "prior" (no correction fitted)
     near_points: int
     choice: str = ""  # NCCL's algorithm/protocol under the prior
+    transport: str = ""  # Topology.transport: "sockets over TCP", "efa", "nvlink", "pcie"
 
 
 def least_correction(model: LearnedComm) -> float:
@@ -400,7 +481,7 @@ class LearnedComm:
         # spread a topology nobody measured has shown, not the trees' spread near data.
         far = float(self.meta.get("far_p90_ratio", 1.0)) if near == 0 else 1.0
         if not self.trees.trees or prior <= 0:
-            return CommEstimate(prior, prior * max(P90_RATIO, far), "prior", near, choice)
+            return CommEstimate(prior, prior * max(P90_RATIO, far), "prior", near, choice, topo.transport)
         x = features(size_bytes, topo, prior)
         r50 = max(-self.clip, min(self.clip, self.trees(x)))
         r90 = (
@@ -409,7 +490,9 @@ class LearnedComm:
             else r50 + math.log(P90_RATIO)
         )
         r90 = max(r50, r90, r50 + math.log(far))
-        return CommEstimate(prior * math.exp(r50), prior * math.exp(r90), "learned", near, choice)
+        return CommEstimate(
+            prior * math.exp(r50), prior * math.exp(r90), "learned", near, choice, topo.transport
+        )
 
     def estimate_nodes(self, size_bytes: Any, topo: Topology, nodes: Any) -> tuple[Any, Any]:
         """``(p50 µs, p90 µs)`` arrays: :meth:`estimate` of ``topo`` on each node count of

@@ -1,0 +1,96 @@
+"""NCCL's socket transport over TCP on ENA (issue 35 item 1): flows, flow caps, baseline vs burst,
+network cards, host copies, and which clusters are timed over it."""
+
+import csv
+
+import pytest
+
+from planner import nccl_corpus
+from planner.hardware import Cluster
+from planner.models.nccl import (
+    TCP_SOCKETS,
+    Topology,
+    network_cards,
+    prior_us,
+    shipped_model,
+)
+
+GIB = 1 << 30
+
+
+def _catalog_cluster(instance_type: str, nodes: int) -> Cluster:
+    """A cluster of ``instance_type`` with the catalog's network figures, EFA not configured."""
+    with open(nccl_corpus.NETWORK_CSV, newline="") as fh:
+        row = next(r for r in csv.DictReader(fh) if r["InstanceType"] == instance_type)
+    gpus = {"g4dn.12xlarge": 4, "p4d.24xlarge": 8}[instance_type]
+    return Cluster.from_dict(
+        {**row, "nodes": nodes, "gpus_per_node": gpus, "efa": False, "placement_group": True}
+    )
+
+
+def test_nccl_opens_two_threads_of_eight_sockets_per_peer_on_aws():
+    assert TCP_SOCKETS == 16
+
+
+def test_two_single_gpu_nodes_run_at_the_nic_rate_in_series_with_two_pcie_crossings():
+    # 16 flows × 5 Gbit/s = 80 does not bind a 50 Gbit/s NIC: the wire is 50 Gbit/s at the
+    # 9001-byte MTU's payload share 8949/9039; every byte also crosses PCIe Gen4 (20 GB/s) twice.
+    topo = Topology(1, 2, "Ampere", net="tcp", net_gbps=50, placement_group=False)
+    wire = 8949 / 9039 * 50e9 / 8
+    host = 20e9 / 2
+    b_tcp = 1 / (1 / wire + 1 / host)
+    assert topo.net_bw() == pytest.approx(b_tcp, rel=1e-12)
+    assert b_tcp == pytest.approx(3.8226e9, rel=1e-4)
+    # two ranks: the ring moves S bytes over the network (n/(2(n-1)) = 1), plus latency
+    t, choice = prior_us(GIB, topo)
+    assert choice.endswith("/Simple")
+    assert t == pytest.approx(GIB / b_tcp * 1e6, rel=1e-3)
+
+
+def test_a_cluster_placement_group_raises_the_flow_cap_from_five_to_ten_gbits():
+    outside = Topology(1, 2, "Ampere", net="tcp", net_gbps=200, placement_group=False)
+    inside = Topology(1, 2, "Ampere", net="tcp", net_gbps=200, placement_group=True)
+    assert (outside.tcp_wire_gbps(), inside.tcp_wire_gbps()) == (16 * 5, 16 * 10)
+    assert prior_us(GIB, inside)[0] < prior_us(GIB, outside)[0]
+
+
+def test_a_sustained_run_counts_the_baseline_of_an_up_to_instance_and_a_benchmark_its_burst():
+    burst = Topology(1, 2, "Ampere", net="tcp", net_gbps=25, net_baseline_gbps=5)
+    sustained = Topology(1, 2, "Ampere", net="tcp", net_gbps=25, net_baseline_gbps=5, sustained=True)
+    assert (burst.tcp_wire_gbps(), sustained.tcp_wire_gbps()) == (25, 5)
+    assert prior_us(GIB, sustained)[0] > 3 * prior_us(GIB, burst)[0]
+
+
+def test_one_ena_interface_gets_one_network_cards_share():
+    assert (network_cards("p4d.24xlarge"), network_cards("g4dn.12xlarge"), network_cards("no.such")) == (
+        4,
+        1,
+        1,
+    )
+    topo = Topology(8, 2, "Ampere", nvlink_gb_s=600, net="tcp", net_gbps=400, net_cards=4)
+    assert topo.tcp_wire_gbps() == 100
+
+
+def test_a_plan_on_an_up_to_instance_counts_its_baseline():
+    cluster = Cluster(nodes=2, gpus_per_node=1, network_gbps=5.0, peak_gbps=25.0, instance_type="g4dn.xlarge")
+    topo = Topology.from_cluster(cluster)
+    assert topo.sustained and topo.tcp_wire_gbps() == 5
+
+
+@pytest.mark.parametrize(("instance_type", "nodes"), [("g4dn.12xlarge", 4), ("p4d.24xlarge", 2)])
+def test_a_cluster_without_efa_is_timed_over_nccl_sockets(instance_type, nodes):
+    topo = Topology.from_cluster(_catalog_cluster(instance_type, nodes))
+    assert (topo.net, topo.interconnect, topo.transport) == ("tcp", "tcp", "sockets over TCP")
+    estimate = shipped_model().estimate(25 << 20, topo)
+    assert estimate.transport == "sockets over TCP"
+    assert estimate.source == "learned"  # the shipped prior × correction, not a ring formula
+    assert estimate.choice == prior_us(25 << 20, topo, shipped_model().params)[1]
+
+
+def test_the_p4d_runs_without_efa_are_loaded_as_tcp_over_one_of_four_cards():
+    tcp = [p for p in nccl_corpus.load_points(nccl_corpus.CSV_2) if p.topology.net == "tcp"]
+    assert len({p.sweep for p in tcp}) == 2  # HyperPod with EFA disabled, EC2 VMs on one ENA interface
+    assert {(p.instance_type, p.topology.net_cards, p.topology.tcp_wire_gbps()) for p in tcp} == {
+        ("p4d.24xlarge", 4, 100.0)
+    }
+    assert not nccl_corpus.interconnect_is_efa("TCP (non-EFA) on the same hosts, EFA disabled")
