@@ -160,7 +160,7 @@ def test_the_power_regression_finds_a_planted_slope():
         f"{die}/tensor": math.exp(0.1 - 0.3 * math.log(specs[n].watts_per_sm_ghz()))
         for n, die in (("A100", "GA100"), ("V100", "GV100"), ("T4", "TU104"), ("A10G", "GA102"))
     }
-    samples = [Sample(i, "f", None, 8, n, "amp", 1.0) for i, n in enumerate(specs)]  # type: ignore[arg-type]
+    samples = [Sample(i, "f", None, 8, n, "amp", 1.0) for i, n in enumerate(specs)]
     fitted = fit_power(model, samples)
     assert fitted["slope"] == pytest.approx(-0.3) and fitted["tensor"] == pytest.approx(0.1)
 
