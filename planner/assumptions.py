@@ -72,6 +72,20 @@ def gpu_types(
     return list(seen.values())
 
 
+def unpredicted(cands: Sequence[Any], why_not: Callable[[str], str | None]) -> list[dict[str, Any]]:
+    """The GPU models of the offers that no plan can use because nothing predicts them, each
+    with its instance types and why (``why_not(gpu_model)``: None when it is predicted)."""
+    out: dict[str, dict[str, Any]] = {}
+    for c in cands:
+        gpu = c.gpu_model
+        if gpu not in out:
+            reason = why_not(gpu)
+            out[gpu] = {"gpu_model": gpu, "instance_types": [], "reason": reason}
+        if out[gpu]["reason"] and c.instance_type not in out[gpu]["instance_types"]:
+            out[gpu]["instance_types"].append(c.instance_type)
+    return [v for v in out.values() if v["reason"]]
+
+
 def precision(
     requested: str | None, profile_ran: str | None, planned: str, warning: str | None
 ) -> dict[str, Any]:
@@ -174,10 +188,13 @@ def describe(
     pipeline: InputPipeline | None,
     model_errors: Mapping[str, ModelError] | None = None,
     support_of: Callable[[str], str] | None = None,
+    unplanned: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """The assumptions block of a plan result (module docstring)."""
+    """The assumptions block of a plan result (module docstring); ``unplanned``:
+    :func:`unpredicted`'s list."""
     scaling = error_of(SCALING, errors)
     return {
+        "unpredicted": [dict(u) for u in unplanned],
         "model_error": model_error(model_errors or {}),
         "types": gpu_types(plans, source_of, errors, measured_on, support_of),
         "scaling": {

@@ -307,6 +307,28 @@ class PlanRequestSerializer(serializers.Serializer):
             raise serializers.ValidationError(f"unknown GPU model(s): {', '.join(bad)}")
         return value
 
+    def validate_baseline_gpu(self, value: str) -> str:
+        """A GPU the catalog rents out for DDP (case-insensitive, ``a100`` = ``A100``), returned
+        as the catalog names it; blank: no SkyPilot-style baseline."""
+        from catalog.models import InstanceType
+
+        name = value.strip()
+        if not name:
+            return ""
+        known = sorted(
+            set(
+                InstanceType.objects.ddp_capable()
+                .filter(accelerator__isnull=False)
+                .values_list("accelerator__name", flat=True)
+            )
+        )
+        match = next((k for k in known if k.lower() == name.lower()), None)
+        if match is None:
+            raise serializers.ValidationError(
+                f"unknown GPU {name[:64]!r}; the catalog has: {', '.join(known) or 'no GPUs (import_catalog)'}"
+            )
+        return match
+
     def validate(self, attrs: dict) -> dict:
         errors = {}
         if attrs.get("samples_per_epoch") and attrs.get("epochs"):
@@ -375,6 +397,12 @@ class PlanAssumptionsSerializer(serializers.Serializer):
         required=False,
         help_text="sources (the LOPO model error per source) and text: the one line naming them; "
         "absent for older plans",
+    )
+    unpredicted = serializers.ListField(
+        child=serializers.DictField(),
+        required=False,
+        help_text="GPU models of the allowed offers that no prediction covers: gpu_model, "
+        "instance_types, reason (e.g. no compute peak in its datasheet row); absent for older plans",
     )
 
 

@@ -217,10 +217,11 @@ def plan_warnings(req: dict, wl, run, profile) -> list[dict]:
     return out
 
 
-def plan_assumptions(plans, pr, req: dict, wl, profile, oracle, warnings: list[dict]) -> dict:
+def plan_assumptions(plans, pr, req: dict, wl, profile, oracle, warnings: list[dict], cands=()) -> dict:
     """What the plans assume (``planner.assumptions``): each GPU type's prediction source and
-    validated error, the precision the profile ran, the data-loader assumption, what p90 includes."""
-    from planner.assumptions import describe
+    validated error, the precision the profile ran, the data-loader assumption, what p90 includes,
+    and the offers' GPUs that nothing predicts (with why)."""
+    from planner.assumptions import describe, unpredicted
 
     def source_of(gpu: str, batch: int) -> str:
         try:
@@ -249,7 +250,28 @@ def plan_assumptions(plans, pr, req: dict, wl, profile, oracle, warnings: list[d
         pipeline=oracle.pipeline,
         model_errors=oracle.model_errors,
         support_of=support_of,
+        unplanned=unpredicted(cands, lambda gpu: why_unpredicted(oracle.transfer, gpu, wl.precision)),
     )
+
+
+def why_unpredicted(model, gpu: str, precision: str) -> str | None:
+    """Why the compute model cannot predict ``gpu`` at ``precision`` (None when it can): the
+    datasheet figures a roofline needs are missing from the catalog."""
+    try:
+        spec = model.spec(gpu)
+    except KeyError:
+        return "no datasheet row for this GPU in the catalog"
+    missing = [
+        name
+        for name, value in (
+            (f"{precision} compute peak", spec.peak_tflops(precision)),
+            ("memory bandwidth", spec.memory_bandwidth_gb_s),
+        )
+        if not value
+    ]
+    if missing:
+        return f"its datasheet row has no {' and no '.join(missing)} (fill them in the admin's accelerators)"
+    return None
 
 
 def plan_request(req: dict):
@@ -477,7 +499,7 @@ def solve_request(req: dict, owner, *, allow_code: bool = False, progress=None) 
         },
         "request": {"total_samples": pr.total_samples},
         "warnings": warnings,
-        "assumptions": plan_assumptions(result.plans, pr, req, wl, profile, oracle, warnings),
+        "assumptions": plan_assumptions(result.plans, pr, req, wl, profile, oracle, warnings, cands),
         "mix_reasons": mix_reasons(result.plans, pr, cands, oracle),
     }
 

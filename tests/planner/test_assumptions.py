@@ -96,3 +96,14 @@ def test_p90_says_what_it_includes_and_interruptions_only_with_spot():
     assert "interruptions" in text and "every 0.25 h" in text and "0.1 h to replace the node" in text
     req, ps = plans(spot=False)
     assert "interruptions" not in assumptions(req, ps)["p90"]
+
+
+def test_only_the_gpus_nothing_predicts_are_listed_each_with_its_types_once():
+    from planner.assumptions import unpredicted
+
+    cands = [cand("p3.2xlarge"), cand("g5.xlarge"), cand("g5.xlarge", market="spot")]
+    why = {"g5.xlarge": "no amp compute peak"}
+    out = unpredicted(cands, lambda gpu: why.get(gpu))
+    assert out == [
+        {"gpu_model": "g5.xlarge", "instance_types": ["g5.xlarge"], "reason": "no amp compute peak"}
+    ]

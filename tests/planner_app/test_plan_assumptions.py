@@ -124,3 +124,13 @@ def test_the_monte_carlo_check_of_a_plan_uses_the_profiles_loader_rate(
     for p in plans:
         assert p["verified"] is not None
         assert p["verified"]["iter_time_s"] == pytest.approx(p["iter_time_s"], rel=0.1), p
+
+
+def test_a_gpu_of_the_offers_that_nothing_predicts_is_named_with_why(catalog, solve):
+    # the bundled catalog's B300 (p6-b300.48xlarge, us-west-2) has no compute figures yet
+    plan = solve(_request())
+    missing = {u["gpu_model"]: u for u in plan["assumptions"]["unpredicted"]}
+    assert missing["B300"]["instance_types"] == ["p6-b300.48xlarge"]
+    assert "no amp compute peak" in missing["B300"]["reason"] and "admin" in missing["B300"]["reason"]
+    planned = {g["gpu_model"] for p in plan["result"]["plans"] for g in p["groups"]}
+    assert not planned & set(missing)
