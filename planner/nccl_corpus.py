@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, SupportsFloat
 
 from planner.corpus import BOARD_TO_CHIP
 from planner.hardware import GpuSpec, efa_gbps, load_gpu_specs
-from planner.models.nccl import Topology, pcie_gb_s_of
+from planner.models.nccl import Topology, efa_interfaces, gpudirect_rdma, pcie_gb_s_of
 from planner.models.transfer import SUPPLEMENTARY_SPECS
 
 if TYPE_CHECKING:
@@ -97,6 +97,23 @@ def stated_efa_gbps(text: str) -> float:
     return float(m.group(1)) * float(m.group(2)) if m else 0.0
 
 
+def stated_efa_interfaces(text: str, instance_type: str) -> int:
+    """EFA interfaces per node a row's interconnect text states ("EFA 4x100 Gbps", "32 EFA
+    interfaces/node", "EFAv2 32 interfaces", "8x 400 Gbps", "found 1 nics"), else the instance
+    type's ``MaximumEfaInterfaces`` (0 when neither is known)."""
+    for pattern in (
+        r"EFA (\d+)x\d",
+        r"(\d+) EFA interfaces",
+        r"EFA\w* (\d+) interfaces",
+        r"(\d+)x \d+ Gbps",
+        r"found (\d+) nics",
+    ):
+        m = re.search(pattern, text)
+        if m:
+            return int(m.group(1))
+    return efa_interfaces(instance_type)
+
+
 def topology_for(
     spec: GpuSpec,
     gpus_per_node: int,
@@ -107,10 +124,14 @@ def topology_for(
     nccl_version: str,
     nvls_allowed: bool = True,
     net_cards: int = 1,
+    instance_type: str = "",
+    interfaces: int = 0,
 ) -> Topology:
     """``nodes`` × ``gpus_per_node`` GPUs of ``spec``, over EFA (``efa``) or TCP between nodes, in
     a cluster placement group: the one construction the corpus rows and users' curves share.
-    A benchmark runs for minutes, so TCP counts the burst peak (``sustained`` off)."""
+    A benchmark runs for minutes, so TCP counts the burst peak (``sustained`` off).  EFA is
+    GPUDirect RDMA or host-staged by ``instance_type`` (:func:`planner.models.nccl.gpudirect_rdma`)
+    over ``interfaces`` EFA interfaces per node."""
     kind = "none" if nodes == 1 else "efa" if efa else "tcp"
     return Topology(
         gpus_per_node,
@@ -124,6 +145,8 @@ def topology_for(
         nccl_version,
         nvls_allowed=nvls_allowed,
         net_cards=net_cards,
+        gdr=gpudirect_rdma(instance_type),
+        net_interfaces=interfaces if kind == "efa" else 0,
     )
 
 
@@ -173,6 +196,8 @@ def load_points(path: Path = CSV, specs: dict[str, GpuSpec] | None = None) -> li
                 nccl_version=r["nccl_version"],
                 nvls_allowed=not nvls_off,
                 net_cards=int(row_net.get("MaximumNetworkCards") or 1),
+                instance_type=r["instance_type"],
+                interfaces=stated_efa_interfaces(text, r["instance_type"]) if efa else 0,
             )
             t = _measured_us(r, topo.ranks)
             if t:

@@ -814,10 +814,17 @@ class Oracle:
                 if e.source == "learned"
                 else "NCCL prior (no learned correction)"
             )
+            # how NCCL moves the bytes ("sockets over TCP", "EFA, 4 interfaces, GPUDirect RDMA"), with
+            # the interconnect class the model keys on when the two differ
+            link = (
+                topo.transport
+                if topo.transport == topo.interconnect
+                else f"{topo.transport} ({topo.interconnect})"
+            )
             return CommSource(
                 e.source,
                 e.near_points,
-                f"{what}; {topo.interconnect}, {topo.nodes}×{topo.gpus_per_node} GPUs",
+                f"{what}; {link}, {topo.nodes}×{topo.gpus_per_node} GPUs",
             )
         return CommSource(
             "measured" if self.comm.method != "prior" else "ring prior",

@@ -8,9 +8,26 @@ Bandwidths (bytes/s, "bus bandwidth" in the nccl-tests sense)::
 
     B_intra = ε_nv · NVLink_uni          (per rank; NVLink_uni = datasheet aggregate / 2)
             = ε_pcie · PCIe              (no NVLink: through the host's PCIe switches)
-    B_net   = ε_efa · Σ EFA card Gbps / 8              (per node: every NIC of the node carries
-                                                        its channels' ring hops)
+    B_net   = ε_efa · Σ EFA Gbps / 8                   (per node, GPUDirect RDMA: every EFA
+                                                        interface attached carries its channels'
+                                                        hops; 1 of p4d's 4, all 32 of p5's …)
+            = min(ε_efa · Σ EFA Gbps / 8, B_stage)     (EFA without GPUDirect RDMA, below)
             = B_tcp                                    (TCP: NCCL's socket transport, below)
+
+EFA as deployed (ε_efa is the prior's fitted efficiency; every other constant is from AWS's or NCCL's
+documentation, none fitted)::
+
+    Σ EFA Gbps  the interfaces a run attaches × their Gbps (a row's stated "EFA 1x100 Gbps", else
+                the catalog's peak); the interface count (MaximumEfaInterfaces, or as stated) is
+                part of the stated transport and of nothing else: NCCL opens channels on every
+                interface, so only their sum moves bytes
+    GPUDirect   the NIC reads and writes GPU memory on the p4d/p4de, p5/p5e/p5en and p6 families
+                (AWS EFA docs, ``GDR_FAMILIES``); p3dn, g4dn, g5, g6, g6e … have EFA without it
+    B_stage   = PCIe (one GPU's link, per direction): without GPUDirect NCCL's kernel writes each
+                step into pinned host memory and the NIC sends it from there (the receiver the
+                other way); NCCL keeps NCCL_STEPS = 8 steps in flight, so the copy and the wire
+                overlap and the slower one bounds the hop.  One GPU: the one nearest the node's
+                NIC carries every channel's network hop
 
 The socket transport (NCCL over TCP on an ENA interface, no EFA; every constant from NCCL's or
 AWS's documentation, none fitted — no train sweep runs over TCP)::
@@ -38,12 +55,38 @@ for algorithm ``a`` and protocol ``p`` ∈ {LL, LL128, Simple}::
 
     ring      lat = (2(n−1) − m)·h_intra + m·h_net,  m = min(2N, 2(n−1)) inter-node steps (0 if N = 1)
               algbw = min(B_intra, B_net) · n / (2(n−1))
-    tree      (N > 1) lat = 2((g−1)·h_intra + ⌈log2 N⌉·h_net);  algbw = 0.92 · ring algbw
+    tree      (N > 1) lat = 2((g−1)·h_intra + ⌈log2 N⌉·h_net)
+              algbw = 0.92 · min(B_intra, B_net · N/(2(N−1)))        (what it runs at)
+              tuner algbw = 0.92 · ring algbw                        (what NCCL's tuner weighs)
     nvls      (one NVSwitch node of Hopper/Blackwell, g ≥ 4, NVLink SHARP; Simple only)
               lat = 0;  algbw = γ · B_intra · n / (2(n−1))
     nvlstree  (N > 1 of such nodes: NVLS inside, a tree between nodes; Simple only)
               lat = 2⌈log2 N⌉·h_net;  algbw = min(γ·B_intra·n/(2(n−1)), η·B_net·N/(2(N−1)))
     bw_factor: LL 0.5 (8-byte lines carry 4 bytes of data), LL128 0.92, Simple 1.0
+
+LL128 is on only inside NVLink nodes of Volta, Ampere (A100), Hopper or Blackwell (NCCL
+enables it by default only for NVLink paths of compute capability 7.0/8.0/9.0/10.0); PCIe
+nodes (T4, A10G, L4) choose between LL and Simple.
+
+The tree's bandwidth.  NCCL's double binary tree: every node is inside one tree and a leaf of
+the other; with reduce and broadcast pipelined, each node's NICs carry ``2S(N−1)/N`` bytes per
+direction (``S`` at N = 2, where each node is the other's root in one tree), so between nodes
+the tree runs at ``B_net · N/(2(N−1))`` (twice the ring's at 2 nodes, the ring's at many), and
+inside a node at the chain's ``B_intra``.  NCCL's own tuner weighs the tree at 0.92 of the ring
+instead, so it keeps the ring for large messages even where the tree is faster; the prior
+times the tree at the bandwidth the deciding tuner gives it and takes the fastest choice::
+
+    tree algbw = 0.92 · min(B_intra, B_net · N/(2(N−1)))   (the aws-ofi-nccl tuner plugin decides)
+               = 0.92 · ring algbw                          (NCCL's own tuner decides)
+
+(Timing NCCL's own choice at the tree's true bandwidth would let a 4-node tree beat the 3-node
+ring where the tuner switches; the plan search's early stop rests on the prior never falling
+as nodes are added, which both forms keep: each is a minimum of times that grow with N.)
+
+The aws-ofi-nccl tuner plugin (aws-ofi-nccl's platform tuner for p5/p5e/p5en/p6; NCCL's tuner
+plugin API since 2.19) decides on Hopper and Blackwell NVSwitch nodes over EFA with NCCL ≥ 2.19
+or an unstated version (a current image; plans).  NCCL's version band is also a feature of the
+correction below.
 
 ``base`` and ``h`` are NCCL's own latency tables (µs; ``BASE_LAT_US``, ``HW_LAT_US``: NVLink,
 PCIe and NET rows) times one fitted scale per link class; TCP has no row in NCCL's table and
@@ -68,7 +111,15 @@ curve is one time per size, so p90 spreads across sweeps of similar topologies, 
 run-to-run noise of one cluster.  Where no train point shares the topology's interconnect,
 node count and GPUs per node, p90 is at least ``p50 · far_p90_ratio``: the 90th percentile of
 measured/predicted when each train sweep is predicted by a fit without it
-(:func:`held_out_ratios`; 1.50 on today's six train sweeps).
+(:func:`held_out_ratios`).
+
+Uncertainty per regime.  ``regime_key`` = (interconnect class, GPUDirect or host-staged for EFA,
+node band 1 | 2 | 3-8 | 9-32 | 33+).  With the same held-out logs ``ℓ_i = ln(t_i / p50_i)``
+(each train sweep predicted by a fit without it), ``regime_p90_ratio[k] = max(1, exp(ℓ_(⌊0.9m⌋)))``
+over the ``m`` logs of regime ``k``; an estimate's p90 is at least ``p50 ·
+regime_p90_ratio[regime_key(topo)]`` where its regime has held-out logs, else at least ``p50 ·
+far_p90_ratio`` when no train point is near it.  p50 is the correction's; p90 =
+``max(p50, p90 trees, p50 · floor)``.
 """
 
 from __future__ import annotations
@@ -127,6 +178,22 @@ TCP_FRAME_EFF = (9001 - 52) / (9001 + 38)
 # Without GPUDirect every byte crosses PCIe twice (GPU → host at the sender, host → GPU at the
 # receiver), in series with the wire: B_host = PCIe / crossings.
 TCP_PCIE_CROSSINGS = 2
+# AWS EFA documentation ("Elastic Fabric Adapter for AI/ML and HPC workloads", supported
+# instance types; "GPUDirect RDMA" column): the p4d/p4de, p5/p5e/p5en and p6 families read and
+# write GPU memory from the NIC.  Every other EFA type (p3dn, g4dn, g5, g6, g6e …) has EFA without
+# GPUDirect RDMA: NCCL stages each step through pinned host memory.
+GDR_FAMILIES = ("p4d", "p4de", "p5", "p5e", "p5en", "p6-b200", "p6-b300", "p6e-gb200")
+# NCCL's tuner weighs the tree at 0.92 of its bus bandwidth (src/graph/tuning.cc: busBw·.92)
+TREE_EFF = 0.92
+# LL128 is on by default only inside NVLink nodes of compute capability 7.0, 8.0, 9.0 or 10.0
+# (src/graph/tuning.cc: typeIntra <= PATH_NVL and the compute-capability switch): V100, A100,
+# H100/H200, B200.  PCIe nodes (T4, A10G, L4, L40S) run LL and Simple only.
+LL128_GENERATIONS = ("Volta", "Ampere", "Hopper", "Blackwell")
+# The aws-ofi-nccl tuner plugin (platform tuner for p5/p5e/p5en/p6; NCCL's tuner-plugin API since
+# NCCL 2.19) replaces NCCL's own choice of algorithm with AWS's measured one on Hopper and later
+# NVSwitch nodes over EFA.  An unstated version is a current image (DLAMI, the plans' case).
+AWS_TUNER_MIN_NCCL = 2.19
+AWS_TUNER_GENERATIONS = ("Hopper", "Blackwell")
 GENERATIONS = ("Volta", "Turing", "Ampere", "Ada", "Hopper", "Blackwell")
 INTERCONNECTS = ("nvlink", "pcie", "efa", "tcp")
 FEATURES = ("log2_size", "nodes", "gpus_per_node", "interconnect", "generation", "nccl_band", "log_prior_ms")
@@ -201,6 +268,8 @@ class Topology:
     net_cards: int = 1  # MaximumNetworkCards: one ENA interface (TCP) gets one card's share
     net_baseline_gbps: float = 0.0  # BaselineBandwidthGbps (0: as the peak)
     sustained: bool = False  # count the baseline (hours of training), not the burst peak
+    gdr: bool = True  # EFA with GPUDirect RDMA (False: host-staged, GDR_FAMILIES)
+    net_interfaces: int = 0  # EFA interfaces attached per node (0: not stated)
 
     @classmethod
     def from_cluster(cls, cluster: Any, nccl_version: str = "") -> Topology:
@@ -225,6 +294,8 @@ class Topology:
             net_cards=network_cards(getattr(cluster, "instance_type", "")),
             net_baseline_gbps=float(cluster.network_gbps or 0.0) if multi else 0.0,
             sustained=True,
+            gdr=gpudirect_rdma(getattr(cluster, "instance_type", "")),
+            net_interfaces=efa_interfaces(getattr(cluster, "instance_type", "")) if cluster.efa else 0,
         )
 
     @property
@@ -247,7 +318,33 @@ class Topology:
             return self.intra
         if self.net == "tcp":
             return "sockets over TCP"
+        if self.net == "efa":
+            count = self.net_interfaces
+            how = "GPUDirect RDMA" if self.gdr else "staged through host memory (no GPUDirect RDMA)"
+            return f"EFA, {count} interface{'s' if count != 1 else ''}, {how}" if count else f"EFA, {how}"
         return self.net
+
+    @property
+    def aws_tuner(self) -> bool:
+        """Whether the aws-ofi-nccl tuner plugin picks the algorithm (module docstring)."""
+        band = nccl_band(self.nccl_version)
+        return (
+            self.net == "efa"
+            and self.nodes > 1
+            and self.nvlink_gb_s > 0
+            and self.generation in AWS_TUNER_GENERATIONS
+            and (math.isnan(band) or band >= AWS_TUNER_MIN_NCCL)
+        )
+
+    def protocols(self) -> tuple[str, ...]:
+        """NCCL's protocols enabled by default here: LL128 only inside NVLink nodes of
+        ``LL128_GENERATIONS``."""
+        ll128 = self.nvlink_gb_s > 0 and self.generation in LL128_GENERATIONS
+        return PROTOCOLS if ll128 else tuple(p for p in PROTOCOLS if p != "LL128")
+
+    def efa_stage_bw(self) -> float:
+        """``B_stage`` (bytes/s): one GPU's PCIe link per direction, the host-staged EFA bound."""
+        return self.pcie_gb_s * 1e9
 
     def tcp_wire_gbps(self) -> float:
         """``min(B_eni, F · f_cap)`` of the module docstring (Gbit/s, before ε_tcp)."""
@@ -274,7 +371,8 @@ class Topology:
         if self.nodes <= 1:
             return math.inf
         if self.net == "efa":
-            return params.eps_efa * self.net_gbps / 8 * 1e9
+            wire = params.eps_efa * self.net_gbps / 8 * 1e9
+            return wire if self.gdr else min(wire, self.efa_stage_bw())
         return self.tcp_bw(params)
 
     def nvls(self) -> bool:
@@ -294,6 +392,7 @@ def network_cards(instance_type: str) -> int:
 
 
 _CARDS: dict[str, int] = {}
+_EFA_IFACES: dict[str, int] = {}
 
 
 def _network_cards() -> dict[str, int]:
@@ -304,7 +403,22 @@ def _network_cards() -> dict[str, int]:
         with open(path, newline="") as fh:
             for row in csv.DictReader(fh):
                 _CARDS[row["InstanceType"]] = int(row.get("MaximumNetworkCards") or 1)
+                _EFA_IFACES[row["InstanceType"]] = int(row.get("MaximumEfaInterfaces") or 0)
     return _CARDS
+
+
+def gpudirect_rdma(instance_type: str) -> bool:
+    """Whether EFA on ``instance_type`` reads and writes GPU memory (``GDR_FAMILIES``); a type not
+    named (a mix, or none) counts as GPUDirect, the datacentre case."""
+    if not instance_type:
+        return True
+    return instance_type.split(".")[0] in GDR_FAMILIES
+
+
+def efa_interfaces(instance_type: str) -> int:
+    """``MaximumEfaInterfaces`` of an instance type in ``aws_instance_network.csv`` (0 unknown)."""
+    _network_cards()
+    return _EFA_IFACES.get(instance_type, 0)
 
 
 def pcie_gb_s_of(generation: str) -> float:
@@ -330,14 +444,19 @@ def _hop_us(link: str, algo: str, proto: str, params: PriorParams) -> float:
 
 
 def _algorithms(topo: Topology, params: PriorParams) -> list[tuple[str, str, float, float]]:
-    """``(algorithm, protocol, latency µs, algbw bytes/s)`` of every choice NCCL has here."""
+    """``(algorithm, protocol, latency µs, algbw bytes/s)`` of every choice NCCL has here; the
+    tree at its own bandwidth under the aws-ofi-nccl tuner plugin, else at the bandwidth NCCL's
+    tuner weighs it with (module docstring)."""
     n, g, nodes = topo.ranks, topo.gpus_per_node, topo.nodes
     intra, net = topo.intra_bw(params), topo.net_bw(params)
     ring_bw = min(intra, net) * n / (2 * (n - 1))
     inter_steps = min(2 * nodes, 2 * (n - 1)) if nodes > 1 else 0
     log_nodes = math.ceil(math.log2(nodes)) if nodes > 1 else 0
+    tree_bw = TREE_EFF * min(intra, net * nodes / (2 * (nodes - 1))) if nodes > 1 else 0.0
+    if not topo.aws_tuner:
+        tree_bw = TREE_EFF * ring_bw
     out = []
-    for proto in PROTOCOLS:
+    for proto in topo.protocols():
         base = params.lat_base * BASE_LAT_US["ring"][proto]
         lat = (
             (2 * (n - 1) - inter_steps) * _hop_us(topo.intra, "ring", proto, params)
@@ -351,7 +470,8 @@ def _algorithms(topo: Topology, params: PriorParams) -> list[tuple[str, str, flo
                 (g - 1) * _hop_us(topo.intra, "tree", proto, params)
                 + log_nodes * _hop_us(topo.net, "tree", proto, params)
             )
-            out.append(("tree", proto, params.lat_base * BASE_LAT_US["tree"][proto] + lat, 0.92 * ring_bw))
+            tree_lat = params.lat_base * BASE_LAT_US["tree"][proto] + lat
+            out.append(("tree", proto, tree_lat, tree_bw))
     if topo.nvls():
         nvls_bw = params.nvls_gain * intra * g / (2 * (g - 1))
         base = params.lat_base * BASE_LAT_US["nvls"]["Simple"]
@@ -359,14 +479,8 @@ def _algorithms(topo: Topology, params: PriorParams) -> list[tuple[str, str, flo
             out.append(("nvls", "Simple", base, nvls_bw))
         else:
             hier = params.nvlstree_eff * net * nodes / (2 * (nodes - 1))
-            out.append(
-                (
-                    "nvlstree",
-                    "Simple",
-                    base + 2 * log_nodes * _hop_us(topo.net, "tree", "Simple", params),
-                    min(nvls_bw, hier),
-                )
-            )
+            lat = base + 2 * log_nodes * _hop_us(topo.net, "tree", "Simple", params)
+            out.append(("nvlstree", "Simple", lat, min(nvls_bw, hier)))
     return out
 
 
@@ -400,11 +514,16 @@ def prior_us_nodes(size_bytes: Any, topo: Topology, nodes: Any, params: PriorPar
     n = nodes * g
     intra, net = multi.intra_bw(params), multi.net_bw(params)
     ring_bw = min(intra, net) * n / (2 * (n - 1))
+    tree_bw = (
+        TREE_EFF * np.minimum(intra, net * nodes / (2 * (nodes - 1)))
+        if multi.aws_tuner
+        else TREE_EFF * ring_bw
+    )
     inter_steps = np.minimum(2 * nodes, 2 * (n - 1))
     # ceil(log2(nodes)), in integers: the index of the first power of two at least nodes
     log_nodes = np.searchsorted(1 << np.arange(63, dtype=np.int64), nodes, side="left")
     best: Any = np.full(np.broadcast_shapes(np.shape(size_bytes), nodes.shape), math.inf)
-    for proto in PROTOCOLS:
+    for proto in multi.protocols():
         base = params.lat_base * BASE_LAT_US["ring"][proto]
         lat = (2 * (n - 1) - inter_steps) * _hop_us(
             multi.intra, "ring", proto, params
@@ -415,7 +534,7 @@ def prior_us_nodes(size_bytes: Any, topo: Topology, nodes: Any, params: PriorPar
             + log_nodes * _hop_us(multi.net, "tree", proto, params)
         )
         tree_lat = params.lat_base * BASE_LAT_US["tree"][proto] + lat
-        best = np.minimum(best, tree_lat + size_bytes / (0.92 * ring_bw * BW_FACTOR[proto]) * 1e6)
+        best = np.minimum(best, tree_lat + size_bytes / (tree_bw * BW_FACTOR[proto]) * 1e6)
     if multi.nvls():
         nvls_bw = params.nvls_gain * intra * g / (2 * (g - 1))
         base = params.lat_base * BASE_LAT_US["nvls"]["Simple"]
@@ -475,11 +594,7 @@ class LearnedComm:
     def estimate(self, size_bytes: float, topo: Topology) -> CommEstimate:
         prior, choice = prior_us(size_bytes, topo, self.params)
         near = int(self.meta.get("near", {}).get(near_key(topo), 0))
-        # Far from every train sweep (no point of this interconnect, node and GPU count), p90 is
-        # at least p50 x the 90th percentile of measured/predicted on train sweeps that were
-        # each predicted by a fit without them (``far_p90_ratio``, :func:`held_out_ratios`): the
-        # spread a topology nobody measured has shown, not the trees' spread near data.
-        far = float(self.meta.get("far_p90_ratio", 1.0)) if near == 0 else 1.0
+        far = self.p90_floor(topo, near)
         if not self.trees.trees or prior <= 0:
             return CommEstimate(prior, prior * max(P90_RATIO, far), "prior", near, choice, topo.transport)
         x = features(size_bytes, topo, prior)
@@ -494,6 +609,19 @@ class LearnedComm:
             prior * math.exp(r50), prior * math.exp(r90), "learned", near, choice, topo.transport
         )
 
+    def p90_floor(self, topo: Topology, near: int) -> float:
+        """The least p90/p50 of ``topo``: the 90th percentile of measured/predicted over the
+        held-out points of its regime (``regime_p90_ratio``, :func:`held_out_logs`: each train
+        sweep predicted by a fit without it) where its regime has any; else, far from every train
+        sweep (no point of this interconnect, node and GPU count), the same over every regime
+        (``far_p90_ratio``): the spread a topology nobody measured has shown, not the trees'
+        spread near data; else 1."""
+        regimes = self.meta.get("regime_p90_ratio", {})
+        key = regime_key(topo)
+        if key in regimes:
+            return float(regimes[key])
+        return float(self.meta.get("far_p90_ratio", 1.0)) if near == 0 else 1.0
+
     def estimate_nodes(self, size_bytes: Any, topo: Topology, nodes: Any) -> tuple[Any, Any]:
         """``(p50 µs, p90 µs)`` arrays: :meth:`estimate` of ``topo`` on each node count of
         ``nodes`` (numpy, all at least 2), to the bit, for a whole curve in one pass (the plan
@@ -506,7 +634,6 @@ class LearnedComm:
         prior = prior_us_nodes(sizes, topo, nodes, self.params)  # (sizes, counts)
         multi = dataclasses.replace(topo, nodes=2)
         near_of = self.meta.get("near", {})
-        far_ratio = float(self.meta.get("far_p90_ratio", 1.0))
         # the node counts with train points near (near_key: interconnect|nodes|GPUs per node)
         near_nodes = [
             int(parts[1])
@@ -514,7 +641,11 @@ class LearnedComm:
             for parts in (key.split("|"),)
             if int(count) != 0 and parts[0] == multi.interconnect and parts[2] == str(topo.gpus_per_node)
         ]
-        far = np.broadcast_to(np.where(np.isin(nodes, near_nodes), 1.0, far_ratio), prior.shape)
+        floors = [
+            self.p90_floor(dataclasses.replace(topo, nodes=k), 1 if k in near_nodes else 0)
+            for k in nodes.tolist()
+        ]
+        far = np.broadcast_to(np.asarray(floors, dtype=float), prior.shape)
         if not self.trees.trees:
             p50, p90 = prior, prior * np.maximum(P90_RATIO, far)
         else:
@@ -623,20 +754,57 @@ def fit_prior(
     return params_of(sol.x)
 
 
-def held_out_ratios(points: Sequence[tuple[float, Topology, float, str]], rounds: int = 150) -> list[float]:
-    """``ln(measured / predicted p50)`` of every point, each sweep predicted by prior and
-    correction fitted on the other sweeps (leave one sweep out); each sweep's points are
+def node_band(nodes: int) -> str:
+    """``1 | 2 | 3-8 | 9-32 | 33+`` nodes (the node-count bands of issue 35's regimes)."""
+    return (
+        "1"
+        if nodes <= 1
+        else "2"
+        if nodes == 2
+        else "3-8"
+        if nodes <= 8
+        else "9-32"
+        if nodes <= 32
+        else "33+"
+    )
+
+
+def regime_key(topo: Topology) -> str:
+    """The regime a topology's p90 comes from: interconnect class, GPUDirect or host-staged (EFA),
+    node band (module docstring, "Uncertainty")."""
+    staging = ("gdr" if topo.gdr else "host") if topo.interconnect == "efa" else "-"
+    return f"{topo.interconnect}|{staging}|{node_band(topo.nodes)}"
+
+
+def held_out_logs(
+    points: Sequence[tuple[float, Topology, float, str]], rounds: int = 150
+) -> list[tuple[str, float]]:
+    """``(regime_key, ln(measured / predicted p50))`` of every point, each sweep predicted by prior
+    and correction fitted on the other sweeps (leave one sweep out); each sweep's points are
     repeated ``round(60 / points)`` times, so that every sweep weighs about the same."""
     sweeps = sorted({p[3] for p in points})
-    out: list[float] = []
+    out: list[tuple[str, float]] = []
     for s in sweeps:
         rest = [p for p in points if p[3] != s]
         mine = [p for p in points if p[3] == s]
         model = fit(rest, rounds, held_out=False)
-        logs = [math.log(t / model.estimate(size, topo).p50_us) for size, topo, t, _ in mine]
+        logs = [
+            (regime_key(topo), math.log(t / model.estimate(size, topo).p50_us)) for size, topo, t, _ in mine
+        ]
         reps = max(1, round(60 / len(logs)))
         out += logs * reps
     return out
+
+
+def held_out_ratios(points: Sequence[tuple[float, Topology, float, str]], rounds: int = 150) -> list[float]:
+    """The logs of :func:`held_out_logs`, every regime together."""
+    return [v for _, v in held_out_logs(points, rounds)]
+
+
+def p90_ratio(logs: Sequence[float]) -> float:
+    """``exp`` of the 90th percentile (nearest rank, ``⌊0.9·m⌋``-th of the sorted logs), at least 1."""
+    ordered = sorted(logs)
+    return max(1.0, math.exp(ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]))
 
 
 def fit(
@@ -669,8 +837,12 @@ def fit(
         near[near_key(topo)] = near.get(near_key(topo), 0) + 1
     meta: dict[str, Any] = {"points": len(x), "sweeps": sorted(set(groups)), "near": near}
     if held_out and len(set(groups)) >= 3:
-        logs = sorted(held_out_ratios(points, rounds))
-        meta["far_p90_ratio"] = max(1.0, math.exp(logs[min(len(logs) - 1, int(0.9 * len(logs)))]))
+        keyed = held_out_logs(points, rounds)
+        meta["far_p90_ratio"] = p90_ratio([v for _, v in keyed])
+        by_regime: dict[str, list[float]] = {}
+        for key, v in keyed:
+            by_regime.setdefault(key, []).append(v)
+        meta["regime_p90_ratio"] = {k: p90_ratio(v) for k, v in sorted(by_regime.items())}
     if len(x) < 20 or len(set(groups)) < 3:
         return LearnedComm(params=params, meta={**meta, "trees": 0})
     xa, ya = np.asarray(x, dtype=float), np.asarray(y)

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from planner import nccl_corpus
-from planner.models.nccl import LearnedComm, Topology, prior_us
+from planner.models.nccl import LearnedComm, Topology, prior_us, regime_key
 
 A100_NODE = Topology(8, 1, "Ampere", nvlink_gb_s=600)
 H100_NODE = Topology(8, 1, "Hopper", nvlink_gb_s=900)
@@ -116,11 +116,15 @@ def test_a_topology_no_train_sweep_is_near_gets_the_held_out_p90_floor():
     model = LearnedComm.from_dict(json.loads(nccl_corpus.NCCL_MODEL_FILE.read_text()))
     far = model.meta["far_p90_ratio"]
     assert far > 1.0
-    one_gpu_pairs = Topology(1, 2, "Ampere", 0.0, net="efa", net_gbps=100.0)  # no train sweep has 2 x 1
-    e = model.estimate(1 << 24, one_gpu_pairs)
+    # host-staged EFA between pairs of one GPU: no train sweep near it, no held-out log of its regime
+    host_pairs = Topology(1, 2, "Turing", 0.0, 10.0, net="efa", net_gbps=100.0, gdr=False)
+    assert regime_key(host_pairs) not in model.meta["regime_p90_ratio"]
+    e = model.estimate(1 << 24, host_pairs)
     assert e.near_points == 0 and e.p90_us >= far * e.p50_us * 0.999
+    # a regime with held-out logs takes its own floor, near train points or not
     near = model.estimate(1 << 24, P4D_PAIR)
-    assert near.near_points > 0 and near.p90_us < far * near.p50_us
+    ratio = model.meta["regime_p90_ratio"][regime_key(P4D_PAIR)]
+    assert near.near_points > 0 and near.p90_us >= ratio * near.p50_us * 0.999
 
 
 def test_held_out_ratios_predict_each_sweep_from_a_fit_without_it(monkeypatch):
