@@ -320,6 +320,7 @@ class GpuSearchView(APIView):
             market=f["market"],
             region=f.get("region"),
             limit=f["limit"],
+            include_local_zones=f["local_zones"],
         )
         try:
             result = search_gpus(query)

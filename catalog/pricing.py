@@ -7,6 +7,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, TypedDict, cast
 
 from catalog.models import InstanceType, OnDemandPrice, SpotPrice
+from catalog.zones import zone_label
 
 if TYPE_CHECKING:
     from django_stubs_ext import WithAnnotations
@@ -108,7 +109,9 @@ def price_history(instance_type: str, region: str | None = None) -> dict:
         od = od.filter(region__code=region)
     series: dict[str, dict] = {}
     for p in spot.order_by("observed_at"):
-        s = series.setdefault(f"spot {p.zone.zone_id}", {"market": "spot", "x": [], "y": []})
+        kind = zone_label(p.zone.zone_id)  # a Local or Wavelength Zone says so in the legend
+        name = f"spot {p.zone.zone_id}" + (f" ({kind})" if kind else "")
+        s = series.setdefault(name, {"market": "spot", "x": [], "y": []})
         s["x"].append(p.observed_at.isoformat())
         s["y"].append(float(p.usd_per_hour))
     for o in od.order_by("observed_at"):
@@ -116,3 +119,11 @@ def price_history(instance_type: str, region: str | None = None) -> dict:
         s["x"].append(o.observed_at.isoformat())
         s["y"].append(float(o.usd_per_hour))
     return {"instance_type": instance_type, "region": region, "series": series}
+
+
+def chartable(history: dict | None) -> bool:
+    """Whether a :func:`price_history` has a line to draw: some series with two or more
+    observations (one observation per series is a row of lone dots, which pages say in words)."""
+    if not history:
+        return False
+    return any(len(s["x"]) >= 2 for s in history["series"].values())

@@ -1,4 +1,9 @@
-"""AWS commercial regions known to the catalog; a CSV naming any other region is rejected."""
+"""AWS commercial regions known to the catalog; a CSV naming any other region is rejected.
+
+:func:`offered_region_count` is the one count of regions pages show: regions where the catalog
+offers at least one instance type. ``Region`` rows alone count more (the Spot Advisor import adds
+regions it has buckets for, where the snapshot offers no GPU type).
+"""
 
 AWS_REGIONS = frozenset(
     {
@@ -40,3 +45,10 @@ AWS_REGIONS = frozenset(
         "us-gov-west-1",
     }
 )
+
+
+def offered_region_count() -> int:
+    """Regions with at least one instance type offered in one of their zones."""
+    from catalog.models import Region
+
+    return Region.objects.filter(zones__offerings__isnull=False).distinct().count()

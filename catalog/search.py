@@ -11,6 +11,10 @@ the catalog's ``SpotInterruption`` row (edited in the admin; what plans use) fir
 bundled AWS Spot Advisor snapshot (``catalog/fixtures/spot_advisor_gpu.csv``, 2025-06-28). Where
 neither knows the type and region the bucket is ``None``; plans then assume
 ``DEFAULT_INTERRUPTION_BUCKET`` (10-15 %), which the page says.
+
+Spot prices in AWS Local Zones and Wavelength Zones (``catalog.zones``: they need an opt-in, have
+little capacity and no cluster placement groups) are left out unless ``include_local_zones``;
+each offer says its zone's kind, so pages can mark them.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from functools import cache
 from pathlib import Path
 
-from catalog import spot_advisor
+from catalog import spot_advisor, zones
 from catalog.models import (
     DEFAULT_INTERRUPTION_BUCKET,
     Accelerator,
@@ -68,6 +72,7 @@ class GpuQuery:
     market: str = "both"
     region: str | None = None
     limit: int | None = DEFAULT_LIMIT
+    include_local_zones: bool = False  # Local and Wavelength Zones (catalog.zones) too
 
 
 @dataclass
@@ -90,6 +95,11 @@ class GpuOffer:
     interruption_label: str | None = None
     interruption_source: str | None = None
     history: list[tuple[datetime, float]] = field(default_factory=list)
+
+    @property
+    def zone_label(self) -> str:
+        """``"Local Zone"``, ``"Wavelength Zone"`` or ``""`` (a regular AZ, or on-demand)."""
+        return zones.zone_label(self.zone)
 
     @property
     def history_points(self) -> list[dict]:
@@ -173,6 +183,8 @@ def search_gpus(query: GpuQuery) -> SearchResult:
         if query.region:
             spot = spot.filter(zone__region__code=query.region)
         for p in spot.current():
+            if not query.include_local_zones and zones.is_special_zone(p.zone.zone_id):
+                continue
             t, memory = by_id[p.instance_type_id]
             offers.append(_offer(t, memory, p.zone.region.code, p.zone.zone_id, "spot", p))
 

@@ -155,6 +155,10 @@ class GpuSearchParams(serializers.Serializer):
     limit = serializers.IntegerField(
         default=100, min_value=1, max_value=1000, help_text="Offers returned, cheapest per GPU-hour first"
     )
+    local_zones = serializers.BooleanField(
+        default=False,
+        help_text="true: spot prices in AWS Local and Wavelength Zones too (opt-in zones, left out by default)",
+    )
 
 
 class PricePointSerializer(serializers.Serializer):

@@ -12,7 +12,9 @@ from catalog.models import Region
 from catalog.search import DEFAULT_BUCKET_LABEL, GpuQuery, SearchError, known_gpus, search_gpus, sparkline_svg
 from catalog.serializers import GpuSearchParams
 
-FIELDS = ("gpu", "count", "min_memory_gib", "efa", "market", "region", "limit")
+FIELDS = ("gpu", "count", "min_memory_gib", "efa", "market", "region", "limit", "local_zones")
+# A sparkline needs two observations: one would be a lone dot (the row says so in words instead).
+MIN_SPARK_POINTS = 2
 
 
 @login_required
@@ -31,6 +33,7 @@ def gpu_search(request: HttpRequest) -> HttpResponse:
             market=f["market"],
             region=f.get("region"),
             limit=min(f["limit"], 500) if values["limit"] else 50,
+            include_local_zones=f["local_zones"],
         )
         try:
             result = search_gpus(query)
@@ -41,7 +44,7 @@ def gpu_search(request: HttpRequest) -> HttpResponse:
     rows = []
     if result is not None:
         # The SVG goes in as a data: image (CSP allows img-src data:), so no markup is marked safe.
-        rows = [(o, _data_uri(sparkline_svg(o.history))) for o in result.offers]
+        rows = [(o, _spark(o.history)) for o in result.offers]
     return render(
         request,
         "frontend/gpus.html",
@@ -56,6 +59,11 @@ def gpu_search(request: HttpRequest) -> HttpResponse:
         },
         status=400 if errors else 200,
     )
+
+
+def _spark(history: list) -> str:
+    """The sparkline as a data: URI, or "" under :data:`MIN_SPARK_POINTS` observations."""
+    return _data_uri(sparkline_svg(history)) if len(history) >= MIN_SPARK_POINTS else ""
 
 
 def _data_uri(svg: str) -> str:

@@ -12,6 +12,8 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
 from catalog.models import Region
+from catalog.zone_prices import lone_zone_prices
+from frontend.wording import humanize_errors
 from launcher import workdirs
 from planner.app import profile_first, service, solving
 from planner.app.api import CANCEL_PERMISSION
@@ -121,11 +123,11 @@ def plan_list(request: HttpRequest) -> HttpResponse:
             try:
                 record = solving.queue_plan(request.user, dict(checked.validated_data))
             except service.PlanInputError as exc:
-                errors = {exc.field: exc.message}
+                errors = humanize_errors({exc.field: exc.message})
             else:  # solved in the background; the plan page follows its progress
                 return redirect("plan-page", plan_id=record.pk)
         else:
-            errors = _flatten_errors(checked.errors)
+            errors = humanize_errors(_flatten_errors(checked.errors))
     solving.recover_stale_plans()
     runs = ProfilingRun.objects.visible_to(request.user).filter(
         kind=RunKind.COMPUTE, status=RunStatus.SUCCEEDED
@@ -195,6 +197,8 @@ def ranked_rows(result: dict) -> list[dict]:
                 "why_mix": reasons.get(str(p.get("rank"))),
                 "twin_of": None if twin is None else rows[twin].get("rank"),
                 "twin_adjacent": twin == i - 1,
+                # spot groups priced by one zone far below the region's others (catalog.zone_prices)
+                "lone_zone_prices": lone_zone_prices(p),
             }
         )
     return rows

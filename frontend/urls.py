@@ -4,6 +4,7 @@ from frontend import gpus, jobs, plans, profiling, views
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("favicon.ico", views.favicon, name="favicon"),
     path("catalog/", views.catalog, name="catalog"),
     path("catalog/gpus/", gpus.gpu_search, name="gpu-search"),
     path("profiling/", profiling.runs, name="profiling"),

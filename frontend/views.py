@@ -3,15 +3,29 @@
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.contrib.staticfiles import finders
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.views.decorators.cache import cache_control
+from django.views.decorators.http import require_safe
 
 from catalog.models import InstanceType, Region
-from catalog.pricing import SORT_KEYS, price_history, price_table
+from catalog.pricing import SORT_KEYS, chartable, price_history, price_table
+from catalog.regions import offered_region_count
 from launcher.models import Job
 from planner.app.models import PlanRecord
 from profiler.models import ProfilingRun
 from srifty_web.teams import visible_owner_q
+
+
+@require_safe
+@cache_control(public=True, max_age=86400)
+def favicon(request: HttpRequest) -> FileResponse:
+    """``/favicon.ico``: browsers ask for it at the root whatever the page says; no login needed."""
+    path = finders.find("frontend/favicon.ico")
+    if not path:
+        raise Http404("no favicon")
+    return FileResponse(open(path, "rb"), content_type="image/x-icon")
 
 
 @login_required
@@ -23,7 +37,7 @@ def home(request: HttpRequest) -> HttpResponse:
         "frontend/home.html",
         {
             "instance_type_count": InstanceType.objects.count(),
-            "region_count": Region.objects.count(),
+            "region_count": offered_region_count(),
             "runs": ProfilingRun.objects.filter(mine).select_related("owner")[:8],
             "plans": PlanRecord.objects.filter(mine).select_related("owner")[:8],
             "jobs": [(j, j.spend_so_far()) for j in jobs],
@@ -46,6 +60,7 @@ def catalog(request: HttpRequest) -> HttpResponse:
     show_all = request.GET.get("all") == "1"
     rows = price_table(region, ddp_only=not show_all, sort=sort, descending=descending) if region else []
     chosen = request.GET.get("type") or next((r.name for r in rows if r.spot_usd is not None), "")
+    history = price_history(chosen, region) if chosen else None
     return render(
         request,
         "frontend/catalog.html",
@@ -58,7 +73,8 @@ def catalog(request: HttpRequest) -> HttpResponse:
             "show_all": show_all,
             "chosen": chosen,
             "type_names": [r.name for r in rows],
-            "history": price_history(chosen, region) if chosen else None,
+            "history": history,
+            "chartable": chartable(history),
             "columns": [
                 ("name", "Instance type", False),
                 ("accelerator", "GPU", False),

@@ -17,7 +17,8 @@ Instances of live jobs and runs are left alone, and so are managed instances wit
 (nothing says whose they are). Regions scanned: those of unfinished jobs and EC2 runs and of
 those created in the last ``RECONCILE_RECENT_DAYS`` (7), plus ``RECONCILE_REGIONS`` (default:
 ``AWS_DEFAULT_REGION``), or exactly the ones given. One region failing (credentials, throttling)
-is reported and does not stop the others. It also deletes this install's job security groups and
+is reported and does not stop the others; no AWS credentials at all skips the scan ("skipped: no
+AWS credentials", no counts). It also deletes this install's job security groups and
 placement groups whose job has finished or is gone (the stop task's cleanup, for a server that died
 first or a launch stopped half-way). Run it from ``manage.py reconcile_instances``
 (``--dry-run`` reports only) or as the self-repeating ``reconcile_task``.
@@ -41,6 +42,9 @@ from profiler.models import FINISHED as RUN_FINISHED
 from profiler.models import ProfilingRun, Provider
 
 log = logging.getLogger(__name__)
+# botocore's exceptions (cloud.errors: the code of a failure that never reached AWS) when boto3's
+# credential chain found nothing: environment, profile files, instance role.
+NO_CREDENTIALS = frozenset({"NoCredentialsError", "PartialCredentialsError"})
 
 
 @dataclass
@@ -63,11 +67,15 @@ class Report:
     security_groups: list[str] = field(default_factory=list)  # of finished or gone jobs, deleted
     placement_groups: list[str] = field(default_factory=list)  # of finished or gone jobs, deleted
     dry_run: bool = False
+    # Why nothing was looked at ("no AWS credentials"): the report then claims no count at all.
+    skipped: str = ""
 
     def as_dict(self) -> dict:
         return asdict(self)
 
     def lines(self) -> list[str]:
+        if self.skipped:
+            return [f"skipped: {self.skipped}"]
         verb = "would terminate" if self.dry_run else "terminated"
         out = [f"{verb} {a.instance_id} ({a.region}, {a.owner}): {a.reason}" for a in self.terminated]
         out += [f"error: {e}" for e in self.errors]
@@ -144,6 +152,11 @@ def reconcile(regions: list[str] | None = None, dry_run: bool = False, now=None)
         try:
             managed = ec2.find_managed(region, any_install=True)
         except ec2.CloudError as exc:
+            if exc.code in NO_CREDENTIALS:
+                # Nothing can be looked at in any region, and nothing can have been launched
+                # with these settings either: a skip, not an error per region every 10 minutes.
+                report.skipped = "no AWS credentials"
+                break
             report.errors.append(f"{region}: {exc}")
             continue
         doomed: list[str] = []

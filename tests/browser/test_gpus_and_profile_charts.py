@@ -1,7 +1,7 @@
 """The GPU search page and the profile charts in a real browser (issue 22, items 6, 7 and 11).
 
 GPU search: from the nav, search H100 on spot, read the rows (sorted by $/GPU-hour, all spot,
-one sparkline each), then a bad count is shown next to its field. Profile charts: a finished
+a sparkline where a price has a history, "one price observation" elsewhere), then a bad count is shown next to its field. Profile charts: a finished
 compute run (a synthetic profile with a knee at batch 32 and the largest batch at 256, stored
 through ``profiler.actions.complete_run`` on the server) shows throughput vs batch with the fit,
 the knee and the largest batch, and the bucket readiness bars; a gloo comm run shows the
@@ -97,8 +97,10 @@ def test_gpu_search_finds_h100_spot_across_regions_sorted_by_dollars_per_gpu_hou
     per_gpu = [money(c[9]) for c in cells]
     assert per_gpu == sorted(per_gpu)
     assert len({c[5] for c in cells}) > 1  # several regions in one list
-    # a sparkline per row, drawn (not zero-sized), and an interruption cell per spot row
-    assert page.locator("#gpu-table img.spark").count() == n
+    # a sparkline only where a price has a history (the one offer given older prices), drawn
+    # (not zero-sized); every other row says it has one observation; an interruption cell each
+    assert page.locator("#gpu-table img.spark").count() == 1
+    assert page.locator("#gpu-table .one-observation").count() == n - 1
     box = page.locator("#gpu-table img.spark").first.bounding_box()
     assert box and box["width"] > 50 and box["height"] > 10
     assert all(c[11] for c in cells)

@@ -20,6 +20,7 @@ from catalog.search import (
     sparkline_svg,
     spot_advisor_buckets,
 )
+from catalog.zones import is_special_zone
 
 pytestmark = pytest.mark.django_db
 
@@ -40,12 +41,18 @@ def test_h100_spot_is_sorted_by_dollars_per_gpu_hour_across_every_region_and_zon
         assert o.usd_per_gpu_hour == (o.usd_per_hour / Decimal(str(o.gpu_count))).quantize(
             Decimal("0.000001"), rounding=ROUND_HALF_UP
         )
-    # brute force: the cheapest spot H100 GPU-hour in the whole database comes first
-    prices = [
-        p.usd_per_hour / Decimal(str(p.instance_type.gpu_count))
-        for p in SpotPrice.objects.current().filter(instance_type__accelerator__name="H100")
-    ]
-    assert offers[0].usd_per_gpu_hour == min(prices).quantize(Decimal("0.000001"), rounding=ROUND_HALF_UP)
+    # brute force: the cheapest spot H100 GPU-hour in the whole database comes first, outside
+    # Local and Wavelength Zones (left out unless asked for); with them, the cheapest of all
+    current = SpotPrice.objects.current().filter(instance_type__accelerator__name="H100")
+    prices = [(p.zone.zone_id, p.usd_per_hour / Decimal(str(p.instance_type.gpu_count))) for p in current]
+    regular = [usd for zone, usd in prices if not is_special_zone(zone)]
+    assert len(regular) < len(prices)  # the snapshot has H100 spot in a Local Zone
+    assert offers[0].usd_per_gpu_hour == min(regular).quantize(Decimal("0.000001"), rounding=ROUND_HALF_UP)
+    wide = search_gpus(GpuQuery(gpu="h100", market="spot", limit=None, include_local_zones=True)).offers
+    assert wide[0].usd_per_gpu_hour == min(usd for _, usd in prices).quantize(
+        Decimal("0.000001"), rounding=ROUND_HALF_UP
+    )
+    assert any(o.zone_label == "Local Zone" for o in wide)
 
 
 def test_filters_count_memory_efa_market_and_region(catalog):

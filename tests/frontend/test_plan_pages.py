@@ -219,9 +219,9 @@ def test_a_plan_without_a_gpu_profile_offers_profiling_on_a_cheap_gpu_first(clie
     minutes = profiling_minutes()
     assert 5 <= minutes <= 30 and f"~{minutes} min" in section
     for name in ("g4dn.xlarge", "g5.xlarge"):
-        usd, region = _cheapest_on_demand(name)
+        hourly, region = _cheapest_on_demand(name)
         row = re.search(rf"<tr><td>{re.escape(name)}</td>.*?</tr>", section, re.S).group(0)
-        assert f"<td>{region}</td>" in row and (f"${usd:,.4f}" if usd < 1 else f"${usd:,.2f}") in row
+        assert f"<td>{region}</td>" in row and usd(hourly) in row  # two decimals: $0.53
         form = re.search(r'<form method="post" action="/profiling/".*?</form>', row, re.S).group(0)
         fields = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', form))
         assert fields["model_spec"] == "torchvision:squeezenet1_1" and fields["input_shape"] == "3,32,32"

@@ -59,7 +59,7 @@ def test_the_page_lists_checkpoints_and_interruptions_with_their_cost_without_ja
     assert "Checkpoints and interruptions" in page
     assert "i-0bbb" in page and "spot_notice" in page and "s3://b/ckpt/120.pt" in page
     assert ">12.0<" in page and '6.0 <span class="muted">(assumed)</span>' in page
-    assert 'id="interruptions-cost">$0.3000<' in page and 'id="interruptions-lost">18.0 min<' in page
+    assert 'id="interruptions-cost">$0.30<' in page and 'id="interruptions-lost">18.0 min<' in page
     assert "Young/Daly" in page and 'id="guard"' in page
 
 
@@ -99,10 +99,10 @@ def test_an_interruption_event_redraws_the_tables_from_the_api(live_server, user
                 "spot_notice" in row
                 and "12.0" in row
                 and "6.0 (assumed)" in row
-                and "$0.3000" in row
+                and "$0.30" in row
                 and "i-0ccc" in row
             )
-            assert page.inner_text("#interruptions-cost") == "$0.3000"
+            assert page.inner_text("#interruptions-cost") == "$0.30"
             assert "s3://b/ckpt/120.pt" in page.inner_text("#checkpoints-table")
             shots = Path(os.environ.get("SRIFTY_SCREENSHOTS", "/tmp"))
             page.locator("#resilience").screenshot(path=str(shots / "job_resilience.png"))

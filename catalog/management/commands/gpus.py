@@ -77,6 +77,11 @@ class Command(BaseCommand):
         parser.add_argument(
             "--limit", type=positive_int, default=30, help=f"Rows (default 30, at most {MAX_LIMIT})"
         )
+        parser.add_argument(
+            "--local-zones",
+            action="store_true",
+            help="Spot prices in AWS Local and Wavelength Zones too (opt-in zones, left out by default)",
+        )
         parser.add_argument("--json", action="store_true", help="The API's rows as JSON")
 
     def handle(self, *args, gpu, count, min_memory, efa, market, region, limit, json: bool, **opts):
@@ -88,6 +93,7 @@ class Command(BaseCommand):
             market=market or "both",
             region=region,
             limit=limit,
+            include_local_zones=bool(opts.get("local_zones")),
         )
         try:
             result = search_gpus(query)
@@ -112,7 +118,7 @@ class Command(BaseCommand):
                 o.gpus_label,
                 f"{round(o.gpu_memory_gib, 1):g} GiB" if o.gpu_memory_gib else "—",
                 o.region,
-                o.zone or "—",
+                f"{o.zone} ({o.zone_label})" if o.zone_label else (o.zone or "—"),
                 o.market,
                 f"{o.usd_per_hour:.4f}",
                 f"{o.usd_per_gpu_hour:.4f}",

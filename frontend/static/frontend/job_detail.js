@@ -46,7 +46,12 @@
   // Checkpoints, interruptions, their cost and the deadline guard: re-drawn from the job's API
   // whenever an event says one of them changed (textContent only: the values are stored strings).
   const RESILIENCE = ["checkpoint", "spot_interruption", "node_lost", "interruption_cost", "replacement", "resumed", "deadline_guard"];
-  const usd = (v) => `$${Number(v).toFixed(Number(v) < 1 ? 4 : 2)}`;
+  // As the server's |usd filter: two decimals with separators, "<$0.01" for a positive sliver.
+  const usd = (v) => {
+    const x = Number(v);
+    if (x > 0 && x < 0.005) return "<$0.01";
+    return `$${x.toLocaleString("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 })}`;
+  };
   const when = (iso) => (iso || "").replace("T", " ").slice(0, 19);
   function cell(tr, text, cls) { const td = document.createElement("td"); td.textContent = text; if (cls) td.className = cls; tr.append(td); return td; }
   function fillTable(id, rows, empty, cols) {

@@ -16,8 +16,10 @@
     $("plan-status").textContent = msg.status;
     $("plan-phase").textContent = msg.phase || "—";
     if (typeof msg.fraction === "number") $("plan-bar").value = msg.fraction;
-    $("plan-counts").textContent =
-      `${(msg.evaluated || 0).toLocaleString()} of ~${(msg.estimated_total || 0).toLocaleString()}`;
+    // Before the search size is known there is no "0 of ~0": say what is happening instead.
+    $("plan-counts").textContent = msg.estimated_total
+      ? `${(msg.evaluated || 0).toLocaleString("en-US")} of ~${msg.estimated_total.toLocaleString("en-US")} configurations evaluated`
+      : "counting the configurations to evaluate…";
     $("plan-queued-note").hidden = msg.status !== "queued";
     box.dataset.status = msg.status;
     if (msg.finished) {
