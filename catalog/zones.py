@@ -28,8 +28,11 @@ class ZoneKind(StrEnum):
     WAVELENGTH_ZONE = "wavelength-zone"
 
 
-_STANDARD = re.compile(r"^[a-z]+\d+-az\d+$")
-_WAVELENGTH = re.compile(r"^[a-z]+\d+-wl\d+-[a-z0-9]+-wlz\d+$")
+# Zone IDs (what the catalog stores) and zone names (what a launch may carry: us-east-1a).
+_WAVELENGTH = re.compile(
+    r"^[a-z]+\d+-wl\d+-[a-z0-9]+-wlz\d+$|^[a-z]{2}(-gov)?-[a-z]+-\d-wl\d+-[a-z0-9]+-wlz-\d+$"
+)
+_LOCAL = re.compile(r"^[a-z]+\d+-[a-z]+\d+[a-z]?-az\d+$|^[a-z]{2}(-gov)?-[a-z]+-\d-[a-z]+-\d[a-z]$")
 
 LABELS = {
     ZoneKind.AVAILABILITY_ZONE: "",
@@ -39,16 +42,17 @@ LABELS = {
 
 
 def zone_kind(zone_id: str | None) -> ZoneKind | None:
-    """The kind of ``zone_id`` by its pattern (module docstring); None for no zone (an on-demand
-    price is per region). An ID that matches none of the patterns counts as a Local Zone: it is
-    not a regular AZ, and opt-in is the safe thing to assume."""
+    """The kind of a zone by its ID (module docstring) or its name (``us-east-1-atl-2a`` is a
+    Local Zone, ``us-east-1-wl1-bos-wlz-1`` a Wavelength Zone, ``us-east-1a`` a regular one);
+    None for no zone (an on-demand price is per region). Anything that is neither a Local nor a
+    Wavelength pattern counts as a regular zone: only what is known to need an opt-in is marked."""
     if not zone_id:
         return None
-    if _STANDARD.match(zone_id):
-        return ZoneKind.AVAILABILITY_ZONE
     if _WAVELENGTH.match(zone_id):
         return ZoneKind.WAVELENGTH_ZONE
-    return ZoneKind.LOCAL_ZONE
+    if _LOCAL.match(zone_id):
+        return ZoneKind.LOCAL_ZONE
+    return ZoneKind.AVAILABILITY_ZONE
 
 
 def is_special_zone(zone_id: str | None) -> bool:

@@ -23,9 +23,12 @@ SNAPSHOT_DAY = datetime(2025, 12, 1, tzinfo=UTC)
         ("use1-atl2-az1", ZoneKind.LOCAL_ZONE),
         ("usw2-lax1-az2", ZoneKind.LOCAL_ZONE),
         ("use1-wl1-bos-wlz1", ZoneKind.WAVELENGTH_ZONE),
+        ("us-east-1a", ZoneKind.AVAILABILITY_ZONE),  # zone names too, as a launch carries them
+        ("us-east-1-atl-2a", ZoneKind.LOCAL_ZONE),
+        ("us-east-1-wl1-bos-wlz-1", ZoneKind.WAVELENGTH_ZONE),
     ],
 )
-def test_it_tells_a_zone_kind_by_the_zone_id_pattern(zone, kind):
+def test_it_tells_a_zone_kind_by_the_zone_id_or_name_pattern(zone, kind):
     assert zone_kind(zone) == kind
     assert is_special_zone(zone) == (kind != ZoneKind.AVAILABILITY_ZONE)
 

@@ -232,3 +232,28 @@ def test_the_favicon_is_served_without_a_login(client):
     assert resp.status_code == 200 and resp["Content-Type"] == "image/x-icon"
     body = b"".join(resp.streaming_content)
     assert body[:4] == b"\x00\x00\x01\x00" and len(body) < 4096  # an ICO header, small
+
+
+def test_the_launch_confirmation_marks_a_local_zone_and_dates_its_prices(client, user, catalog):
+    from tests.support.jobs import g5_group, may_launch
+
+    launcher = may_launch(user)
+    option = {
+        "rank": 1,
+        "region": "us-east-1",
+        "global_batch": 128,
+        "hourly_usd": 1.0,
+        "iter_time_s": 0.5,
+        "iter_time_p90_s": 0.6,
+        "time_h": 2.0,
+        "time_p90_h": 2.5,
+        "throughput_sps": 100.0,
+        "groups": [g5_group(zone="us-east-1-atl-2a")],
+    }
+    plan = PlanRecord.objects.create(
+        owner=user, request={"total_samples": 128_000}, status="solved", result={"plans": [option]}
+    )
+    client.force_login(launcher)
+    page = client.get("/jobs/new/", {"plan": plan.pk, "rank": 1}).content.decode()
+    assert re.search(r'us-east-1-atl-2a <span class="badge zone-kind"[^>]*>Local Zone</span>', page)
+    assert "days old" in _age(page)
