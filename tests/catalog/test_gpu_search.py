@@ -277,3 +277,15 @@ def test_command_exit_codes_on_bad_input(catalog, capsys):
     assert code == 2 and "not allowed with" in err
     code, err = _exit_code(capsys, "H1000")
     assert code == 1 and "unknown GPU" in err and "H100" in err
+
+
+def test_the_api_and_the_command_leave_local_zones_out_unless_asked(user_api, catalog):
+    def zones(**extra) -> set[str]:
+        resp = user_api.get("/api/v1/gpus/", {"gpu": "H100", "market": "spot", "limit": 1000, **extra})
+        assert resp.status_code == 200, resp.content
+        return {r["zone"] for r in resp.json()["results"]}
+
+    assert "use1-atl2-az1" not in zones() and "use1-atl2-az1" in zones(local_zones="true")
+    out = StringIO()
+    call_command("gpus", "H100", "--spot", "--limit", "1000", "--local-zones", stdout=out)
+    assert "use1-atl2-az1 (Local Zone)" in out.getvalue()
