@@ -141,9 +141,21 @@ def clean_task(task) -> taskfile.TaskSpec | None:
     if not isinstance(task, str):
         raise JobError("task", "the task file as text")
     try:
-        return taskfile.parse_task(task)
+        spec = taskfile.parse_task(task)
     except taskfile.TaskFileError as exc:
         raise JobError("task", str(exc), exc.as_dict()) from exc
+    if spec.required_envs:  # SkyPilot's `envs: {NAME: null}`: no launch without a value
+        issues = [
+            taskfile.TaskIssue(
+                None,
+                f"{'secrets' if name in spec.secrets else 'envs'}.{name}",
+                "must be given at launch, and Srifty takes no values at launch yet: "
+                "write the value in the file",
+            )
+            for name in spec.required_envs
+        ]
+        raise JobError("task", "; ".join(str(i) for i in issues), taskfile.TaskFileError(issues).as_dict())
+    return spec
 
 
 def clean_image_id(image_id) -> str:
@@ -235,8 +247,11 @@ def create_job(
         train_command = spec.run.strip()[:MAX_TRAIN_COMMAND]
         if spec.workdir is not None and spec.workdir.kind == "local" and not workdir_archive:
             raise JobError("task", "workdir: a local folder needs its archive (manage.py launch uploads it)")
-    image_id = clean_image_id(image_id) or (spec.image_id if spec else "")
     option = plan_option(owner, plan, rank)
+    # The file's AMI, or its AMI for the option's region (``image_id: {us-east-1: ami-...}``)
+    image_id = clean_image_id(image_id) or (
+        spec.resources.image_for(option.get("region", "")) if spec else ""
+    )
     limits = options.limits(option, spend, hours)
     options.check_user_data(spec or options.task_spec("", train_command), "task" if spec else "train_command")
     samples = total_samples(plan, option)

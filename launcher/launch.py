@@ -574,6 +574,15 @@ def _clean(
     return command, (task if spec is not None else ""), spend, hours, jobs.clean_image_id(image_id)
 
 
+def task_notes(task: str, option: dict) -> list[str]:
+    """What the launch preview notes about a task file: where its resources disagree with the
+    option, then what it asks that Srifty reads but does not act on (with its line)."""
+    if not task:
+        return []
+    spec = taskfile.parse_task(task)
+    return [*taskfile.plan_conflicts(spec, option), *(str(w) for w in spec.warnings)]
+
+
 def _key_line(text: str, key: str) -> int | None:
     for number, line in enumerate(text.splitlines(), 1):
         if line.startswith(f"{key}:"):
@@ -625,7 +634,7 @@ def prepare(
             "train_command": train_command if not task else "",
             "task": task,
             "image_id": image_id,
-            "task_notes": taskfile.plan_conflicts(taskfile.parse_task(task), option) if task else [],
+            "task_notes": task_notes(task, option),
             "workdir_archive": archive.summary() if archive else None,
             "requested": {"max_spend_usd": str(spend), "max_hours": hours},  # send these back with the id
             "confirmation": confirmation_for(user, plan.pk, int(rank), what, spend, hours, replaces),

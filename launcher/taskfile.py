@@ -14,11 +14,23 @@ are read by :func:`parse_task` into one :class:`TaskSpec`::
     envs: {DATA: s3://bucket/imagenet}
     checkpoint: {s3: s3://bucket/ckpt/resnet50, interval: auto}   # or 30m, 2h, 45 (minutes)
 
-SkyPilot's keys are read as SkyPilot means them: ``num_nodes``, ``resources`` (``accelerators``
-as ``A100:8`` or ``{A100: 8}``, ``instance_type``, ``use_spot``, ``region``, ``image_id``),
-``file_mounts`` (remote path → local path or ``s3://`` URL), ``envs``, ``setup``, ``run``.  A
-SkyPilot file's resources are a *request*; the plan option decides the cluster, and
-:func:`plan_conflicts` names where the two disagree.
+SkyPilot's keys are read as SkyPilot 0.14 means them, for everything that means something on
+AWS: ``name`` is optional (default: the file's stem, normalised; a name with capitals or dots is
+read lower-cased); ``num_nodes``; ``resources`` with ``accelerators`` (``A100:8``, a map
+``{A100: 8, H100: 8}``, a list or a set: alternatives), ``instance_type``, ``use_spot``,
+``infra: aws[/REGION[/ZONE]]`` or ``cloud: aws``/``region``/``zone``, ``cpus`` and ``memory``
+(``N`` or ``N+``), ``disk_size``, ``disk_tier``, ``ports``, ``network_tier`` (``best``: EFA),
+``labels``, ``image_id`` (an AMI, a map region → AMI, or ``docker:IMAGE``), ``job_recovery``,
+and ``any_of``/``ordered`` (alternatives, each over the block's other keys); ``file_mounts``
+(remote path → local path or ``s3://`` URL, or a bucket ``{name, source, store: s3, mode}``);
+``envs`` (a ``null`` value must be given at launch: :attr:`TaskSpec.required_envs`);
+``secrets`` (never among the parsed ``envs``; redacted wherever the file is shown); ``setup``;
+``run``. A SkyPilot file's resources are a *request*; the plan option decides the cluster, and
+:func:`plan_conflicts` names where the two disagree. What is read but not acted on yet
+(``NOT_HONOURED``, and SkyPilot keys such as ``config`` or ``service``) is kept in the
+:class:`TaskSpec` and named, with its line, in :attr:`TaskSpec.warnings`. A file that pins
+another cloud (``infra: gcp``, ``cloud: azure``, ``infra: k8s``, a ``gs://`` bucket, a TPU) is
+refused with one message: "Srifty plans and launches on AWS only: ...".
 
 Every node gets (:func:`node_env`)::
 
@@ -45,7 +57,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -63,9 +75,73 @@ GIT_RE = re.compile(r"^(?P<url>(https://|ssh://|git@)[^\s@]+(@[^\s@/]+:[^\s@]+)?
 INTERVAL_RE = re.compile(r"^(?P<n>\d+(\.\d+)?)\s*(?P<unit>m|min|h)?$")
 ACCEL_RE = re.compile(r"^(?P<gpu>[A-Za-z0-9-]+)(:(?P<n>\d+))?$")
 
+AMI_RE = re.compile(r"^ami-[0-9a-f]{8,17}$")
+AMOUNT_RE = re.compile(r"^(?P<n>\d+(\.\d+)?)\s*(?P<unit>GB|G|GiB|TB|T|TiB)?\s*(?P<plus>\+)?$", re.IGNORECASE)
+PORT_RE = re.compile(r"^(?P<a>\d{1,5})(-(?P<b>\d{1,5}))?$")
+LOOSE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")  # SkyPilot's names: capitals, dots
+
 SRIFTY_KEYS = ("name", "workdir", "setup", "run", "envs", "checkpoint")
-SKYPILOT_KEYS = ("num_nodes", "resources", "file_mounts")
-RESOURCE_KEYS = ("accelerators", "instance_type", "use_spot", "region", "image_id")
+SKYPILOT_KEYS = ("num_nodes", "resources", "file_mounts", "secrets")
+# SkyPilot 0.14 top-level keys that mean something Srifty does not do (yet): kept raw, warned.
+SKYPILOT_KEPT_KEYS = (
+    "config",
+    "service",
+    "volumes",
+    "event_callback",
+    "inputs",
+    "outputs",
+    "pool",
+    "experimental",
+)
+RESOURCE_KEYS = (
+    "accelerators",
+    "instance_type",
+    "use_spot",
+    "region",
+    "zone",
+    "cloud",
+    "infra",
+    "image_id",
+    "cpus",
+    "memory",
+    "disk_size",
+    "disk_tier",
+    "ports",
+    "network_tier",
+    "labels",
+    "job_recovery",
+    "spot_recovery",  # SkyPilot's older name of job_recovery
+    "any_of",
+    "ordered",
+)
+RESOURCE_KEPT_KEYS = ("accelerator_args", "autostop", "priority", "volumes")
+DISK_TIERS = ("low", "medium", "high", "ultra", "best")
+NETWORK_TIERS = ("standard", "best")
+MOUNT_MODES = ("MOUNT", "COPY", "MOUNT_CACHED")
+# Clouds and stores SkyPilot knows besides AWS: a file that pins one is refused (AWS only).
+OTHER_CLOUD_SCHEMES = {
+    "gs://": "gcp",
+    "r2://": "cloudflare",
+    "cos://": "ibm",
+    "oci://": "oci",
+    "nebius://": "nebius",
+}
+# What the file asks that Srifty reads and keeps but does not act on yet (the warning's text, by
+# key). Acting on one (issue 37 items 2-3) is deleting its line here.
+NOT_HONOURED = {
+    "resources.cpus": "kept as a minimum; the plan does not filter instance types by vCPUs yet",
+    "resources.memory": "kept as a minimum; the plan does not filter instance types by memory yet",
+    "resources.disk_size": "kept; Srifty's nodes get the AMI's root volume size",
+    "resources.disk_tier": "kept; Srifty's nodes get the AMI's root volume type",
+    "resources.ports": "kept; Srifty opens ports between the cluster's nodes only",
+    "resources.network_tier": "kept; the plan does not restrict itself to EFA instance types yet",
+    "resources.labels": "kept; Srifty does not tag the instances with them",
+    "resources.job_recovery": "kept; Srifty's spot policy decides how an interrupted job resumes",
+    "resources.zone": "kept; the plan picks the zone (the cheapest one that has capacity)",
+    "resources.ordered": "kept as alternatives; the plan ranks them by job cost, not in the file's order",
+    "resources.image_id": "a Docker image is kept; Srifty runs the task on the AMI, not in a container",
+    "file_mounts": "kept in the SkyPilot export; Srifty's launch does not copy or mount it",
+}
 RESERVED_ENV = (
     "MASTER_ADDR",
     "MASTER_PORT",
@@ -121,15 +197,76 @@ class Checkpoint:
 
 
 @dataclass(frozen=True)
+class Amount:
+    """``cpus: 8`` (exactly 8, SkyPilot's meaning) or ``cpus: 8+`` (8 or more); memory in GiB."""
+
+    value: float
+    or_more: bool
+
+    @property
+    def minimum(self) -> float:
+        return self.value  # both forms ask for at least ``value``; "8" also asks for at most 8
+
+    def __str__(self) -> str:
+        return f"{self.value:g}{'+' if self.or_more else ''}"
+
+
+@dataclass(frozen=True)
+class BucketMount:
+    """A ``file_mounts`` entry that is a bucket: ``/out: {name: b, source: ./x, store: s3, mode: MOUNT}``."""
+
+    path: str  # where it appears on the node
+    name: str = ""  # the bucket (created by SkyPilot when ``source`` is a local folder)
+    source: str | tuple[str, ...] = ""  # a local folder, an s3:// URL, or several local folders
+    store: str = "s3"
+    mode: str = "MOUNT"  # MOUNT, COPY or MOUNT_CACHED
+    persistent: bool = True
+
+
+@dataclass(frozen=True)
 class Resources:
-    """A SkyPilot ``resources`` block: what the file asked for (the plan decides)."""
+    """A SkyPilot ``resources`` block: what the file asked for (the plan decides).
+
+    ``accelerators`` lists the alternatives ``(name, count)`` (``{A100: 8, H100: 8}``, a list or a
+    set); ``accelerator``/``accelerator_count`` are the first. ``alternatives`` are the
+    ``any_of``/``ordered`` entries (each with the block's other keys as defaults), AWS's only;
+    :attr:`choices` is what a plan may pick from. ``extras``: the raw values of the keys read
+    but not acted on, warned about in :attr:`TaskSpec.warnings`.
+    """
 
     accelerator: str = ""
     accelerator_count: int = 0
     instance_type: str = ""
     use_spot: bool | None = None
     region: str = ""
-    image_id: str = ""
+    image_id: str = ""  # one AMI (a per-region map is ``image_ids``)
+    accelerators: tuple[tuple[str, int], ...] = ()
+    zone: str = ""
+    cpus: Amount | None = None
+    memory: Amount | None = None  # GiB
+    disk_size: int | None = None  # GiB
+    disk_tier: str = ""
+    ports: tuple[str, ...] = ()
+    network_tier: str = ""  # "best": EFA
+    labels: dict[str, str] = field(default_factory=dict)
+    image_ids: dict[str, str] = field(default_factory=dict)  # region -> AMI
+    docker_image: str = ""  # image_id: docker:<image>
+    job_recovery: Any = None  # as written: a strategy name or {strategy, max_restarts_on_errors}
+    alternatives: tuple[Resources, ...] = ()
+    ordered: bool = False  # ``ordered`` (a preference) rather than ``any_of``
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def efa(self) -> bool:
+        return self.network_tier == "best"
+
+    @property
+    def choices(self) -> tuple[Resources, ...]:
+        return self.alternatives or (self,)
+
+    def image_for(self, region: str) -> str:
+        """The AMI this file asks for in ``region`` ("" : the Deep Learning AMI)."""
+        return self.image_ids.get(region, "") if self.image_ids else self.image_id
 
 
 @dataclass(frozen=True)
@@ -144,6 +281,12 @@ class TaskSpec:
     resources: Resources = field(default_factory=Resources)
     file_mounts: dict[str, str] = field(default_factory=dict)
     dialect: str = "srifty"  # "skypilot" when the file used SkyPilot-only keys
+    bucket_mounts: dict[str, BucketMount] = field(default_factory=dict)
+    secrets: tuple[str, ...] = ()  # names of ``secrets`` (values: ``secret_values`` or at launch)
+    secret_values: dict[str, str] = field(default_factory=dict, repr=False)
+    required_envs: tuple[str, ...] = ()  # ``envs``/``secrets`` written ``null``: given at launch
+    warnings: tuple[TaskIssue, ...] = ()  # what is read and kept but not acted on, by line
+    extras: dict[str, Any] = field(default_factory=dict)  # top-level keys kept raw (``config``, ...)
 
     @property
     def image_id(self) -> str:
@@ -306,8 +449,11 @@ class _Lines:
         return None
 
 
-def parse_task(text: str | bytes) -> TaskSpec:
-    """Read a task file (Srifty's or SkyPilot's dialect); :class:`TaskFileError` lists every problem."""
+def parse_task(text: str | bytes, filename: str | Path | None = None) -> TaskSpec:
+    """Read a task file (Srifty's or SkyPilot's dialect); :class:`TaskFileError` lists every problem.
+
+    ``filename``: where the text came from; a file without ``name`` is named after its stem
+    (:func:`name_from_filename`), as SkyPilot does, else ``task``."""
     if isinstance(text, bytes):
         if len(text) > MAX_TASK_BYTES:
             raise TaskFileError([TaskIssue(None, "file", f"larger than {MAX_TASK_BYTES} bytes")])
@@ -322,18 +468,45 @@ def parse_task(text: str | bytes) -> TaskSpec:
         raise TaskFileError(
             [TaskIssue(1, "file", "must be a mapping of keys (name, workdir, setup, run, ...)")]
         )
-    return _Reader(doc, _Lines(node)).read()
+    default = name_from_filename(filename) if filename else "task"
+    return _Reader(doc, _Lines(node), default).read()
+
+
+def name_from_filename(filename: str | Path) -> str:
+    """The file's stem as a task name: lower case, every run of other characters than
+    ``[a-z0-9_-]`` one ``-``, starting with a letter or digit, at most 63 characters
+    (``minGPT DDP.yaml`` -> ``mingpt-ddp``); ``task`` when nothing is left."""
+    stem = Path(str(filename)).name
+    for suffix in (".yaml", ".yml"):
+        stem = stem.removesuffix(suffix)
+    return _normalised(stem.removesuffix(".sky")) or "task"
+
+
+def _normalised(name: str) -> str:
+    out = re.sub(r"[^a-z0-9_-]+", "-", name.lower())
+    return re.sub(r"^[^a-z0-9]+", "", out)[:63].rstrip("-_")
 
 
 class _Reader:
-    def __init__(self, doc: dict[str, Any], lines: _Lines) -> None:
+    def __init__(self, doc: dict[str, Any], lines: _Lines, default_name: str = "task") -> None:
         self.doc = doc
         self.lines = lines
+        self.default_name = default_name
         self.issues: list[TaskIssue] = []
+        self.warnings: list[TaskIssue] = []
+        # where the file names another cloud: (path, line, "resources.cloud: gcp (line 5)")
+        self.pins: list[tuple[str, int | None, str]] = []
 
     def bad(self, path: str, message: str) -> None:
-        shown = path if len(path) <= 80 else f"{path[:77]}..."  # a 200 KB key is named, not echoed
-        self.issues.append(TaskIssue(self.lines.of(path), shown, message))
+        self.issues.append(TaskIssue(self.lines.of(path), _shown(path), message))
+
+    def warn(self, path: str, message: str) -> None:
+        self.warnings.append(TaskIssue(self.lines.of(path), _shown(path), message))
+
+    def pin(self, path: str, what: str) -> None:
+        line = self.lines.of(path)
+        said = f"{_shown(path)}: {_shown(what)}" + (f" (line {line})" if line else "")
+        self.pins.append((_shown(path), line, said))
 
     def text(self, path: str, value: Any, *, required: bool = False) -> str:
         if value is None:
@@ -347,35 +520,75 @@ class _Reader:
 
     def read(self) -> TaskSpec:
         doc = self.doc
-        allowed = (*SRIFTY_KEYS, *SKYPILOT_KEYS)
+        allowed = (*SRIFTY_KEYS, *SKYPILOT_KEYS, *SKYPILOT_KEPT_KEYS)
+        extras: dict[str, Any] = {}
         for key in doc:
-            if key not in allowed:
+            if key in SKYPILOT_KEPT_KEYS:
+                extras[key] = doc[key]
+                self.warn(key, "a SkyPilot key Srifty does not act on; kept as written")
+            elif key not in allowed:
                 self.bad(str(key), f"unknown key; allowed: {', '.join(allowed)}")
-        name = self.text("name", doc.get("name"), required=True)
-        if name and not NAME_RE.match(name):
-            self.bad("name", "lower-case letters, digits, '-' and '_', at most 63 characters")
+        name = self.name(doc.get("name"))
         run = self.text("run", doc.get("run"), required=True)
         if "run" in doc and not run.strip() and not any(i.field == "run" for i in self.issues):
             self.bad("run", "is empty")
+        envs, required = self.envs(doc.get("envs"))
+        secrets, secret_values, unset = self.secrets(doc.get("secrets"), envs, required)
+        file_mounts, buckets = self.file_mounts(doc.get("file_mounts"))
         spec = TaskSpec(
             name=name,
             run=run,
             setup=self.text("setup", doc.get("setup")),
             workdir=self.workdir(doc.get("workdir")),
-            envs=self.envs(doc.get("envs")),
+            envs=envs,
             checkpoint=self.checkpoint(doc.get("checkpoint")),
             num_nodes=self.num_nodes(doc.get("num_nodes")),
             resources=self.resources(doc.get("resources")),
-            file_mounts=self.file_mounts(doc.get("file_mounts")),
-            dialect="skypilot" if any(k in doc for k in SKYPILOT_KEYS) else "srifty",
+            file_mounts=file_mounts,
+            dialect="skypilot" if any(k in doc for k in (*SKYPILOT_KEYS, *SKYPILOT_KEPT_KEYS)) else "srifty",
+            bucket_mounts=buckets,
+            secrets=secrets,
+            secret_values=secret_values,
+            required_envs=(*required, *unset),
+            warnings=(),
+            extras=extras,
         )
+        if self.pins:  # one message: nothing else in the file matters while it names another cloud
+            path, line, _ = self.pins[0]
+            said = "; ".join(p[2] for p in self.pins)
+            raise TaskFileError([TaskIssue(line, path, f"Srifty plans and launches on AWS only: {said}")])
         if self.issues:
             raise TaskFileError(self.issues)
-        return spec
+        return replace(spec, warnings=tuple(sorted(self.warnings, key=lambda w: (w.line or 0, w.field))))
+
+    def name(self, value: Any) -> str:
+        """SkyPilot's ``name`` is optional and may hold capitals and dots; Srifty's is
+        ``[a-z0-9_-]``: a SkyPilot-style name is read normalised (with a warning), others refused."""
+        if value is None:
+            return self.default_name
+        name = self.text("name", value)
+        if not name or NAME_RE.match(name):
+            return name
+        if LOOSE_NAME_RE.match(name) and _normalised(name):
+            self.warn("name", f"read as {_normalised(name)} (lower-case letters, digits, '-' and '_')")
+            return _normalised(name)
+        self.bad("name", "lower-case letters, digits, '-' and '_', at most 63 characters")
+        return name
 
     def workdir(self, value: Any) -> Workdir | None:
         if value is None:
             return None
+        if isinstance(value, dict):  # SkyPilot 0.14: workdir: {url: https://..., ref: v1.2}
+            for key in value:
+                if key not in ("url", "ref"):
+                    self.bad(f"workdir.{key}", "unknown key; allowed: url, ref")
+            url = self.text("workdir.url", value.get("url"), required=True).strip()
+            ref = self.text("workdir.ref", value.get("ref")).strip()
+            m = GIT_RE.match(url) if url else None
+            if url and (not m or m.group("ref")):
+                self.bad("workdir.url", "an https://, ssh:// or git@ URL of a git repository")
+                return None
+            return Workdir("git", url=url, ref=ref or "HEAD") if url else None
         text = self.text("workdir", value).strip()
         if not text:
             self.bad("workdir", "is empty")
@@ -391,24 +604,50 @@ class _Reader:
             return None
         return Workdir("local", path=text)
 
-    def envs(self, value: Any) -> dict[str, str]:
+    def env_name(self, section: str, key: Any) -> bool:
+        path = f"{section}.{key}"
+        if not isinstance(key, str) or not ENV_RE.match(key):
+            self.bad(path, "names are letters, digits and '_', not starting with a digit")
+        elif key in RESERVED_ENV:
+            self.bad(path, "is set by Srifty from the plan; remove it")
+        else:
+            return True
+        return False
+
+    def env_values(self, section: str, value: Any) -> tuple[dict[str, str], list[str]]:
+        """(values, names written ``null``) of ``envs`` or ``secrets``."""
         if value is None:
-            return {}
+            return {}, []
         if not isinstance(value, dict):
-            self.bad("envs", "must be a mapping NAME: value")
-            return {}
+            self.bad(section, "must be a mapping NAME: value")
+            return {}, []
         out: dict[str, str] = {}
+        unset: list[str] = []
         for key, v in value.items():
-            path = f"envs.{key}"
-            if not isinstance(key, str) or not ENV_RE.match(key):
-                self.bad(path, "names are letters, digits and '_', not starting with a digit")
-            elif key in RESERVED_ENV:
-                self.bad(path, "is set by Srifty from the plan; remove it")
-            elif isinstance(v, (dict, list)):
-                self.bad(path, "must be a single value")
+            if not self.env_name(section, key):
+                continue
+            if isinstance(v, (dict, list)):
+                self.bad(f"{section}.{key}", "must be a single value")
+            elif v is None:  # SkyPilot: "must be given at launch" (--env / --secret), not ""
+                unset.append(key)
             else:
-                out[key] = "" if v is None else (str(v).lower() if isinstance(v, bool) else str(v))
-        return out
+                out[key] = str(v).lower() if isinstance(v, bool) else str(v)
+        return out, unset
+
+    def envs(self, value: Any) -> tuple[dict[str, str], list[str]]:
+        return self.env_values("envs", value)
+
+    def secrets(
+        self, value: Any, envs: dict[str, str], required: list[str]
+    ) -> tuple[tuple[str, ...], dict[str, str], list[str]]:
+        """(names, values written in the file, names written ``null``). A secret is never one of
+        the parsed ``envs``: its value is shown to nobody (:func:`redacted`)."""
+        values, unset = self.env_values("secrets", value)
+        names = (*values, *unset)
+        for key in names:
+            if key in envs or key in required:
+                self.bad(f"secrets.{key}", "is also in envs; a name is an env or a secret, not both")
+        return tuple(names), values, unset
 
     def checkpoint(self, value: Any) -> Checkpoint | None:
         if value is None:
@@ -443,62 +682,347 @@ class _Reader:
         return value
 
     def resources(self, value: Any) -> Resources:
+        """The ``resources`` block. ``any_of``/``ordered`` entries take the block's other keys as
+        defaults (SkyPilot's meaning); an entry on another cloud is dropped with a warning while
+        one on AWS is left, and the file is refused (AWS only) when none is."""
         if value is None:
             return Resources()
         if not isinstance(value, dict):
-            self.bad(
-                "resources", "must be a mapping (accelerators, instance_type, use_spot, region, image_id)"
-            )
+            self.bad("resources", "must be a mapping (accelerators, instance_type, use_spot, region, ...)")
             return Resources()
+        lists = [k for k in ("any_of", "ordered") if k in value]
+        base = {k: v for k, v in value.items() if k not in lists}
+        pins = len(self.pins)
+        top = self.resource_block("resources", base)
+        if top is not None:
+            self.warn_unhonoured("resources", base)
+        if not lists:
+            return top or Resources()
+        if len(lists) > 1:
+            self.bad("resources.ordered", "any_of or ordered, not both")
+        key = lists[0]
+        entries = value[key]
+        if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
+            self.bad(f"resources.{key}", "a list of resource mappings (accelerators, region, ...)")
+            return top or Resources()
+        choices: list[Resources] = []
+        for i, entry in enumerate(entries):
+            path = f"resources.{key}"
+            for inner in ("any_of", "ordered"):
+                if inner in entry:
+                    self.bad(path, f"an entry of {key} cannot hold {inner}")
+            before = len(self.pins)
+            choice = self.resource_block(path, entry)
+            if choice is not None:
+                choices.append(_merged(top or Resources(), choice, entry))
+                self.warn_unhonoured(path, entry)
+            elif len(self.pins) > before:
+                dropped = self.pins[before:]
+                del self.pins[before:]
+                said = "; ".join(p[2] for p in dropped)
+                self.warn(path, f"entry {i + 1} is not on AWS ({said}); left out")
+        if not choices and len(self.pins) == pins:
+            self.pin(f"resources.{key}", "no entry on AWS")
+        if key == "ordered":
+            self.warn("resources.ordered", NOT_HONOURED["resources.ordered"])
+        first = choices[0] if choices else (top or Resources())
+        return replace(first, alternatives=tuple(choices), ordered=key == "ordered")
+
+    def resource_block(self, path: str, value: dict[str, Any]) -> Resources | None:
+        """One set of resources (the block, or one ``any_of`` entry, read alone and then laid
+        over the block's by :func:`_merged`); None when it names another cloud (recorded in
+        ``self.pins``)."""
         for key in value:
-            if key not in RESOURCE_KEYS:
-                self.bad(f"resources.{key}", f"not supported; allowed: {', '.join(RESOURCE_KEYS)}")
-        gpu, count = "", 0
-        acc = value.get("accelerators")
-        if isinstance(acc, dict) and len(acc) == 1:
-            [(gpu, n)] = list(acc.items())
-            count = n if isinstance(n, int) and not isinstance(n, bool) else -1
-            gpu = str(gpu)
-        elif isinstance(acc, str) and ACCEL_RE.match(acc.strip()):
-            m = ACCEL_RE.match(acc.strip())
-            assert m is not None
-            gpu, count = m.group("gpu"), int(m.group("n") or 1)
-        elif acc is not None:
-            self.bad("resources.accelerators", "one accelerator: A100:8 or {A100: 8}")
-        if count < 0 or (gpu and count == 0):
-            self.bad("resources.accelerators", "the count must be a positive whole number")
+            if key in RESOURCE_KEPT_KEYS:
+                self.warn(f"{path}.{key}", "a SkyPilot key Srifty does not act on; kept as written")
+            elif key not in RESOURCE_KEYS:
+                self.bad(
+                    f"{path}.{key}",
+                    f"not supported; allowed: {', '.join((*RESOURCE_KEYS, *RESOURCE_KEPT_KEYS))}",
+                )
+        pins = len(self.pins)
+        region, zone = self.place(path, value)
+        accelerators = self.accelerators(f"{path}.accelerators", value.get("accelerators"))
+        if len(self.pins) > pins:
+            return None
         spot = value.get("use_spot")
         if spot is not None and not isinstance(spot, bool):
-            self.bad("resources.use_spot", "true or false")
+            self.bad(f"{path}.use_spot", "true or false")
             spot = None
-        image = self.text("resources.image_id", value.get("image_id"))
-        if image and not re.match(r"^ami-[0-9a-f]{8,17}$", image):
-            self.bad("resources.image_id", "an AMI id like ami-0123456789abcdef0")
-        return Resources(
-            accelerator=gpu,
-            accelerator_count=max(count, 0),
-            instance_type=self.text("resources.instance_type", value.get("instance_type")),
+        image, images, docker = self.image(f"{path}.image_id", value.get("image_id"))
+        kept = {k: value[k] for k in RESOURCE_KEPT_KEYS if k in value}
+        recovery = value.get("job_recovery", value.get("spot_recovery"))
+        if recovery is not None and not isinstance(recovery, (str, dict)):
+            self.bad(f"{path}.job_recovery", "a strategy (FAILOVER, EAGER_NEXT_REGION) or a mapping")
+        first = accelerators[0] if accelerators else ("", 0)
+        res = Resources(
+            accelerator=first[0],
+            accelerator_count=first[1],
+            instance_type=self.text(f"{path}.instance_type", value.get("instance_type")),
             use_spot=spot,
-            region=self.text("resources.region", value.get("region")),
+            region=region,
             image_id=image,
+            accelerators=accelerators,
+            zone=zone,
+            cpus=self.amount(f"{path}.cpus", value.get("cpus")),
+            memory=self.amount(f"{path}.memory", value.get("memory")),
+            disk_size=self.disk_size(f"{path}.disk_size", value.get("disk_size")),
+            disk_tier=self.choice(f"{path}.disk_tier", value.get("disk_tier"), DISK_TIERS),
+            ports=self.ports(f"{path}.ports", value.get("ports")),
+            network_tier=self.choice(f"{path}.network_tier", value.get("network_tier"), NETWORK_TIERS),
+            labels=self.labels(f"{path}.labels", value.get("labels")),
+            image_ids=images,
+            docker_image=docker,
+            job_recovery=recovery,
+            extras=kept,
         )
+        return res
 
-    def file_mounts(self, value: Any) -> dict[str, str]:
+    def warn_unhonoured(self, path: str, value: dict[str, Any]) -> None:
+        """A warning per key of ``value`` (a block or one list entry) read but not acted on."""
+        for key in ("cpus", "memory", "disk_size", "disk_tier", "ports", "network_tier", "labels", "zone"):
+            if key in value:
+                self.warn(f"{path}.{key}", NOT_HONOURED[f"resources.{key}"])
+        for key in ("job_recovery", "spot_recovery"):
+            if key in value:
+                self.warn(f"{path}.{key}", NOT_HONOURED["resources.job_recovery"])
+        if isinstance(value.get("image_id"), str) and value["image_id"].strip().startswith("docker:"):
+            self.warn(f"{path}.image_id", NOT_HONOURED["resources.image_id"])
+        if isinstance(value.get("infra"), str) and value["infra"].count("/") >= 2:
+            self.warn(f"{path}.infra", NOT_HONOURED["resources.zone"])
+
+    def place(self, path: str, value: dict[str, Any]) -> tuple[str, str]:
+        """(region, zone) from ``infra: aws/REGION/ZONE`` or ``cloud``/``region``/``zone``; a
+        cloud other than AWS is a pin. ``*`` in ``infra`` is any region."""
+        infra = value.get("infra")
+        cloud = self.text(f"{path}.cloud", value.get("cloud")).strip().lower()
+        region = self.text(f"{path}.region", value.get("region")).strip()
+        zone = self.text(f"{path}.zone", value.get("zone")).strip()
+        if cloud and cloud != "aws":
+            self.pin(f"{path}.cloud", cloud)
+        if infra is not None:
+            parts = self.text(f"{path}.infra", infra).strip().split("/")
+            where = parts[0].lower()
+            if where in ("k8s", "kubernetes") or (where and where not in ("aws", "*")):
+                self.pin(f"{path}.infra", "/".join(parts))
+                return "", ""
+            if cloud or region or zone:
+                self.bad(f"{path}.infra", "infra, or cloud/region/zone, not both")
+            if len(parts) > 3:
+                self.bad(f"{path}.infra", "aws, aws/REGION or aws/REGION/ZONE")
+            region = parts[1] if len(parts) > 1 and parts[1] != "*" else ""
+            zone = parts[2] if len(parts) > 2 and parts[2] != "*" else ""
+        if zone and region and not zone.startswith(region):
+            self.bad(f"{path}.zone", f"{_shown(zone)} is not a zone of {_shown(region)}")
+        if zone and not region:
+            region = zone[:-1]  # us-east-2a -> us-east-2: an AWS zone name is its region and a letter
+        return region, zone
+
+    def accelerators(self, path: str, value: Any) -> tuple[tuple[str, int], ...]:
+        """``A100:8``, ``A100`` (one), ``{A100: 8, H100: 8}``, ``[A100:8, H100:8]`` or the set
+        ``{A100:8, H100:8}`` (YAML's mapping to nulls): the alternatives, in the file's order."""
+        if value is None:
+            return ()
+        items: list[tuple[Any, Any]]
+        if isinstance(value, str):
+            items = [(value, None)]
+        elif isinstance(value, dict) and value:
+            items = list(value.items())
+        elif isinstance(value, list) and value:
+            items = [(v, None) for v in value]
+        else:
+            items = []
+        out: list[tuple[str, int]] = []
+        for raw, n in items:
+            got = self.accelerator(path, raw, n)
+            if got is None:
+                self.bad(path, "A100:8, {A100: 8, H100: 8} or a list [A100:8, H100:8]")
+                return ()
+            if got[0].lower().startswith("tpu"):
+                self.pin(path, f"{got[0]} (a Google TPU)")
+            if got[1] < 1:
+                self.bad(path, "the count must be a positive whole number")
+            out.append(got)
+        return tuple(out)
+
+    @staticmethod
+    def accelerator(path: str, raw: Any, n: Any) -> tuple[str, int] | None:
+        if not isinstance(raw, str) or not ACCEL_RE.match(raw.strip()):
+            return None
+        m = ACCEL_RE.match(raw.strip())
+        assert m is not None
+        if n is not None:
+            if m.group("n"):
+                return None  # {A100:8: 2}
+            ok = isinstance(n, int) and not isinstance(n, bool)
+            return m.group("gpu"), n if ok else -1
+        return m.group("gpu"), int(m.group("n") or 1)
+
+    def image(self, path: str, value: Any) -> tuple[str, dict[str, str], str]:
+        """(AMI, per-region AMIs, Docker image) of ``image_id``."""
+        if value is None:
+            return "", {}, ""
+        if isinstance(value, dict):
+            images: dict[str, str] = {}
+            for region, ami in value.items():
+                text = self.text(path, ami)
+                if not isinstance(region, str) or not AMI_RE.match(text):
+                    self.bad(path, "per region an AMI id: {us-east-1: ami-0123456789abcdef0, ...}")
+                    return "", {}, ""
+                images[region] = text
+            return "", images, ""
+        text = self.text(path, value).strip()
+        if text.startswith("docker:") and len(text) > len("docker:"):
+            return "", {}, text.removeprefix("docker:")
+        if text and not AMI_RE.match(text):
+            self.bad(path, "an AMI id like ami-0123456789abcdef0, a map region: AMI, or docker:IMAGE")
+            return "", {}, ""
+        return text, {}, ""
+
+    def amount(self, path: str, value: Any) -> Amount | None:
+        """``8``, ``8+``, ``32GB+`` (memory in GiB; TB is 1024)."""
+        if value is None:
+            return None
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            return Amount(float(value), False)
+        m = AMOUNT_RE.match(value.strip()) if isinstance(value, str) else None
+        if not m or float(m.group("n")) <= 0:
+            self.bad(path, "a positive number, or N+ for N or more (e.g. 8+)")
+            return None
+        scale = 1024.0 if (m.group("unit") or "").upper().startswith("T") else 1.0
+        return Amount(float(m.group("n")) * scale, bool(m.group("plus")))
+
+    def disk_size(self, path: str, value: Any) -> int | None:
+        if value is None:
+            return None
+        amount = self.amount(path, value)
+        if amount is None or amount.or_more or amount.value != int(amount.value) or amount.value > 65536:
+            if amount is not None:
+                self.bad(path, "whole GiB, at most 65536")
+            return None
+        return int(amount.value)
+
+    def choice(self, path: str, value: Any, allowed: tuple[str, ...]) -> str:
+        text = self.text(path, value).strip().lower()
+        if text and text not in allowed:
+            self.bad(path, f"one of {', '.join(allowed)}")
+            return ""
+        return text
+
+    def ports(self, path: str, value: Any) -> tuple[str, ...]:
+        """``8080``, ``"10000-10010"`` or a list of them."""
+        if value is None:
+            return ()
+        out = []
+        for item in value if isinstance(value, list) else [value]:
+            m = PORT_RE.match(str(item).strip()) if not isinstance(item, (bool, dict, list)) else None
+            a, b = (int(m.group("a")), int(m.group("b") or m.group("a"))) if m else (0, 0)
+            if not m or not 1 <= a <= b <= 65535:
+                self.bad(path, "a port (8080), a range (10000-10010) or a list of them")
+                return ()
+            out.append(str(item).strip())
+        return tuple(out)
+
+    def labels(self, path: str, value: Any) -> dict[str, str]:
         if value is None:
             return {}
+        if not isinstance(value, dict) or any(
+            not isinstance(k, str) or isinstance(v, (dict, list)) for k, v in value.items()
+        ):
+            self.bad(path, "a mapping key: value")
+            return {}
+        return {k: "" if v is None else str(v) for k, v in value.items()}
+
+    def file_mounts(self, value: Any) -> tuple[dict[str, str], dict[str, BucketMount]]:
+        """(path -> local path or s3:// URL, path -> bucket mount); a bucket of another cloud
+        (``gs://``, ``store: gcs``) is a pin."""
+        if value is None:
+            return {}, {}
         if not isinstance(value, dict):
             self.bad("file_mounts", "must be a mapping /remote/path: source")
-            return {}
+            return {}, {}
         out: dict[str, str] = {}
+        buckets: dict[str, BucketMount] = {}
         for dst, src in value.items():
             path = f"file_mounts.{dst}"
             if not isinstance(dst, str) or not (dst.startswith("/") or dst.startswith("~")):
                 self.bad(path, "the remote path must be absolute (or start with ~)")
+            elif isinstance(src, dict):
+                bucket = self.bucket(path, dst, src)
+                if bucket is not None:
+                    buckets[dst] = bucket
             elif not isinstance(src, str):
-                self.bad(path, "the source must be a local path or an s3:// URL")
+                self.bad(
+                    path, "the source must be a local path, an s3:// URL or a bucket {name, source, mode}"
+                )
+            elif self.other_store(path, src):
+                continue
             else:
                 out[dst] = src
-        return out
+        if out or buckets:
+            self.warn("file_mounts", NOT_HONOURED["file_mounts"])
+        return out, buckets
+
+    def other_store(self, path: str, url: str) -> bool:
+        for scheme, cloud in OTHER_CLOUD_SCHEMES.items():
+            if url.startswith(scheme):
+                self.pin(path, f"{url} ({cloud})")
+                return True
+        if ".blob.core.windows.net" in url:
+            self.pin(path, f"{url} (azure)")
+            return True
+        return False
+
+    def bucket(self, path: str, dst: str, src: dict[str, Any]) -> BucketMount | None:
+        allowed = ("name", "source", "store", "mode", "persistent", "config", "_bucket_sub_path")
+        for key in src:
+            if key not in allowed:
+                self.bad(
+                    f"{path}",
+                    f"unknown key {_shown(str(key))}; allowed: name, source, store, mode, persistent",
+                )
+        name = self.text(path, src.get("name")).strip()
+        raw = src.get("source")
+        folders = tuple(self.text(path, s).strip() for s in raw) if isinstance(raw, list) else ()
+        source: str | tuple[str, ...] = folders or self.text(path, raw).strip()
+        store = self.text(path, src.get("store")).strip().lower()
+        if store and store != "s3":
+            self.pin(path, f"store {store}")
+            return None
+        if isinstance(source, str) and source and self.other_store(path, source):
+            return None
+        if not name and not source:
+            self.bad(path, "a bucket mount needs a name or a source")
+        mode = self.text(path, src.get("mode", "MOUNT")).strip().upper()
+        if mode not in MOUNT_MODES:
+            self.bad(path, f"mode: one of {', '.join(MOUNT_MODES)}")
+        persistent = src.get("persistent", True)
+        if not isinstance(persistent, bool):
+            self.bad(path, "persistent: true or false")
+        return BucketMount(dst, name, source, "s3", mode, persistent is not False)
+
+
+# The fields of Resources that each key of an ``any_of``/``ordered`` entry sets (over the block's).
+_FIELDS_OF_KEY = {
+    "accelerators": ("accelerator", "accelerator_count", "accelerators"),
+    "infra": ("region", "zone"),
+    "cloud": (),
+    "region": ("region", "zone"),
+    "zone": ("region", "zone"),
+    "image_id": ("image_id", "image_ids", "docker_image"),
+    "job_recovery": ("job_recovery",),
+    "spot_recovery": ("job_recovery",),
+}
+
+
+def _merged(top: Resources, entry: Resources, keys: dict[str, Any]) -> Resources:
+    """``top`` with what the entry's own ``keys`` set (SkyPilot: an entry overrides the block)."""
+    names = {f for key in keys for f in _FIELDS_OF_KEY.get(key, (key,)) if hasattr(entry, f)}
+    return replace(top, **{f: getattr(entry, f) for f in names}, extras={**top.extras, **entry.extras})
+
+
+def _shown(path: str) -> str:
+    return path if len(path) <= 80 else f"{path[:77]}..."  # a 200 KB key is named, not echoed
 
 
 # ------------------------------------------------------------------------------------ checks
@@ -513,28 +1037,56 @@ def check_workdir(spec: TaskSpec, base: Path) -> Path | None:
 
 
 def plan_conflicts(spec: TaskSpec, option: dict[str, Any]) -> list[str]:
-    """Where a SkyPilot file's resource request disagrees with the plan option (warnings)."""
+    """Where a SkyPilot file's resource request disagrees with the plan option (warnings).
+
+    With alternatives (``{A100: 8, H100: 8}``, ``any_of``) a value disagrees when no alternative
+    asks for it; an alternative that leaves a key free accepts any value."""
     notes = []
     groups = option.get("groups", [])
     types = {g["instance_type"] for g in groups}
     nodes = sum(int(g["count"]) for g in groups)
-    res = spec.resources
+    choices = spec.resources.choices
     if spec.num_nodes is not None and spec.num_nodes != nodes:
         notes.append(f"the file asks for num_nodes {spec.num_nodes}; the plan runs {nodes}")
-    if res.instance_type and types and res.instance_type not in types:
-        notes.append(f"the file asks for {res.instance_type}; the plan uses {', '.join(sorted(types))}")
-    if res.accelerator and groups:
-        models = {str(g.get("gpu_model", "")).upper() for g in groups}
-        if not any(res.accelerator.upper() in m or m in res.accelerator.upper() for m in models if m):
-            notes.append(f"the file asks for {res.accelerator}; the plan uses {', '.join(sorted(models))}")
-    markets = {g.get("market") for g in groups}
-    if res.use_spot is not None and groups and markets != {"spot" if res.use_spot else "on-demand"}:
+    asked_types = _asked(c.instance_type for c in choices)
+    if asked_types and types and not types <= set(asked_types):
         notes.append(
-            f"the file asks for use_spot {res.use_spot}; the plan uses {' and '.join(sorted(markets))}"
+            f"the file asks for {' or '.join(asked_types)}; the plan uses {', '.join(sorted(types))}"
         )
-    if res.region and option.get("region") and res.region != option["region"]:
-        notes.append(f"the file asks for region {res.region}; the plan is in {option['region']}")
+    asked_gpus = _asked(g for c in choices for g, _ in (c.accelerators or (("", 0),)))
+    if asked_gpus and groups:
+        models = {str(g.get("gpu_model", "")).upper() for g in groups}
+        wanted = [a.upper() for a in asked_gpus]
+        if not all(any(w in m or m in w for w in wanted) for m in models if m):
+            notes.append(
+                f"the file asks for {' or '.join(asked_gpus)}; the plan uses {', '.join(sorted(models))}"
+            )
+    markets = {g.get("market") for g in groups}
+    asked_spot = {c.use_spot for c in choices}
+    if (
+        None not in asked_spot
+        and groups
+        and not any(markets == {"spot" if s else "on-demand"} for s in asked_spot)
+    ):
+        said = " or ".join(sorted(str(s) for s in asked_spot))
+        notes.append(f"the file asks for use_spot {said}; the plan uses {' and '.join(sorted(markets))}")
+    asked_regions = _asked(c.region for c in choices)
+    if asked_regions and option.get("region") and option["region"] not in asked_regions:
+        notes.append(
+            f"the file asks for region {' or '.join(asked_regions)}; the plan is in {option['region']}"
+        )
     return notes
+
+
+def _asked(values: Any) -> list[str]:
+    """The values the alternatives ask for, in order; [] when one of them leaves the key free."""
+    out: list[str] = []
+    for v in values:
+        if not v:
+            return []
+        if v not in out:
+            out.append(v)
+    return out
 
 
 # ------------------------------------------------------------------------ plain commands
@@ -548,7 +1100,7 @@ REDACTED = "<redacted>"
 def redacted(text: str) -> str:
     """The task file as the API and the job page show it: the value of every ``envs`` entry whose
     name looks like a credential (``HF_TOKEN``, ``WANDB_API_KEY``, ``DB_PASSWORD``) replaced by
-    ``<redacted>`` wherever it appears, so a teammate who may read the job cannot read the
+    ``<redacted>`` wherever it appears (and every value written under ``secrets``), so a teammate who may read the job cannot read the
     owner's secrets. Values shorter than 4 characters are left (replacing them would garble the
     file, and they are no secret worth the name)."""
     if not text:
@@ -557,9 +1109,8 @@ def redacted(text: str) -> str:
         spec = parse_task(text)
     except TaskFileError:
         return text  # a stored file was parsed at launch; nothing else can be told apart
-    secrets = sorted(
-        {v for k, v in spec.envs.items() if SECRET_ENV_RE.search(k) and len(v) >= 4}, key=len, reverse=True
-    )
+    values = [v for k, v in spec.envs.items() if SECRET_ENV_RE.search(k)] + list(spec.secret_values.values())
+    secrets = sorted({v for v in values if len(v) >= 4}, key=len, reverse=True)
     for value in secrets:  # longest first: a value inside another is not left half-shown
         text = text.replace(value, REDACTED)
     return text
@@ -609,6 +1160,7 @@ def node_env(
     batch = batches[index] if index < len(batches) else (batches[0] if batches else 0)
     env = dict((type_env or {}).get(group["instance_type"], {}))
     env.update(spec.envs)
+    env.update(spec.secret_values)  # SkyPilot gives a task its secrets as env values
     if spec.checkpoint is not None:
         env.update(SRIFTY_CHECKPOINT_DIR=CHECKPOINT_DIR, SRIFTY_CHECKPOINT_S3=spec.checkpoint.s3_prefix)
     env.update(
@@ -661,12 +1213,21 @@ def to_skypilot(option: dict[str, Any], spec: TaskSpec | None = None) -> list[tu
         if spec and spec.image_id:
             resources["image_id"] = spec.image_id
         doc["resources"] = resources
-        envs = dict(spec.envs) if spec else {}
+        envs: dict[str, str | None] = dict(spec.envs) if spec else {}
+        secrets = set(spec.secrets) if spec else set()
+        # A value the file leaves to the launch stays null (SkyPilot asks for it); a secret's
+        # value is never written into a file that is downloaded and shared.
+        envs.update({n: None for n in (spec.required_envs if spec else ()) if n not in secrets})
         envs["SRIFTY_BATCH_PER_NODE"] = str(batch)
         envs["SRIFTY_GLOBAL_BATCH"] = str(option.get("global_batch", ""))
         doc["envs"] = envs
-        if spec and spec.file_mounts:
-            doc["file_mounts"] = dict(spec.file_mounts)
+        if spec and spec.secrets:
+            doc["secrets"] = {n: None for n in spec.secrets}
+        if spec and (spec.file_mounts or spec.bucket_mounts):
+            doc["file_mounts"] = {
+                **spec.file_mounts,
+                **{d: _bucket_doc(b) for d, b in spec.bucket_mounts.items()},
+            }
         if spec and spec.setup:
             doc["setup"] = spec.setup
         doc["run"] = (
@@ -686,3 +1247,16 @@ def to_skypilot(option: dict[str, Any], spec: TaskSpec | None = None) -> list[tu
             )
         files.append((f"{doc['name']}.sky.yaml", header + yaml.safe_dump(doc, sort_keys=False)))
     return files
+
+
+def _bucket_doc(bucket: BucketMount) -> dict[str, Any]:
+    """A bucket mount as SkyPilot writes it (only the keys the file set or that differ from the defaults)."""
+    doc: dict[str, Any] = {}
+    if bucket.name:
+        doc["name"] = bucket.name
+    if bucket.source:
+        doc["source"] = list(bucket.source) if isinstance(bucket.source, tuple) else bucket.source
+    doc.update(store=bucket.store, mode=bucket.mode)
+    if not bucket.persistent:
+        doc["persistent"] = False
+    return doc

@@ -46,7 +46,7 @@ class Command(BaseCommand):
         except OSError as exc:
             raise CommandError(f"--task {path}: {exc.strerror}") from exc
         try:
-            spec = taskfile.parse_task(text)
+            spec = taskfile.parse_task(text, filename=path)
             folder = taskfile.check_workdir(spec, Path.cwd())
         except taskfile.TaskFileError as exc:
             raise CommandError(
@@ -62,6 +62,13 @@ class Command(BaseCommand):
             raise CommandError(f"--{'option' if exc.field == 'rank' else exc.field}: {exc.message}") from exc
         for note in taskfile.plan_conflicts(spec, option):
             self.stdout.write(f"note: {note}")
+        for warning in spec.warnings:  # read and kept, not acted on
+            self.stdout.write(f"note: {path}:{warning}")
+        if spec.required_envs:
+            raise CommandError(
+                f"{path}: {', '.join(spec.required_envs)} must be given at launch, and Srifty takes no "
+                "values at launch yet: write them in the file"
+            )
         spend, hours = _caps(option, o["max_spend"], o["max_hours"])
         if not o["no_prechecks"]:
             self._prechecks(option)
