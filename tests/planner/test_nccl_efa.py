@@ -167,26 +167,8 @@ def test_the_shipped_model_file_carries_the_regime_floors():
     ],
 )
 def test_a_plans_comm_source_states_how_nccl_moves_the_bytes(catalog, instance_type, words):
-    from catalog.models import InstanceType
-    from planner.app import service
-    from planner.candidates import Candidate, family_of
-    from planner.oracle import Oracle
+    from tests.planner_app.test_plan_comm import _oracle_and_candidate
 
-    t = InstanceType.objects.get(name=instance_type)
-    wl = service.workload("torchvision:squeezenet1_1", (3, 32, 32), "amp")
-    oracle = Oracle(wl, service.transfer_model(), service.gpu_specs(), service.comm_model())
-    cand = Candidate(
-        t.name,
-        family_of(t.name),
-        "us-east-1",
-        "on-demand",
-        None,
-        1.0,
-        int(t.gpu_count),
-        t.accelerator.name,
-        t.vcpus,
-        t.link_gbps or 0.0,
-        t.efa_supported,
-    )
+    oracle, cand = _oracle_and_candidate(instance_type)
     source = oracle.comm_source(((cand, 2),))
     assert source.source == "learned" and source.detail.endswith(words)
