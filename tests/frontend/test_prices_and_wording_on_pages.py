@@ -230,7 +230,7 @@ def test_an_unknown_page_is_the_styled_404(client, user):
 def test_the_favicon_is_served_without_a_login(client):
     resp = client.get("/favicon.ico")
     assert resp.status_code == 200 and resp["Content-Type"] == "image/x-icon"
-    body = b"".join(resp.streaming_content)
+    body = resp.content
     assert body[:4] == b"\x00\x00\x01\x00" and len(body) < 4096  # an ICO header, small
 
 

@@ -141,6 +141,7 @@ MATRIX = [
     ),
     Cell("api/schema/", "GET", "/api/schema/", PUBLIC),  # the API's description, no team data
     Cell("api/docs/", "GET", "/api/docs/", PUBLIC),
+    Cell("favicon.ico", "GET", "/favicon.ico", PUBLIC),  # the site's icon, no team data
     Cell("api/v1/", "GET", "/api/v1/", API_SHARED),
     Cell("api/v1/<drf_format_suffix:format>", "GET", "/api/v1/.json", API_SHARED),
     # catalog (shared by everyone who is logged in)
