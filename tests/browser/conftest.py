@@ -92,6 +92,10 @@ class Server:
     procs: list = field(default_factory=list)
     channel_layer: str = "in-memory"
 
+    def manage(self, *args: str) -> str:
+        """``manage.py`` against this server's database (its stdout)."""
+        return _manage(self.env, *args)
+
     def api(self, method: str, path: str, who: str = "staff", expect: int | tuple = (200, 201), **kwargs):
         """A REST call with the user's DRF token; returns the JSON body."""
         import requests

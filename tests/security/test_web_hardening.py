@@ -26,6 +26,7 @@ from launcher.models import Job, JobEvent, JobReport
 from planner.app.models import PlanRecord
 from profiler.models import ComputeSample, ProfilingRun
 from srifty_web.security import csv_safe_cell
+from tests.support.prices import add_earlier_spot_observations
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
@@ -668,6 +669,7 @@ def test_every_page_works_under_the_content_security_policy(
     chromium_page, staff, make_run, settings, catalog
 ):
     settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
+    add_earlier_spot_observations("us-east-1")  # the catalog's price chart needs two points a series
     plan = _hostile_plan(staff, label="p4d.24xlarge x2")
     job = _hostile_job(staff, plan)
     run = _hostile_run(make_run, owner=staff)
@@ -707,6 +709,7 @@ def test_plotly_shows_hostile_zone_plan_and_phase_names_as_text(chromium_page, u
 
     for i, zone in enumerate(AvailabilityZone.objects.filter(region__code="us-east-1")):
         AvailabilityZone.objects.filter(pk=zone.pk).update(zone_id=LINK.replace(">z<", f">{i}<"))
+    add_earlier_spot_observations("us-east-1")  # the catalog's price chart needs two points a series
     plan = _hostile_plan(user, label=LINK)
     run = _hostile_run(make_run)
     ComputeSample.objects.filter(run=run).update(phase=LINK)  # SQLite keeps it whole
