@@ -97,10 +97,13 @@ def test_gpu_search_finds_h100_spot_across_regions_sorted_by_dollars_per_gpu_hou
     per_gpu = [money(c[9]) for c in cells]
     assert per_gpu == sorted(per_gpu)
     assert len({c[5] for c in cells}) > 1  # several regions in one list
-    # a sparkline only where a price has a history (the one offer given older prices), drawn
-    # (not zero-sized); every other row says it has one observation; an interruption cell each
-    assert page.locator("#gpu-table img.spark").count() == 1
-    assert page.locator("#gpu-table .one-observation").count() == n - 1
+    # a sparkline only where a price has a history (the offer given older prices here, and
+    # us-east-1's spot offers when the catalog chart test ran first on this server), drawn (not
+    # zero-sized); every other row says it has one observation; an interruption cell each
+    sparks = page.locator("#gpu-table tbody tr:has(img.spark)").all_inner_texts()
+    assert any("use2-az1" in r for r in sparks), sparks
+    assert all("use2-az1" in r or "us-east-1" in r for r in sparks), sparks
+    assert page.locator("#gpu-table .one-observation").count() == n - len(sparks)
     box = page.locator("#gpu-table img.spark").first.bounding_box()
     assert box and box["width"] > 50 and box["height"] > 10
     assert all(c[11] for c in cells)
