@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Any
+from urllib.parse import urlencode
+
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 
 from catalog.models import InstanceType, Region
 from frontend.profile_charts import chart_data
-from profiler import actions
+from profiler import actions, quality
 from profiler.api import CANCEL_PERMISSION
-from profiler.models import ProfilingRun, Provider
+from profiler.models import CommSample, ComputeSample, ProfilingRun, Provider
 from profiler.serializers import ProfilingRunSerializer
 from srifty_web.teams import acts_for_owner
 
@@ -89,6 +94,8 @@ def runs(request: HttpRequest) -> HttpResponse:
             "models": MODEL_CHOICES,
             "instance_types": InstanceType.objects.ddp_capable().values_list("name", flat=True),
             "regions": Region.objects.values_list("code", flat=True),
+            # single-user mode: a package.module:factory model is imported and called on this machine
+            "local_code": settings.LOCAL_CODE_EXECUTION,
         },
         status=400 if errors else 200,
     )
@@ -114,13 +121,19 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
         raise Http404("no such run")
     compute = list(run.compute_samples.all())
     comm = list(run.comm_samples.all())
+    flags = quality.compute_flags(compute) + quality.comm_flags(comm)
+    by_key = quality.flags_by_key(flags)
     return render(
         request,
         "frontend/profiling_run.html",
         {
             "run": run,
-            "compute": compute,
-            "comm": comm,
+            "compute": [(s, quality.reasons_for(by_key, s.batch_size, s.phase)) for s in compute],
+            "comm": [(s, quality.reasons_for(by_key, s.size_bytes)) for s in comm],
+            "noisy": flags,
+            "noisy_cv": quality.NOISY_CV,
+            "rerun_iters": rerun_iters(run.iters),
+            "rerun_url": rerun_url(run),
             "buckets": list(run.bucket_samples.all()),
             "can_cancel": acts_for_owner(request.user, run, CANCEL_PERMISSION) and not run.finished,
             "charts": chart_data(run),
@@ -132,6 +145,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
                         "times_ms": s.times_ms,
                         "median_ms": s.median_ms,
                         "cv": s.cv,
+                        "noisy": quality.reasons_for(by_key, s.batch_size, s.phase),
                     }
                     for s in compute
                 ],
@@ -146,6 +160,37 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
                     }
                     for s in comm
                 ],
+                "latency": latency_series(compute, comm),
             },
         },
     )
+
+
+def latency_series(compute: list[ComputeSample], comm: list[CommSample]) -> list[dict[str, Any]]:
+    """The stored counterpart of the live latency chart, on the same axes: per batch (or message
+    size), the time of each timed iteration against its index within that batch. A compute step
+    is forward + backward + optimizer of one iteration, as the agent's live ``time_ms`` is."""
+    steps: dict[int, list[list[float]]] = {}
+    for s in compute:
+        if s.phase in quality.PHASES:
+            steps.setdefault(s.batch_size, []).append(list(s.times_ms))
+    series = [
+        {"key": f"batch {b}", "times_ms": [sum(t) for t in zip(*phases, strict=False)]}
+        for b, phases in sorted(steps.items())
+    ]
+    return series + [{"key": f"{s.size_bytes} B", "times_ms": list(s.times_ms)} for s in comm]
+
+
+def rerun_iters(iters: int) -> int:
+    """The iteration count a noisy run's "profile again" link proposes: at least 20, at least
+    twice this run's (the standard error of a median shrinks like 1/sqrt(n)), at most the form's
+    1000."""
+    return min(1000, max(20, 2 * iters))
+
+
+def rerun_url(run: ProfilingRun) -> str:
+    """The form, pre-filled with this run's settings and ``rerun_iters`` iterations."""
+    fields = {k: getattr(run, k) for k in DEFAULTS if k != "iters" and hasattr(run, k)}
+    fields.update(instance_type=run.instance_type, region=run.region, iters=rerun_iters(run.iters))
+    query = urlencode({k: v for k, v in fields.items() if v not in (None, "")})
+    return f"{reverse('profiling')}?{query}"

@@ -59,3 +59,105 @@ def test_a_finished_run_page_shows_its_samples_without_javascript(client, user, 
     client.force_login(user)
     page = client.get(f"/profiling/{run.pk}/").content.decode()
     assert "Compute samples" in page and "DDP buckets" in page and "Download profile JSON" in page
+
+
+# --- issue 38 item 5: the form shows what applies, the run page says when to trust it ----------
+
+
+def _sample(run, batch: int, phase: str, times: list[float]) -> None:
+    from statistics import fmean, median, stdev
+
+    from profiler.models import ComputeSample
+
+    mean, sd = fmean(times), stdev(times)
+    ComputeSample.objects.create(
+        run=run,
+        batch_size=batch,
+        phase=phase,
+        median_ms=median(times),
+        p10_ms=min(times),
+        p90_ms=max(times),
+        mean_ms=mean,
+        std_ms=sd,
+        cv=sd / mean,
+        times_ms=times,
+    )
+
+
+def noisy_run(make_run):
+    """Batch 128 steadies at 31 ms; batch 256 measures 29 ms (faster: noise) and its forward
+    pass spreads with CV ~0.6."""
+    run = make_run(batch_sizes="128,256", iters=5, status="succeeded")
+    for b, fwd in ((128, [10.0, 10.1, 9.9, 10.0, 10.2]), (256, [2.0, 12.0, 8.0, 3.0, 10.0])):
+        _sample(run, b, "forward", fwd)
+        _sample(run, b, "backward", [2 * t for t in (10.0, 10.1, 9.9, 10.0, 10.2)][: len(fwd)])
+        _sample(run, b, "optimizer", [1.0, 1.01, 0.99, 1.0, 1.0])
+    return run
+
+
+def test_the_form_marks_each_field_with_the_kind_and_place_it_applies_to(client, user, settings):
+    settings.LOCAL_CODE_EXECUTION = False
+    client.force_login(user)
+    page = client.get("/profiling/").content.decode()
+    assert '<label data-kind="compute">Model' in page and '<label data-kind="comm">Message sizes' in page
+    assert 'data-kind="comm" data-place="ec2"' in page and '<label data-place="ec2">EC2 type' in page
+    assert "frontend/profiling.js" in page
+    assert "ImageNet plans need 3,224,224" in page
+    assert 'id="code-warning"' not in page  # code specs are refused here: nothing to warn about
+
+
+def test_in_single_user_mode_the_form_warns_that_the_model_field_runs_code(client, user, settings):
+    settings.LOCAL_CODE_EXECUTION = True
+    client.force_login(user)
+    page = client.get("/profiling/").content.decode()
+    assert 'id="code-warning"' in page and "This runs code on this machine." in page
+    assert "<code>os:system</code> would be called too" in page
+
+
+def test_a_run_without_measurements_says_it_waits_instead_of_drawing_empty_axes(client, user, make_run):
+    run = make_run(status="running")
+    client.force_login(user)
+    page = client.get(f"/profiling/{run.pk}/").content.decode()
+    assert 'id="phase-waiting"' in page and "Waiting for the first measurements" in page
+    assert 'id="phase-chart"' not in page
+    assert (
+        'id="latency-chart" class="chart" role="img" aria-label="Iteration latency per step" hidden' in page
+    )
+
+
+def test_a_noisy_run_is_flagged_with_its_reasons_and_a_link_to_run_it_again_with_more_iterations(
+    client, user, make_run
+):
+    run = noisy_run(make_run)
+    client.force_login(user)
+    page = client.get(f"/profiling/{run.pk}/").content.decode()
+    assert 'id="noisy"' in page and "Noisy measurements: use more iterations" in page
+    assert "an iteration at batch 256 (29 ms) is shorter than at the smaller batch 128 (31 ms)" in page
+    assert "batch 256, forward: CV 0.6" in page
+    assert page.count('class="noisy-row"') == 3  # every phase of batch 256; none of batch 128
+    assert "profile again with 20 iterations" in page
+    assert "iters=20" in page and "batch_sizes=128%2C256" in page and "model_spec=examples.tiny_model" in page
+
+
+def test_a_steady_run_has_no_noisy_section(client, user, make_run, compute_profile):
+    run = make_run()
+    actions.complete_run(run, compute_profile)
+    client.force_login(user)
+    page = client.get(f"/profiling/{run.pk}/").content.decode()
+    assert 'id="noisy"' not in page and 'class="noisy-row"' not in page and 'id="phase-chart"' in page
+
+
+def test_the_stored_latency_series_is_the_step_time_per_iteration_index_like_the_live_one(make_run):
+    from frontend.profiling import latency_series
+
+    run = noisy_run(make_run)
+    series = latency_series(list(run.compute_samples.all()), [])
+    assert [s["key"] for s in series] == ["batch 128", "batch 256"]
+    # iteration 0 of batch 256: forward 2 + backward 20 + optimizer 1
+    assert series[1]["times_ms"][0] == pytest.approx(23.0) and len(series[1]["times_ms"]) == 5
+
+
+def test_the_proposed_iteration_count_is_at_least_20_and_twice_the_run_s(client):
+    from frontend.profiling import rerun_iters
+
+    assert [rerun_iters(n) for n in (1, 5, 10, 30, 900)] == [20, 20, 20, 60, 1000]

@@ -14,28 +14,73 @@
     yaxis: { title: { text: y } }, legend: { orientation: "h" } }, extra || {});
   const cfg = { responsive: true, displaylogo: false };
 
-  // Latency per step, one trace per batch size (compute) or message size (comm).
-  const traces = {};
+  // Latency per step, one trace per batch size (compute) or message size (comm): x is the
+  // iteration's index within its batch, live (the agent's `iteration`) and from the stored samples
+  // (frontend/profiling.py latency_series), so a reload keeps the axis. The chart is made at its
+  // first point: until then the card says it waits for the first measurements.
+  const traces = {}, seen = {};
+  let latencyDrawn = false;
+  function latencyChart() {
+    if (latencyDrawn) return;
+    latencyDrawn = true;
+    $("latency-chart").hidden = false;
+    if ($("latency-waiting")) $("latency-waiting").hidden = true;
+    const [x, y] = kind === "compute" ? ["iteration within its batch", "ms per step"]
+      : ["repeat within its message size", "ms per all-reduce"];
+    Plotly.newPlot("latency-chart", [], layout(x, y), cfg);
+  }
   function addPoint(key, x, y) {
+    latencyChart();
     if (!(key in traces)) {
       traces[key] = Object.keys(traces).length;
+      seen[key] = new Set();
       Plotly.addTraces("latency-chart", { name: esc(key), x: [], y: [], mode: "lines+markers", type: "scatter" });
     }
+    if (typeof x !== "number") x = seen[key].size;  // an event without its index: the next one
+    if (seen[key].has(x)) return;  // stored and replayed: drawn once
+    seen[key].add(x);
     Plotly.extendTraces("latency-chart", { x: [[x]], y: [[y]] }, [traces[key]], 2000);
   }
-  Plotly.newPlot("latency-chart", [], layout("event #", "ms per step"), cfg);
+
+  // Distribution per phase: small multiples, one panel per phase, batch on a log axis; every
+  // timed iteration as a point (red where the server flagged it noisy) and the medians as a line.
+  const PHASE_ORDER = ["forward", "backward", "optimizer"];
+  function phasePanels(samples) {
+    const byPhase = new Map();
+    samples.forEach((s) => { if (!byPhase.has(s.phase)) byPhase.set(s.phase, []); byPhase.get(s.phase).push(s); });
+    const rank = (p) => (PHASE_ORDER.indexOf(p) < 0 ? PHASE_ORDER.length : PHASE_ORDER.indexOf(p));
+    const phases = [...byPhase.keys()].sort((a, b) => rank(a) - rank(b));
+    const box = $("phase-chart");
+    phases.forEach((phase, i) => {
+      const rows = byPhase.get(phase).slice().sort((a, b) => a.batch_size - b.batch_size);
+      const panel = document.createElement("figure");
+      panel.className = "phase-panel";
+      panel.style.margin = "0";
+      const title = document.createElement("figcaption");
+      title.textContent = phase;  // a stored string: text, never markup
+      title.style.fontWeight = "600";
+      const plot = document.createElement("div");
+      plot.id = `phase-panel-${i}`;
+      panel.append(title, plot);
+      box.append(panel);
+      const points = rows.map((s) => ({ type: "scatter", mode: "markers", name: esc(`${s.phase} @${s.batch_size}`),
+        x: s.times_ms.map(() => s.batch_size), y: s.times_ms, showlegend: false,
+        marker: { size: 6, opacity: 0.6, color: s.noisy.length ? "#c62828" : "#1f5fa8" },
+        text: s.times_ms.map(() => esc(s.noisy.length ? `noisy: ${s.noisy.join("; ")}; use more iterations` : `CV ${s.cv.toFixed(3)}`)),
+        hovertemplate: "batch %{x}: %{y:.3f} ms<br>%{text}<extra>%{fullData.name}</extra>" }));
+      points.push({ type: "scatter", mode: "lines", name: "median", showlegend: false, x: rows.map((s) => s.batch_size),
+        y: rows.map((s) => s.median_ms), line: { color: "#5a6470", width: 1.5 } });
+      Plotly.newPlot(plot.id, points, layout("batch size (log)", "ms", {
+        height: 260, margin: { t: 8, r: 8, b: 44, l: 52 }, showlegend: false,
+        xaxis: { type: "log", title: { text: "batch size (log)" }, tickvals: rows.map((s) => s.batch_size) },
+        yaxis: { title: { text: "ms" }, rangemode: "tozero" } }), cfg);
+    });
+  }
 
   function drawStored() {
-    if (kind === "compute" && $("phase-chart")) {
-      const box = stored.compute.map((s) => ({ type: "box", name: esc(`${s.phase} @${s.batch_size}`), y: s.times_ms,
-        boxpoints: "all", jitter: 0.3 }));
-      Plotly.react("phase-chart", box, layout("phase @ batch", "ms", { legend: { orientation: "h", y: -0.3 } }), cfg);
-      if (!Object.keys(traces).length) {
-        stored.compute.filter((s) => s.phase === "forward").forEach((s) =>
-          s.times_ms.forEach((t, i) => addPoint(`batch ${s.batch_size}`, i, t)));
-      }
-    }
-    if (kind === "comm" && $("comm-chart")) {
+    (stored.latency || []).forEach((series) => series.times_ms.forEach((t, i) => addPoint(series.key, i, t)));
+    if (kind === "compute" && $("phase-chart") && stored.compute.length) phasePanels(stored.compute);
+    if (kind === "comm" && $("comm-chart") && stored.comm.length) {
       const x = stored.comm.map((s) => s.size_bytes), bw = stored.comm.map((s) => s.busbw_gbps);
       const lo = stored.comm.map((s) => s.busbw_gbps * (s.median_ms / Math.max(...s.times_ms)));
       const hi = stored.comm.map((s) => s.busbw_gbps * (s.median_ms / Math.min(...s.times_ms)));
@@ -135,7 +180,7 @@
       if (msg.phase) $("phase").textContent = msg.phase;
       if (typeof msg.time_ms === "number") {
         const key = msg.batch_size !== undefined ? `batch ${msg.batch_size}` : `${msg.size_bytes} B`;
-        addPoint(key, msg.seq, msg.time_ms);
+        addPoint(key, msg.iteration, msg.time_ms);
       }
     }
   }
@@ -143,6 +188,9 @@
     $("status").textContent = msg.status;
     $("progress").value = Math.max($("progress").value, msg.progress || 0);
     if (msg.error) { $("error").hidden = false; $("error-text").textContent = msg.error; }
+    if (["failed", "cancelled"].includes(msg.status) && !latencyDrawn && $("latency-waiting")) {
+      $("latency-waiting").textContent = "No measurements were stored: the run ended before it timed an iteration.";
+    }
     if (["succeeded", "failed", "cancelled"].includes(msg.status) && state.dataset.status !== msg.status) {
       state.dataset.status = msg.status;
       if (msg.status === "succeeded") setTimeout(() => window.location.reload(), 800);  // show stored samples
