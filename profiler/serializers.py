@@ -376,13 +376,34 @@ class CommRunRequestSerializer(ProfilingRunSerializer):
         read_only_fields: list[str] = []
 
 
+class NoisyFlagSerializer(serializers.Serializer):
+    """A measurement too noisy to plan on (``profiler.quality``)."""
+
+    reason = serializers.CharField()
+    batch_size = serializers.IntegerField(allow_null=True, help_text="compute: the batch size")
+    phase = serializers.CharField(allow_null=True, help_text="compute: the phase; null: the whole batch")
+    size_bytes = serializers.IntegerField(allow_null=True, help_text="comm: the message size")
+    advice = serializers.CharField()
+
+
 class ProfilingRunDetailSerializer(ProfilingRunSerializer):
     compute_samples = ComputeSampleSerializer(many=True, read_only=True)
     bucket_samples = BucketSampleSerializer(many=True, read_only=True)
     comm_samples = CommSampleSerializer(many=True, read_only=True)
+    noisy = serializers.SerializerMethodField(
+        help_text="Measurements too noisy to plan on: a coefficient of variation above 0.2, or a larger "
+        "batch measured faster than a smaller one; the advice is to use more iterations"
+    )
 
     class Meta(ProfilingRunSerializer.Meta):
-        fields = [*RUN_FIELDS, "compute_samples", "bucket_samples", "comm_samples"]
+        fields = [*RUN_FIELDS, "compute_samples", "bucket_samples", "comm_samples", "noisy"]
+
+    @extend_schema_field(NoisyFlagSerializer(many=True))
+    def get_noisy(self, run: ProfilingRun) -> list[dict[str, object]]:
+        from profiler import quality
+
+        flags = quality.compute_flags(run.compute_samples.all()) + quality.comm_flags(run.comm_samples.all())
+        return [f.as_dict() for f in flags]
 
 
 # (run, seq) is unique, so the largest seq bounds how many events one agent token can store.

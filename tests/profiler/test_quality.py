@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pytest
+
 from profiler import quality
 
 
@@ -71,3 +73,30 @@ def test_reasons_for_a_phase_include_its_batch_wide_flag():
     assert len(quality.reasons_for(by_key, 256, "optimizer")) == 1
     assert quality.reasons_for(by_key, 128, "forward") == []
     assert quality.flags_by_key([]) == {}
+
+
+@pytest.mark.django_db
+def test_the_run_s_api_detail_lists_its_noisy_measurements(user_api, make_run):
+    from profiler.models import ComputeSample
+
+    run = make_run(status="succeeded")
+    for b, fwd, cv in ((128, 10.0, 0.01), (256, 8.0, 0.5)):
+        for phase, median in (("forward", fwd), ("backward", 2 * fwd), ("optimizer", 1.0)):
+            ComputeSample.objects.create(
+                run=run,
+                batch_size=b,
+                phase=phase,
+                median_ms=median,
+                p10_ms=median,
+                p90_ms=median,
+                mean_ms=median,
+                std_ms=cv * median,
+                cv=cv,
+                times_ms=[median] * 5,
+            )
+    body = user_api.get(f"/api/v1/profiling-runs/{run.pk}/").json()
+    keys = [(f["batch_size"], f["phase"]) for f in body["noisy"]]
+    assert keys[0] == (256, None)  # the order rule first, then each phase's spread
+    assert sorted(keys[1:]) == [(256, "backward"), (256, "forward"), (256, "optimizer")]
+    assert {f["advice"] for f in body["noisy"]} == {"use more iterations"}
+    assert user_api.get("/api/v1/profiling-runs/").status_code == 200  # the list stays without it
