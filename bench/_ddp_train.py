@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
     import torch.nn.functional as fn
 
-    from profiler.agent.specs import load_model
+    from workload.specs import load_model
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.rank)

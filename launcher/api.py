@@ -370,9 +370,9 @@ class JobAgentTarballView(JobAgentView):
 
     @extend_schema(responses={200: OpenApiResponse(description="gzip tarball of profiler/agent")})
     def get(self, request, pk: int):
-        from profiler.api import _agent_tarball
+        from fleet.bundle import agent_tarball
 
-        return HttpResponse(_agent_tarball(), content_type="application/gzip")
+        return HttpResponse(agent_tarball(), content_type="application/gzip")
 
 
 class JobWorkdirView(JobAgentView):

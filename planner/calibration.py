@@ -61,7 +61,7 @@ def load_or_calibrate(
 
 
 def resnet50_costs() -> dict[str, Any]:
-    from profiler.agent.specs import load_model
+    from workload.specs import load_model
 
     def build() -> Any:
         return load_model("torchvision:resnet50")
@@ -87,7 +87,7 @@ TRACE_CACHE_DIR = Path(__file__).resolve().parents[1] / "var" / "corpus_traces"
 
 
 def _trace_key(spec: str, shape: tuple[int, ...], precision: str) -> str:
-    import profiler.agent.workload as wl
+    import workload.cost as wl
 
     h = hashlib.sha256(Path(wl.__file__).read_bytes())
     h.update(json.dumps([spec, list(shape), precision]).encode())
@@ -96,7 +96,7 @@ def _trace_key(spec: str, shape: tuple[int, ...], precision: str) -> str:
 
 def trace_precision(precision: str) -> str:
     """The trace a row needs: 16-bit activations for amp/fp16/bf16, else 32-bit."""
-    from profiler.agent.workload import precision_family
+    from workload.cost import precision_family
 
     return "amp" if precision_family(precision) == "half" else "fp32"
 
@@ -118,8 +118,8 @@ def corpus_trace(
     if cache.exists():
         cached: dict[str, Any] = json.loads(cache.read_text())
         return cached
-    from profiler.agent.specs import load_model
-    from profiler.agent.workload import trace_workload
+    from workload.cost import trace_workload
+    from workload.specs import load_model
 
     def build() -> Any:
         return load_model(spec, num_classes=1000, input_shape=shape)

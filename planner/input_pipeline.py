@@ -29,7 +29,7 @@ at once (the same 0.6 as the defaults below); else the default of the data kind 
 * ``text`` 90,000 samples/s per vCPU: ``dataloader.py``'s pre-tokenised windows (512 tokens)
   measured 159k/s on one core, times the same 0.6; it practically never binds.
 
-The kind comes from the model's input shape (``profiler.agent.dataloader.data_kind``, the rule
+The kind comes from the model's input shape (``workload.runs.data_kind``, the rule
 the agent measures by): ``(C, H, W)`` is image data (``small_image`` when
 ``max(H, W) <= 64``: a JPEG-decoding assumption would make a CIFAR model look 15x input-bound),
 ``(seq_len,)`` is token data; anything else has no known pipeline and is not capped.
@@ -48,11 +48,11 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-# The agent reads the data kind the same way when it measures the rate (its package is the one
-# place the rule lives: the agent may not import the planner).
-from profiler.agent.dataloader import KINDS as KINDS
-from profiler.agent.dataloader import SMALL_IMAGE_MAX_SIDE as SMALL_IMAGE_MAX_SIDE
-from profiler.agent.dataloader import data_kind as data_kind
+# The agent reads the data kind the same way when it measures the rate (workload.runs is the one
+# place the rule lives: the agent may not import the planner, nor the planner the agent).
+from workload.runs import KINDS as KINDS
+from workload.runs import SMALL_IMAGE_MAX_SIDE as SMALL_IMAGE_MAX_SIDE
+from workload.runs import data_kind as data_kind
 
 DEFAULT_RATE_PER_VCPU: dict[str, float] = {"image": 100.0, "small_image": 1_400.0, "text": 90_000.0}
 # What one vCPU (a hyperthread) keeps of a rate measured on one thread when all vCPUs load at

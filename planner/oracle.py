@@ -137,7 +137,7 @@ class Workload:
     def from_dict(cls, doc: Mapping[str, Any]) -> Workload:
         """Read :meth:`to_dict`'s form, e.g. the ``workload`` an agent posted with its profile
         (untrusted: ``check_trace`` raises ``ValueError`` on anything malformed)."""
-        from profiler.agent.workload import check_trace
+        from workload.cost import check_trace
 
         doc = check_trace(doc)
         return cls(
@@ -881,13 +881,13 @@ def workload_for_spec(
     meta device (no weights, no memory, seconds even for large models).
 
     Library specs only, unless ``allow_code`` (the operator's own commands): the web process
-    and the task worker never import a team's model code (``profiler.agent.specs``).
+    and the task worker never import a team's model code (``workload.specs``).
 
     Library workloads are cached in the process by ``(spec, input shape, precision,
     num_classes)`` (an LRU of :data:`WORKLOAD_CACHE_SIZE`); a code spec is traced every time,
     since its module may change under the same name."""
-    from profiler.agent.specs import load_model, parse_spec
-    from profiler.agent.workload import trace_workload
+    from workload.cost import trace_workload
+    from workload.specs import load_model, parse_spec
 
     shape = tuple(int(x) for x in input_shape)
     try:

@@ -400,7 +400,7 @@ def _parse_model(doc: Mapping[str, Any]) -> ModelInfo:
 
 
 def _parse_device(doc: Mapping[str, Any]) -> DeviceInfo:
-    from profiler.agent.compute import precision_run  # the agent's rule for what a precision runs as
+    from workload.runs import precision_run  # the agent's rule for what a precision runs as
 
     kind = str(_require(doc, "type", "device"))
     precision = str(doc.get("precision") or "fp32")
@@ -418,7 +418,7 @@ def _parse_input_pipeline(doc: Any) -> InputPipelineRate | None:
         return None
     if not isinstance(doc, Mapping):
         raise ProfileError("input_pipeline", "must be an object or null")
-    from profiler.agent.dataloader import KINDS
+    from workload.runs import KINDS
 
     kind = _require(doc, "kind", "input_pipeline")
     if kind not in KINDS:

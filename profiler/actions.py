@@ -358,7 +358,7 @@ def check_profile(run: ProfilingRun, profile) -> None:
             f"{run.model_spec!r}"
         )
     if profile.get("workload") is not None:
-        from profiler.agent.workload import check_trace
+        from workload.cost import check_trace
 
         try:  # the planner reads it instead of importing the model: it must be well-formed
             check_trace(profile["workload"])

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import io
 import json
 import re
-import tarfile
-from functools import cache
-from pathlib import Path
 
-from django.conf import settings
 from django.db import transaction
 from django.http import HttpResponse
 from drf_spectacular.utils import (
@@ -27,6 +22,7 @@ from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
+from fleet.bundle import agent_tarball
 from profiler import actions
 from profiler.auth import AgentTokenAuthentication, IsAgentForThisRun
 from profiler.models import ProfilingRun, Provider, RunEvent
@@ -222,23 +218,12 @@ class RendezvousView(APIView):
         return Response(body, status=code)
 
 
-@cache
-def _agent_tarball() -> bytes:
-    base = Path(settings.BASE_DIR)
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        tar.addfile(tarfile.TarInfo("profiler/__init__.py"), io.BytesIO(b""))
-        for path in sorted((base / "profiler" / "agent").rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts:
-                tar.add(path, arcname=str(path.relative_to(base)))
-    return buf.getvalue()
-
-
 class AgentTarballView(APIView):
-    """The agent package, for a VM that installs it from this server (Bearer run token)."""
+    """The agent bundle (:func:`fleet.bundle.agent_tarball`), for a VM that installs it from this
+    server (Bearer run token)."""
 
     authentication_classes = [AgentTokenAuthentication]
 
-    @extend_schema(responses={200: OpenApiResponse(description="gzip tarball of profiler/agent")})
+    @extend_schema(responses={200: OpenApiResponse(description="gzip tarball: profiler/agent, workload")})
     def get(self, request):
-        return HttpResponse(_agent_tarball(), content_type="application/gzip")
+        return HttpResponse(agent_tarball(), content_type="application/gzip")

@@ -35,7 +35,7 @@ def largest_gpu_bytes() -> int:
     catalog has no GPU with a known memory."""
     from django.db.models import Max
 
-    from profiler.agent.config_bounds import LARGEST_GPU_BYTES
+    from workload.config_bounds import LARGEST_GPU_BYTES
 
     most = Accelerator.objects.filter(kind=AcceleratorKind.NVIDIA_GPU).aggregate(m=Max("memory_mib"))["m"]
     return int(most) * 2**20 if most else LARGEST_GPU_BYTES
@@ -55,7 +55,7 @@ def model_spec_problem(spec: str, provider: str, allow_local_code: bool, input_s
     A code spec (``package.module:factory``) runs the named code in the agent: on EC2 that is
     the team's own VM; locally it is this server, so only with ``allow_local_code``
     (``settings.LOCAL_CODE_EXECUTION``, or the operator's ``manage.py profile_model``)."""
-    from profiler.agent.specs import SpecError, check_library_spec, parse_spec
+    from workload.specs import SpecError, check_library_spec, parse_spec
 
     try:
         if parse_spec(spec).is_library:

@@ -24,7 +24,7 @@ WATCH_EVERY_S = 3.0
 def local_code_refused(run: ProfilingRun) -> bool:
     """A local compute run of model code while local code execution is off (checked again
     here: the run may have been stored while it was on)."""
-    from profiler.agent.specs import SpecError, parse_spec
+    from workload.specs import SpecError, parse_spec
 
     if run.kind != RunKind.COMPUTE or run.provider != Provider.LOCAL or settings.LOCAL_CODE_EXECUTION:
         return False

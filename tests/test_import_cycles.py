@@ -16,7 +16,18 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("srifty_web", "accounts", "catalog", "profiler", "planner", "launcher", "cloud", "frontend")
+PACKAGES = (
+    "srifty_web",
+    "accounts",
+    "catalog",
+    "profiler",
+    "planner",
+    "launcher",
+    "cloud",
+    "frontend",
+    "fleet",
+    "workload",
+)
 SKIP_DIRS = {".venv", "tests", "bench", "migrations", "__pycache__", "node_modules", "static", "templates"}
 
 
@@ -192,3 +203,65 @@ def test_a_function_local_import_is_an_edge_and_a_type_checking_one_is_not(tmp_p
     assert ["cyc.a", "cyc.b"] in strongly_connected(graph)
     (pkg / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from cyc import a\n")
     assert imports_of("cyc.b", pkg / "b.py", modules) == set()
+
+
+def imported_names(name: str, path: Path) -> set[str]:
+    """Every dotted module name the file of ``name`` imports, project or not, at any depth and
+    under ``if TYPE_CHECKING:`` too (an annotation-only import is still a dependency of the layer),
+    relative imports resolved."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                parts = parts[: len(parts) - (node.level - 1)]
+                found.add(".".join(parts + ([node.module] if node.module else [])))
+            else:
+                found.add(node.module or "")
+    return found
+
+
+def _under(module: str, roots: tuple[str, ...]) -> bool:
+    return any(module == root or module.startswith(root + ".") for root in roots)
+
+
+def arrows(sources: tuple[str, ...], targets: tuple[str, ...], skip: tuple[str, ...] = ()) -> list[str]:
+    """``module -> imported`` for every module under ``sources`` (not under ``skip``) that imports
+    anything under ``targets``."""
+    out = []
+    for name, path in sorted(project_modules().items()):
+        if _under(name, sources) and not _under(name, skip):
+            out += [f"{name} -> {t}" for t in sorted(imported_names(name, path)) if _under(t, targets)]
+    return out
+
+
+def test_the_pure_planner_imports_nothing_of_the_profiler():
+    """The planner reads models through ``workload`` (specs, tracing, the schema of a workload),
+    never through the GPU agent's package; only its Django app (planner.app) reads the profiler
+    app's records."""
+    assert not arrows(("planner",), ("profiler",), skip=("planner.app",))
+
+
+def test_nothing_under_planner_imports_the_gpu_agent():
+    assert not arrows(("planner",), ("profiler.agent",))
+
+
+def test_workload_imports_no_web_no_planner_and_no_profiler():
+    """The ground floor: the agent (a bare torch bundle) and the planner both stand on it."""
+    found = arrows(("workload",), ("django", "rest_framework", "planner", "profiler", "launcher", "fleet"))
+    assert not found
+    assert not [a for a in arrows(("workload",), PACKAGES) if not a.split(" -> ")[1].startswith("workload")]
+
+
+def test_the_import_walk_sees_type_checking_and_relative_imports(tmp_path):
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from profiler.models import X\n"
+        "def f():\n    from . import b\n    import django.db\n"
+    )
+    assert imported_names("pkg.a", pkg / "a.py") == {"typing", "profiler.models", "pkg", "django.db"}

@@ -15,8 +15,8 @@ import math
 from dataclasses import dataclass
 from decimal import Decimal
 
-from profiler.agent.compute import _DEFAULTS as AGENT_DEFAULTS
-from profiler.agent.compute import ladder
+from workload.runs import DEVICE_DEFAULTS as AGENT_DEFAULTS
+from workload.runs import ladder
 
 CHEAP_TYPES = ("g4dn.xlarge", "g5.xlarge")
 

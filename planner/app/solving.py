@@ -453,7 +453,7 @@ def _warm(request: dict) -> None:
     compute model): the fork shares them with every child, so a child's time and memory limits
     go to the request's own work. A failure here is left for the child to meet and report."""
     from planner.app import service
-    from profiler.agent.specs import parse_spec
+    from workload.specs import parse_spec
 
     modules = ["torch"]
     spec = (request.get("model") or {}).get("spec")

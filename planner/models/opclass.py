@@ -1,6 +1,6 @@
 """The compute model: an operator-class roofline with kernel floors and a learned residual.
 
-Workload.  :meth:`WorkloadCost.class_sums` (``profiler.agent.workload``) gives, per phase ``φ``
+Workload.  :meth:`WorkloadCost.class_sums` (``workload.cost``) gives, per phase ``φ``
 (forward, backward, optimizer) and operator class ``c``, the FLOPs ``F_φc(b)`` and bytes
 ``M_φc(b)`` (both linear in the per-GPU batch ``b``) and the kernel count ``n_φc``.
 
@@ -58,7 +58,7 @@ from typing import Any
 
 from planner.hardware import GpuSpec
 from planner.models.transfer import W_REF_GB_S, RooflineParams, TransferModel, compute_unit
-from profiler.agent.workload import GEMM_CLASSES, OP_CLASSES, PHASES, WorkloadCost, precision_family
+from workload.cost import GEMM_CLASSES, OP_CLASSES, PHASES, WorkloadCost, precision_family
 
 UNITS = ("tensor", "cuda")
 KERNEL_GROUPS = ("gemm", "other", "optimizer")

@@ -1,6 +1,6 @@
 """Cross-device transfer: predict a model's phase times on a GPU that was never profiled.
 
-Workload cost.  :func:`count_workload` (``profiler.agent.workload``) runs one training step of
+Workload cost.  :func:`count_workload` (``workload.cost``) runs one training step of
 the model on the ``meta`` device (no memory, no arithmetic) under a dispatch mode that records, for every aten operator
 ``i`` of forward, backward and optimizer, its floating-point operations ``F_i`` (the formulas of
 ``torch.utils.flop_counter``, i.e. what ``FlopCounterMode`` counts) and the bytes it touches
@@ -69,11 +69,11 @@ from planner.models.compute import PhaseSpread, PhaseTimes
 
 # The workload counter lives with the agent (it runs where the model's code may run); these
 # names stay importable from here (``X as X``: an explicit re-export).
-from profiler.agent.workload import PHASES as PHASES
-from profiler.agent.workload import OpCost as OpCost
-from profiler.agent.workload import WorkloadCost as WorkloadCost
-from profiler.agent.workload import count_workload as count_workload
-from profiler.agent.workload import precision_family as precision_family
+from workload.cost import PHASES as PHASES
+from workload.cost import OpCost as OpCost
+from workload.cost import WorkloadCost as WorkloadCost
+from workload.cost import count_workload as count_workload
+from workload.cost import precision_family as precision_family
 
 CALIBRATION_ALIASES: dict[str, str] = {
     "V100-SXM2-16GB": "V100",

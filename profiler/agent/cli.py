@@ -227,7 +227,7 @@ def run_compute(args: argparse.Namespace) -> int:
     from profiler.agent.output import write_profile
     from profiler.agent.reporter import make_reporter
     from profiler.agent.schema import validate_profile
-    from profiler.agent.specs import SpecError, parse_spec
+    from workload.specs import SpecError, parse_spec
 
     reporter = make_reporter(args.report_to, _token(args), retry=_retry_policy(args))
     try:

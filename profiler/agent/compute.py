@@ -28,12 +28,14 @@ import statistics
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any
 
 from profiler.agent import SCHEMA_VERSION
-from profiler.agent.buckets import DEFAULT_BUCKET_CAP_BYTES, DEFAULT_FIRST_BUCKET_BYTES, Bucket, ddp_buckets
 from profiler.agent.environment import available_memory_bytes, device_info, environment, utc_now_iso
-from profiler.agent.memory import (
+from profiler.agent.reporter import NullReporter
+from profiler.agent.stats import summarize
+from workload.buckets import DEFAULT_BUCKET_CAP_BYTES, DEFAULT_FIRST_BUCKET_BYTES, Bucket, ddp_buckets
+from workload.memory import (
     BudgetExceeded,
     MemoryEstimate,
     SavedTensorMeter,
@@ -42,28 +44,13 @@ from profiler.agent.memory import (
     static_memory,
     tensor_bytes,
 )
-from profiler.agent.reporter import NullReporter
-from profiler.agent.specs import load_model, logits_of
-from profiler.agent.stats import summarize
+from workload.runs import DEVICE_DEFAULTS, PRECISIONS, ladder, precision_run
+from workload.specs import load_model, logits_of
 
 log = logging.getLogger("profiler.agent.compute")
 
-PRECISIONS = ("fp32", "amp", "bf16")
 PHASES = ("forward", "backward", "optimizer")
 
-
-# Per-device defaults. On CPU a big step takes seconds, so fewer iterations and a time
-# budget per batch size keep a whole ladder within minutes; on GPU steps are milliseconds.
-class _DeviceDefaults(TypedDict):
-    warmup: int
-    iters: int
-    max_seconds_per_size: float
-
-
-_DEFAULTS: dict[str, _DeviceDefaults] = {
-    "cpu": {"warmup": 1, "iters": 5, "max_seconds_per_size": 8.0},
-    "cuda": {"warmup": 5, "iters": 20, "max_seconds_per_size": 30.0},
-}
 # Share of the progress bar given to the batch search in auto mode.
 _SEARCH_SHARE = 0.1
 # Default --max-memory on CPU: this share of MemAvailable when the profile starts.
@@ -103,7 +90,7 @@ class ComputeOptions:
     def resolved(self) -> ComputeOptions:
         """A copy with the device-dependent defaults filled in and values checked."""
         kind = "cuda" if self.device.startswith("cuda") else "cpu"
-        defaults = _DEFAULTS[kind]
+        defaults = DEVICE_DEFAULTS[kind]
         out = ComputeOptions(**{**self.__dict__})
         out.warmup = defaults["warmup"] if self.warmup is None else self.warmup
         out.iters = defaults["iters"] if self.iters is None else self.iters
@@ -128,16 +115,6 @@ class ComputeOptions:
 
 
 # -- pure helpers ------------------------------------------------------------------------
-
-
-def precision_run(requested: str, device_type: str) -> str:
-    """The precision a step actually runs for ``--precision requested`` on ``device_type``.
-
-    ``amp`` is fp16 autocast with a GradScaler on CUDA, but CPU autocast is bf16 only: there it
-    runs as ``bf16`` (and the profile says so, next to ``precision_requested``)."""
-    if requested == "amp" and device_type != "cuda":
-        return "bf16"
-    return requested
 
 
 def search_max_batch(fits: Callable[[int], bool], low: int, high: int) -> int | None:
@@ -167,21 +144,6 @@ def search_max_batch(fits: Callable[[int], bool], low: int, high: int) -> int | 
         else:
             first_fail = mid
     return last_fit
-
-
-def ladder(max_batch: int, min_batch: int = 1) -> list[int]:
-    """Powers of two from ``min_batch`` up to ``max_batch``, plus ``max_batch`` itself.
-
-    Dense at small sizes, where a device goes from launch-bound to compute-bound, so the
-    piecewise-linear knee of step time over batch size is visible.
-    """
-    sizes = {max_batch}
-    power = 1
-    while power < max_batch:
-        if power >= min_batch:
-            sizes.add(power)
-        power *= 2
-    return sorted(sizes | {min_batch})
 
 
 # -- clocks ------------------------------------------------------------------------------
@@ -476,9 +438,9 @@ class Trainer:
 
 def flops_per_sample(trace: dict[str, Any] | None) -> tuple[float | None, float | None]:
     """(forward, forward+backward) FLOPs per sample at batch 2, from the workload trace: the
-    project's one FLOP counter (``profiler.agent.workload``: ``torch.utils.flop_counter``'s
+    project's one FLOP counter (``workload.cost``: ``torch.utils.flop_counter``'s
     formulas, grouped and depthwise convolutions counted right). ``(None, None)`` without one."""
-    from profiler.agent.workload import WorkloadCost
+    from workload.cost import WorkloadCost
 
     if not trace:
         return None, None
@@ -488,10 +450,10 @@ def flops_per_sample(trace: dict[str, Any] | None) -> tuple[float | None, float 
 
 
 def workload_trace(options: ComputeOptions) -> dict[str, Any] | None:
-    """The model's workload (``profiler.agent.workload.trace_workload``) for the planner, which
+    """The model's workload (``workload.cost.trace_workload``) for the planner, which
     never imports a team's model itself; ``None`` (with a warning) when the model cannot be
     traced on the meta device, so a profile is never lost to it."""
-    from profiler.agent.workload import trace_workload
+    from workload.cost import trace_workload
 
     precision = "amp" if options.precision in ("amp", "bf16") else "fp32"
     try:

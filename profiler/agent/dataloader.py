@@ -26,20 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-KINDS = ("image", "small_image", "text")
-# pixels per side up to which images are taken to come from an in-memory array (no JPEG decode)
-SMALL_IMAGE_MAX_SIDE = 64
-
-
-def data_kind(input_shape: Sequence[int]) -> str | None:
-    """``"image"`` for ``(C, H, W)`` (``"small_image"`` up to 64 x 64), ``"text"`` for
-    ``(seq_len,)``, else None (no known pipeline). The planner reads the kind the same way
-    (``planner.input_pipeline`` imports this), so a profile's rate matches a plan's kind."""
-    if len(input_shape) == 3:
-        return "small_image" if max(input_shape[1:]) <= SMALL_IMAGE_MAX_SIDE else "image"
-    if len(input_shape) == 1:
-        return "text"
-    return None
+from workload.runs import KINDS, data_kind
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler.agent.specs import check_library_spec, load_model
+from workload.specs import check_library_spec, load_model
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS_CSV = ROOT / "catalog/fixtures/public_gpu_training.csv"

@@ -10,7 +10,7 @@ import pytest
 
 from planner import input_pipeline as ip
 from planner.solver import PlanRequest, solve
-from profiler.agent import dataloader
+from workload import runs
 
 
 @cache
@@ -127,7 +127,7 @@ def test_a_profiles_rate_counts_only_for_the_kind_it_was_measured_for():
     assert ip.measured_rate((3, 224, 224), None) is None
     assert ip.measured_rate((3, 224, 224), ("image", 0.0)) is None
     assert ip.measured_rate((3, 224, 224), ("image", float("nan"))) is None
-    assert ip.data_kind is dataloader.data_kind  # one rule, in the agent, which may not import the planner
+    assert ip.data_kind is runs.data_kind  # one rule, in workload/, which the agent and the planner share
 
 
 def test_a_resampled_oracle_keeps_the_input_rate_and_predicts_the_same_bound():

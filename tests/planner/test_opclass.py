@@ -12,7 +12,7 @@ from planner.calibration import COMPUTE_MODEL_FILE, load_compute_model
 from planner.hardware import GpuSpec, load_gpu_specs
 from planner.models.opclass import PRIOR, OpClassModel, Sample, Trees
 from planner.models.transfer import SUPPLEMENTARY_SPECS, RooflineParams
-from profiler.agent.workload import count_workload, op_class
+from workload.cost import count_workload, op_class
 
 A100 = GpuSpec("A100", "Ampere", 108, 19.5, 156, 312, 1555, 40, 600)
 ROOT = Path(__file__).resolve().parents[2]

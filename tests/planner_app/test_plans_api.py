@@ -121,8 +121,8 @@ def test_plans_are_private_to_the_team(user_api, catalog, django_user_model, sol
 
 def traced(profile: dict) -> dict:
     """The profile with the workload trace that the agent adds (as the agent builds it)."""
-    from profiler.agent.specs import load_model
-    from profiler.agent.workload import trace_workload
+    from workload.cost import trace_workload
+    from workload.specs import load_model
 
     spec, shape = profile["model"]["spec"], tuple(profile["model"]["input_shape"])
     build = lambda: load_model(spec, 10, shape, allow_code=True)  # noqa: E731
@@ -144,7 +144,7 @@ def test_a_profile_of_model_code_without_a_workload_trace_is_refused_not_importe
     user_api, catalog, make_run, compute_profile, monkeypatch
 ):
     from profiler import actions
-    from profiler.agent import specs
+    from workload import specs
 
     imported = []
     monkeypatch.setattr(specs, "_resolve_factory", lambda target: imported.append(target))

@@ -9,9 +9,10 @@ import sys
 import pytest
 
 from profiler.agent.cli import main
-from profiler.agent.compute import ComputeOptions, CpuMemoryProbe, Trainer, ladder, search_max_batch
+from profiler.agent.compute import ComputeOptions, CpuMemoryProbe, Trainer, search_max_batch
 from profiler.agent.schema import validate_profile
-from profiler.agent.specs import load_model
+from workload.runs import ladder
+from workload.specs import load_model
 
 from .conftest import REPO_ROOT
 
@@ -337,7 +338,7 @@ def test_a_cpu_profile_records_the_precision_it_ran_next_to_the_one_requested(tm
 
 
 def test_amp_runs_as_bf16_autocast_without_a_scaler_on_cpu():
-    from profiler.agent.compute import precision_run
+    from workload.runs import precision_run
 
     options = ComputeOptions(
         model="examples.tiny_model:build", input_shape=(3, 16, 16), num_classes=10, precision="amp"

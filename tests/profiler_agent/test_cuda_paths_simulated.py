@@ -20,7 +20,7 @@ from profiler.agent.compute import (
     GradReadyRecorder,
     Trainer,
 )
-from profiler.agent.specs import load_model
+from workload.specs import load_model
 
 
 class FakeEvent:

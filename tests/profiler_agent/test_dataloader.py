@@ -2,7 +2,8 @@
 
 import pytest
 
-from profiler.agent.dataloader import data_kind, measure, profile_entry
+from profiler.agent.dataloader import measure, profile_entry
+from workload.runs import data_kind
 
 
 @pytest.mark.parametrize("kind", ["image", "small_image", "text"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from profiler.agent.specs import SpecError, load_model, logits_of, parse_spec
+from workload.specs import SpecError, load_model, logits_of, parse_spec
 
 
 def test_torchvision_spec_builds_an_untrained_model_with_the_requested_classes():
@@ -69,7 +69,7 @@ def test_logits_are_found_in_tuples_and_named_outputs():
 
 
 def test_code_specs_are_built_only_when_code_is_allowed(monkeypatch):
-    from profiler.agent import specs
+    from workload import specs
 
     imported = []
     monkeypatch.setattr(specs, "_import_target", lambda name: imported.append(name))
@@ -94,7 +94,7 @@ def test_timm_and_transformers_models_are_built_from_their_registries():
 
 
 def test_transformers_overrides_must_name_numeric_fields_of_the_config():
-    from profiler.agent.specs import check_library_spec
+    from workload.specs import check_library_spec
 
     assert check_library_spec("transformers:bert(num_hidden_layers=2)").kind == "transformers"
     for bad in (
@@ -110,7 +110,7 @@ def test_transformers_overrides_must_name_numeric_fields_of_the_config():
 
 
 def test_library_models_trace_on_the_meta_device():
-    from profiler.agent.workload import check_trace, trace_workload
+    from workload.cost import check_trace, trace_workload
 
     spec = "transformers:bert(num_hidden_layers=1,hidden_size=32,num_attention_heads=2,intermediate_size=64)"
     trace = trace_workload(lambda: load_model(spec, 2, (16,)), (16,), model_spec=spec, num_classes=2)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from profiler.agent.compute import ladder, search_max_batch
+from profiler.agent.compute import search_max_batch
 from profiler.agent.units import (
     ArgumentValueError,
     geometric_sizes,
@@ -13,6 +13,7 @@ from profiler.agent.units import (
     parse_size,
     parse_size_range,
 )
+from workload.runs import ladder
 
 
 def test_sizes_use_binary_units_and_a_bare_number_is_bytes():

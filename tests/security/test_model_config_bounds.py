@@ -45,7 +45,7 @@ def _transformers_loaded():
     """Import transformers and its config registry in the test process, once: the probes measure
     what a request costs a warm server, not the first import of a library (a web process loads
     the registries before it serves: ``warm_model_registries``)."""
-    from profiler.agent.specs import check_library_spec
+    from workload.specs import check_library_spec
 
     check_library_spec("transformers:bert")
     check_library_spec("transformers:gpt2")
@@ -150,7 +150,7 @@ def test_the_worker_refuses_a_queued_runaway_spec_before_it_builds(catalog):
 def test_the_agent_refuses_a_runaway_or_oversized_spec_before_it_allocates():
     """A local profiling run builds the model with real weights (``load_model``, the agent's
     builder): the same checks run there before the first layer."""
-    from profiler.agent.specs import SpecError, load_model
+    from workload.specs import SpecError, load_model
 
     def build(spec: str) -> str:
         try:
@@ -204,7 +204,7 @@ def test_out_of_range_overrides_are_a_400_naming_the_field(client, catalog, over
 def test_fields_whose_default_is_below_the_limit_may_keep_it():
     """DeBERTa's ``max_relative_positions=-1`` means "use max_position_embeddings"; RoBERTa's
     ``type_vocab_size=1`` and a ``pad_token_id`` of 0 are ordinary."""
-    from profiler.agent.specs import check_library_spec
+    from workload.specs import check_library_spec
 
     check_library_spec("transformers:deberta(max_relative_positions=-1,type_vocab_size=0)")
     check_library_spec("transformers:roberta(vocab_size=50265,max_position_embeddings=514,type_vocab_size=1)")
@@ -219,7 +219,7 @@ def test_fields_whose_default_is_below_the_limit_may_keep_it():
 def _estimate(spec: str, shape: tuple[int, ...] = (128,)):
     from transformers import AutoConfig
 
-    from profiler.agent import config_bounds, specs
+    from workload import config_bounds, specs
 
     parsed = specs.parse_spec(spec)
     model_type, overrides = specs._hf_overrides(parsed)
@@ -246,8 +246,8 @@ def test_the_parameter_estimate_is_within_a_tenth_of_published_counts(spec, publ
 
 def test_a_config_just_over_the_gpu_budget_is_a_400_naming_the_budget_and_one_under_passes(client, catalog):
     from catalog.models import Accelerator, AcceleratorKind
-    from profiler.agent.config_bounds import LARGEST_GPU_BYTES
     from profiler.serializers import largest_gpu_bytes
+    from workload.config_bounds import LARGEST_GPU_BYTES
 
     gpus = Accelerator.objects.filter(kind=AcceleratorKind.NVIDIA_GPU).exclude(memory_mib=None)
     biggest = max(gpus.values_list("memory_mib", flat=True))
@@ -315,7 +315,7 @@ def test_the_corpus_models_trained_with_fsdp_can_still_be_traced_on_the_meta_dev
     on the meta device, which allocates nothing, so only the API refuses to plan it."""
     import torch
 
-    from profiler.agent.specs import SpecError, check_library_spec, load_model
+    from workload.specs import SpecError, check_library_spec, load_model
 
     spec = "transformers:mpt(d_model=8192,n_heads=64,n_layers=80,max_seq_len=2048,vocab_size=50368)"
     check_library_spec(spec)  # bounded fields: fine
@@ -338,7 +338,7 @@ def test_a_plan_input_shape_with_an_empty_or_huge_sample_is_a_400(client, catalo
 
 @pytest.mark.parametrize("spec", ["torchvision:resnet18", "timm:resnet18", "transformers:bert"])
 def test_num_classes_is_bounded_before_any_builder_runs(spec):
-    from profiler.agent.specs import SpecError, load_model
+    from workload.specs import SpecError, load_model
 
     def build() -> str:
         try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from planner.app.models import PlanRecord
-from profiler.agent import specs
+from workload import specs
 
 pytestmark = pytest.mark.django_db
 
@@ -257,7 +257,7 @@ def test_a_plan_uses_the_agents_trace_and_imports_nothing(
     user_api, catalog, make_run, compute_profile, no_code_runs
 ):
     from profiler import actions
-    from profiler.agent.workload import trace_workload
+    from workload.cost import trace_workload
 
     def build():
         import torch.nn as nn

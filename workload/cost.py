@@ -392,8 +392,8 @@ def trace_workload(
     so nothing is allocated and no weights are read."""
     import torch
 
-    from profiler.agent.buckets import ddp_buckets
-    from profiler.agent.memory import measure_saved_activations, static_memory
+    from workload.buckets import ddp_buckets
+    from workload.memory import measure_saved_activations, static_memory
 
     shape = tuple(int(x) for x in input_shape)
     cost = count_workload(build, shape, precision=precision, model_spec=model_spec, num_classes=num_classes)

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from profiler.agent import config_bounds
+from workload import config_bounds
 
 LIBRARY_KINDS = ("torchvision", "timm", "transformers")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}$")
