@@ -88,7 +88,7 @@ def workload(
     ``manage.py plan``/``predict``); only library workloads are cached, since a code spec's
     module can change under the same name."""
     from planner.oracle import Workload, workload_for_spec
-    from profiler.agent.specs import SpecError, check_library_spec, parse_spec
+    from workload.specs import SpecError, check_library_spec, parse_spec
 
     try:
         library = parse_spec(spec).is_library
@@ -378,8 +378,8 @@ def _solve(pr, cands, oracle, progress=None):
 def _profile_run(req: dict, owner, allow_code: bool):
     """(run, parsed profile) of the request's profiling run, through the team rule."""
     from planner.profiles import ProfileError, parse_compute_profile
-    from profiler.agent.specs import SpecError, check_library_spec
     from profiler.models import ProfilingRun, RunKind, RunStatus
+    from workload.specs import SpecError, check_library_spec
 
     model = req["model"]
     run = ProfilingRun.objects.visible_to(owner).filter(pk=model["profile_run"]).first()
