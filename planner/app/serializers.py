@@ -28,7 +28,7 @@ def warm_model_registries() -> None:
     process; in the first plan request that import holds the GIL for seconds and every other
     request of the process waits behind it (bench/load.py, 2 busy cores: a 9-13 s stall of all
     50 API clients). The web server calls this before it serves."""
-    from profiler.agent.specs import SpecError, check_library_spec
+    from workload.specs import SpecError, check_library_spec
 
     try:
         check_library_spec("torchvision:resnet50")
@@ -97,7 +97,7 @@ class ModelChoiceSerializer(serializers.Serializer):
     )
 
     def validate(self, attrs: dict) -> dict:
-        from profiler.agent.specs import SpecError, check_library_spec, parse_spec
+        from workload.specs import SpecError, check_library_spec, parse_spec
 
         if attrs.get("profile_run"):
             return attrs
