@@ -15,7 +15,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
-from launcher import interruptions, jobs, launch, monitor, options
+from launcher import interruptions, jobs, launch, monitor, options, prechecks
 from planner.app.models import PlanRecord
 
 
@@ -35,14 +35,20 @@ def _defaults(option: dict) -> dict:
 
 @login_required
 def job_list(request: HttpRequest) -> HttpResponse:
-    return render(request, "frontend/job_list.html", {"jobs": jobs.visible_jobs(request.user)[:100]})
+    listed = list(jobs.visible_jobs(request.user)[:100])
+    return render(
+        request, "frontend/job_list.html", {"jobs": listed, "never_started": jobs.never_started_ids(listed)}
+    )
 
 
 @login_required
 def job_new(request: HttpRequest) -> HttpResponse:
-    """GET: the exact instances, $/h and max spend of ``?plan=&rank=`` with the launch form.
+    """GET: the exact instances, $/h and max spend of ``?plan=&rank=``, the AWS pre-checks
+    (``launcher.prechecks``, each failure with its fix) and, when none failed, the launch form.
     POST without a (matching) confirmation: the preview for the values given, with a fresh
-    confirmation id; POST with it: launch and go to the job's page."""
+    confirmation id; POST with it: launch and go to the job's page. Both POSTs ask the
+    pre-checks again (``launch.prepare``, ``launch.confirm_and_create``): a failure creates
+    nothing and shows the checks."""
     source = request.POST if request.method == "POST" else request.GET
     try:
         plan_id, rank = int(source.get("plan", "")), int(source.get("rank", "1"))
@@ -64,6 +70,8 @@ def job_new(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         values.update({k: request.POST.get(k, "").strip() for k in values})
     context.update(values=values, option=option)
+    if request.method != "POST" and prechecks.enabled():
+        context["checks"] = prechecks.summary(option)  # before the form: a failure shows no button
     try:
         _, spend, hours = jobs.clean_params(
             values["train_command"] or "x", values["max_spend_usd"], values["max_hours"]
@@ -100,14 +108,33 @@ def job_new(request: HttpRequest) -> HttpResponse:
         )
     except jobs.JobError as exc:
         context["errors"][exc.field] = exc.message
+        if exc.field == "prechecks":  # asked again on review and on submit: nothing was created
+            context["checks"] = _checks(option, exc.details or [])
         return render(request, "frontend/job_new.html", context, status=400)
     context.update(preview=prepared, confirmation=prepared["confirmation"])
+    if prepared.get("prechecks"):
+        context["checks"] = _checks(option, prepared["prechecks"])
     return render(request, "frontend/job_new.html", context)
+
+
+def _checks(option: dict, checks: list[dict]) -> dict:
+    """The pre-checks as ``launcher.prechecks.summary`` gives them, from a launch step's answer."""
+    return {
+        "ok": not any(c.get("status") == "error" for c in checks),
+        "region": option["region"],
+        "checks": checks,
+    }
 
 
 @login_required
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
+    """The job's state, chart, nodes, checkpoints and events; a job that never started (its
+    launch failed before any node) says "nothing was started, nothing was spent" and shows no
+    spend, re-plan, chart, placement group or deadline guard, which would describe a cluster
+    that never was."""
     job = _job(request, job_id)
+    if jobs.never_started(job):
+        return _never_started(request, job)
     seen = monitor.observed(job)
     groups = []
     for n in options.node_launches(job.option):
@@ -135,6 +162,26 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
                 "predicted_iter_s": job.predicted_iter_s,
                 "predicted_iter_p90_s": job.predicted_iter_p90_s,
             },
+        },
+    )
+
+
+def _never_started(request: HttpRequest, job) -> HttpResponse:
+    groups = [
+        {"node": n, "gpu_model": job.option["groups"][n.group].get("gpu_model", "")}
+        for n in options.node_launches(job.option)
+    ]
+    return render(
+        request,
+        "frontend/job_detail.html",
+        {
+            "job": job,
+            "never_started": True,
+            "groups": groups,
+            "nodes": [],
+            "events": list(job.events.order_by("-at")[:200]),
+            "can_stop": False,
+            "can_replan": False,
         },
     )
 

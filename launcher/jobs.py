@@ -77,6 +77,33 @@ def visible_jobs(user):
     return Job.objects.visible_to(user).select_related("owner", "plan")
 
 
+# --- what a job did ------------------------------------------------------------------------
+
+
+def never_started(job: Job) -> bool:
+    """A finished job that never had a node: its launch failed at its first AWS calls (or it
+    was stopped before ``run_instances``). Nothing ran, so nothing was spent, whatever
+    ``Job.spend_so_far`` (which counts from the job's creation) says. An instance started but
+    not recorded is still found: the rollback's teardown writes a ``terminated`` event."""
+    if not job.finished or job.instance_ids or job.started_at is not None:
+        return False
+    return not job.events.filter(kind="terminated").exists()
+
+
+def never_started_ids(listed) -> set[int]:
+    """The ids of the jobs in ``listed`` that ``never_started``, in one query (the job list)."""
+    candidates = [j.pk for j in listed if j.finished and not j.instance_ids and j.started_at is None]
+    ran = set(
+        JobEvent.objects.filter(job_id__in=candidates, kind="terminated").values_list("job_id", flat=True)
+    )
+    return set(candidates) - ran
+
+
+def spend_usd(job: Job) -> float:
+    """What the job has cost: 0 when it never started."""
+    return 0.0 if never_started(job) else job.spend_so_far()
+
+
 # --- websocket fan-out --------------------------------------------------------------------
 
 
@@ -91,7 +118,8 @@ def status_message(job: Job) -> dict:
         "job": job.pk,
         "status": job.status,
         "reason": job.status_reason,
-        "spend_usd": round(job.spend_so_far(), 4),
+        "spend_usd": round(spend_usd(job), 4),
+        "never_started": never_started(job),
         "nodes": len(job.instance_ids),
         "drift": job.drift_since is not None,
         "started_at": job.started_at.isoformat() if job.started_at else None,

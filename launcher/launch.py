@@ -1,7 +1,8 @@
 """Launching a plan option on EC2, and taking it down again.
 
 What a launch is, exactly (``launcher.options.preview`` shows it before anything starts,
-``launcher.prechecks`` asks AWS whether it would accept it, ``launch_job`` does it):
+``launcher.prechecks`` asks AWS whether it would accept it, before the confirmation and again on
+submit, ``launch_job`` does it):
 
 * ``prepare_cluster``: one ``cluster`` placement group ``srifty-job-{id}`` (one zone), one
   security group ``srifty-job-{id}`` that admits only its own members (every port: c10d, NCCL,
@@ -47,7 +48,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from cloud import ec2
-from launcher import jobs, options, spot_policy, taskfile, workdirs
+from launcher import jobs, options, prechecks, spot_policy, taskfile, workdirs
 from launcher.models import Job, JobInterruption, JobStatus
 from planner.app.models import PlanRecord
 from profiler import cluster
@@ -603,7 +604,9 @@ def prepare(
     image_id: str = "",
     archive: workdirs.Upload | None = None,
 ) -> dict:
-    """Step 1: the exact launch (``preview``) plus a confirmation id bound to it. ``task``: a
+    """Step 1: the exact launch (``preview``) plus a confirmation id bound to it, once the
+    pre-checks passed (``prechecks.require``: else JobError("prechecks") with each check and its
+    fix, and no confirmation id). ``task``: a
     task file's text instead of ``train_command`` (errors: JobError("task") with line and field);
     ``archive``: its local workdir, uploaded (checked here, stored only by step 2)."""
     if not jobs.can_launch(user):
@@ -625,6 +628,9 @@ def prepare(
     option = jobs.plan_option(user, plan, rank)
     if not task:
         options.check_user_data(options.task_spec("", train_command))
+    # What AWS would refuse gets no confirmation id. Not for a re-plan: the cluster it replaces
+    # still runs and would count twice against the quotas.
+    checks = prechecks.require(option) if replaces is None else []
     out = options.preview(option, spend, hours)
     what = _launched_what(train_command, task, image_id, archive.sha256 if archive else "")
     out.update(
@@ -635,6 +641,7 @@ def prepare(
             "task": task,
             "image_id": image_id,
             "task_notes": task_notes(task, option),
+            "prechecks": [c.as_dict() for c in checks],
             "workdir_archive": archive.summary() if archive else None,
             "requested": {"max_spend_usd": str(spend), "max_hours": hours},  # send these back with the id
             "confirmation": confirmation_for(user, plan.pk, int(rank), what, spend, hours, replaces),
@@ -658,7 +665,8 @@ def confirm_and_create(
     archive: workdirs.Upload | None = None,
 ) -> Job:
     """Step 2: launch, if ``confirmation`` confirms exactly these parameters for this user
-    (with ``archive``: the same archive as the preview's, which is stored only now)."""
+    and the pre-checks still pass (with ``archive``: the same archive as the preview's, which
+    is stored only now)."""
     if not jobs.can_launch(user):
         raise jobs.NotAllowed("launching a job needs the launcher.add_job permission")
     train_command, task, spend, hours, image_id = _clean(
@@ -667,9 +675,11 @@ def confirm_and_create(
     plan = _plan(user, plan_id)
     what = _launched_what(train_command, task, image_id, archive.sha256 if archive else "")
     digest = check_confirmation(confirmation, user, plan.pk, int(rank), what, spend, hours)
+    option = jobs.plan_option(user, plan, rank)
+    prechecks.require(option)  # again on submit: AWS may have changed since the preview
     stored = ""
     if archive is not None:
-        stored = workdirs.store(archive.data, jobs.plan_option(user, plan, rank)["region"])
+        stored = workdirs.store(archive.data, option["region"])
     return jobs.create_job(
         user,
         plan,

@@ -15,9 +15,11 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
 
+from fleet import prechecks
 from profiler.models import (
     FINISHED,
     BucketSample,
@@ -75,14 +77,66 @@ EC2_PERMISSION = "profiler.add_profilingrun"
 def check_may_start(user, provider: str) -> None:
     """An EC2 run rents a VM, which costs money: it needs ``profiler.add_profilingrun`` (staff
     have it), as a launch needs ``plans.add_job``. A local run needs only a login."""
-    from django.core.exceptions import PermissionDenied
-
     if provider == Provider.EC2 and not user.has_perm(EC2_PERMISSION):
         raise PermissionDenied(f"profiling on EC2 rents a VM: it needs the {EC2_PERMISSION} permission")
 
 
+class PrecheckFailed(PermissionDenied):
+    """AWS would refuse the EC2 run (``fleet.prechecks``): no run row was created. ``checks``:
+    every check as a dict (name, status, message, fix). A ``PermissionDenied``, so that a caller
+    that does not show the checks still refuses (403) rather than crashes; the API answers 400
+    with them (``profiler.api``)."""
+
+    def __init__(self, checks: list[dict[str, str]], message: str) -> None:
+        super().__init__(message)
+        self.checks = checks
+        self.message = message
+
+
+def ec2_node_group(fields: dict[str, Any]) -> prechecks.NodeGroup:
+    """What an EC2 run starts: ``nodes`` VMs (one when empty) of its type and market; EC2
+    picks the zone. A cluster's nodes take one address per EFA interface."""
+    from catalog.models import InstanceType
+    from profiler import cluster
+
+    itype = InstanceType.objects.filter(name=fields.get("instance_type", "")).first()
+    nodes = int(fields.get("nodes") or 1)
+    return prechecks.NodeGroup(
+        instance_type=str(fields.get("instance_type", "")),
+        count=nodes,
+        region=str(fields.get("region", "")),
+        zone=None,
+        market=str(fields.get("market") or "on-demand"),
+        addresses_per_node=max(1, cluster.efa_interfaces(itype)) if itype is not None and nodes > 1 else 1,
+    )
+
+
+def _catalog_vcpus(names: set[str]) -> dict[str, int]:
+    from catalog.models import InstanceType
+
+    return dict(InstanceType.objects.filter(name__in=names).values_list("name", "vcpus"))
+
+
+def check_ec2_run(fields: dict[str, Any]) -> list[prechecks.Check]:
+    """The pre-checks of an EC2 run (the same as a job launch's: credentials, quota, offering,
+    subnet), or ``PrecheckFailed`` with each check and its fix. Nothing is asked when the
+    setting ``AWS_PRECHECKS`` is False (test suites that fake no AWS at all)."""
+    if not getattr(settings, "AWS_PRECHECKS", True):
+        return []
+    subnets = list(getattr(settings, "JOB_SUBNET_IDS", []) or [])
+    if (fields.get("nodes") or 1) <= 1:
+        subnets = []  # one VM goes where EC2 puts it (profiler.providers.EC2Provider.start)
+    checks = prechecks.run([ec2_node_group(fields)], subnet_ids=subnets[:1], vcpus=_catalog_vcpus)
+    if prechecks.failed(checks):
+        raise PrecheckFailed([c.as_dict() for c in checks], prechecks.refusal(checks))
+    return checks
+
+
 def create_run(owner, *, start: bool = True, **fields) -> ProfilingRun:
-    """Create a pending run; its start is queued as a background task after commit."""
+    """Create a pending run; its start is queued as a background task after commit. An EC2 run
+    that starts is pre-checked first (``check_ec2_run``): what AWS would refuse creates no row."""
+    if start and fields.get("provider") == Provider.EC2:
+        check_ec2_run(fields)
     max_minutes = fields.pop("max_minutes", None) or settings.PROFILER_MAX_RUN_MINUTES
     with transaction.atomic():
         run = ProfilingRun.objects.create(

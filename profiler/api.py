@@ -17,7 +17,7 @@ from drf_spectacular.utils import (
 )
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound, PermissionDenied
+from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
@@ -117,8 +117,14 @@ class ProfilingRunViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
         return ProfilingRunDetailSerializer if self.action == "retrieve" else ProfilingRunSerializer
 
     def perform_create(self, serializer):
+        """An EC2 run AWS would refuse (``actions.check_ec2_run``) is a 400 with every check
+        and its fix (``{"detail", "checks": [{"name", "status", "message", "fix"}]}``); no run
+        row is created."""
         actions.check_may_start(self.request.user, serializer.validated_data.get("provider", Provider.LOCAL))
-        serializer.instance = actions.create_run(self.request.user, **serializer.validated_data)
+        try:
+            serializer.instance = actions.create_run(self.request.user, **serializer.validated_data)
+        except actions.PrecheckFailed as exc:
+            raise ValidationError({"detail": exc.message, "checks": exc.checks}) from exc
 
     @extend_schema(request=None, responses=ProfilingRunSerializer)
     @action(detail=True, methods=["post"])

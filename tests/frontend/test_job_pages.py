@@ -203,3 +203,103 @@ def test_the_replan_button_shows_the_offer_and_applying_it_replaces_the_job(
     job.refresh_from_db()
     assert job.status == JobStatus.STOPPED and f"replaced by job {new.pk}" in job.status_reason
     assert new.option["groups"][0]["instance_type"] == "g5.12xlarge"
+
+
+# --- pre-checks and jobs that never started (issue 38 item 2) ------------------------------
+
+
+@pytest.fixture
+def no_credentials(settings, monkeypatch, tmp_path):
+    """boto3's whole credential chain comes up empty, as on a fresh clone: no environment keys,
+    no profile files, no instance role (the test_reconcile way)."""
+    import boto3
+
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)  # it keeps what an earlier test found
+    settings.AWS_ENDPOINT_URL = "http://127.0.0.1:9"  # never reached: signing fails first
+    settings.AWS_PRECHECKS = True
+
+
+def test_the_row_launch_page_shows_failed_pre_checks_with_their_fixes_and_no_launch_button(
+    client, launcher, plan, no_credentials
+):
+    client.force_login(launcher)
+    page = client.get(f"/jobs/new/?plan={plan.pk}&rank=1").content.decode()
+    assert 'id="prechecks" data-ok="false"' in page and "AWS would refuse this launch" in page
+    assert 'data-name="credentials" data-status="error"' in page
+    assert "Unable to locate credentials" in page and "AWS_ACCESS_KEY_ID" in page  # the fix
+    assert ">Check again<" in page and 'id="launch-button"' not in page
+    resp = client.post(
+        "/jobs/new/",
+        {"plan": plan.pk, "rank": 1, "train_command": "train.py", "max_spend_usd": "20", "max_hours": "5"},
+    )
+    page = resp.content.decode()
+    assert resp.status_code == 400 and 'data-name="credentials" data-status="error"' in page
+    assert 'name="confirmation"' not in page and not Job.objects.exists()
+
+
+def test_a_confirmed_launch_is_checked_again_on_submit_and_creates_nothing_when_refused(
+    client, launcher, plan, settings, monkeypatch
+):
+    from launcher import prechecks
+    from launcher.errors import JobError
+
+    client.force_login(launcher)
+    values = {
+        "plan": plan.pk,
+        "rank": 1,
+        "train_command": "train.py",
+        "max_spend_usd": "20",
+        "max_hours": "5",
+    }
+    confirmation = hidden(client.post("/jobs/new/", values).content.decode(), "confirmation")
+    settings.AWS_PRECHECKS = True
+    refused = [{"name": "credentials", "status": "error", "message": "expired", "fix": "Renew them."}]
+
+    def require(option):
+        raise JobError("prechecks", "1 pre-check(s) failed", refused)
+
+    monkeypatch.setattr(prechecks, "require", require)
+    resp = client.post("/jobs/new/", {**values, "confirmation": confirmation})
+    assert resp.status_code == 400 and "Renew them." in resp.content.decode()
+    assert not Job.objects.exists()
+
+
+def test_a_job_that_never_started_says_nothing_was_started_or_spent_and_offers_no_replan(
+    client, launcher, plan, no_credentials
+):
+    from launcher import launch
+
+    job = jobs.create_job(launcher, plan, 1, "train.py", Decimal("20"), 5, confirm=True)
+    assert launch.launch_job(job) == "failed to launch"  # its first AWS call: no credentials
+    job = Job.objects.get(pk=job.pk)
+    assert job.status == JobStatus.FAILED and job.placement_group  # recorded before the call
+    assert jobs.never_started(job) and jobs.spend_usd(job) == 0.0 and job.spend_so_far() > 0
+    client.force_login(launcher)
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert 'id="never-started">nothing was started, nothing was spent<' in page
+    assert "Unable to locate credentials" in page  # the reason stays
+    for absent in (
+        "Spent so far",
+        'id="replan-form"',
+        'id="iter-chart"',
+        "Placement group",
+        "Deadline guard",
+    ):
+        assert absent not in page, absent
+    assert "plotly" not in page and "No instance was started." in page
+    listed = client.get("/jobs/").content.decode()
+    assert "nothing spent" in listed and "never started" in listed
+
+
+def test_a_job_whose_nodes_ran_keeps_its_spend_chart_and_replan(client, launcher, job):
+    jobs.fail_job(job, "a node died")
+    assert not jobs.never_started(job)
+    client.force_login(launcher)
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert "Spent so far" in page and 'id="iter-chart"' in page and 'id="replan-form"' in page
+    assert "nothing was started" not in page and "nothing spent" not in client.get("/jobs/").content.decode()

@@ -1,15 +1,19 @@
 """Launch pre-checks on moto (issue 22 item 9): credentials, vCPU quotas per class and market,
 offerings in the region and zone, subnets; each failure names its fix. And the API endpoint
-the launch dialog calls before the confirmation."""
+the launch dialog calls before the confirmation, and the one path every launch takes (issue 38
+item 2): the preview and the launch ask again, ``manage.py launch`` too, and a refusal creates
+nothing."""
 
 from __future__ import annotations
 
 import pytest
 from botocore.awsrequest import AWSResponse
 from django.contrib.auth.models import Permission
+from django.core.management import CommandError, call_command
 from rest_framework.test import APIClient
 
 from launcher import prechecks
+from launcher.models import Job
 from planner.app.models import PlanRecord
 from tests.launcher.fake_aws import LaunchAws
 from tests.launcher.test_task_launch import group, option
@@ -18,10 +22,33 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def fake(aws, aws_hooks, catalog) -> LaunchAws:
+def fake(aws, aws_hooks, catalog, settings) -> LaunchAws:
+    settings.AWS_PRECHECKS = True
     made = LaunchAws(aws)
     aws_hooks.extend(made.handlers())
     return made
+
+
+def refuse_credentials(aws_hooks) -> None:
+    """STS answers as it does for keys it does not know (the caller's chain found some)."""
+
+    def refuse(**kwargs):
+        parsed = {"Error": {"Code": "InvalidClientTokenId", "Message": "The security token is invalid."}}
+        return AWSResponse("https://sts.example/", 403, {}, None), parsed
+
+    aws_hooks.append(("before-call.sts.GetCallerIdentity", refuse))
+
+
+@pytest.fixture
+def launcher_client(user) -> APIClient:
+    user.user_permissions.add(Permission.objects.get(codename="add_job", content_type__app_label="launcher"))
+    client = APIClient()
+    client.force_authenticate(type(user).objects.get(pk=user.pk))
+    return client
+
+
+def launch_body(plan: PlanRecord) -> dict:
+    return {"plan": plan.pk, "rank": 1, "train_command": "train.py", "max_spend_usd": "100", "max_hours": 2}
 
 
 def by_name(checks, name):
@@ -39,11 +66,7 @@ def test_everything_in_order_passes_and_says_what_it_saw(fake):
 
 
 def test_refused_credentials_stop_the_checks_with_the_fix(fake, aws_hooks):
-    def refuse(**kwargs):
-        parsed = {"Error": {"Code": "InvalidClientTokenId", "Message": "The security token is invalid."}}
-        return AWSResponse("https://sts.example/", 403, {}, None), parsed
-
-    aws_hooks.append(("before-call.sts.GetCallerIdentity", refuse))
+    refuse_credentials(aws_hooks)
     [check] = prechecks.run(option())
     assert (check.name, check.status) == ("credentials", "error")
     assert "InvalidClientTokenId" in check.message and "AWS_ACCESS_KEY_ID" in check.fix
@@ -109,3 +132,88 @@ def test_the_precheck_endpoint_answers_the_dialog(fake, user):
     assert (
         viewer.post("/api/v1/jobs/precheck/", {"plan": plan.pk, "rank": 1}, format="json").status_code == 403
     )
+
+
+def test_an_option_becomes_one_typed_node_group_per_run_instances_with_an_address_per_efa_interface(
+    catalog,
+):
+    groups = prechecks.node_groups(option(group(count=2), group("g5.xlarge", count=1, market="spot")))
+    assert [(g.instance_type, g.count, g.region, g.zone, g.market) for g in groups] == [
+        ("p4d.24xlarge", 2, "us-east-1", "use1-az1", "on-demand"),
+        ("g5.xlarge", 1, "us-east-1", "use1-az1", "spot"),
+    ]
+    assert groups[0].addresses_per_node == 4 and groups[1].addresses_per_node == 1  # p4d: 4 EFA cards
+
+
+def test_a_preview_aws_would_refuse_is_a_400_with_every_check_and_its_fix_and_no_confirmation(
+    fake, aws_hooks, user, launcher_client
+):
+    refuse_credentials(aws_hooks)
+    plan = PlanRecord.objects.create(owner=user, request={}, status="solved", result={"plans": [option()]})
+    resp = launcher_client.post("/api/v1/jobs/preview/", launch_body(plan), format="json")
+    assert resp.status_code == 400
+    [check] = resp.json()["prechecks"]
+    assert (check["name"], check["status"]) == ("credentials", "error")
+    assert "InvalidClientTokenId" in check["message"] and "AWS_ACCESS_KEY_ID" in check["fix"]
+    assert "confirmation" not in resp.json() and not Job.objects.exists()
+
+
+def test_the_launch_asks_again_on_submit_and_a_refusal_creates_no_job(fake, user, launcher_client):
+    fake.quotas.update({"L-417A185B": 384})
+    plan = PlanRecord.objects.create(owner=user, request={}, status="solved", result={"plans": [option()]})
+    shown = launcher_client.post("/api/v1/jobs/preview/", launch_body(plan), format="json")
+    assert shown.status_code == 200, shown.json()
+    assert [c["name"] for c in shown.json()["prechecks"]] == ["credentials", "quota", "offering", "subnet"]
+    fake.quotas.update({"L-417A185B": 96})  # someone else's instances took the quota meanwhile
+    body = {**launch_body(plan), **shown.json()["requested"], "confirmation": shown.json()["confirmation"]}
+    resp = launcher_client.post("/api/v1/jobs/", body, format="json")
+    assert resp.status_code == 400
+    quota = next(c for c in resp.json()["prechecks"] if c["name"] == "quota")
+    assert quota["status"] == "error" and "--desired-value 192" in quota["fix"]
+    assert not Job.objects.exists()
+
+
+def test_manage_py_launch_stops_before_creating_a_job_when_a_check_fails(fake, aws_hooks, user, tmp_path):
+    refuse_credentials(aws_hooks)
+    superuser = type(user).objects.create_superuser("root", password="x")
+    plan = PlanRecord.objects.create(
+        owner=superuser, request={}, status="solved", result={"plans": [option()]}
+    )
+    task = tmp_path / "task.yaml"
+    task.write_text("name: t\nrun: python train.py\n")
+    with pytest.raises(CommandError, match=r"1 pre-check\(s\) failed; nothing launched"):
+        call_command("launch", "--plan", str(plan.pk), "--task", str(task), "--yes", "--user", "root")
+    assert not Job.objects.exists()
+
+
+def test_the_shared_checks_import_no_django_and_ask_aws_only_through_cloud():
+    import ast
+    from pathlib import Path
+
+    import fleet.prechecks
+
+    tree = ast.parse(Path(fleet.prechecks.__file__).read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert {m.split(".")[0] for m in imported} <= {
+        "__future__",
+        "math",
+        "collections",
+        "dataclasses",
+        "cloud",
+    }
+
+
+def test_typed_node_groups_are_checked_region_by_region_with_the_credentials_asked_once(fake):
+    from fleet.prechecks import NodeGroup, run
+
+    checks = run(
+        [
+            NodeGroup("g5.xlarge", 1, "us-west-2", market="spot"),
+            NodeGroup("g5.xlarge", 2, "us-east-1", zone="use1-az1"),
+        ]
+    )
+    names = ["credentials", "quota", "offering", "subnet", "quota", "offering", "subnet"]
+    assert [c.name for c in checks] == names
+    assert [c.status for c in checks if c.name == "offering"] == ["ok", "ok"]
+    assert "in us-east-1" in checks[2].message and "in us-west-2" in checks[5].message

@@ -3,6 +3,8 @@
 // 1. POST /api/v1/jobs/precheck/  (credentials, quotas, offerings, subnets; each failure with its fix)
 // 2. POST /api/v1/jobs/preview/   (the task file's errors come back with line and field)
 // 3. POST /api/v1/jobs/           (with the preview's confirmation id) -> the job's page.
+//    2 and 3 ask the pre-checks again on the server: a failure there is a 400
+//    {"prechecks": [checks]}, shown like 1's, and nothing was created.
 //    The button stays disabled until the answer (and while the job's page loads): one click, one
 //    request. A confirmation launches one job; a reuse gets 409 with that job's id, shown as a link.
 // With an archive, 2 and 3 go as multipart with the same file (the confirmation binds its digest).
@@ -83,7 +85,7 @@
   function showChecks(result) {
     const list = $("launch-check-list");
     list.replaceChildren();
-    $("launch-region").textContent = result.region;
+    if (result.region) $("launch-region").textContent = result.region;
     for (const c of result.checks) {
       const item = el("li", `check check-${c.status}`);
       item.dataset.name = c.name;
@@ -105,7 +107,9 @@
     const box = $("launch-task-errors"), list = box.querySelector("ul");
     list.replaceChildren();
     const others = [];
+    if (Array.isArray(data.prechecks)) showChecks({ checks: data.prechecks });  // refused on review or submit
     for (const [field, problems] of Object.entries(data)) {
+      if (field === "prechecks") continue;
       for (const p of Array.isArray(problems) ? problems : [problems]) {
         if (field === "workdir_archive") {
           workdirError.textContent = `workdir archive: ${p}`;

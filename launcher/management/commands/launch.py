@@ -2,8 +2,9 @@
 
 Launches option K of solved plan N with a task file (Srifty's YAML or SkyPilot's, see
 ``launcher.taskfile``): the file is checked (every error with its line and field, exit 1), the
-pre-checks ask AWS what it would refuse (``launcher.prechecks``; ``--no-prechecks`` skips
-them), the exact launch is shown, and after a ``y`` (or ``--yes``) a local workdir is packed and
+pre-checks ask AWS what it would refuse (``launcher.prechecks``, each failure with its fix;
+``--no-prechecks`` skips them), the exact launch is shown, and after a ``y`` (or ``--yes``) the
+pre-checks are asked again (the answer may have come minutes later), a local workdir is packed and
 uploaded (``launcher.workdirs``) and the job is created and launched in the foreground; the job
 row is printed at the end. The same confirmation rules as the web: ``launcher.add_job`` (the
 ``--user``, default the first superuser).
@@ -77,8 +78,11 @@ class Command(BaseCommand):
             f"launch: {shown['label']} · {shown['nodes']} node(s), {shown['gpus']} GPU(s) · "
             f"${shown['hourly_usd']}/h · at most ${shown['max_spend_usd']} ({shown['cap_hours']} h)"
         )
-        if not o["yes"] and not _confirmed(self):
-            raise CommandError("not launched (answer y, or pass --yes)")
+        if not o["yes"]:
+            if not _confirmed(self):
+                raise CommandError("not launched (answer y, or pass --yes)")
+            if not o["no_prechecks"]:
+                self._prechecks(option, quiet=True)  # again on submit, as the web's second step
         archive = ""
         if folder is not None:
             data = workdirs.pack(folder)
@@ -105,12 +109,15 @@ class Command(BaseCommand):
         if job.status == "failed":
             raise CommandError(f"job {job.pk} failed: {job.status_reason}")
 
-    def _prechecks(self, option: dict) -> None:
+    def _prechecks(self, option: dict, *, quiet: bool = False) -> None:
+        """Every check with its fix (``quiet``: only the failed ones); a failure stops the
+        command before anything is created."""
         checks = prechecks.run(option)
         for c in checks:
-            self.stdout.write(
-                f"check {c.name}: {c.status}: {c.message}" + (f"\n  fix: {c.fix}" if c.fix else "")
-            )
+            if not quiet or c.failed:
+                self.stdout.write(
+                    f"check {c.name}: {c.status}: {c.message}" + (f"\n  fix: {c.fix}" if c.fix else "")
+                )
         failed = [c for c in checks if c.failed]
         if failed:
             raise CommandError(

@@ -1,0 +1,88 @@
+"""An EC2 profiling run is pre-checked like a job launch (issue 38 item 2): AWS's refusal is a
+400 with every check and its fix, and no run row is created (before, the run was created and
+failed at once with a raw message and a Cancel button)."""
+
+from __future__ import annotations
+
+import pytest
+from rest_framework.test import APIClient
+
+from accounts.tokens import issue_api_token
+from profiler import actions
+from profiler.models import ProfilingRun
+
+pytestmark = pytest.mark.django_db
+
+EC2_RUN = {
+    "kind": "compute",
+    "model_spec": "torchvision:resnet18",
+    "input_shape": "3,32,32",
+    "provider": "ec2",
+    "instance_type": "g5.xlarge",
+    "region": "us-east-1",
+}
+
+
+@pytest.fixture
+def staff_api(staff) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {issue_api_token(staff).key}")
+    return client
+
+
+@pytest.fixture
+def no_credentials(settings, monkeypatch, tmp_path):
+    """boto3's whole credential chain comes up empty (the test_reconcile way)."""
+    import boto3
+
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
+    settings.AWS_ENDPOINT_URL = "http://127.0.0.1:9"  # never reached: signing fails first
+    settings.AWS_PRECHECKS = True
+
+
+def test_an_ec2_run_without_credentials_is_a_400_with_the_checks_and_no_run_is_created(
+    staff_api, catalog, no_credentials
+):
+    resp = staff_api.post("/api/v1/profiling-runs/", EC2_RUN, format="json")
+    assert resp.status_code == 400
+    body = resp.json()
+    [check] = body["checks"]
+    assert (check["name"], check["status"]) == ("credentials", "error")
+    assert "Unable to locate credentials" in check["message"] and "AWS_ACCESS_KEY_ID" in check["fix"]
+    assert body["detail"].startswith("1 pre-check(s) failed, nothing was started")
+    assert not ProfilingRun.objects.exists()
+
+
+def test_a_local_run_asks_aws_nothing(user_api, no_credentials, settings):
+    settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
+    local = {k: v for k, v in EC2_RUN.items() if k not in ("provider", "instance_type", "region")}
+    assert user_api.post("/api/v1/profiling-runs/", local, format="json").status_code == 201
+
+
+def test_an_ec2_run_aws_accepts_is_created_after_its_checks(staff_api, catalog, aws, settings):
+    settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
+    settings.AWS_PRECHECKS = True
+    resp = staff_api.post("/api/v1/profiling-runs/", EC2_RUN, format="json")
+    assert resp.status_code == 201, resp.json()
+    assert ProfilingRun.objects.get().instance_type == "g5.xlarge"
+
+
+def test_a_cluster_run_is_one_node_group_with_an_address_per_efa_interface(catalog):
+    group = actions.ec2_node_group(
+        {"instance_type": "p4d.24xlarge", "region": "us-east-1", "nodes": 2, "market": "spot"}
+    )
+    assert (group.instance_type, group.count, group.region, group.zone, group.market) == (
+        "p4d.24xlarge",
+        2,
+        "us-east-1",
+        None,
+        "spot",
+    )
+    assert group.addresses_per_node == 4
+    one = actions.ec2_node_group({"instance_type": "p4d.24xlarge", "region": "us-east-1", "nodes": None})
+    assert (one.count, one.market, one.addresses_per_node) == (1, "on-demand", 1)
