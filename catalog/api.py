@@ -253,7 +253,7 @@ GPU_OFFER_EXAMPLE = {
             "interruption_bucket": None,
             "interruption_label": None,
             "interruption_source": None,
-            "history": [{"observed_at": "2025-12-01T00:00:00Z", "usd_per_hour": 12.3456}],
+            "history": [{"observed_at": "2025-12-01T00:00:00Z", "usd_per_hour": "12.345600"}],
         }
     ],
 }

@@ -42,8 +42,8 @@ HISTORY_POINTS = 48
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
 SPOT_ADVISOR_CSV = Path(__file__).resolve().parent / "fixtures" / "spot_advisor_gpu.csv"
-SPOT_ADVISOR_SOURCE = "AWS Spot Advisor snapshot 2025-06-28"
-CATALOG_SOURCE = "catalog (admin)"
+SPOT_ADVISOR_SOURCE = spot_advisor.BUNDLED_NOTE
+CATALOG_SOURCE = spot_advisor.ADMIN_LABEL
 DEFAULT_BUCKET_LABEL = InterruptionBucket(DEFAULT_INTERRUPTION_BUCKET).label
 CENT = Decimal("0.000001")
 
@@ -267,17 +267,19 @@ def _attach_interruptions(offers: list[GpuOffer]) -> None:
     spot = [o for o in offers if o.market == "spot"]
     if not spot:
         return
-    edited = {
-        (name, region): bucket
-        for name, region, bucket in SpotInterruption.objects.filter(
+    # What plans use: the catalog's rows, imported from the Spot Advisor or edited in the admin
+    # (each says which); the bundled file only where the catalog has no row.
+    stored = {
+        (name, region): (bucket, spot_advisor.source_label(origin, note, updated_at))
+        for name, region, bucket, origin, note, updated_at in SpotInterruption.objects.filter(
             instance_type__name__in={o.instance_type for o in spot}
-        ).values_list("instance_type__name", "region__code", "bucket")
+        ).values_list("instance_type__name", "region__code", "bucket", "source", "note", "updated_at")
     }
     advisor = spot_advisor_buckets()
     for o in spot:
         key = (o.instance_type, o.region)
-        if key in edited:
-            bucket, source = edited[key], CATALOG_SOURCE
+        if key in stored:
+            bucket, source = stored[key]
         elif key in advisor:
             bucket, source = advisor[key], SPOT_ADVISOR_SOURCE
         else:

@@ -3,6 +3,7 @@
 from rest_framework import serializers
 
 from catalog.models import Accelerator, InstanceType, OnDemandPrice, SpotPrice
+from srifty_web.money import MoneyField
 from srifty_web.serializers import ModelSerializer
 
 
@@ -33,19 +34,13 @@ class InstanceTypeSerializer(ModelSerializer):
         slug_field="name", read_only=True
     )
     spot_supported = serializers.BooleanField(read_only=True)
-    on_demand_usd = serializers.DecimalField(
-        max_digits=12,
-        decimal_places=6,
+    on_demand_usd = MoneyField(
         read_only=True,
         allow_null=True,
         help_text="Latest on-demand USD/hour (in ?region= if given, else cheapest)",
     )
-    spot_usd = serializers.DecimalField(
-        max_digits=12,
-        decimal_places=6,
-        read_only=True,
-        allow_null=True,
-        help_text="Latest spot USD/hour of the cheapest zone",
+    spot_usd = MoneyField(
+        read_only=True, allow_null=True, help_text="Latest spot USD/hour of the cheapest zone"
     )
     regions = serializers.SerializerMethodField()
 
@@ -88,7 +83,7 @@ class PriceSerializer(serializers.Serializer):
     market = serializers.ChoiceField(choices=["on-demand", "spot"])
     region = serializers.CharField()
     zone = serializers.CharField(allow_null=True)
-    usd_per_hour = serializers.DecimalField(max_digits=12, decimal_places=6)
+    usd_per_hour = MoneyField(help_text="USD per instance-hour")
     observed_at = serializers.DateTimeField()
     # (DRF's metaclass moves declared fields off the class, so this does not shadow Field.source)
     source = serializers.CharField()  # type: ignore[assignment]
@@ -163,7 +158,7 @@ class GpuSearchParams(serializers.Serializer):
 
 class PricePointSerializer(serializers.Serializer):
     observed_at = serializers.DateTimeField()
-    usd_per_hour = serializers.FloatField()
+    usd_per_hour = MoneyField(help_text="USD per instance-hour")
 
 
 class GpuOfferSerializer(serializers.Serializer):
@@ -180,10 +175,8 @@ class GpuOfferSerializer(serializers.Serializer):
     region = serializers.CharField()
     zone = serializers.CharField(allow_null=True, help_text="Zone ID of a spot price; null on-demand")
     market = serializers.ChoiceField(choices=["spot", "on-demand"])
-    usd_per_hour = serializers.DecimalField(
-        max_digits=12, decimal_places=6, help_text="USD per instance-hour"
-    )
-    usd_per_gpu_hour = serializers.DecimalField(max_digits=12, decimal_places=6, help_text="USD per GPU-hour")
+    usd_per_hour = MoneyField(help_text="USD per instance-hour")
+    usd_per_gpu_hour = MoneyField(help_text="USD per GPU-hour")
     observed_at = serializers.DateTimeField(help_text="When the price was observed")
     interruption_bucket = serializers.IntegerField(
         allow_null=True,
@@ -191,7 +184,9 @@ class GpuOfferSerializer(serializers.Serializer):
     )
     interruption_label = serializers.CharField(allow_null=True, help_text="e.g. <5%")
     interruption_source = serializers.CharField(
-        allow_null=True, help_text="catalog (admin) or the bundled AWS Spot Advisor snapshot"
+        allow_null=True,
+        help_text="Where the bucket comes from: 'catalog (admin)' for a value edited in the admin, else the AWS Spot Instance Advisor data it was imported from, e.g. 'AWS Spot Instance "
+        "Advisor (bundled snapshot, 2025-06-28)'; null when unknown",
     )
     history = PricePointSerializer(
         many=True, source="history_points", help_text="Observations of this price, oldest first (at most 48)"

@@ -23,6 +23,7 @@ import json
 import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from django.conf import settings
@@ -34,6 +35,13 @@ from catalog.models import InstanceType, Region, SpotInterruption
 FEED_URL = "https://spot-bid-advisor.s3.amazonaws.com/spot-advisor-data.json"
 SOURCE = "spot-advisor"
 MAX_FEED_BYTES = 32 * 1024 * 1024
+# The bundled file's date: when the feed it copies last changed (catalog/fixtures/SOURCES.md).
+BUNDLED_DATE = "2025-06-28"
+BUNDLED_NOTE = f"AWS Spot Instance Advisor (bundled snapshot, {BUNDLED_DATE})"
+ADMIN_LABEL = "catalog (admin)"
+# Notes earlier imports stored for the bundled rows (kept as they were while their bucket is unchanged).
+_EARLIER_BUNDLED_NOTES = frozenset({f"AWS Spot Advisor snapshot {BUNDLED_DATE} (bundled)"})
+_FEED_NOTE_PREFIX = "AWS Spot Advisor feed"
 
 
 class SpotAdvisorError(ValueError):
@@ -63,6 +71,21 @@ class AdvisorReport:
             f"{self.kept_admin} admin rows kept, {self.unknown_types} for types not in the catalog skipped, "
             f"regions +{self.regions_created}"
         )
+
+
+def source_label(source: str, note: str, updated_at: datetime | None) -> str:
+    """Where a stored bucket comes from, as the API and pages say it (``interruption_source``).
+
+    Only a row edited in the admin is "catalog (admin)"; an imported row names the Spot
+    Instance Advisor data: the bundled snapshot with its date, or the feed or CSV an operator
+    read with ``refresh_spot_advisor`` and the day the row was last written."""
+    if source != SOURCE:
+        return ADMIN_LABEL
+    if note == BUNDLED_NOTE or note in _EARLIER_BUNDLED_NOTES:
+        return BUNDLED_NOTE
+    what = "live feed" if note.startswith(_FEED_NOTE_PREFIX) else (note or "imported")
+    day = f", read {updated_at:%Y-%m-%d}" if updated_at else ""
+    return f"AWS Spot Instance Advisor ({what}{day})"
 
 
 def bundled_path() -> Path:
@@ -174,4 +197,4 @@ def store(rows: Iterable[AdvisorRow], note: str) -> AdvisorReport:
 
 
 def import_bundled() -> AdvisorReport:
-    return store(parse_csv(bundled_path()), "AWS Spot Advisor snapshot 2025-06-28 (bundled)")
+    return store(parse_csv(bundled_path()), BUNDLED_NOTE)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from launcher import interruptions, jobs, monitor, taskfile
 from launcher.models import Job, JobEvent
+from srifty_web.money import MONEY_NOTE, MoneyField, money, money_help
 from srifty_web.serializers import ModelSerializer
 
 MAX_REPORTS_PER_POST = 1000
@@ -100,8 +102,8 @@ class LaunchInstanceSerializer(serializers.Serializer):
     gpus_per_node = serializers.IntegerField()
     gpu_model = serializers.CharField()
     batch_per_node = serializers.IntegerField()
-    price_per_hour = serializers.FloatField()
-    hourly_usd = serializers.FloatField()
+    price_per_hour = MoneyField(decimal_places=4, help_text="USD per instance-hour")
+    hourly_usd = MoneyField(decimal_places=4, help_text="USD per hour of these instances (count x price)")
 
 
 class WorkdirArchiveSerializer(serializers.Serializer):
@@ -121,8 +123,8 @@ class PreviewSerializer(serializers.Serializer):
     instances = LaunchInstanceSerializer(many=True)
     nodes = serializers.IntegerField()
     gpus = serializers.IntegerField()
-    hourly_usd = serializers.CharField()
-    max_spend_usd = serializers.CharField(help_text="min(max spend, $/h x max hours)")
+    hourly_usd = MoneyField(decimal_places=4, help_text="USD per hour of the whole cluster")
+    max_spend_usd = MoneyField(decimal_places=2, help_text="min(max spend, $/h x max hours)")
     cap_hours = serializers.FloatField(help_text="When the cluster is stopped at the latest")
     predicted_iter_s = serializers.FloatField()
     predicted_iter_p90_s = serializers.FloatField()
@@ -141,7 +143,7 @@ class PreviewSerializer(serializers.Serializer):
         required=False, allow_null=True, help_text="The uploaded workdir archive, checked"
     )
     requested = serializers.DictField(
-        help_text="max_spend_usd and max_hours to send back with the confirmation"
+        help_text="max_spend_usd (a decimal string) and max_hours to send back with the confirmation"
     )
     confirmation = serializers.CharField()
     confirmation_expires_s = serializers.IntegerField()
@@ -182,7 +184,13 @@ JOB_FIELDS = [
 
 class JobSerializer(ModelSerializer):
     owner: serializers.SlugRelatedField = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    spend_usd = serializers.SerializerMethodField(help_text="Spend so far ($/h x hours since launch)")
+    spend_usd = serializers.SerializerMethodField(
+        help_text=money_help("Spend so far ($/h x hours since launch)")
+    )
+    hourly_usd = MoneyField(decimal_places=4, read_only=True, help_text="USD per hour of the whole cluster")
+    max_spend_usd = MoneyField(
+        decimal_places=2, read_only=True, help_text="The spend cap: min(max spend asked, $/h x max hours)"
+    )
     cap_at = serializers.DateTimeField(read_only=True)
     nodes = serializers.SerializerMethodField()
 
@@ -191,8 +199,9 @@ class JobSerializer(ModelSerializer):
         fields = JOB_FIELDS
         read_only_fields = JOB_FIELDS
 
-    def get_spend_usd(self, job: Job) -> float:
-        return round(job.spend_so_far(), 4)
+    @extend_schema_field(MoneyField(decimal_places=4))
+    def get_spend_usd(self, job: Job) -> str | None:
+        return money(job.spend_so_far())
 
     def get_nodes(self, job: Job) -> int:
         return sum(int(g["count"]) for g in job.option.get("groups", []))
@@ -207,9 +216,13 @@ class JobDetailSerializer(JobSerializer):
     )
     observed = serializers.SerializerMethodField(help_text="Observed vs predicted iteration time")
     progress = serializers.SerializerMethodField()
-    replan_offer = serializers.SerializerMethodField()
+    replan_offer = serializers.SerializerMethodField(
+        help_text="The latest re-plan offer (message, at, plan, rank, remaining_samples, hourly_usd, "
+        f"time_h, label) or null; hourly_usd: {MONEY_NOTE}"
+    )
     resilience = serializers.SerializerMethodField(
-        help_text="Checkpoints, interruptions and their cost, the deadline guard, the checkpoint interval"
+        help_text="Checkpoints, interruptions and their cost, the deadline guard, the checkpoint interval; "
+        f"cost_usd (in total and per interruption): {MONEY_NOTE}"
     )
 
     class Meta(JobSerializer.Meta):
@@ -240,10 +253,19 @@ class JobDetailSerializer(JobSerializer):
 
     def get_replan_offer(self, job: Job) -> dict | None:
         offer = monitor.latest_offer(job)
-        return None if offer is None else {"message": offer.message, "at": offer.at, **offer.data}
+        if offer is None:
+            return None
+        out = {"message": offer.message, "at": offer.at, **offer.data}
+        if "hourly_usd" in out:  # the event stores the plan's number
+            out["hourly_usd"] = money(out["hourly_usd"])
+        return out
 
     def get_resilience(self, job: Job) -> dict:
-        return interruptions.summary(job)
+        summary = interruptions.summary(job)  # numbers, as the job page formats them
+        for row in summary["interruptions"]:
+            row["cost_usd"] = money(row["cost_usd"])
+        summary["cost_usd"] = money(summary["cost_usd"])
+        return summary
 
 
 class CheckpointSerializer(serializers.Serializer):

@@ -261,12 +261,24 @@ REST_FRAMEWORK = {
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Srifty API",
-    "DESCRIPTION": "Catalog, profiling, planning and launching of GPU clusters for DDP training.",
+    "DESCRIPTION": (
+        "Catalog, profiling, planning and launching of GPU clusters for DDP training. Money in the "
+        'catalog and job operations is US dollars as a decimal string (e.g. "12.345600"), never a '
+        "JSON number (srifty_web/money.py); a plan's result (its ranked options) still gives USD as "
+        "JSON numbers."
+    ),
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # One summary and tag per operation (and the tags' descriptions), node/agent endpoints tagged
+    # internal: srifty_web/openapi.py.
+    "PREPROCESSING_HOOKS": ["srifty_web.openapi.register_node_token_schemes"],
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",  # drf-spectacular's default, kept
+        "srifty_web.openapi.add_summaries_and_tags",
+    ],
 }
 
 # --- Srifty -------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from io import StringIO
 
@@ -11,6 +11,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from catalog import spot_advisor
 from catalog.models import InstanceType, Region, SpotInterruption, SpotPrice
 from catalog.search import (
     SPOT_ADVISOR_SOURCE,
@@ -189,6 +190,58 @@ def test_api_searches_h100_times_8_on_spot(user_api, catalog):
     per_gpu = [Decimal(r["usd_per_gpu_hour"]) for r in data["results"]]
     assert per_gpu == sorted(per_gpu)
     assert row["history"] and set(row["history"][0]) == {"observed_at", "usd_per_hour"}
+
+
+def test_imported_spot_advisor_rows_name_the_advisor_and_only_admin_edits_say_admin(catalog):
+    spot_advisor.import_bundled()  # what import_catalog does: the rows plans read
+    offers = search_gpus(GpuQuery(gpu="A10G", market="spot", limit=None)).offers
+    known = [o for o in offers if o.interruption_bucket is not None]
+    assert known and {o.interruption_source for o in known} == {
+        "AWS Spot Instance Advisor (bundled snapshot, 2025-06-28)"
+    }
+    o = known[0]
+    row = SpotInterruption.objects.get(instance_type__name=o.instance_type, region__code=o.region)
+    row.bucket, row.source = 4, "admin"  # as SpotInterruptionAdmin.save_model stores an edit
+    row.save()
+    again = search_gpus(GpuQuery(gpu="A10G", market="spot", region=o.region, limit=None)).offers
+    same = next(x for x in again if (x.instance_type, x.zone) == (o.instance_type, o.zone))
+    assert (same.interruption_bucket, same.interruption_source) == (4, "catalog (admin)")
+
+
+@pytest.mark.parametrize(
+    ("source", "note", "label"),
+    [
+        ("admin", "anything", "catalog (admin)"),
+        # the note earlier imports stored for the bundled rows
+        ("spot-advisor", "AWS Spot Advisor snapshot 2025-06-28 (bundled)", spot_advisor.BUNDLED_NOTE),
+        (
+            "spot-advisor",
+            "AWS Spot Advisor feed https://spot-bid-advisor.s3.amazonaws.com/spot-advisor-data.json",
+            "AWS Spot Instance Advisor (live feed, read 2026-12-07)",
+        ),
+        (
+            "spot-advisor",
+            "Spot Advisor CSV advisor.csv",
+            "AWS Spot Instance Advisor (Spot Advisor CSV advisor.csv, read 2026-12-07)",
+        ),
+    ],
+)
+def test_the_interruption_source_says_which_data_a_stored_bucket_came_from(source, note, label):
+    assert spot_advisor.source_label(source, note, datetime(2026, 12, 7, 9, tzinfo=UTC)) == label
+
+
+def test_api_money_is_a_decimal_string_everywhere_in_the_catalog(user_api, catalog):
+    offer = user_api.get("/api/v1/gpus/", {"gpu": "H100", "limit": 1}).json()["results"][0]
+    types = user_api.get("/api/v1/instance-types/", {"gpu": "H100"}).json()["results"]
+    price = user_api.get("/api/v1/prices/", {"limit": 1}).json()["results"][0]
+    amounts = [
+        offer["usd_per_hour"],
+        offer["usd_per_gpu_hour"],
+        offer["history"][0]["usd_per_hour"],
+        price["usd_per_hour"],
+        *(t["on_demand_usd"] for t in types if t["on_demand_usd"] is not None),
+    ]
+    assert len(amounts) > 4 and all(isinstance(a, str) and Decimal(a) > 0 for a in amounts)
 
 
 @pytest.mark.parametrize(

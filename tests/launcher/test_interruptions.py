@@ -165,8 +165,9 @@ def test_a_spot_notice_records_the_lost_minutes_replaces_the_node_and_resumes_fr
     detail = api.get(f"/api/v1/jobs/{job.pk}/").json()["resilience"]
     assert [c["iteration"] for c in detail["checkpoints"]] == [200, 100]
     (shown,) = detail["interruptions"]
-    assert shown["lost_min"] == 20.0 and shown["restart_min"] == 10.0 and shown["cost_usd"] == 0.5
-    assert detail["lost_min"] == 30.0 and detail["cost_usd"] == 0.5
+    # money as decimal strings (srifty_web.money)
+    assert shown["lost_min"] == 20.0 and shown["restart_min"] == 10.0 and shown["cost_usd"] == "0.5000"
+    assert detail["lost_min"] == 30.0 and detail["cost_usd"] == "0.5000"
 
 
 def test_a_node_found_gone_without_a_checkpoint_loses_everything_since_the_start(cloud, owner, plan):
