@@ -27,7 +27,9 @@
     if ($("latency-waiting")) $("latency-waiting").hidden = true;
     const [x, y] = kind === "compute" ? ["iteration within its batch", "ms per step"]
       : ["repeat within its message size", "ms per all-reduce"];
-    Plotly.newPlot("latency-chart", [], layout(x, y), cfg);
+    // the legend (one entry per batch) sits below the axis title, not over it
+    Plotly.newPlot("latency-chart", [], layout(x, y, { margin: { t: 10, r: 10, b: 90 },
+      legend: { orientation: "h", y: -0.28, yanchor: "top" } }), cfg);
   }
   function addPoint(key, x, y) {
     latencyChart();
