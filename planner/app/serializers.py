@@ -16,7 +16,7 @@ from rest_framework import serializers
 from catalog.models import Accelerator
 from catalog.regions import AWS_REGIONS
 from planner.app.models import PlanRecord, PlanStatus
-from planner.defaults import MARKET_DEFAULTS, PLAN_DEFAULTS
+from planner.defaults import MARKET_DEFAULTS, MIN_BATCH_PER_GPU, PLAN_DEFAULTS
 from profiler.serializers import MAX_SAMPLE_ELEMENTS, InputShapeField, largest_gpu_bytes, shape_of
 from srifty_web.serializers import ModelSerializer
 
@@ -257,6 +257,14 @@ class PlanRequestSerializer(serializers.Serializer):
     global_batch_max = serializers.IntegerField(
         default=int(PLAN_DEFAULTS["global_batch_max"]), min_value=1, max_value=1 << 20
     )
+    min_batch_per_gpu = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=1,
+        max_value=1 << 16,
+        help_text="Smallest batch per GPU the solver ranks (a plan below it only when nothing else "
+        f"fits); default: the profile's knee when planning from a profile that has one, else {MIN_BATCH_PER_GPU}",
+    )
     checkpoint_interval_h = serializers.FloatField(
         default=PLAN_DEFAULTS["checkpoint_interval_h"], min_value=0.01, max_value=24 * 365
     )
@@ -334,6 +342,9 @@ class PlanRequestSerializer(serializers.Serializer):
         if attrs.get("samples_per_epoch") and attrs.get("epochs"):
             attrs["total_samples"] = attrs["samples_per_epoch"] * attrs["epochs"]
         elif attrs.get("iterations"):
+            if "global_batch_max" not in (self.initial_data or {}):
+                # iterations are counted at the recipe's batch, not the default range's top
+                attrs["global_batch_max"] = attrs["global_batch_min"]
             attrs["total_samples"] = attrs["iterations"] * attrs["global_batch_max"]
             attrs["global_batch_min"] = attrs["global_batch_max"]  # iterations are counted at one batch
         else:
@@ -345,6 +356,12 @@ class PlanRequestSerializer(serializers.Serializer):
             errors[needs] = f"required for objective {attrs['objective']!r}"
         if attrs["global_batch_min"] > attrs["global_batch_max"]:
             errors["global_batch_min"] = "must not exceed global_batch_max"
+        elif (attrs.get("min_batch_per_gpu") or 0) > attrs["global_batch_max"]:
+            errors["min_batch_per_gpu"] = (
+                f"a minimum of {attrs['min_batch_per_gpu']} per GPU is more than the largest global "
+                f"batch, {attrs['global_batch_max']}: not even one GPU could get it; lower the "
+                "minimum or raise the global batch max"
+            )
         if not attrs.get("spot") and not attrs.get("on_demand"):
             errors["spot"] = "allow spot, on-demand or both"
         if not errors:

@@ -25,7 +25,7 @@ from typing import Any
 from django.conf import settings
 
 from planner.app import feed
-from planner.defaults import PLAN_DEFAULTS
+from planner.defaults import LR_SCALING_NOTE, MIN_BATCH_PER_GPU, PLAN_DEFAULTS
 
 
 class PlanInputError(ValueError):
@@ -310,6 +310,38 @@ def candidates(req: dict):
     )
 
 
+# --- the per-GPU batch ----------------------------------------------------------------------
+
+
+def profile_knee(profile) -> int | None:
+    """The per-GPU batch below which the profiled GPU is under-occupied: the largest knee of the
+    profile's fitted phases (:mod:`planner.models.compute`: time flat up to the knee, then
+    linear), rounded up; None when no phase has one (a straight line fits best)."""
+    from planner.models.compute import fit_compute_model
+
+    if profile is None:
+        return None
+    knees = [f.knee for f in fit_compute_model(profile).fits.values() if f.knee is not None]
+    return math.ceil(max(knees)) if knees else None
+
+
+def min_batch_per_gpu(req: dict, profile=None) -> dict:
+    """The smallest per-GPU batch the solver ranks: ``{"value", "source"}`` with source
+    ``"request"`` (the user's), ``"profile knee"`` (:func:`profile_knee`) or ``"default"``
+    (:data:`planner.defaults.MIN_BATCH_PER_GPU`)."""
+    if req.get("min_batch_per_gpu"):
+        return {"value": int(req["min_batch_per_gpu"]), "source": "request"}
+    knee = profile_knee(profile)
+    if knee is not None and knee > 1:
+        return {"value": knee, "source": "profile knee"}
+    return {"value": MIN_BATCH_PER_GPU, "source": "default"}
+
+
+def batch_per_gpu(plan) -> list[int]:
+    """Each group's smallest per-GPU batch: its nodes' batches split over their GPUs."""
+    return [min(b // max(1, g.gpus_per_node) for b in g.batch_per_node or (0,)) for g in plan.groups]
+
+
 # --- solving ------------------------------------------------------------------------------
 
 
@@ -364,13 +396,21 @@ def _check_memory(pr, types: int, offers: int) -> None:
         raise PlanInputError(exc.field, str(exc).split(": ", 1)[-1]) from exc
 
 
-def _solve(pr, cands, oracle, progress=None):
-    """``planner.solver.solve`` under the memory limit; its request errors (a search that would
-    outgrow the limit names max_nodes or max_types) become :class:`PlanInputError`."""
+def _solve(pr, cands, oracle, progress=None, min_per_gpu: int | None = None):
+    """``planner.solver.solve`` under the memory limit and the per-GPU batch minimum; its
+    request errors (a search that would outgrow the limit names max_nodes or max_types) become
+    :class:`PlanInputError`."""
     from planner.solver import RequestError, solve
 
     try:
-        return solve(pr, cands, oracle, progress=progress, max_memory_mb=memory_limit_mb())
+        return solve(
+            pr,
+            cands,
+            oracle,
+            progress=progress,
+            max_memory_mb=memory_limit_mb(),
+            min_batch_per_gpu=min_per_gpu,
+        )
     except RequestError as exc:
         raise PlanInputError(exc.field, str(exc).split(": ", 1)[-1]) from exc
 
@@ -458,10 +498,13 @@ def solve_request(req: dict, owner, *, allow_code: bool = False, progress=None) 
         model_errors=model_errors(),  # each row's p10/p50/p90 carries its source's model error
     )
     stages.enter("search")
-    result = _solve(pr, cands, oracle, progress=stages.counts if progress else None)
+    minimum = min_batch_per_gpu(req, profile)
+    result = _solve(
+        pr, cands, oracle, progress=stages.counts if progress else None, min_per_gpu=minimum["value"]
+    )
     stages.enter("verify")
     verified = _verify(result.plans, pr, oracle, {c.key: c for c in cands})
-    rows = RowSource(oracle, validated_errors(), {c.key: c for c in cands})
+    rows = RowSource(oracle, validated_errors(), {c.key: c for c in cands}, minimum["value"])
     stages.enter("alternatives")
     alternatives = (
         _market_alternatives(pr, cands, oracle, rows, progress=stages.ping if progress else None)
@@ -498,6 +541,7 @@ def solve_request(req: dict, owner, *, allow_code: bool = False, progress=None) 
             "profile_precision": profile.device.precision if profile else None,
         },
         "request": {"total_samples": pr.total_samples},
+        "batch": _batch_json(pr, minimum, result.plans),
         "warnings": warnings,
         "assumptions": plan_assumptions(result.plans, pr, req, wl, profile, oracle, warnings, cands),
         "mix_reasons": mix_reasons(result.plans, pr, cands, oracle),
@@ -517,7 +561,9 @@ def _market_alternatives(pr, cands, oracle, rows: RowSource, progress=None) -> d
             out[market] = {"plan": None, "reason": f"no {market} offers in the allowed regions"}
             continue
         try:
-            best = _solve(replace(pr, top_k=1), pool, oracle, progress=progress).best
+            best = _solve(
+                replace(pr, top_k=1), pool, oracle, progress=progress, min_per_gpu=rows.min_batch_per_gpu
+            ).best
             out[market] = {"plan": _plan_json(best, None, rows), "reason": None}
         except Infeasible as exc:
             out[market] = {"plan": None, "reason": str(exc)}
@@ -599,6 +645,7 @@ class RowSource:
     oracle: Any
     errors: dict
     candidates: dict = dataclasses.field(default_factory=dict)  # Candidate.key -> Candidate
+    min_batch_per_gpu: int | None = None  # the solver's minimum (min_batch_per_gpu), None: none
 
     def source(self, plan) -> str:
         found = []
@@ -620,6 +667,18 @@ class RowSource:
             "prediction_error": error_of(source, self.errors),
             "model_error": model_error_of(plan.model_error_source, self.oracle.model_errors),
             **self.comm(plan),
+            **self.batch(plan),
+        }
+
+    def batch(self, plan) -> dict:
+        """The row's per-GPU batch (smallest over its groups) and whether it is below the
+        solver's minimum (ranked only because nothing at the minimum fits)."""
+        per_gpu = batch_per_gpu(plan)
+        low = min(per_gpu, default=0)
+        return {
+            "batch_per_gpu": low,
+            "batch_per_gpu_by_group": per_gpu,
+            "below_min_batch_per_gpu": bool(self.min_batch_per_gpu and low < self.min_batch_per_gpu),
         }
 
     def comm(self, plan) -> dict:
@@ -641,6 +700,20 @@ def _thin(points, limit: int = 4000):
     room = max(0, limit - len(feasible))
     stride = max(1, math.ceil(len(rest) / room)) if room else len(rest) + 1
     return feasible[:limit] + rest[::stride][:room]
+
+
+def _batch_json(pr, minimum: dict, plans) -> dict:
+    """The result's batch settings: the range searched, the per-GPU minimum and where it came
+    from, the learning-rate note, and the ranks below the minimum (nothing at it fitted)."""
+    below = [p.rank for p in plans if min(batch_per_gpu(p), default=0) < minimum["value"]]
+    return {
+        "global_batch_min": int(pr.global_batch_min),
+        "global_batch_max": int(pr.global_batch_max),
+        "min_per_gpu": minimum["value"],
+        "min_per_gpu_source": minimum["source"],
+        "below_min_ranks": below,
+        "note": LR_SCALING_NOTE,
+    }
 
 
 def _plan_json(plan, verified: dict | None, rows: RowSource) -> dict:

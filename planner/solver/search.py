@@ -170,6 +170,8 @@ from planner.solver.rank import (
 from planner.solver.request import (
     DEFAULT_MAX_MEMORY_MB,
     REL,
+    Config,
+    Estimate,
     PerfOracle,
     PlanRequest,
     PlanResult,
@@ -1230,7 +1232,95 @@ def spec_of(req: PlanRequest, **over: Any) -> Spec:
     return replace(base, **over)
 
 
+# ----------------------------------------------------------------------------------- per-GPU batch
+def per_gpu_batches(config: Config, global_batch: int, est: Estimate | None) -> list[int]:
+    """The batch each GPU of ``config`` processes per iteration, one entry per group: the
+    oracle's ``per_node_batch`` split evenly over the node's GPUs (``floor(b_node / gpus)``, so
+    the smallest share), or, without it, ``floor(G / sum_i n_i * gpus_i)``."""
+    if est is not None and est.per_node_batch is not None and len(est.per_node_batch) == len(config):
+        return [
+            int(b) // max(1, int(c.gpus_per_node))
+            for (c, _), b in zip(config, est.per_node_batch, strict=True)
+        ]
+    gpus = sum(int(n) * max(1, int(c.gpus_per_node)) for c, n in config)
+    return [int(global_batch) // max(1, gpus)] * len(config)
+
+
+class MinBatchPerGpu:
+    """``perf`` with every ``(config, G)`` whose smallest per-GPU batch is below ``minimum``
+    marked as unable to run (``None``; 0 in curves and bounds).
+
+    Why here and not in the request: a GPU far below its occupancy knee computes little per
+    step while the all-reduce still moves the whole model, so a plan that buys speed by
+    spreading a small global batch over many GPUs buys mostly communication, and the fastest
+    GPUs tie (they all wait on the network).  Zeroing the compute bound of those points keeps
+    the search's bounds valid upper bounds (the constraint only removes configurations) and
+    lets it skip them.  Every other attribute (comm floor, mix bounds, ...) is the oracle's."""
+
+    def __init__(self, perf: PerfOracle, minimum: int) -> None:
+        self.perf: Any = perf  # a callable, with the optional bound methods of the Curves
+        self.minimum = int(minimum)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.perf, name)
+
+    def __call__(self, config: Config, global_batch: int) -> Estimate | None:
+        gpus = sum(int(n) * max(1, int(c.gpus_per_node)) for c, n in config)
+        if int(global_batch) < self.minimum * gpus:
+            return None  # even an even split leaves some GPU below the minimum
+        est: Estimate | None = self.perf(config, global_batch)
+        if est is not None and min(per_gpu_batches(config, global_batch, est)) < self.minimum:
+            return None
+        return est
+
+    def _keep(self, c: Candidate, counts: Any, g: int) -> Any:
+        n = np.asarray(counts, dtype=np.int64)
+        return int(g) // np.maximum(1, n * max(1, int(c.gpus_per_node))) >= self.minimum
+
+    def throughput_bound(self, c: Candidate, counts: Any, g: int) -> np.ndarray:
+        got = np.asarray(self.perf.throughput_bound(c, counts, g), dtype=np.float64)
+        return np.where(self._keep(c, counts, g), got, 0.0)
+
+    def throughput_curve(self, c: Candidate, counts: Any, g: int) -> np.ndarray | None:
+        curve = getattr(self.perf, "throughput_curve", None)
+        got = curve(c, counts, g) if callable(curve) else None
+        if got is None:
+            return None
+        return np.where(self._keep(c, counts, g), np.asarray(got, dtype=np.float64), 0.0)
+
+
+def with_min_batch_per_gpu(perf: PerfOracle, minimum: int | None) -> PerfOracle:
+    """``perf`` under a per-GPU batch minimum (:class:`MinBatchPerGpu`); unchanged without one.
+    The bound and curve methods are only offered where ``perf`` has them (the curves test for
+    them with ``getattr``)."""
+    if not minimum or int(minimum) <= 1:
+        return perf
+    wrapped = MinBatchPerGpu(perf, int(minimum))
+    if not callable(getattr(perf, "throughput_bound", None)):
+        return _NoBound(perf, int(minimum))
+    return wrapped
+
+
+class _NoBound(MinBatchPerGpu):
+    """:class:`MinBatchPerGpu` for an oracle without a compute bound or curve."""
+
+    throughput_bound = None  # type: ignore[assignment]
+    throughput_curve = None  # type: ignore[assignment]
+
+
 # ----------------------------------------------------------------------------------- public entry
+def _search(
+    request: PlanRequest,
+    candidates: Sequence[Candidate],
+    perf: PerfOracle,
+    tracker: Progress,
+    max_memory_mb: float,
+    spec: Spec,
+) -> tuple[Engine, Outcome]:
+    engine = Engine(request, candidates, perf, tracker, max_memory_mb)
+    return engine, engine.run(spec)
+
+
 def solve(
     request: PlanRequest,
     candidates: Sequence[Candidate],
@@ -1238,6 +1328,7 @@ def solve(
     *,
     progress: ProgressCallback | None = None,
     max_memory_mb: float = DEFAULT_MAX_MEMORY_MB,
+    min_batch_per_gpu: int | None = None,
 ) -> PlanResult:
     """Plan a cluster; see the module docstring.  Raises :class:`RequestError` (also when the
     search would need more than ``max_memory_mb`` of state: it names ``max_nodes`` or
@@ -1245,13 +1336,21 @@ def solve(
 
     ``progress(evaluated, estimated_total)`` is called as configurations are evaluated (at most
     every 0.1 s, and once at the end); an exception it raises propagates out of ``solve``,
-    which is how a caller cancels a solve."""
+    which is how a caller cancels a solve.
+
+    ``min_batch_per_gpu``: configurations whose smallest per-GPU batch is below it are not
+    ranked (:class:`MinBatchPerGpu`), unless none at or above it satisfies the request: then
+    the search runs again without the minimum (the caller sees it on the plans' batches).
+    (A keyword, not a request field, until :class:`PlanRequest` carries it.)"""
     t0 = _time.perf_counter()
     request.validate()
     tracker = Progress(progress)
-    engine = Engine(request, candidates, perf, tracker, max_memory_mb)
     spec = spec_of(request)
-    out = engine.run(spec)
+    bounded = with_min_batch_per_gpu(perf, min_batch_per_gpu)
+    engine, out = _search(request, candidates, bounded, tracker, max_memory_mb, spec)
+    if not out.cols and bounded is not perf:
+        # nothing fits at the minimum: rank what does fit below it rather than nothing
+        engine, out = _search(request, candidates, perf, tracker, max_memory_mb, spec)
     if not out.cols:
         raise explain_infeasible(engine, spec)
     ranked, ranked_all, tie_why = rank_columns(out.cols, spec, request)
