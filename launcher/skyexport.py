@@ -8,13 +8,39 @@ from __future__ import annotations
 
 import io
 import zipfile
+from typing import Any
 
-from launcher import taskfile
+from launcher import spot_policy, taskfile
 
 
-def download(option: dict, plan_id: int) -> tuple[str, bytes, str]:
-    """(file name, content, content type) of option ``option`` of plan ``plan_id``."""
-    files = taskfile.to_skypilot(option)
+def plan_task(request: dict[str, Any] | None) -> taskfile.TaskSpec | None:
+    """The task file a plan was made from (its request's ``task`` text), read; None without one."""
+    text = (request or {}).get("task")
+    return taskfile.parse_task(text) if isinstance(text, str) and text.strip() else None
+
+
+def checkpoint_interval_s(
+    option: dict, spec: taskfile.TaskSpec | None, checkpoint_write_s: float | None = None
+) -> float | None:
+    """Seconds between checkpoints for ``checkpoint: {interval: auto}``: Young/Daly from the
+    option's interruption rate (``spot_policy.option_interval_min``), as a Srifty launch sets
+    ``SRIFTY_CHECKPOINT_INTERVAL_S``; None when the file sets its own or has no checkpoint."""
+    if spec is None or spec.checkpoint is None or not spec.checkpoint.auto:
+        return None
+    minutes, _why = spot_policy.option_interval_min(option["groups"], checkpoint_write_s, None)
+    return minutes * 60.0
+
+
+def download(
+    option: dict,
+    plan_id: int,
+    spec: taskfile.TaskSpec | None = None,
+    checkpoint_write_s: float | None = None,
+) -> tuple[str, bytes, str]:
+    """(file name, content, content type) of option ``option`` of plan ``plan_id``, running
+    ``spec``'s task when given (else a torchrun template)."""
+    interval = checkpoint_interval_s(option, spec, checkpoint_write_s)
+    files = taskfile.to_skypilot(option, spec, checkpoint_interval_s=interval)
     if len(files) == 1:
         [(name, text)] = files
         return f"plan-{plan_id}-{name}", text.encode(), "application/yaml"

@@ -40,7 +40,7 @@ Every node gets (:func:`node_env`)::
     SKYPILOT_NUM_NODES, SKYPILOT_NUM_GPUS_PER_NODE                   SkyPilot's names
 
 and the file's ``envs``, which may not redefine the node identity (a file exported by
-:func:`to_skypilot` carries the two ``SRIFTY_*`` batch values; the plan's replace them).  Errors carry the line and the field
+:func:`to_skypilot` carries the plan's ``SRIFTY_*`` batch and checkpoint values; the plan's replace them).  Errors carry the line and the field
 (:class:`TaskFileError`); nothing is launched from a file with errors.
 
 A task file is read under bounds (:class:`_BoundedLoader`), checked on the composed node tree
@@ -1183,70 +1183,196 @@ def node_env(
 
 
 # ------------------------------------------------------------------------------ sky export
-def to_skypilot(option: dict[str, Any], spec: TaskSpec | None = None) -> list[tuple[str, str]]:
+# ``sky launch`` sets only SkyPilot's names on a node; torchrun commands (Srifty's own example,
+# most DDP scripts) read these. MASTER_PORT keeps a value given at launch (``--env``).
+SKY_PREAMBLE_MARK = "# Srifty: torchrun's names from SkyPilot's"
+SKY_PREAMBLE = (
+    SKY_PREAMBLE_MARK + " (sky launch sets only SKYPILOT_*)\n"
+    'export NNODES="$SKYPILOT_NUM_NODES"\n'
+    'export NODE_RANK="$SKYPILOT_NODE_RANK"\n'
+    'export MASTER_ADDR="$(printf \'%s\\n\' "$SKYPILOT_NODE_IPS" | head -n 1)"\n'
+    'export MASTER_PORT="${{MASTER_PORT:-{port}}}"\n'
+    'export NPROC_PER_NODE="${{SKYPILOT_NUM_GPUS_PER_NODE:-{gpus}}}"\n'
+    'export SRIFTY_NNODES="$NNODES" SRIFTY_NODE_RANK="$NODE_RANK"\n'
+)
+DEFAULT_SKY_RUN = (
+    'torchrun --nnodes "$NNODES" --nproc-per-node "$NPROC_PER_NODE" --node-rank "$NODE_RANK" \\\n'
+    '  --master-addr "$MASTER_ADDR" --master-port "$MASTER_PORT" \\\n'
+    '  train.py --batch "$SRIFTY_BATCH_PER_NODE"\n'
+)
+# An AWS zone name (us-east-1a, us-west-2-lax-1a); a zone ID (use1-az1) is named per account.
+ZONE_NAME_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+([a-z]|(-[a-z]+)+-\d+[a-z])$")
+CHECKPOINT_MOUNT_MODE = "MOUNT_CACHED"  # SkyPilot's mode for writes (checkpoints), uploaded behind
+
+
+def to_skypilot(
+    option: dict[str, Any],
+    spec: TaskSpec | None = None,
+    *,
+    checkpoint_interval_s: float | None = None,
+    zone_names: Mapping[str, str] | None = None,
+) -> list[tuple[str, str]]:
     """The plan option as SkyPilot task files ``[(filename, yaml)]``: one per instance type.
+
+    Each file runs under ``sky launch`` as Srifty runs it: ``run`` starts with
+    :data:`SKY_PREAMBLE` (torchrun's ``NNODES``, ``NODE_RANK``, ``MASTER_ADDR`` = the first of
+    ``SKYPILOT_NODE_IPS``, ``MASTER_PORT``, ``NPROC_PER_NODE`` from SkyPilot's names); a
+    ``checkpoint`` is a bucket mount at :data:`CHECKPOINT_DIR` with the ``SRIFTY_CHECKPOINT_*``
+    values the node script reads (``checkpoint_interval_s``: the plan's interval for ``auto``);
+    a ``git:`` workdir is ``workdir: {url, ref}``; ``infra`` pins the region and, when the
+    option's price is in one zone whose name is known, that zone (``zone_names``: zone ID ->
+    name in the account that launches). ``run`` and ``setup`` are YAML literal blocks.
 
     SkyPilot launches one instance type per cluster, so a mixed plan becomes one file per type
     with a note at the top; the per-node batch of each type is in ``SRIFTY_BATCH_PER_NODE``.
     """
-    groups = option["groups"]
     by_type: dict[str, list[dict[str, Any]]] = {}
-    for g in groups:
+    for g in option["groups"]:
         by_type.setdefault(g["instance_type"], []).append(g)
-    total = sum(int(g["count"]) for g in groups)
-    files = []
     base = spec.name if spec else f"srifty-plan-option-{option.get('rank', 1)}"
+    files = []
     for itype, gs in by_type.items():
-        nodes = sum(int(g["count"]) for g in gs)
-        spot = any(g.get("market") == "spot" for g in gs)
-        batch = (gs[0].get("batch_per_node") or [0])[0]
-        doc: dict[str, Any] = {"name": base if len(by_type) == 1 else f"{base}-{itype.replace('.', '-')}"}
-        if spec and spec.workdir and spec.workdir.kind == "local":
-            doc["workdir"] = spec.workdir.path
-        doc["num_nodes"] = nodes
-        resources: dict[str, Any] = {
-            "instance_type": itype,
-            "accelerators": f"{gs[0].get('gpu_model', 'GPU')}:{gs[0]['gpus_per_node']}",
-            "use_spot": spot,
-            "region": option.get("region", ""),
-        }
-        if spec and spec.image_id:
-            resources["image_id"] = spec.image_id
-        doc["resources"] = resources
-        envs: dict[str, str | None] = dict(spec.envs) if spec else {}
-        secrets = set(spec.secrets) if spec else set()
-        # A value the file leaves to the launch stays null (SkyPilot asks for it); a secret's
-        # value is never written into a file that is downloaded and shared.
-        envs.update({n: None for n in (spec.required_envs if spec else ()) if n not in secrets})
-        envs["SRIFTY_BATCH_PER_NODE"] = str(batch)
-        envs["SRIFTY_GLOBAL_BATCH"] = str(option.get("global_batch", ""))
-        doc["envs"] = envs
-        if spec and spec.secrets:
-            doc["secrets"] = {n: None for n in spec.secrets}
-        if spec and (spec.file_mounts or spec.bucket_mounts):
-            doc["file_mounts"] = {
-                **spec.file_mounts,
-                **{d: _bucket_doc(b) for d, b in spec.bucket_mounts.items()},
-            }
-        if spec and spec.setup:
-            doc["setup"] = spec.setup
-        doc["run"] = (
-            spec.run
-            if spec
-            else "torchrun --nnodes $SKYPILOT_NUM_NODES --nproc-per-node $SKYPILOT_NUM_GPUS_PER_NODE \\\n"
-            '  --node-rank $SKYPILOT_NODE_RANK --master-addr $(echo "$SKYPILOT_NODE_IPS" | head -n1) \\\n'
-            "  --master-port 29500 train.py --batch $SRIFTY_BATCH_PER_NODE\n"
-        )
-        header = f"# Srifty plan option {option.get('rank', '?')}: {nodes} x {itype} ({'spot' if spot else 'on-demand'})"
-        header += f" in {option.get('region', '?')}.\n"
-        if len(by_type) > 1:
-            header += (
-                f"# NOTE: this plan mixes {len(by_type)} instance types ({', '.join(by_type)}; {total} nodes in all).\n"
-                "# SkyPilot runs one type per cluster: launch these files as separate clusters only if your\n"
-                "# training code joins them (e.g. one torchrun rendezvous); otherwise launch with Srifty.\n"
-            )
-        files.append((f"{doc['name']}.sky.yaml", header + yaml.safe_dump(doc, sort_keys=False)))
+        name = base if len(by_type) == 1 else f"{base}-{itype.replace('.', '-')}"
+        zone, zone_note = _sky_zone(gs, zone_names or {})
+        doc = _sky_doc(option, spec, name, itype, gs, zone, checkpoint_interval_s)
+        header = _sky_header(option, itype, gs, by_type, zone_note)
+        files.append((f"{name}.sky.yaml", header + _dump_blocks(doc)))
     return files
+
+
+def _sky_doc(
+    option: dict[str, Any],
+    spec: TaskSpec | None,
+    name: str,
+    itype: str,
+    gs: list[dict[str, Any]],
+    zone: str,
+    checkpoint_interval_s: float | None,
+) -> dict[str, Any]:
+    """One instance type's task file, as a mapping in SkyPilot's key order."""
+    doc: dict[str, Any] = {"name": name}
+    if spec and spec.workdir and spec.workdir.kind == "local":
+        doc["workdir"] = spec.workdir.path
+    elif spec and spec.workdir:  # SkyPilot 0.14 clones a repository given as {url, ref}
+        doc["workdir"] = {"url": spec.workdir.url, **({"ref": spec.workdir.ref} if spec.workdir.ref else {})}
+    doc["num_nodes"] = sum(int(g["count"]) for g in gs)
+    infra = "/".join(p for p in ("aws", option.get("region", ""), zone) if p)
+    resources: dict[str, Any] = {
+        "infra": infra,
+        "instance_type": itype,
+        "accelerators": f"{gs[0].get('gpu_model', 'GPU')}:{gs[0]['gpus_per_node']}",
+        "use_spot": any(g.get("market") == "spot" for g in gs),
+    }
+    if spec and (image := _sky_image(spec.resources, option.get("region", ""))):
+        resources["image_id"] = image
+    doc["resources"] = resources
+    doc["envs"] = _sky_envs(option, spec, gs, checkpoint_interval_s)
+    if spec and spec.secrets:
+        doc["secrets"] = {n: None for n in spec.secrets}
+    mounts: dict[str, Any] = {}
+    if spec:
+        mounts.update(spec.file_mounts)
+        mounts.update({d: _bucket_doc(b) for d, b in spec.bucket_mounts.items()})
+        if spec.checkpoint is not None:  # the node script's checkpoint folder, kept in the bucket
+            mounts[CHECKPOINT_DIR] = {"source": spec.checkpoint.s3_prefix, "mode": CHECKPOINT_MOUNT_MODE}
+    if mounts:
+        doc["file_mounts"] = mounts
+    if spec and spec.setup:
+        doc["setup"] = spec.setup
+    doc["run"] = with_sky_preamble(spec.run if spec else DEFAULT_SKY_RUN, int(gs[0]["gpus_per_node"]))
+    return doc
+
+
+def _sky_image(resources: Resources, region: str) -> str:
+    """The file's image for the option's region: its AMI there, or its Docker image (SkyPilot runs
+    the task in it; Srifty's own launch does not)."""
+    ami = resources.image_for(region)
+    return ami or (f"docker:{resources.docker_image}" if resources.docker_image else "")
+
+
+def _sky_envs(
+    option: dict[str, Any], spec: TaskSpec | None, gs: list[dict[str, Any]], interval_s: float | None
+) -> dict[str, str | None]:
+    """The file's envs, its launch-time names as ``null``, the plan's batch and the checkpoint's values."""
+    envs: dict[str, str | None] = dict(spec.envs) if spec else {}
+    secrets = set(spec.secrets) if spec else set()
+    # A value the file leaves to the launch stays null (SkyPilot asks for it); a secret's
+    # value is never written into a file that is downloaded and shared.
+    envs.update({n: None for n in (spec.required_envs if spec else ()) if n not in secrets})
+    batch = str((gs[0].get("batch_per_node") or [0])[0])
+    envs.update(SRIFTY_BATCH_PER_NODE=batch, SRIFTY_PER_NODE_BATCH=batch)
+    envs["SRIFTY_GLOBAL_BATCH"] = str(option.get("global_batch", ""))
+    if spec and spec.checkpoint is not None:
+        envs.update(SRIFTY_CHECKPOINT_DIR=CHECKPOINT_DIR, SRIFTY_CHECKPOINT_S3=spec.checkpoint.s3_prefix)
+        minutes = spec.checkpoint.interval_min
+        seconds = minutes * 60 if minutes is not None else interval_s
+        if seconds is not None:
+            envs["SRIFTY_CHECKPOINT_INTERVAL_S"] = str(round(seconds))
+    return envs
+
+
+def with_sky_preamble(run: str, gpus_per_node: int) -> str:
+    """``run`` after :data:`SKY_PREAMBLE` (once: a file exported before keeps its own)."""
+    if run.startswith(SKY_PREAMBLE_MARK):
+        return run
+    preamble = SKY_PREAMBLE.format(port=DEFAULT_MASTER_PORT, gpus=gpus_per_node)
+    return preamble + (run if run.endswith("\n") else run + "\n")
+
+
+def _sky_zone(gs: list[dict[str, Any]], zone_names: Mapping[str, str]) -> tuple[str, str]:
+    """(zone name to pin, note for the header): the one zone the option's price is in.
+
+    The plan names zones by ID (``use1-az1``: the same place in every account); SkyPilot reads
+    a zone *name*, which each account maps to IDs its own way, so an ID is pinned only through
+    ``zone_names``; otherwise the header says which zone won and how to pin it."""
+    zones = {str(g.get("zone") or "") for g in gs}
+    if len(zones) != 1 or not (zone := zones.pop()):
+        return "", ""
+    name = zone if ZONE_NAME_RE.match(zone) else zone_names.get(zone, "")
+    if name:
+        return name, f"# The price that won is in zone {zone}{f' ({name})' if name != zone else ''}.\n"
+    return "", (
+        f"# The price that won is in zone ID {zone}; to pin it, append its name in your account to\n"
+        f"# infra (aws ec2 describe-availability-zones --zone-ids {zone} --query 'AvailabilityZones[0].ZoneName').\n"
+    )
+
+
+def _sky_header(
+    option: dict[str, Any],
+    itype: str,
+    gs: list[dict[str, Any]],
+    by_type: dict[str, list[dict[str, Any]]],
+    zone_note: str,
+) -> str:
+    nodes = sum(int(g["count"]) for g in gs)
+    spot = any(g.get("market") == "spot" for g in gs)
+    header = f"# Srifty plan option {option.get('rank', '?')}: {nodes} x {itype} ({'spot' if spot else 'on-demand'})"
+    header += f" in {option.get('region', '?')}.\n" + zone_note
+    if len(by_type) > 1:
+        total = sum(int(g["count"]) for g in option["groups"])
+        header += (
+            f"# NOTE: this plan mixes {len(by_type)} instance types ({', '.join(by_type)}; {total} nodes in all).\n"
+            "# SkyPilot runs one type per cluster: launch these files as separate clusters only if your\n"
+            "# training code joins them (e.g. one torchrun rendezvous); otherwise launch with Srifty.\n"
+            "# In each cluster, NNODES, NODE_RANK and MASTER_ADDR are that cluster's own.\n"
+        )
+    return header
+
+
+class _BlockDumper(yaml.SafeDumper):
+    """Writes a string with a line break as a literal block (``run: |``), as people write them."""
+
+
+def _block_str(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+    # PyYAML falls back to a quoted string where a block cannot say it (trailing spaces).
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|" if "\n" in data else None)
+
+
+_BlockDumper.add_representer(str, _block_str)
+
+
+def _dump_blocks(doc: dict[str, Any]) -> str:
+    return yaml.dump(doc, Dumper=_BlockDumper, sort_keys=False, width=10_000, allow_unicode=True)
 
 
 def _bucket_doc(bucket: BucketMount) -> dict[str, Any]:

@@ -1,13 +1,17 @@
-"""REST endpoints of the planner: queue plans, follow their progress, cancel and reopen them."""
+"""REST endpoints of the planner: queue plans, follow their progress, cancel and reopen them, and
+download an option as a SkyPilot task file."""
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from django.http import HttpResponse
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 
+from launcher import jobs, skyexport
+from launcher.taskfile import TaskFileError
 from planner.app import service, solving
 from planner.app.models import PlanRecord
 from planner.app.serializers import (
@@ -90,3 +94,33 @@ class PlanViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         if not cancelled:
             body["detail"] = f"the plan is already {record.status}"
         return Response(body, status=status.HTTP_202_ACCEPTED if cancelled else status.HTTP_409_CONFLICT)
+
+    @extend_schema(
+        parameters=[OpenApiParameter("rank", int, OpenApiParameter.PATH, description="the option's rank")],
+        responses={
+            200: OpenApiResponse(
+                description="a SkyPilot task file (YAML), or a zip of one per instance type"
+            ),
+            400: OpenApiResponse(description="field name -> messages (no such option, plan not solved)"),
+            404: OpenApiResponse(description="no such plan (or another team's)"),
+        },
+    )
+    @action(detail=True, methods=["get"], url_path=r"options/(?P<rank>[0-9]+)/skypilot")
+    def skypilot(self, request, pk=None, rank=None, **kwargs):
+        """Option ``rank`` as a SkyPilot task file for ``sky launch`` (a mixed-type option: a zip
+        with one file per instance type and a note), running the plan's task file when it was
+        made from one. Whoever may read the plan may download it (``/api/v1/jobs/sky-export/``'s
+        rule)."""
+        record = self.get_object()
+        try:
+            option = jobs.plan_option(request.user, record, rank)
+            spec = skyexport.plan_task(record.request)
+        except jobs.JobError as exc:
+            return Response({exc.field: [exc.message]}, status=status.HTTP_400_BAD_REQUEST)
+        except TaskFileError as exc:
+            return Response({"task": exc.as_dict()}, status=status.HTTP_400_BAD_REQUEST)
+        write_s = (record.request or {}).get("checkpoint_write_s")
+        name, data, kind = skyexport.download(option, record.pk, spec, write_s)
+        response = HttpResponse(data, content_type=kind)
+        response["Content-Disposition"] = f'attachment; filename="{name}"'
+        return response
