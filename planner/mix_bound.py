@@ -12,34 +12,64 @@ phase times on more than one GPU (``1 + κ`` on backward, ``δ`` per input eleme
 optimizer, times :func:`planner.oracle.host_share` where the oracle has it); the solver checks
 every mix it evaluates against the bound and falls back to the weaker bounds on a violation,
 and ``tests/planner/test_mix_bound.py`` checks it against the oracle on random mixes.
+
+The bound asks the oracle only what :class:`BoundOracle` lists (typed methods: a renamed one
+fails in mypy, not as a silent default), so this module imports nothing of ``planner.oracle``,
+which imports it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 if TYPE_CHECKING:
     from planner.candidates import Candidate
-    from planner.oracle import Oracle
+    from planner.hardware import Cluster
+    from planner.input_pipeline import InputPipeline
+    from planner.models.compute import PhaseTimes
 
 
-def _no_host_share(candidate: Candidate) -> float:
-    """Where the oracle states no per-node share of ``δ``: all of it."""
-    return 1.0
+class BoundOracle(Protocol):
+    """What the bound asks of the product oracle (:class:`planner.oracle.Oracle` is one)."""
+
+    samples: int  # > 0: the Monte-Carlo oracle, which this bound does not cover
+
+    @property
+    def pipeline(self) -> InputPipeline | None: ...
+
+    def max_batch(self, model: str) -> int: ...
+
+    def phases(self, model: str, batch: int) -> PhaseTimes | None: ...
+
+    def phases_many(self, model: str, batches: Sequence[int]) -> None: ...
+
+    def multi_gpu_terms(self) -> tuple[float, float]: ...
+
+    def host_share_of(self, candidate: Candidate) -> float: ...
+
+    def input_elements(self) -> int: ...
+
+    def profiled_layout(self) -> bool: ...
+
+    def bucket_ready_fractions(self) -> list[float]: ...
+
+    def cluster(self, config: tuple[tuple[Candidate, int], ...]) -> Cluster: ...
+
+    def allreduce_p50_ms(self, cluster: Cluster) -> list[float]: ...
+
+    def comm_floor_ms(self, members: Sequence[Candidate], nodes: np.ndarray) -> np.ndarray: ...
 
 
 class MixBound:
     """:meth:`__call__` for one oracle, with its per-type step envelopes and per-cluster
     all-reduce sums cached (they depend on the oracle's workload and models only)."""
 
-    def __init__(self, oracle: Oracle, host_share: Callable[[Candidate], float] | None = None) -> None:
-        # the oracle hands its host_share in: importing planner.oracle here would be a cycle
+    def __init__(self, oracle: BoundOracle) -> None:
         self.oracle = oracle
-        self.host_share = host_share or _no_host_share
         self._env: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray, float] | None] = {}
         self._suffix: dict[tuple[Any, ...], np.ndarray] = {}
 
@@ -53,7 +83,7 @@ class MixBound:
         model, gpn = candidate.gpu_model, int(candidate.gpus_per_node)
         pipeline = self.oracle.pipeline
         ceiling = pipeline.ceiling(candidate.vcpus, gpn) if pipeline else math.inf
-        share = float(self.host_share(candidate))
+        share = float(self.oracle.host_share_of(candidate))
         key = (model, gpn, ceiling, share, int(bmax))
         if key in self._env:
             return self._env[key]
@@ -62,12 +92,9 @@ class MixBound:
         except KeyError:
             self._env[key] = None
             return None
-        kappa = getattr(self.oracle.transfer, "nccl_slowdown", 0.0)
-        input_ns = getattr(self.oracle.transfer, "input_ns_per_element", 0.0)
-        elements = math.prod(self.oracle.workload.input_shape) if self.oracle.workload.input_shape else 0
-        many = getattr(self.oracle, "phases_many", None)
-        if callable(many):
-            many(model, range(1, top + 1))  # every batch's phases in one pass
+        kappa, input_ns = self.oracle.multi_gpu_terms()
+        elements = self.oracle.input_elements()
+        self.oracle.phases_many(model, range(1, top + 1))  # every batch's phases in one pass
         b = np.arange(top + 1)
         table = np.zeros((top + 1, 3))  # (optimizer, forward, backward) at each batch
         known = np.zeros(top + 1, dtype=bool)
@@ -120,7 +147,7 @@ class MixBound:
         key = (nodes, cluster.gpus_per_node, cluster.network_gbps, cluster.efa, cluster.device)
         hit = self._suffix.get(key)
         if hit is None:
-            comm = [c.p50_ms for c in self.oracle._comm(cluster, self.oracle.workload.bucket_specs(1))]
+            comm = self.oracle.allreduce_p50_ms(cluster)
             hit = self._suffix[key] = np.cumsum(np.array(comm[::-1], dtype=float))[::-1].copy()
         return hit
 
@@ -167,7 +194,7 @@ class MixBound:
         wmax = np.maximum.reduce(w) if len(w) > 1 else w[0]
         totals = sum(ns)
         # all-reduce terms per distinct total node count
-        profiled = self.oracle.workload.measured is not None
+        profiled = self.oracle.profiled_layout()
         uniq, inv = np.unique(totals, return_inverse=True)
         if profiled:
             floors = np.asarray(self.oracle.comm_floor_ms(members, uniq), dtype=float)
@@ -183,7 +210,7 @@ class MixBound:
             for i, r in enumerate(rows):
                 if r is not None and len(r):
                     suffix[i, : len(r)] = r
-            fractions = [b.ready_fraction for b in self.oracle.workload.bucket_specs(1)]
+            fractions = self.oracle.bucket_ready_fractions()
             coef = np.array([1.0 - (1.0 - f) * beta for f in fractions] or [1.0])
             if len(coef) != suffix.shape[1]:
                 coef = np.ones(suffix.shape[1])
@@ -243,11 +270,10 @@ def ceiling(first_ms: Any, paced_ms: Any, beta: Any, floor_ms: Any, gmax: int) -
         return np.where(it > 0, gmax * 1e3 / np.where(it > 0, it, 1.0) * (1 + 1e-12), np.inf)
 
 
-def mix_bound(oracle: Oracle, host_share: Callable[[Candidate], float] | None = None) -> MixBound:
-    """The :class:`MixBound` of ``oracle`` (one per oracle, kept on it); ``host_share`` the
-    oracle's per-node share of ``δ`` (:func:`planner.oracle.host_share`)."""
+def mix_bound(oracle: BoundOracle) -> MixBound:
+    """The :class:`MixBound` of ``oracle`` (one per oracle, kept on it)."""
     found = oracle.__dict__.get("_mix_bound")
     if not isinstance(found, MixBound) or found.oracle is not oracle:
-        found = MixBound(oracle, host_share)
+        found = MixBound(oracle)
         oracle.__dict__["_mix_bound"] = found
     return found

@@ -59,6 +59,7 @@ import numpy as np
 
 from planner.hardware import Cluster, GpuSpec
 from planner.input_pipeline import InputPipeline
+from planner.mix_bound import ceiling, mix_bound
 from planner.models.comm import CommModel, CommQuery
 from planner.models.compute import BucketSpec, ComputeModel, ComputeRangeError, PhaseSpread, PhaseTimes
 from planner.models.nccl import LearnedComm, Topology, least_correction, prior_us_nodes, shipped_model
@@ -580,29 +581,51 @@ class Oracle:
         out[good] = thr[good]
         return out
 
+    # -- what the mix bound (planner.mix_bound.BoundOracle) asks, besides phases and clusters --
+
+    def multi_gpu_terms(self) -> tuple[float, float]:
+        """``(κ, δ)`` of the compute model (:meth:`TransferModel.multi_gpu_terms`): the backward
+        slowdown and the ns per input element that :meth:`_estimate` applies on more than one GPU."""
+        return self.transfer.multi_gpu_terms()
+
+    def host_share_of(self, candidate: Candidate) -> float:
+        """The share of ``δ`` one step pays on ``candidate``'s node (:func:`host_share`)."""
+        return host_share(candidate)
+
+    def input_elements(self) -> int:
+        """Elements of one input sample (``prod(input_shape)``; 0 without a shape)."""
+        return math.prod(self.workload.input_shape) if self.workload.input_shape else 0
+
+    def profiled_layout(self) -> bool:
+        """Whether the phases and bucket layout come from a profile (the comm floor is then the
+        layout-free :meth:`comm_floor_ms`)."""
+        return self.workload.measured is not None
+
+    def bucket_ready_fractions(self) -> list[float]:
+        """Per bucket at batch 1: the share of backward done when its gradients are ready."""
+        return [b.ready_fraction for b in self.workload.bucket_specs(1)]
+
+    def allreduce_p50_ms(self, cluster: Cluster) -> list[float]:
+        """The median all-reduce time (ms) of each bucket at batch 1 on ``cluster`` (:meth:`_comm`)."""
+        return [c.p50_ms for c in self._comm(cluster, self.workload.bucket_specs(1))]
+
     def mix_throughput_bound(
         self, members: Sequence[Candidate], counts: Sequence[np.ndarray], grid: Sequence[int]
     ) -> np.ndarray:
         """An upper bound on ``max_G self(config, G).throughput_sps`` over ``grid`` for every count
         vector of a mix of the distinct types ``members`` (numpy): :mod:`planner.mix_bound`."""
-        from planner.mix_bound import mix_bound
-
-        return np.asarray(mix_bound(self, host_share)(members, counts, grid), dtype=float)
+        return np.asarray(mix_bound(self)(members, counts, grid), dtype=float)
 
     def mix_ceiling_terms(self, candidate: Candidate, gmax: int) -> tuple[float, float, float] | None:
         """One instance type's terms of the count-free ceiling on :meth:`mix_throughput_bound`
         (:func:`planner.mix_bound.ceiling`); ``None`` where it cannot say."""
-        from planner.mix_bound import mix_bound
-
-        return mix_bound(self, host_share).ceiling_terms(candidate, gmax)
+        return mix_bound(self).ceiling_terms(candidate, gmax)
 
     @staticmethod
     def mix_ceiling(first_ms: Any, paced_ms: Any, beta: Any, floor_ms: Any, gmax: int) -> np.ndarray:
         """The count-free ceiling on :meth:`mix_throughput_bound` of mixes whose members' largest
         terms (:meth:`mix_ceiling_terms`) and comm floor are these (numpy, many at once):
         :func:`planner.mix_bound.ceiling`."""
-        from planner.mix_bound import ceiling
-
         return ceiling(first_ms, paced_ms, beta, floor_ms, gmax)
 
     def throughput_bound(self, candidate: Candidate, counts: np.ndarray, global_batch: int) -> np.ndarray:
@@ -649,9 +672,8 @@ class Oracle:
         rows = np.flatnonzero(ok)
         if not len(rows):
             return opt, fwd, bwd, ok
-        kappa_all = getattr(self.transfer, "nccl_slowdown", 0.0)
-        input_all = getattr(self.transfer, "input_ns_per_element", 0.0)
-        elements = math.prod(self.workload.input_shape) if self.workload.input_shape else 0
+        kappa_all, input_all = self.multi_gpu_terms()
+        elements = self.input_elements()
         share = host_share(candidate)
         b = batch[rows]
         uniq = np.unique(b)
@@ -697,9 +719,8 @@ class Oracle:
         # each step δ ns per input element of its batch (decode, augment, copy) — both
         # calibrated on the corpus's 1–8 GPU rows; 0 if the compute model has none.
         multi = sum(n for _, n in groups) > 1
-        kappa = getattr(self.transfer, "nccl_slowdown", 0.0) if multi else 0.0
-        input_ns = getattr(self.transfer, "input_ns_per_element", 0.0) if multi else 0.0
-        elements = math.prod(self.workload.input_shape) if self.workload.input_shape else 0
+        kappa, input_ns = self.multi_gpu_terms() if multi else (0.0, 0.0)
+        elements = self.input_elements()
         for (model, _), (cand, _), b in zip(groups, config, batches, strict=True):
             phases = self.phases(model, b)
             if phases is None:

@@ -415,6 +415,10 @@ class OpClassModel(TransferModel):
     power_fit: dict[str, float] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
 
+    def multi_gpu_terms(self) -> tuple[float, float]:
+        """``(κ, δ)`` as calibrated: ``(nccl_slowdown, input_ns_per_element)``."""
+        return self.nccl_slowdown, self.input_ns_per_element
+
     def bracket(
         self, cost: WorkloadCost, batch: float, gpu: GpuSpec, precision: str, phases: Sequence[str] = PHASES
     ) -> tuple[dict[str, float], float]:

@@ -224,6 +224,13 @@ class TransferModel:
             return SUPPLEMENTARY_SPECS[name]
         raise KeyError(f"gpu {gpu!r}: no spec")
 
+    def multi_gpu_terms(self) -> tuple[float, float]:
+        """``(κ, δ)``: how much longer backward takes beside NCCL's kernels, and the ns per input
+        element a step pays for its share of the host's input pipeline, on more than one GPU.
+        The plain roofline has neither (0, 0); :class:`planner.models.opclass.OpClassModel`
+        calibrates both."""
+        return 0.0, 0.0
+
     def factor(self, gpu: str | GpuSpec) -> tuple[float, str]:
         """``(k_g, level)`` with level ``"gpu"``, ``"architecture"`` or ``"global"``."""
         spec = self.spec(gpu)
