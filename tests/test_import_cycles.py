@@ -265,3 +265,8 @@ def test_the_import_walk_sees_type_checking_and_relative_imports(tmp_path):
         "def f():\n    from . import b\n    import django.db\n"
     )
     assert imported_names("pkg.a", pkg / "a.py") == {"typing", "profiler.models", "pkg", "django.db"}
+
+
+def test_the_mix_bound_asks_the_oracle_through_its_protocol_without_importing_it():
+    """planner.oracle imports planner.mix_bound; the bound states what it asks as a Protocol."""
+    assert not arrows(("planner.mix_bound",), ("planner.oracle",))
