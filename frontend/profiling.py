@@ -123,6 +123,8 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
     comm = list(run.comm_samples.all())
     flags = quality.compute_flags(compute) + quality.comm_flags(comm)
     by_key = quality.flags_by_key(flags)
+    # what was timed (a time budget or the agent's repeats may differ from the iterations asked)
+    measured = max((len(s.times_ms) for s in [*compute, *comm]), default=run.iters)
     return render(
         request,
         "frontend/profiling_run.html",
@@ -132,8 +134,9 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
             "comm": [(s, quality.reasons_for(by_key, s.size_bytes)) for s in comm],
             "noisy": flags,
             "noisy_cv": quality.NOISY_CV,
-            "rerun_iters": rerun_iters(run.iters),
-            "rerun_url": rerun_url(run),
+            "measured_iters": measured,
+            "rerun_iters": rerun_iters(measured),
+            "rerun_url": rerun_url(run, measured),
             "buckets": list(run.bucket_samples.all()),
             "can_cancel": acts_for_owner(request.user, run, CANCEL_PERMISSION) and not run.finished,
             "charts": chart_data(run),
@@ -183,14 +186,14 @@ def latency_series(compute: list[ComputeSample], comm: list[CommSample]) -> list
 
 def rerun_iters(iters: int) -> int:
     """The iteration count a noisy run's "profile again" link proposes: at least 20, at least
-    twice this run's (the standard error of a median shrinks like 1/sqrt(n)), at most the form's
+    twice what this run timed (the standard error of a median shrinks like 1/sqrt(n)), at most the form's
     1000."""
     return min(1000, max(20, 2 * iters))
 
 
-def rerun_url(run: ProfilingRun) -> str:
-    """The form, pre-filled with this run's settings and ``rerun_iters`` iterations."""
+def rerun_url(run: ProfilingRun, measured: int) -> str:
+    """The form, pre-filled with this run's settings and ``rerun_iters(measured)`` iterations."""
     fields = {k: getattr(run, k) for k in DEFAULTS if k != "iters" and hasattr(run, k)}
-    fields.update(instance_type=run.instance_type, region=run.region, iters=rerun_iters(run.iters))
+    fields.update(instance_type=run.instance_type, region=run.region, iters=rerun_iters(measured))
     query = urlencode({k: v for k, v in fields.items() if v not in (None, "")})
     return f"{reverse('profiling')}?{query}"

@@ -132,6 +132,7 @@ def test_a_noisy_run_is_flagged_with_its_reasons_and_a_link_to_run_it_again_with
     client.force_login(user)
     page = client.get(f"/profiling/{run.pk}/").content.decode()
     assert 'id="noisy"' in page and "Noisy measurements: use more iterations" in page
+    assert "2 measurements of this run (5 timed iterations each) are too noisy" in page
     assert "an iteration at batch 256 (29 ms) is shorter than at the smaller batch 128 (31 ms)" in page
     assert "batch 256, forward: CV 0.6" in page
     assert page.count('class="noisy-row"') == 3  # every phase of batch 256; none of batch 128
@@ -161,3 +162,15 @@ def test_the_proposed_iteration_count_is_at_least_20_and_twice_the_run_s(client)
     from frontend.profiling import rerun_iters
 
     assert [rerun_iters(n) for n in (1, 5, 10, 30, 900)] == [20, 20, 20, 60, 1000]
+
+
+def test_a_noisy_comm_run_counts_the_repeats_it_timed_not_the_iterations_it_asked_for(
+    client, user, make_run, comm_profile
+):
+    run = make_run(kind="comm", model_spec="", input_shape="", world_size=2, sizes="1KB..64KB", iters=5)
+    actions.complete_run(run, comm_profile)
+    repeats = max(len(s.times_ms) for s in run.comm_samples.all())
+    client.force_login(user)
+    page = client.get(f"/profiling/{run.pk}/").content.decode()
+    assert f"({repeats} timed repeats each)" in page and "larger batch" not in page
+    assert "CV 1.01 &gt; 0.2: the repeats disagree" in page
