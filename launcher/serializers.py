@@ -185,7 +185,7 @@ JOB_FIELDS = [
 class JobSerializer(ModelSerializer):
     owner: serializers.SlugRelatedField = serializers.SlugRelatedField(slug_field="username", read_only=True)
     spend_usd = serializers.SerializerMethodField(
-        help_text=money_help("Spend so far ($/h x hours since launch)")
+        help_text=money_help("Spend so far ($/h x hours since launch; 0 for a job that never started)")
     )
     hourly_usd = MoneyField(decimal_places=4, read_only=True, help_text="USD per hour of the whole cluster")
     max_spend_usd = MoneyField(
@@ -201,7 +201,7 @@ class JobSerializer(ModelSerializer):
 
     @extend_schema_field(MoneyField(decimal_places=4))
     def get_spend_usd(self, job: Job) -> str | None:
-        return money(job.spend_so_far())
+        return money(jobs.spend_usd(job))  # as the job page says it: 0 when nothing started
 
     def get_nodes(self, job: Job) -> int:
         return sum(int(g["count"]) for g in job.option.get("groups", []))
