@@ -38,7 +38,7 @@ def test_a_running_jobs_rate_cap_and_spend_are_decimal_strings(owner):
     shown = job_json(owner, job.pk)
     assert (shown["hourly_usd"], shown["max_spend_usd"]) == ("1.0000", "5.00")  # min($10, $1/h x 5 h)
     assert isinstance(shown["spend_usd"], str) and Decimal(shown["spend_usd"]) == pytest.approx(
-        Decimal(2), abs=0.01
+        Decimal(2), abs=Decimal("0.01")
     )
     assert shown["resilience"]["cost_usd"] == "0.0000"
 
