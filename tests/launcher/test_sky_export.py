@@ -11,6 +11,7 @@ import re
 import subprocess
 import textwrap
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from rest_framework.test import APIClient
 from launcher import skyexport, spot_policy, taskfile
 from planner.app.models import PlanRecord
 from tests.launcher.test_task_launch import group, option
+from tests.launcher.test_taskfile_skypilot import DISTRIBUTED
 from tests.support import skypilot_venv
 
 pytestmark = pytest.mark.django_db
@@ -312,7 +314,31 @@ def test_a_plan_made_from_a_task_file_exports_that_task(user):
 
 
 # ------------------------------------------------------------------- SkyPilot's own reader
-def _exports(tmp_path: Path) -> dict[str, str]:
+# A task in SkyPilot's words with most of what Srifty reads of its resources (issue 37 item 1).
+FEATURES = """\
+resources:
+  infra: aws/us-east-2
+  cpus: 32+
+  memory: 256+
+  disk_size: 512
+  disk_tier: best
+  network_tier: best
+  ports: [8888]
+  labels: {team: vision}
+  any_of:
+    - {accelerators: A100:8}
+    - {accelerators: H100:8, use_spot: true}
+file_mounts:
+  /checkpoints: {name: my-ckpts, store: s3, mode: MOUNT_CACHED}
+  /code: ./src
+secrets: {WANDB_API_KEY: null}
+run: python train.py
+"""
+LAUNCH_ENVS = {"DATASET": "s3://bucket/dataset", "HF_TOKEN": "hf_x"}  # sky launch --env NAME=...
+LAUNCH_SECRETS = {"WANDB_API_KEY": "wandb_x"}  # sky launch --secret NAME=...
+
+
+def _exports(folder: Path) -> dict[str, str]:
     """Every kind of export: the template, a mix, the example task, a SkyPilot task with git
     workdir, launch-time envs, secrets, buckets and a pinned zone, and one in a Docker image."""
     region = "us-east-1"
@@ -322,10 +348,10 @@ def _exports(tmp_path: Path) -> dict[str, str]:
     }
     mixed = option(group("p4d.24xlarge", count=2, zone=None), g5, rank=2)
     example = taskfile.parse_task(EXAMPLE.read_text(), EXAMPLE)
-    (tmp_path / "examples" / "train").mkdir(parents=True)  # the example's workdir, where sky launch runs
+    (folder / "examples" / "train").mkdir(parents=True)  # the example's workdir, where sky launch runs
     skypilot_task = taskfile.parse_task(
         "workdir: {url: https://github.com/org/repo.git, ref: v1.2}\n"
-        "envs: {EPOCHS: 3, DATASET: null}\nsecrets: {HF_TOKEN: null}\n"
+        "envs: {EPOCHS: 3, DATASET: null}\nsecrets: {WANDB_API_KEY: null}\n"
         "file_mounts:\n  /data: s3://bucket/data\n  /out: {name: my-out-bucket, mode: MOUNT}\n"
         "checkpoint: {s3: s3://bucket/ckpt, interval: auto}\n"
         "run: |\n  torchrun --nnodes $NNODES train.py\n",
@@ -340,24 +366,59 @@ def _exports(tmp_path: Path) -> dict[str, str]:
     files.update(taskfile.to_skypilot(pinned, skypilot_task, checkpoint_interval_s=600, zone_names=names))
     # (an AMI is checked by SkyPilot against AWS itself, which needs skypilot[aws] and credentials)
     docker = taskfile.parse_task(
-        "resources: {image_id: docker:nvcr.io/nvidia/pytorch:24.01-py3}\n" + "run: x\n", "in-docker.yaml"
+        "resources: {image_id: docker:nvcr.io/nvidia/pytorch:24.01-py3}\nrun: x\n", "in-docker.yaml"
     )
     files.update(taskfile.to_skypilot(option(rank=5), docker))
     return files
 
 
-def test_every_export_is_read_by_skypilot_itself_as_it_was_meant(tmp_path):
-    files = _exports(tmp_path)
-    launch_time = {"DATASET": "s3://bucket/dataset"}  # sky launch --env DATASET=... --secret HF_TOKEN=...
-    read = skypilot_venv.read_with_skypilot(files, tmp_path, launch_time, {"HF_TOKEN": "hf_x"})
-    assert sorted(read) == sorted(files)
-    for name, text in files.items():
-        got, doc = read[name], yaml.safe_load(text)
+def _refused() -> dict[str, str]:
+    """Exports spoilt the ways SkyPilot refuses: a zone ID where it wants a name, an unknown
+    instance type, a launch-time env left unset."""
+    [(_, text)] = taskfile.to_skypilot(option())
+    doc = yaml.safe_load(text)
+    res = doc["resources"]
+    return {
+        "zone-id.yaml": yaml.safe_dump({**doc, "resources": {**res, "infra": "aws/us-east-1/use1-az1"}}),
+        "no-type.yaml": yaml.safe_dump({**doc, "resources": {**res, "instance_type": "p4d.96xlarge"}}),
+        "unset.yaml": yaml.safe_dump({**doc, "envs": {**doc["envs"], "LEFT_UNSET": None}}),
+    }
+
+
+@dataclass
+class SkyRead:
+    folder: Path
+    files: dict[str, str]
+    read: dict[str, dict]
+
+
+@pytest.fixture(scope="module")
+def sky_read(tmp_path_factory) -> SkyRead:
+    """One run of SkyPilot's reader (tens of seconds) over every file the tests below look at."""
+    skypilot_venv.skypilot_python()  # skips here, with the reason, when there is no venv
+    folder = tmp_path_factory.mktemp("sky")
+    (folder / "src").mkdir()
+    files = {
+        **_exports(folder),
+        **_refused(),
+        "task-distributed.yaml": DISTRIBUTED.replace("~/.netrc: ~/.netrc", "/code: ./src"),
+        "task-features.yaml": FEATURES,
+    }
+    return SkyRead(
+        folder, files, skypilot_venv.read_with_skypilot(files, folder, LAUNCH_ENVS, LAUNCH_SECRETS)
+    )
+
+
+def test_every_export_is_read_by_skypilot_itself_as_it_was_meant(sky_read):
+    exports = {n: t for n, t in sky_read.files.items() if n.endswith(".sky.yaml")}
+    assert len(exports) == 6
+    for name, text in exports.items():
+        got, doc = sky_read.read[name], yaml.safe_load(text)
         assert "error" not in got, f"{name}: {got.get('error')}"
         assert got["version"] == skypilot_venv.VERSION
         assert (got["name"], got["num_nodes"], got["run"]) == (doc["name"], doc["num_nodes"], doc["run"])
         workdir = doc.get("workdir")  # a folder is made absolute (relative to where sky launch runs)
-        workdir = str((tmp_path / workdir).resolve()) if isinstance(workdir, str) else workdir
+        workdir = str((sky_read.folder / workdir).resolve()) if isinstance(workdir, str) else workdir
         assert (got["setup"], got["workdir"]) == (doc.get("setup"), workdir)
         envs = {k: v for k, v in doc["envs"].items() if v is not None}
         assert {k: got["envs"][k] for k in envs} == envs
@@ -375,13 +436,13 @@ def test_every_export_is_read_by_skypilot_itself_as_it_was_meant(tmp_path):
         assert res["zone"] == zone and (zone is None or zone in res["catalog_zones"][res["region"]])
         buckets = {p: m for p, m in doc.get("file_mounts", {}).items() if isinstance(m, dict)}
         assert sorted(got["storage_mounts"]) == sorted(buckets)
-    assert read["in-docker.sky.yaml"]["resources"][0]["image_id"] == {
-        "us-east-1": "docker:nvcr.io/nvidia/pytorch:24.01-py3"
-    }
-    pinned = read["llm-ft.sky.yaml"]
+    docker = sky_read.read["in-docker.sky.yaml"]["resources"][0]["image_id"]
+    assert docker == {"us-east-1": "docker:nvcr.io/nvidia/pytorch:24.01-py3"}
+    pinned = sky_read.read["llm-ft.sky.yaml"]
     assert pinned["resources"][0]["zone"] == skypilot_venv.zone_name("use1-az4", "us-east-1")
     assert pinned["workdir"] == {"url": "https://github.com/org/repo.git", "ref": "v1.2"}
-    assert pinned["secrets"] == ["HF_TOKEN"] and pinned["envs"]["SRIFTY_CHECKPOINT_INTERVAL_S"] == "600"
+    assert pinned["secrets"] == ["WANDB_API_KEY"] and pinned["envs"]["DATASET"] == LAUNCH_ENVS["DATASET"]
+    assert pinned["envs"]["SRIFTY_CHECKPOINT_INTERVAL_S"] == "600"
     assert pinned["storage_mounts"][taskfile.CHECKPOINT_DIR] == {
         "source": "s3://bucket/ckpt",
         "mode": "MOUNT_CACHED",
@@ -389,16 +450,45 @@ def test_every_export_is_read_by_skypilot_itself_as_it_was_meant(tmp_path):
     assert pinned["file_mounts"] == {"/data": "s3://bucket/data"}
 
 
-def test_skypilots_reader_refuses_what_skypilot_refuses(tmp_path):
-    """The check above can fail: a zone ID where SkyPilot wants a name, an unknown instance type,
-    a launch-time env left unset."""
-    [(_, text)] = taskfile.to_skypilot(option())
-    doc = yaml.safe_load(text)
-    zone_id = yaml.safe_dump({**doc, "resources": {**doc["resources"], "infra": "aws/us-east-1/use1-az1"}})
-    no_type = yaml.safe_dump({**doc, "resources": {**doc["resources"], "instance_type": "p4d.96xlarge"}})
-    unset = yaml.safe_dump({**doc, "envs": {**doc["envs"], "DATASET": None}})
-    files = {"zone-id.yaml": zone_id, "no-type.yaml": no_type, "unset.yaml": unset}
-    read = skypilot_venv.read_with_skypilot(files, tmp_path)
-    assert "Invalid zone 'use1-az1'" in read["zone-id.yaml"]["error"]
-    assert "Invalid instance type 'p4d.96xlarge'" in read["no-type.yaml"]["error"]
-    assert "Environment variable 'DATASET' is None" in read["unset.yaml"]["error"]
+def test_skypilots_reader_refuses_what_skypilot_refuses(sky_read):
+    """The check above can fail."""
+    assert "Invalid zone 'use1-az1'" in sky_read.read["zone-id.yaml"]["error"]
+    assert "Invalid instance type 'p4d.96xlarge'" in sky_read.read["no-type.yaml"]["error"]
+    assert "Environment variable 'LEFT_UNSET' is None" in sky_read.read["unset.yaml"]["error"]
+
+
+@pytest.mark.parametrize("name", ["task-distributed.yaml", "task-features.yaml"])
+def test_a_task_in_skypilots_words_means_to_srifty_what_it_means_to_skypilot(sky_read, name):
+    text = sky_read.files[name]
+    got, ours = sky_read.read[name], taskfile.parse_task(text, name)
+    assert "error" not in got, got.get("error")
+    assert (got["num_nodes"], got["setup"], got["run"]) == (ours.num_nodes or 1, ours.setup or None, ours.run)
+    assert {k: got["envs"][k] for k in ours.envs} == ours.envs
+    assert set(ours.required_envs) - set(ours.secrets) <= set(got["envs"]) and got["secrets"] == sorted(
+        ours.secrets
+    )
+    assert got["file_mounts"] == {
+        p: str((sky_read.folder / s).resolve()) for p, s in ours.file_mounts.items()
+    }
+    assert {p: m["mode"] for p, m in got["storage_mounts"].items()} == {
+        p: b.mode for p, b in ours.bucket_mounts.items()
+    }
+    theirs = sorted(
+        (tuple(r["accelerators"].items()), bool(r["use_spot"]), r["region"] or "") for r in got["resources"]
+    )
+    mine = sorted((c.accelerators, bool(c.use_spot), c.region) for c in ours.resources.choices)
+    assert theirs == mine
+    by_gpus = {tuple(r["accelerators"].items()): r for r in got["resources"]}  # SkyPilot's is a set
+    for c in ours.resources.choices:
+        r = by_gpus[c.accelerators]
+        assert (r["cpus"], r["memory"], r["disk_size"]) == (
+            str(c.cpus) if c.cpus else None,
+            str(c.memory) if c.memory else None,
+            c.disk_size or r["disk_size"],  # SkyPilot's default disk when the file names none
+        )
+        assert (r["disk_tier"], r["network_tier"], r["labels"]) == (
+            c.disk_tier or None,
+            c.network_tier or None,
+            c.labels or None,
+        )
+        assert [str(p) for p in r["ports"] or []] == list(c.ports)

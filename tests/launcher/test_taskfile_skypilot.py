@@ -4,6 +4,8 @@ message; what is read but not acted on kept and warned about with its line."""
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 import yaml
 
@@ -333,3 +335,86 @@ def test_the_plan_disagrees_only_when_no_alternative_asks_for_what_it_runs():
     assert plan_conflicts(a100, OPTION) == ["the file asks for A100 or L40S; the plan uses H100"]
     west = parse_task("num_nodes: 2\nresources: {infra: aws/us-west-2}\n" + RUN)
     assert plan_conflicts(west, OPTION) == ["the file asks for region us-west-2; the plan is in us-east-2"]
+
+
+# ------------------------------------------------------------ a whole task in SkyPilot's words
+# The shape of SkyPilot's own distributed-training examples: no name, SkyPilot's node names in
+# run, a launch-time token, setup and run as blocks.
+DISTRIBUTED = """\
+resources:
+  accelerators: H100:8
+  use_spot: true
+  job_recovery: EAGER_NEXT_REGION
+
+num_nodes: 2
+
+envs:
+  HF_TOKEN: null
+  EPOCHS: 3
+
+file_mounts:
+  ~/.netrc: ~/.netrc
+
+setup: |
+  pip install -r requirements.txt
+
+run: |
+  MASTER_ADDR=$(echo "$SKYPILOT_NODE_IPS" | head -n1)
+  torchrun --nnodes=$SKYPILOT_NUM_NODES --nproc_per_node=$SKYPILOT_NUM_GPUS_PER_NODE \\
+    --node_rank=$SKYPILOT_NODE_RANK --master_addr=$MASTER_ADDR --master_port=8008 train.py
+"""
+
+
+def test_a_distributed_skypilot_task_is_read_as_skypilot_means_it():
+    spec = parse_task(DISTRIBUTED, "minGPT_ddp.yaml")
+    assert (spec.name, spec.dialect, spec.num_nodes) == ("mingpt_ddp", "skypilot", 2)
+    res = spec.resources
+    assert (res.accelerators, res.use_spot, res.job_recovery) == ((("H100", 8),), True, "EAGER_NEXT_REGION")
+    assert spec.envs == {"EPOCHS": "3"} and spec.required_envs == ("HF_TOKEN",)
+    assert spec.file_mounts == {"~/.netrc": "~/.netrc"}
+    assert spec.setup == "pip install -r requirements.txt\n"
+    assert spec.run.startswith('MASTER_ADDR=$(echo "$SKYPILOT_NODE_IPS" | head -n1)\n')
+    assert {w.field for w in spec.warnings} == {"resources.job_recovery", "file_mounts"}
+    assert plan_conflicts(spec, OPTION) == []  # 2 x p5.48xlarge (H100:8) on spot
+
+
+def test_a_skypilot_task_launched_by_srifty_gets_skypilots_names_in_real_bash(tmp_path):
+    spec = parse_task(DISTRIBUTED, "minGPT_ddp.yaml")
+    fake = tmp_path / "torchrun"
+    fake.write_text('#!/bin/bash\nfor a in "$@"; do printf "%s\\n" "$a"; done\n')
+    fake.chmod(0o755)
+    env = {**node_env(spec, OPTION, 1, ["10.0.0.1", "10.0.0.2"]), "PATH": f"{tmp_path}:/usr/bin:/bin"}
+    argv = subprocess.run(
+        ["bash", "-c", spec.run], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert argv == [
+        "--nnodes=2",
+        "--nproc_per_node=8",
+        "--node_rank=1",
+        "--master_addr=10.0.0.1",
+        "--master_port=8008",
+        "train.py",
+    ]
+
+
+def test_the_older_spot_recovery_is_job_recovery_and_local_file_mounts_are_kept():
+    spec = parse_task(
+        "resources: {use_spot: true, spot_recovery: FAILOVER}\nfile_mounts: {/code: ./src}\n" + RUN
+    )
+    assert spec.resources.job_recovery == "FAILOVER" and spec.file_mounts == {"/code": "./src"}
+    assert [w.field for w in spec.warnings] == ["resources.spot_recovery", "file_mounts"]
+
+
+def test_what_an_export_writes_in_skypilots_words_reads_back_to_the_same_task():
+    spec = parse_task(DISTRIBUTED, "minGPT_ddp.yaml")
+    [(_, text)] = to_skypilot(OPTION, spec)
+    back = parse_task(text)
+    assert (back.name, back.num_nodes, back.setup, back.file_mounts) == (
+        spec.name,
+        2,
+        spec.setup,
+        spec.file_mounts,
+    )
+    assert back.run.endswith(spec.run) and back.required_envs == spec.required_envs
+    assert (back.resources.instance_type, back.resources.accelerators) == ("p5.48xlarge", (("H100", 8),))
+    assert back.resources.use_spot is True and back.resources.region == "us-east-2"

@@ -32,6 +32,7 @@ CATALOG_VERSION = "v8"  # sky.skylet.constants.CATALOG_SCHEMA_VERSION in 0.14.1
 # understood (or its error), one JSON object for all files.
 _READER = r"""
 import json, sys
+import yaml
 import sky
 from sky import catalog
 from sky.utils import dag_utils
@@ -40,9 +41,15 @@ envs, secrets = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 out = {}
 for path in sys.argv[3:]:
     try:
-        # sky launch's reading: Task.from_yaml_config with the --env and --secret values
+        # sky launch's reading: Task.from_yaml_config with --env/--secret for the names the file
+        # declares (as a user launching it gives them)
+        with open(path, encoding="utf-8") as f:
+            config = yaml.safe_load(f) or {}
+        declared = set(config.get("envs") or {}) | set(config.get("secrets") or {})
         dag = dag_utils.load_chain_dag_from_yaml(
-            path, env_overrides=list(envs.items()), secret_overrides=list(secrets.items())
+            path,
+            env_overrides=[(k, v) for k, v in envs.items() if k in declared],
+            secret_overrides=[(k, v) for k, v in secrets.items() if k in declared],
         )
         [task] = dag.tasks
         task.validate()  # what sky launch checks next: resources against the catalog, workdir, mounts
@@ -51,7 +58,7 @@ for path in sys.argv[3:]:
         continue
     resources = []
     for r in task.resources:
-        resources.append({
+        got = {
             "cloud": str(r.cloud) if r.cloud else None,
             "instance_type": r.instance_type,
             "accelerators": r.accelerators,
@@ -59,14 +66,23 @@ for path in sys.argv[3:]:
             "region": r.region,
             "zone": r.zone,
             "image_id": r.image_id,
+            "cpus": r.cpus,
+            "memory": r.memory,
+            "disk_size": r.disk_size,
+            "disk_tier": str(r.disk_tier.value) if r.disk_tier else None,
+            "network_tier": str(r.network_tier.value) if r.network_tier else None,
+            "ports": r.ports,
+            "labels": r.labels,
+        }
+        if r.instance_type:
             # What SkyPilot's optimizer holds the request to: the type's accelerators and where
             # it is offered in this market, from the catalog.
-            "catalog_accelerators": catalog.get_accelerators_from_instance_type(r.instance_type, "aws"),
-            "catalog_zones": {
+            got["catalog_accelerators"] = catalog.get_accelerators_from_instance_type(r.instance_type, "aws")
+            got["catalog_zones"] = {
                 region.name: [z.name for z in region.zones or []]
                 for region in catalog.get_region_zones_for_instance_type(r.instance_type, r.use_spot, "aws")
-            },
-        })
+            }
+        resources.append(got)
     mounts = {
         path: {"source": s.source, "mode": s.mode.value}
         for path, s in (task.storage_mounts or {}).items()
@@ -107,9 +123,10 @@ def read_with_skypilot(
     envs: dict[str, str] | None = None,
     secrets: dict[str, str] | None = None,
 ) -> dict[str, dict]:
-    """What SkyPilot reads from each file ``{name: yaml}`` (by name), launched with ``--env`` for
-    each of ``envs`` and ``--secret`` for each of ``secrets`` from ``workdir``: the task's fields
-    (with the catalog's accelerators and zones of its instance type), or ``{"error": ...}``."""
+    """What SkyPilot reads from each file ``{name: yaml}`` (by name), launched from ``workdir``
+    with ``--env NAME=VALUE`` / ``--secret NAME=VALUE`` for each of ``envs`` / ``secrets`` that the
+    file declares: the task's fields (with the catalog's accelerators and zones of its instance
+    type), or ``{"error": ...}``."""
     python = skypilot_python()
     runtime = workdir / "sky-runtime"
     _write_catalog(runtime / ".sky" / "catalogs" / CATALOG_VERSION / "aws")
