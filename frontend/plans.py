@@ -19,7 +19,7 @@ from planner.app import profile_first, service, solving
 from planner.app.api import CANCEL_PERMISSION
 from planner.app.models import PlanRecord
 from planner.app.serializers import PlanRequestSerializer
-from planner.defaults import PLAN_DEFAULTS
+from planner.defaults import LR_SCALING_NOTE, MIN_BATCH_PER_GPU, PLAN_DEFAULTS
 from planner.solver.explain import saves_or_costs, sooner_or_longer
 from profiler import actions
 from profiler.models import ProfilingRun, RunKind, RunStatus
@@ -44,6 +44,7 @@ FORM_DEFAULTS = {
     "quota_g": "",
     "baseline_gpu": "A100",
     **{k: str(v) for k, v in PLAN_DEFAULTS.items() if k != "top_k"},  # the one set (planner.defaults)
+    "min_batch_per_gpu": "",  # blank: the profile's knee, else MIN_BATCH_PER_GPU (planner.app.service)
 }
 
 
@@ -79,6 +80,7 @@ def _to_request(v: dict) -> dict:
         "max_types",
         "global_batch_min",
         "global_batch_max",
+        "min_batch_per_gpu",
         "checkpoint_interval_h",
         "restart_overhead_h",
         "baseline_gpu",
@@ -141,6 +143,8 @@ def plan_list(request: HttpRequest) -> HttpResponse:
             "plans": _visible_plans(request)[:30],
             "regions": Region.objects.values_list("code", flat=True),
             "runs": runs,
+            "min_batch_default": MIN_BATCH_PER_GPU,
+            "lr_note": LR_SCALING_NOTE,
         },
         status=400 if errors else 200,
     )
@@ -204,6 +208,47 @@ def ranked_rows(result: dict) -> list[dict]:
     return rows
 
 
+def _prediction_key(p: dict) -> tuple:
+    error = p.get("model_error") or {}
+    return (
+        p.get("prediction_source"),
+        bool(error.get("validated")),
+        error.get("source"),
+        error.get("factor_p10"),
+        error.get("factor_p90"),
+    )
+
+
+def shared_prediction(rows: list[dict], model_source: str | None = None) -> dict | None:
+    """The compute prediction's source and model error when every ranked row has the same ones
+    (the page says them once, above the table); None when rows differ (each row says its own).
+    The all-reduce side is summarised over the rows that all-reduce across GPUs: the comm
+    models used and the range of their train points near the clusters (each row's own figure
+    is in its iteration cell's tooltip)."""
+    if not rows or len({_prediction_key(p) for p in rows}) != 1:
+        return None
+    first = rows[0]
+    comm = [p for p in rows if p.get("comm_source") and p.get("comm_source") != "none"]
+    near = [int(p.get("comm_near_points") or 0) for p in comm]
+    return {
+        "source": first.get("prediction_source") or model_source or "analytical",
+        "model_error": first.get("model_error") or {},
+        "comm_sources": sorted({str(p["comm_source"]) for p in comm}),
+        "near_low": min(near, default=0),
+        "near_high": max(near, default=0),
+    }
+
+
+def configuration_count(result: dict) -> dict:
+    """One count of configurations for the chart and the footer: every (offer, node count,
+    batch) the search evaluated -- an offer is an instance type in one region and market --
+    before the chart's thinning (``stats.points_seen``; older results: the points stored), and
+    how many the chart draws."""
+    drawn = len(result.get("points") or [])
+    seen = int((result.get("stats") or {}).get("points_seen") or 0) or drawn
+    return {"evaluated": seen, "drawn": drawn}
+
+
 def _are_twins(a: dict, b: dict) -> bool:
     def cluster(p: dict) -> list[tuple[str, int]]:
         return sorted((str(g.get("instance_type")), int(g.get("count") or 0)) for g in p.get("groups") or [])
@@ -254,15 +299,19 @@ def plan_detail(request: HttpRequest, plan_id: int) -> HttpResponse:
         "deadline_hours": req.get("deadline_hours"),
         "budget_usd": req.get("budget_usd"),
     }
+    ranked = ranked_rows(result)
     return render(
         request,
         "frontend/plan_detail.html",
         {
             "plan": record,
+            "shared_prediction": shared_prediction(ranked, (result.get("model") or {}).get("source")),
+            "configs": configuration_count(result),
+            "batch": result.get("batch"),
             "live": solving.status_message(record),
             "can_cancel": not record.finished and acts_for_owner(request.user, record, CANCEL_PERMISSION),
             "result": result,
-            "ranked": ranked_rows(result),
+            "ranked": ranked,
             "baselines": baseline_rows(result),
             "assumptions": result.get("assumptions"),
             "req": req,

@@ -178,10 +178,13 @@ def test_each_ranked_row_shows_p50_time_and_cost_with_their_p10_p90_and_its_sour
     solve_queued()
     record = PlanRecord.objects.get()
     page = client.get(f"/plans/{record.pk}/").content.decode()
-    assert "Prediction (model error in the band)" in page and "Time p50 (p10–p90)" in page
+    assert "Time p50 (p10–p90)" in page
     rows = _rows(page)
-    # exp(-0.2) = 0.82, exp(0.5) = 1.65: the json's quantiles as factors on the prediction
-    assert rows and all("analytical" in r and "×0.82–1.65" in r and "p90 ±" not in r for r in rows)
+    # exp(-0.2) = 0.82, exp(0.5) = 1.65: the json's quantiles as factors on the prediction, said
+    # once above the table since every row shares the source (issue 38 item 4)
+    once = re.search(r'<p class="muted" id="prediction-once">(.*?)</p>', page, re.S).group(1)
+    assert "analytical" in once and "×0.82–1.65" in once and "n=48" in once
+    assert rows and all("×0.82–1.65" not in r and "p90 ±" not in r for r in rows)
     best = record.result["plans"][0]
     assert best["time_p10_h"] < best["time_p50_h"] < best["time_p90_h"]
     assert usd(best["cost_p10_usd"]) in rows[0] and usd(best["cost_p90_usd"]) in rows[0]
@@ -195,8 +198,10 @@ def test_a_source_without_a_validated_error_says_not_validated(client, user, cat
     client.force_login(user)
     client.post("/plans/", FORM)
     solve_queued()
-    rows = _rows(client.get(f"/plans/{PlanRecord.objects.get().pk}/").content.decode())
-    assert rows and all("(not validated)" in r and "p90 ±" not in r for r in rows)
+    page = client.get(f"/plans/{PlanRecord.objects.get().pk}/").content.decode()
+    rows = _rows(page)
+    once = re.search(r'<p class="muted" id="prediction-once">(.*?)</p>', page, re.S).group(1)
+    assert "(not validated)" in once and rows and all("p90 ±" not in r for r in rows)
 
 
 def _cheapest_on_demand(name: str) -> tuple[float, str]:

@@ -18,8 +18,8 @@
     if (typeof msg.fraction === "number") $("plan-bar").value = msg.fraction;
     // Before the search size is known there is no "0 of ~0": say what is happening instead.
     $("plan-counts").textContent = msg.estimated_total
-      ? `${(msg.evaluated || 0).toLocaleString("en-US")} of ~${msg.estimated_total.toLocaleString("en-US")} configurations evaluated`
-      : "counting the configurations to evaluate…";
+      ? `${(msg.evaluated || 0).toLocaleString("en-US")} of ~${msg.estimated_total.toLocaleString("en-US")} cluster sizes evaluated (an instance type at one node count)`
+      : "counting the cluster sizes to evaluate…";
     $("plan-queued-note").hidden = msg.status !== "queued";
     box.dataset.status = msg.status;
     if (msg.finished) {
