@@ -270,3 +270,41 @@ def test_the_import_walk_sees_type_checking_and_relative_imports(tmp_path):
 def test_the_mix_bound_asks_the_oracle_through_its_protocol_without_importing_it():
     """planner.oracle imports planner.mix_bound; the bound states what it asks as a Protocol."""
     assert not arrows(("planner.mix_bound",), ("planner.oracle",))
+
+
+# What fits a model: the performance models and their fits (planner.models, planner.perf if it is
+# renamed so), the calibrated transfer model, the oracle that builds them, the corpora they are
+# fitted on, the comm model's refit, and the fitting libraries.
+MODEL_FITTING = (
+    "planner.models",
+    "planner.perf",
+    "planner.calibration",
+    "planner.oracle",
+    "planner.corpus",
+    "planner.nccl_corpus",
+    "planner.app.comm_training",
+    "xgboost",
+    "sklearn",
+    "lightgbm",
+    "scipy",
+)
+
+
+def test_the_pages_import_no_model_fitting_code():
+    """Pages only render: chart data comes from ``profiler.charts`` (or ``planner.app``), never
+    from a fit in ``frontend/``. Forbidden, at module level, in a function or under
+    ``if TYPE_CHECKING:``: ``planner.models`` and ``planner.perf`` (the performance models and
+    their fits), ``planner.calibration`` (the calibrated transfer model), ``planner.oracle`` (builds
+    the models a solve asks), ``planner.corpus`` and ``planner.nccl_corpus`` (the data they are
+    fitted on), ``planner.app.comm_training`` (the NCCL model's refit), and the fitting libraries
+    ``xgboost``, ``sklearn``, ``lightgbm`` and ``scipy``. Direct imports only: a page may call
+    ``planner.app`` or ``profiler`` functions that fit behind their own doors."""
+    assert not arrows(("frontend",), MODEL_FITTING)
+
+
+def test_the_page_import_check_sees_a_function_local_fit(tmp_path):
+    (tmp_path / "charts.py").write_text(
+        "def f():\n    from planner.models.compute import fit_compute_model\n"
+    )
+    found = imported_names("frontend.charts", tmp_path / "charts.py")
+    assert [t for t in found if _under(t, MODEL_FITTING)] == ["planner.models.compute"]
