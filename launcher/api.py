@@ -12,7 +12,9 @@ Nodes (``Authorization: Bearer <job token>``, valid for its own job only, dead w
 ``GET /jobs/{id}/workdir.tar.gz`` (the task's uploaded workdir).
 
 ``POST /jobs/precheck/`` asks AWS what it would refuse (credentials, quotas, offerings, subnets)
-before the preview; ``preview`` and ``POST /jobs/`` take a task file's text in ``task`` (errors:
+before the preview; ``preview`` and ``POST /jobs/`` ask it again (``launcher.prechecks``) and
+answer a refusal with 400 ``{"prechecks": [{"name", "status", "message", "fix"}]}``: no
+confirmation id, no job. ``preview`` and ``POST /jobs/`` take a task file's text in ``task`` (errors:
 ``{"task": [{"line", "field", "message"}]}``). A task whose ``workdir`` is a local folder needs
 that folder as a multipart ``workdir_archive`` (.tar.gz/.tgz or .zip, ``launcher.workdirs``).
 """
@@ -158,8 +160,9 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
     @action(detail=False, methods=["post"])
     @_job_errors
     def preview(self, request, *args, **kwargs):
-        """The exact instances, $/h, maximum spend and cap time of a launch, and the short-lived
-        confirmation id that ``POST /jobs/`` needs to launch exactly that."""
+        """The exact instances, $/h, maximum spend and cap time of a launch, the AWS pre-checks
+        it passed (``prechecks``), and the short-lived confirmation id that ``POST /jobs/`` needs
+        to launch exactly that. A failed pre-check: 400 ``{"prechecks": [...]}`` with each fix."""
         if not jobs.can_launch(request.user):
             raise jobs.NotAllowed("launching a job needs the launcher.add_job permission")
         params = LaunchParamsSerializer(data=request.data)
@@ -226,7 +229,8 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
     )
     @_job_errors
     def create(self, request, *args, **kwargs):
-        """Launch a previewed job; ``confirmation`` must match the preview's parameters. Each
+        """Launch a previewed job; ``confirmation`` must match the preview's parameters and the
+        AWS pre-checks must still pass (else 400 ``{"prechecks": [...]}``, no job). Each
         confirmation launches one job: a second use gets 409 with that job's id."""
         if not jobs.can_launch(request.user):
             raise jobs.NotAllowed("launching a job needs the launcher.add_job permission")
