@@ -7,18 +7,15 @@ from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 
 from catalog.models import InstanceType, Region
 from frontend.profile_charts import chart_data
-from profiler import actions, quality
-from profiler.api import CANCEL_PERMISSION
+from profiler import actions, permissions, quality
 from profiler.models import CommSample, ComputeSample, ProfilingRun, Provider
 from profiler.serializers import ProfilingRunSerializer
-from srifty_web.teams import acts_for_owner
 
 # Suggestions only (any registry name works). Model code (the examples.tiny_model factories)
 # profiles locally only with SRIFTY_LOCAL_CODE=1, as ./run sets it.
@@ -108,8 +105,7 @@ def cancel(request: HttpRequest, run_id: int) -> HttpResponse:
     run = _visible_runs(request).filter(pk=run_id).first()
     if run is None:
         raise Http404("no such run")
-    if not acts_for_owner(request.user, run, CANCEL_PERMISSION):
-        raise PermissionDenied("only the owner (or profiler.change_profilingrun) may cancel this run")
+    permissions.check_cancel(request.user, run)
     actions.cancel_run(run)
     return redirect("profiling-run", run_id=run_id)
 
@@ -138,7 +134,7 @@ def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
             "rerun_iters": rerun_iters(measured),
             "rerun_url": rerun_url(run, measured),
             "buckets": list(run.bucket_samples.all()),
-            "can_cancel": acts_for_owner(request.user, run, CANCEL_PERMISSION) and not run.finished,
+            "can_cancel": permissions.can_cancel(request.user, run) and not run.finished,
             "charts": chart_data(run),
             "samples_json": {
                 "compute": [

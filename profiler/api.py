@@ -17,13 +17,13 @@ from drf_spectacular.utils import (
 )
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
 from fleet.bundle import agent_tarball
-from profiler import actions
+from profiler import actions, permissions
 from profiler.auth import AgentTokenAuthentication, IsAgentForThisRun
 from profiler.models import ProfilingRun, Provider, RunEvent
 from profiler.serializers import (
@@ -33,9 +33,6 @@ from profiler.serializers import (
     ProfilingRunDetailSerializer,
     ProfilingRunSerializer,
 )
-from srifty_web.teams import acts_for_owner
-
-CANCEL_PERMISSION = "profiler.change_profilingrun"  # teammates without it may read a run, not cancel it
 
 MAX_EVENT_BYTES = 8 * 1024 * 1024  # a result with every iteration of a large ladder fits well inside
 # What one stored event (RunEvent.payload) may weigh, by type. Progress and sample events are
@@ -130,8 +127,7 @@ class ProfilingRunViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None, **kwargs):
         run = self.get_object()
-        if not acts_for_owner(request.user, run, CANCEL_PERMISSION):
-            raise PermissionDenied("only the owner (or profiler.change_profilingrun) may cancel this run")
+        permissions.check_cancel(request.user, run)
         run = actions.cancel_run(run)
         return Response(ProfilingRunSerializer(run).data)
 
