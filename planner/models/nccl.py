@@ -12,7 +12,26 @@ Bandwidths (bytes/s, "bus bandwidth" in the nccl-tests sense)::
                                                         interface attached carries its channels'
                                                         hops; 1 of p4d's 4, all 32 of p5's …)
             = min(ε_efa · Σ EFA Gbps / 8, B_stage)     (EFA without GPUDirect RDMA, below)
-            = B_tcp                                    (TCP: NCCL's socket transport, below)
+            = min(B_wire, B_stage)                     (TCP: NCCL's socket transport, below)
+
+Host staging, the same for TCP and for EFA without GPUDirect RDMA (NCCL's net transport,
+src/transport/net.cc: without GDR the GPU kernel writes each step into pinned host memory, the
+proxy thread hands it to the NIC or the socket, and the receiver's kernel reads it from host
+memory)::
+
+    B_stage = PCIe (one GPU's link, per direction): the sender's GPU → host copy and the
+              receiver's host → GPU copy run at either end of the wire in opposite directions of
+              their links; one GPU, the one nearest the NIC, carries every channel's network hop
+    pipelining: NCCL keeps NCCL_STEPS = 8 steps of a channel in flight, so a message of several
+              chunks moves at the slower stage, min(B_wire, B_stage), not the sum of the two;
+              only the first chunk crosses both stages in series:
+    fill    = m · min(s, C_p) / max(B_wire, B_stage)       (µs·1e-6; added to t(a, p))
+              m = the algorithm's inter-node steps (ring: min(2N, 2(n−1)); tree and NVLSTree:
+              2⌈log2 N⌉), s = the bytes one step moves (ring S/n, tree S), C_p = one step of
+              protocol p: Simple NCCL_BUFFSIZE 4 MiB / NCCL_STEPS = 512 KiB, LL 512 KiB of
+              16-byte lines / 8 steps, half data = 32 KiB, LL128 4,915,200 B / 8 steps × 120/128 =
+              576,000 B (src/include/device.h DEFAULT_*_BUFFSIZE).  One channel: the fill is an
+              upper bound where NCCL splits a step over several
 
 EFA as deployed (ε_efa is the prior's fitted efficiency; every other constant is from AWS's or NCCL's
 documentation, none fitted)::
@@ -23,11 +42,7 @@ documentation, none fitted)::
                 interface, so only their sum moves bytes
     GPUDirect   the NIC reads and writes GPU memory on the p4d/p4de, p5/p5e/p5en and p6 families
                 (AWS EFA docs, ``GDR_FAMILIES``); p3dn, g4dn, g5, g6, g6e … have EFA without it
-    B_stage   = PCIe (one GPU's link, per direction): without GPUDirect NCCL's kernel writes each
-                step into pinned host memory and the NIC sends it from there (the receiver the
-                other way); NCCL keeps NCCL_STEPS = 8 steps in flight, so the copy and the wire
-                overlap and the slower one bounds the hop.  One GPU: the one nearest the node's
-                NIC carries every channel's network hop
+    B_stage     host staging (above), the slower of it and the wire bounds the hop
 
 The socket transport (NCCL over TCP on an ENA interface, no EFA; every constant from NCCL's or
 AWS's documentation, none fitted — no train sweep runs over TCP)::
@@ -42,27 +57,28 @@ AWS's documentation, none fitted — no train sweep runs over TCP)::
              nccl-tests curves the peak)
     B_wire = ε_tcp · min(B_eni, F · f_cap) / 8               (ε_tcp = TCP/IPv4 payload per wire
              byte at EC2's 9001-byte MTU: (9001 − 52) / (9001 + 38) = 0.990)
-    B_host = PCIe / 2                                        (no GPUDirect: every byte crosses
-             PCIe twice, GPU → pinned host buffer at the sender, host → GPU at the receiver,
-             each step's chunk whole before it moves on, so in series with the wire)
-    B_tcp  = 1 / (1/B_wire + 1/B_host)                       (per-byte cost: wire + host copies)
+    B_tcp  = min(B_wire, B_stage)                            (no GPUDirect over sockets: host
+             staging pipelined as for EFA, above; the kernel's socket copies run on NCCL's
+             helper threads, F flows over 2 threads, beside the wire and not counted apart)
     h_tcp  = TCP_LAT_US per inter-node step (a kernel TCP hop through NCCL's proxy thread)
 
 Algorithms and protocols, as NCCL's tuner weighs them (``ncclTopoTuneModel``, src/graph/tuning.cc):
 for algorithm ``a`` and protocol ``p`` ∈ {LL, LL128, Simple}::
 
-    t(a, p) = base(a, p) + lat(a, p) + S / (algbw(a) · bw_factor(p))
+    t(a, p) = base(a, p) + lat(a, p) + S / (algbw(a) · bw_factor(a, p))
 
     ring      lat = (2(n−1) − m)·h_intra + m·h_net,  m = min(2N, 2(n−1)) inter-node steps (0 if N = 1)
               algbw = min(B_intra, B_net) · n / (2(n−1))
     tree      (N > 1) lat = 2((g−1)·h_intra + ⌈log2 N⌉·h_net)
               algbw = 0.92 · min(B_intra, B_net · N/(2(N−1)))        (what it runs at)
               tuner algbw = 0.92 · ring algbw                        (what NCCL's tuner weighs)
-    nvls      (one NVSwitch node of Hopper/Blackwell, g ≥ 4, NVLink SHARP; Simple only)
-              lat = 0;  algbw = γ · B_intra · n / (2(n−1))
+    nvls      (one NVSwitch node of Hopper/Blackwell, g ≥ 4, NVLink SHARP, NCCL ≥ 2.17; Simple)
+              lat = h_intra(nvls);  algbw = γ · B_intra · n / (2(n−1))
     nvlstree  (N > 1 of such nodes: NVLS inside, a tree between nodes; Simple only)
-              lat = 2⌈log2 N⌉·h_net;  algbw = min(γ·B_intra·n/(2(n−1)), η·B_net·N/(2(N−1)))
-    bw_factor: LL 0.5 (8-byte lines carry 4 bytes of data), LL128 0.92, Simple 1.0
+              lat = h_intra(nvlstree) + 2⌈log2 N⌉·h_net(nvlstree)
+              algbw = min(γ·B_intra·n/(2(n−1)), η·B_net·N/(2(N−1)))
+    bw_factor (NCCL's own, ``PROTO_BW``): ring LL 1/4, LL128 0.92, Simple 1;
+              tree LL 1/3.8, LL128 120/128, Simple 1 (after the tree's 0.92)
 
 LL128 is on only inside NVLink nodes of Volta, Ampere (A100), Hopper or Blackwell (NCCL
 enables it by default only for NVLink paths of compute capability 7.0/8.0/9.0/10.0); PCIe
@@ -88,9 +104,15 @@ plugin API since 2.19) decides on Hopper and Blackwell NVSwitch nodes over EFA w
 or an unstated version (a current image; plans).  NCCL's version band is also a feature of the
 correction below.
 
-``base`` and ``h`` are NCCL's own latency tables (µs; ``BASE_LAT_US``, ``HW_LAT_US``: NVLink,
-PCIe and NET rows) times one fitted scale per link class; TCP has no row in NCCL's table and
-uses ``TCP_LAT_US``.  The prior is ``min_{a,p} t(a, p)`` — NCCL picks the fastest predicted
+``base`` and ``h`` are NCCL's own latency tables (µs; ``NCCL_LATENCY``: NVLink, PCIe and NET
+rows of the NCCL version band of the run, read from the published binaries of 2.13, 2.14, 2.18
+and 2.27) times one fitted scale per link class; TCP has no row in NCCL's table and
+uses ``TCP_LAT_US``.  NCCL adds to each NET hop the latency its net plugin reports
+(``ncclNetProperties_t.latency``, the graph's ``latencyInter``; twice for Simple); the prior
+does not add the aws-ofi-nccl plugin's figure: its source is not at hand to cite, and it tunes
+NCCL's choice rather than timing a message (the p5 2-node train sweep's 8-byte all-reduce
+takes 65-88 µs, under what NCCL's tables give with a NET hop of tens of µs more); the fitted
+``s_net`` scale carries the fabric's own hop latency instead.  The prior is ``min_{a,p} t(a, p)`` — NCCL picks the fastest predicted
 pair per size.  Bandwidths of the hierarchical algorithm count the node's NICs once per node
 (``N`` in the factor), which is why 2-node NVLSTree bus bandwidths exceed the NIC rate.
 
@@ -135,30 +157,77 @@ from planner.models.opclass import Trees
 
 PCIE_GB_S = 20.0  # PCIe Gen4 x16 per direction; Gen3 boards (T4) sit at ~half, see ``pcie_gb_s``
 PCIE_GEN3 = ("Volta", "Turing")
-BW_FACTOR = {"LL": 0.5, "LL128": 0.92, "Simple": 1.0}
-PROTOCOLS = tuple(BW_FACTOR)
-# NCCL's tuner tables (src/graph/tuning.cc, 2.18–2.27): base latency per algorithm and protocol,
-# and per-hop latency per link class (µs).  NVLS/NVLSTree run the Simple protocol only.
-BASE_LAT_US = {
-    "ring": {"LL": 6.6, "LL128": 14.0, "Simple": 8.4},
-    "tree": {"LL": 6.8, "LL128": 14.0, "Simple": 8.4},
-    "nvls": {"Simple": 25.0},
-    "nvlstree": {"Simple": 25.0},
+# NCCL's tuner weighs each protocol's bus bandwidth by these factors (src/graph/tuning.cc,
+# ncclTopoTuneModel, "Various model refinements", the same from 2.13 to 2.27): the ring's LL at
+# 1/4 for an all-reduce, its LL128 at 0.92 (NVLink nodes, ppn >= 2); the tree's LL at 1/3.8, its
+# LL128 at 120/128 between nodes (7/9 on one node, where the prior runs no tree); the tree's Simple
+# at 0.92 of the bus bandwidth (``TREE_EFF``, applied to every tree protocol before these).
+PROTO_BW = {
+    "ring": {"LL": 1.0 / 4.0, "LL128": 0.92, "Simple": 1.0},
+    "tree": {"LL": 1.0 / 3.8, "LL128": 120.0 / 128.0, "Simple": 1.0},
+    "nvls": {"Simple": 1.0},
+    "nvlstree": {"Simple": 1.0},
 }
-HW_LAT_US = {
-    "nvlink": {
-        "ring": {"LL": 0.6, "LL128": 1.9, "Simple": 3.4},
-        "tree": {"LL": 0.6, "LL128": 1.25, "Simple": 4.0},
+PROTOCOLS = ("LL", "LL128", "Simple")
+ALGORITHMS = ("tree", "ring", "nvls", "nvlstree")
+LINKS = ("nvlink", "pcie", "efa")
+
+
+def _table(rows: Sequence[Sequence[float]]) -> dict[str, dict[str, float]]:
+    """``{algorithm: {protocol: µs}}`` of rows in NCCL's order (Tree, Ring, NVLS, NVLSTree)."""
+    return {a: dict(zip(PROTOCOLS, row, strict=True)) for a, row in zip(ALGORITHMS, rows, strict=True)}
+
+
+# NCCL's latency tables per version band (µs): ``baseLat[algorithm][protocol]`` and
+# ``hwLat[link][algorithm][protocol]`` of src/graph/tuning.cc, read from the static float arrays of
+# the published libnccl.so.2 of each band (PyPI wheels nvidia-nccl-cu11 2.13.4, 2.14.3, 2.18.3 and
+# nvidia-nccl-cu12 2.27.7; CollNet and PAT rows left out: no EC2 fabric runs them).  A version uses
+# the latest band at or before it; one older than 2.13 (the corpus's 2.6-2.12 sweeps; no older
+# binary is published there) uses 2.13's, an unstated one (a current image) the latest.  NVLS rows
+# exist from 2.17 on (NVLink SHARP came with NCCL 2.17); 2.13/2.14 have none.
+#   2.13: Tree Simple is one 256 kB chunk per hop (28 µs on every link) and has no base latency;
+#         the NET ring's Simple hop is 28 µs.  2.14: the NET ring's Simple hop is 9.6 µs.
+#   2.18: Tree Simple 4 (NVLink) / 6 (PCIe) / 14 (NET) per hop; NVLS and NVLSTree a 23 µs base.
+#   2.27: Tree Simple has an 8.4 µs base, PCIe's Tree Simple hop 4 µs; NVLS/NVLSTree no base, a
+#         25 µs NVLink hop instead; the NET NVLSTree hop 14 µs (19 in 2.18).
+NCCL_LATENCY: dict[float, dict[str, dict[str, dict[str, float]]]] = {
+    2.13: {
+        "base": _table([(4.4, 4.4, 0.0), (3.6, 10.0, 8.4), (0, 0, 0), (0, 0, 0)]),
+        "nvlink": _table([(0.52, 1.25, 28.0), (0.47, 1.9, 3.4), (0, 0, 0), (0, 0, 0)]),
+        "pcie": _table([(1.0, 1.9, 28.0), (1.0, 2.5, 5.7), (0, 0, 0), (0, 0, 0)]),
+        "efa": _table([(5.0, 8.5, 28.0), (2.7, 4.0, 28.0), (0, 0, 0), (0, 0, 0)]),
     },
-    "pcie": {
-        "ring": {"LL": 1.0, "LL128": 2.5, "Simple": 5.7},
-        "tree": {"LL": 1.0, "LL128": 1.9, "Simple": 6.0},
+    2.14: {
+        "base": _table([(4.4, 4.4, 0.0), (3.6, 10.0, 8.4), (0, 0, 0), (0, 0, 0)]),
+        "nvlink": _table([(0.52, 1.25, 28.0), (0.47, 1.9, 3.4), (0, 0, 0), (0, 0, 0)]),
+        "pcie": _table([(1.0, 1.9, 28.0), (1.0, 2.5, 5.7), (0, 0, 0), (0, 0, 0)]),
+        "efa": _table([(5.0, 8.5, 28.0), (2.7, 4.0, 9.6), (0, 0, 0), (0, 0, 0)]),
     },
-    "efa": {
-        "ring": {"LL": 2.7, "LL128": 4.0, "Simple": 14.0},
-        "tree": {"LL": 5.0, "LL128": 8.5, "Simple": 14.0},
+    2.18: {
+        "base": _table([(6.8, 14.0, 0.0), (6.6, 14.0, 8.4), (0, 0, 23.0), (0, 0, 23.0)]),
+        "nvlink": _table([(0.6, 1.25, 4.0), (0.6, 1.9, 3.4), (0, 0, 0), (0, 0, 0)]),
+        "pcie": _table([(1.0, 1.9, 6.0), (1.0, 2.5, 5.7), (0, 0, 0), (0, 0, 0)]),
+        "efa": _table([(5.0, 8.5, 14.0), (2.7, 4.0, 14.0), (0, 0, 18.0), (0, 0, 19.0)]),
+    },
+    2.27: {
+        "base": _table([(6.8, 14.0, 8.4), (6.6, 14.0, 8.4), (0, 0, 0), (0, 0, 0)]),
+        "nvlink": _table([(0.6, 1.25, 4.0), (0.6, 1.9, 3.4), (0, 0, 25.0), (0, 0, 25.0)]),
+        "pcie": _table([(1.0, 1.9, 4.0), (1.0, 2.5, 5.7), (0, 0, 0), (0, 0, 0)]),
+        "efa": _table([(5.0, 8.5, 14.0), (2.7, 4.0, 14.0), (0, 0, 18.0), (0, 0, 14.0)]),
     },
 }
+NVLS_MIN_NCCL = 2.17
+
+
+def latency_band(version: str) -> float:
+    """The key of ``NCCL_LATENCY`` a version's tables come from (comment above)."""
+    band = nccl_band(version)
+    if math.isnan(band):
+        return max(NCCL_LATENCY)
+    older = [k for k in NCCL_LATENCY if k <= band + 1e-9]
+    return max(older) if older else min(NCCL_LATENCY)
+
+
 # NCCL has no TCP row (its NET row is for RDMA NICs); a kernel TCP hop through NCCL's proxy thread
 # costs tens of µs.  No train sweep runs over TCP, so these are not fitted.
 TCP_LAT_US = {"LL": 30.0, "LL128": 40.0, "Simple": 60.0}
@@ -175,9 +244,16 @@ TCP_FLOW_GBPS = {True: 10.0, False: 5.0}
 # TCP/IPv4 payload per wire byte at EC2's 9001-byte MTU: 52 header bytes (IPv4 20, TCP 20,
 # timestamps 12) inside the frame, 38 around it (Ethernet header 14, FCS 4, preamble 8, gap 12).
 TCP_FRAME_EFF = (9001 - 52) / (9001 + 38)
-# Without GPUDirect every byte crosses PCIe twice (GPU → host at the sender, host → GPU at the
-# receiver), in series with the wire: B_host = PCIe / crossings.
-TCP_PCIE_CROSSINGS = 2
+# One step of each protocol's buffer (bytes of data; src/include/device.h): Simple 4 MiB
+# NCCL_BUFFSIZE over NCCL_STEPS = 8; LL 8 lines × 512 threads × 8 steps × 16-byte lines = 512 KiB
+# over 8 steps, half of each line data; LL128 120 × 640 × 8 × 8 bytes over 8 steps, 120 of each
+# 128 bytes data.  The first chunk of a host-staged hop crosses GPU↔host and the wire in series.
+NCCL_STEPS = 8
+STAGE_CHUNK_BYTES = {
+    "Simple": 4 * 2**20 / NCCL_STEPS,
+    "LL": 8 * 512 * NCCL_STEPS * 16 / NCCL_STEPS / 2,
+    "LL128": 120 * 640 * NCCL_STEPS * 8 / NCCL_STEPS * 120 / 128,
+}
 # AWS EFA documentation ("Elastic Fabric Adapter for AI/ML and HPC workloads", supported
 # instance types; "GPUDirect RDMA" column): the p4d/p4de, p5/p5e/p5en and p6 families read and
 # write GPU memory from the NIC.  Every other EFA type (p3dn, g4dn, g5, g6, g6e …) has EFA without
@@ -343,7 +419,8 @@ class Topology:
         return PROTOCOLS if ll128 else tuple(p for p in PROTOCOLS if p != "LL128")
 
     def efa_stage_bw(self) -> float:
-        """``B_stage`` (bytes/s): one GPU's PCIe link per direction, the host-staged EFA bound."""
+        """``B_stage`` (bytes/s): one GPU's PCIe link per direction, the host-staging bound (EFA
+        without GDR and TCP alike)."""
         return self.pcie_gb_s * 1e9
 
     def tcp_wire_gbps(self) -> float:
@@ -352,11 +429,26 @@ class Topology:
         eni = (self.net_baseline_gbps if sustained else self.net_gbps) / max(1, self.net_cards)
         return min(eni, TCP_SOCKETS * TCP_FLOW_GBPS[self.placement_group])
 
+    def tcp_wire_bw(self, params: PriorParams = DEFAULT_PARAMS) -> float:
+        """``B_wire`` of the socket transport (bytes/s)."""
+        return params.eps_tcp * self.tcp_wire_gbps() / 8 * 1e9
+
     def tcp_bw(self, params: PriorParams = DEFAULT_PARAMS) -> float:
-        """``B_tcp`` (bytes/s): the wire and the host copies in series (module docstring)."""
-        wire = params.eps_tcp * self.tcp_wire_gbps() / 8 * 1e9
-        host = self.pcie_gb_s * 1e9 / TCP_PCIE_CROSSINGS
-        return 1.0 / (1.0 / wire + 1.0 / host)
+        """``B_tcp`` (bytes/s): the wire and the host staging pipelined, the slower bounds it."""
+        return min(self.tcp_wire_bw(params), self.efa_stage_bw())
+
+    @property
+    def staged(self) -> bool:
+        """Whether the bytes between nodes pass through host memory (TCP, or EFA without GDR)."""
+        return self.nodes > 1 and (self.net == "tcp" or (self.net == "efa" and not self.gdr))
+
+    def stage_fast_bw(self, params: PriorParams = DEFAULT_PARAMS) -> float:
+        """``max(B_wire, B_stage)`` of a host-staged hop (bytes/s): the first chunk's second
+        stage (module docstring, "fill"); infinite where nothing is staged."""
+        if not self.staged:
+            return math.inf
+        wire = self.tcp_wire_bw(params) if self.net == "tcp" else params.eps_efa * self.net_gbps / 8 * 1e9
+        return max(wire, self.efa_stage_bw())
 
     def intra_bw(self, params: PriorParams = DEFAULT_PARAMS) -> float:
         """Bytes/s per rank inside a node."""
@@ -376,12 +468,15 @@ class Topology:
         return self.tcp_bw(params)
 
     def nvls(self) -> bool:
-        """NVLink SHARP: NVSwitch nodes of Hopper or later with at least 4 GPUs."""
+        """NVLink SHARP: NVSwitch nodes of Hopper or later with at least 4 GPUs, NCCL ≥ 2.17 (or
+        unstated)."""
+        band = nccl_band(self.nccl_version)
         return (
             self.nvls_allowed
             and self.nvlink_gb_s > 0
             and self.gpus_per_node >= 4
             and self.generation in ("Hopper", "Blackwell")
+            and (math.isnan(band) or band >= NVLS_MIN_NCCL)
         )
 
 
@@ -434,20 +529,34 @@ def nccl_band(version: str) -> float:
     return float(m.group(1)) + float(m.group(2)) / 100 if m else math.nan
 
 
-def _hop_us(link: str, algo: str, proto: str, params: PriorParams) -> float:
+def _hop_us(link: str, algo: str, proto: str, params: PriorParams, band: float) -> float:
+    """NCCL's per-hop latency of ``link`` (µs, its version band's table) times the link's scale."""
     if link == "tcp":
         return TCP_LAT_US[proto]
-    if link == "efa":
-        return HW_LAT_US["efa"][algo][proto] * params.lat_net
-    scale = params.lat_nvlink if link == "nvlink" else params.lat_pcie
-    return HW_LAT_US[link][algo][proto] * scale
+    scale = {"nvlink": params.lat_nvlink, "pcie": params.lat_pcie, "efa": params.lat_net}[link]
+    return NCCL_LATENCY[band][link][algo][proto] * scale
 
 
-def _algorithms(topo: Topology, params: PriorParams) -> list[tuple[str, str, float, float]]:
-    """``(algorithm, protocol, latency µs, algbw bytes/s)`` of every choice NCCL has here; the
-    tree at its own bandwidth under the aws-ofi-nccl tuner plugin, else at the bandwidth NCCL's
-    tuner weighs it with (module docstring)."""
+def _base_us(algo: str, proto: str, params: PriorParams, band: float) -> float:
+    return params.lat_base * NCCL_LATENCY[band]["base"][algo][proto]
+
+
+def _nvls_lat_us(algo: str, log_nodes: Any, params: PriorParams, band: float) -> Any:
+    """NVLS (one node) or NVLSTree latency: base + NVLink hop + 2⌈log2 N⌉ NET hops (NCCL's form)."""
+    lat = _base_us(algo, "Simple", params, band) + _hop_us("nvlink", algo, "Simple", params, band)
+    if algo == "nvls":
+        return lat
+    return lat + 2 * log_nodes * _hop_us("efa", "nvlstree", "Simple", params, band)
+
+
+def _algorithms(topo: Topology, params: PriorParams) -> list[tuple[str, str, float, float, int, int]]:
+    """``(algorithm, protocol, latency µs, algbw bytes/s, staged steps m, step divisor)`` of every
+    choice NCCL has here, algbw with the protocol's factor (``PROTO_BW``); the tree at its own
+    bandwidth under the aws-ofi-nccl tuner plugin, else at the bandwidth NCCL's tuner weighs it
+    with; ``m`` and the divisor (a step moves S / divisor) give the host-staging fill (module
+    docstring)."""
     n, g, nodes = topo.ranks, topo.gpus_per_node, topo.nodes
+    band = latency_band(topo.nccl_version)
     intra, net = topo.intra_bw(params), topo.net_bw(params)
     ring_bw = min(intra, net) * n / (2 * (n - 1))
     inter_steps = min(2 * nodes, 2 * (n - 1)) if nodes > 1 else 0
@@ -457,30 +566,29 @@ def _algorithms(topo: Topology, params: PriorParams) -> list[tuple[str, str, flo
         tree_bw = TREE_EFF * ring_bw
     out = []
     for proto in topo.protocols():
-        base = params.lat_base * BASE_LAT_US["ring"][proto]
+        base = _base_us("ring", proto, params, band)
         lat = (
-            (2 * (n - 1) - inter_steps) * _hop_us(topo.intra, "ring", proto, params)
-            + inter_steps * _hop_us(topo.net, "ring", proto, params)
+            (2 * (n - 1) - inter_steps) * _hop_us(topo.intra, "ring", proto, params, band)
+            + inter_steps * _hop_us(topo.net, "ring", proto, params, band)
             if nodes > 1
-            else 2 * (n - 1) * _hop_us(topo.intra, "ring", proto, params)
+            else 2 * (n - 1) * _hop_us(topo.intra, "ring", proto, params, band)
         )
-        out.append(("ring", proto, base + lat, ring_bw))
+        out.append(("ring", proto, base + lat, ring_bw * PROTO_BW["ring"][proto], inter_steps, n))
         if nodes > 1:
             lat = 2 * (
-                (g - 1) * _hop_us(topo.intra, "tree", proto, params)
-                + log_nodes * _hop_us(topo.net, "tree", proto, params)
+                (g - 1) * _hop_us(topo.intra, "tree", proto, params, band)
+                + log_nodes * _hop_us(topo.net, "tree", proto, params, band)
             )
-            tree_lat = params.lat_base * BASE_LAT_US["tree"][proto] + lat
-            out.append(("tree", proto, tree_lat, tree_bw))
+            tree_lat = _base_us("tree", proto, params, band) + lat
+            out.append(("tree", proto, tree_lat, tree_bw * PROTO_BW["tree"][proto], 2 * log_nodes, 1))
     if topo.nvls():
         nvls_bw = params.nvls_gain * intra * g / (2 * (g - 1))
-        base = params.lat_base * BASE_LAT_US["nvls"]["Simple"]
         if nodes == 1:
-            out.append(("nvls", "Simple", base, nvls_bw))
+            out.append(("nvls", "Simple", _nvls_lat_us("nvls", 0, params, band), nvls_bw, 0, 1))
         else:
             hier = params.nvlstree_eff * net * nodes / (2 * (nodes - 1))
-            lat = base + 2 * log_nodes * _hop_us(topo.net, "tree", "Simple", params)
-            out.append(("nvlstree", "Simple", lat, min(nvls_bw, hier)))
+            lat = _nvls_lat_us("nvlstree", log_nodes, params, band)
+            out.append(("nvlstree", "Simple", lat, min(nvls_bw, hier), 2 * log_nodes, 1))
     return out
 
 
@@ -489,8 +597,10 @@ def prior_us(size_bytes: float, topo: Topology, params: PriorParams = DEFAULT_PA
     if topo.ranks <= 1:
         return 0.0, "none"
     best = (math.inf, "")
-    for algo, proto, lat, algbw in _algorithms(topo, params):
-        t = lat + size_bytes / (algbw * BW_FACTOR[proto]) * 1e6
+    fast = topo.stage_fast_bw(params)
+    for algo, proto, lat, algbw, steps, div in _algorithms(topo, params):
+        fill = steps * min(size_bytes / div, STAGE_CHUNK_BYTES[proto]) / fast * 1e6
+        t = lat + size_bytes / algbw * 1e6 + fill
         if t < best[0]:
             best = (t, f"{algo}/{proto}")
     return best
@@ -510,6 +620,7 @@ def prior_us_nodes(size_bytes: Any, topo: Topology, nodes: Any, params: PriorPar
     if len(nodes) and int(nodes.min()) < 2:
         raise ValueError("prior_us_nodes: every count must be at least 2 nodes")
     multi = dataclasses.replace(topo, nodes=2)  # the per-node figures of a multi-node topology
+    band = latency_band(topo.nccl_version)
     g = topo.gpus_per_node
     n = nodes * g
     intra, net = multi.intra_bw(params), multi.net_bw(params)
@@ -523,24 +634,28 @@ def prior_us_nodes(size_bytes: Any, topo: Topology, nodes: Any, params: PriorPar
     # ceil(log2(nodes)), in integers: the index of the first power of two at least nodes
     log_nodes = np.searchsorted(1 << np.arange(63, dtype=np.int64), nodes, side="left")
     best: Any = np.full(np.broadcast_shapes(np.shape(size_bytes), nodes.shape), math.inf)
+    fast = multi.stage_fast_bw(params)
     for proto in multi.protocols():
-        base = params.lat_base * BASE_LAT_US["ring"][proto]
+        chunk = STAGE_CHUNK_BYTES[proto]
+        base = _base_us("ring", proto, params, band)
         lat = (2 * (n - 1) - inter_steps) * _hop_us(
-            multi.intra, "ring", proto, params
-        ) + inter_steps * _hop_us(multi.net, "ring", proto, params)
-        best = np.minimum(best, (base + lat) + size_bytes / (ring_bw * BW_FACTOR[proto]) * 1e6)
+            multi.intra, "ring", proto, params, band
+        ) + inter_steps * _hop_us(multi.net, "ring", proto, params, band)
+        fill = inter_steps * np.minimum(size_bytes / n, chunk) / fast * 1e6
+        best = np.minimum(best, (base + lat) + size_bytes / (ring_bw * PROTO_BW["ring"][proto]) * 1e6 + fill)
         lat = 2 * (
-            (g - 1) * _hop_us(multi.intra, "tree", proto, params)
-            + log_nodes * _hop_us(multi.net, "tree", proto, params)
+            (g - 1) * _hop_us(multi.intra, "tree", proto, params, band)
+            + log_nodes * _hop_us(multi.net, "tree", proto, params, band)
         )
-        tree_lat = params.lat_base * BASE_LAT_US["tree"][proto] + lat
-        best = np.minimum(best, tree_lat + size_bytes / (tree_bw * BW_FACTOR[proto]) * 1e6)
+        tree_lat = _base_us("tree", proto, params, band) + lat
+        fill = 2 * log_nodes * np.minimum(size_bytes / 1, chunk) / fast * 1e6
+        best = np.minimum(best, tree_lat + size_bytes / (tree_bw * PROTO_BW["tree"][proto]) * 1e6 + fill)
     if multi.nvls():
         nvls_bw = params.nvls_gain * intra * g / (2 * (g - 1))
-        base = params.lat_base * BASE_LAT_US["nvls"]["Simple"]
         hier = params.nvlstree_eff * net * nodes / (2 * (nodes - 1))
-        lat = base + 2 * log_nodes * _hop_us(multi.net, "tree", "Simple", params)
-        best = np.minimum(best, lat + size_bytes / (np.minimum(nvls_bw, hier) * BW_FACTOR["Simple"]) * 1e6)
+        lat = _nvls_lat_us("nvlstree", log_nodes, params, band)
+        fill = 2 * log_nodes * np.minimum(size_bytes / 1, STAGE_CHUNK_BYTES["Simple"]) / fast * 1e6
+        best = np.minimum(best, lat + size_bytes / np.minimum(nvls_bw, hier) * 1e6 + fill)
     return best
 
 

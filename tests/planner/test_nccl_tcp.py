@@ -32,19 +32,36 @@ def test_nccl_opens_two_threads_of_eight_sockets_per_peer_on_aws():
     assert TCP_SOCKETS == 16
 
 
-def test_two_single_gpu_nodes_run_at_the_nic_rate_in_series_with_two_pcie_crossings():
+def test_two_single_gpu_nodes_run_at_the_nic_rate_with_the_host_staging_pipelined():
     # 16 flows × 5 Gbit/s = 80 does not bind a 50 Gbit/s NIC: the wire is 50 Gbit/s at the
-    # 9001-byte MTU's payload share 8949/9039; every byte also crosses PCIe Gen4 (20 GB/s) twice.
+    # 9001-byte MTU's payload share 8949/9039; the host staging (one PCIe Gen4 link, 20 GB/s per
+    # direction) overlaps it over NCCL_STEPS, so the slower of the two bounds the hop.
     topo = Topology(1, 2, "Ampere", net="tcp", net_gbps=50, placement_group=False)
     wire = 8949 / 9039 * 50e9 / 8
-    host = 20e9 / 2
-    b_tcp = 1 / (1 / wire + 1 / host)
-    assert topo.net_bw() == pytest.approx(b_tcp, rel=1e-12)
-    assert b_tcp == pytest.approx(3.8226e9, rel=1e-4)
-    # two ranks: the ring moves S bytes over the network (n/(2(n-1)) = 1), plus latency
+    assert topo.net_bw() == pytest.approx(wire, rel=1e-12)
+    # two ranks: the ring moves S bytes over the network (n/(2(n-1)) = 1), plus latency and the
+    # first 512 KiB chunk of each of its two inter-node steps crossing PCIe before the wire
     t, choice = prior_us(GIB, topo)
     assert choice.endswith("/Simple")
-    assert t == pytest.approx(GIB / b_tcp * 1e6, rel=1e-3)
+    fill = 2 * (512 << 10) / 20e9
+    assert t == pytest.approx((GIB / wire + fill) * 1e6, rel=1e-3)
+
+
+def test_a_message_of_one_chunk_crosses_the_host_copy_and_the_wire_in_series():
+    topo = Topology(1, 2, "Ampere", net="tcp", net_gbps=50, placement_group=False)
+    wire, stage = topo.net_bw(), topo.efa_stage_bw()
+
+    def simple_ring(size: int) -> float:
+        t, choice = prior_us(size, topo)
+        assert choice == "ring/Simple"
+        return t
+
+    # each rank's half fits in one 512 KiB step: every added byte pays both stages
+    one, two = 512 << 10, 1 << 20
+    assert simple_ring(two) - simple_ring(one) == pytest.approx((two - one) * (1 / wire + 1 / stage) * 1e6)
+    # many steps: the copy overlaps the wire and an added byte pays the slower stage only
+    many, more = 64 << 20, 128 << 20
+    assert simple_ring(more) - simple_ring(many) == pytest.approx((more - many) / wire * 1e6)
 
 
 def test_a_cluster_placement_group_raises_the_flow_cap_from_five_to_ten_gbits():
