@@ -31,8 +31,8 @@ class PlanViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     result is there."""
 
     def get_queryset(self):
-        if self.action in ("retrieve", "list", "progress"):
-            solving.recover_stale_plans()  # a plan whose worker died is never shown as running
+        # Reads write nothing: a plan whose worker died is shown as it is (``stale`` in its
+        # progress); the workers' recovery heartbeat requeues it (planner.app.tasks).
         qs = PlanRecord.objects.visible_to(self.request.user).select_related("owner")
         # The result (every evaluated point) is the big part of a plan; lists never show it.
         return qs.defer("result") if self.action in ("progress", "cancel") else qs

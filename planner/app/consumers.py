@@ -1,4 +1,5 @@
-"""Live view of one plan: its state and progress (``planner.app.solving.status_message``)."""
+"""Live view of one plan: its state and progress (``planner.app.solving.status_message``). A
+viewer only reads: a plan whose worker died shows ``stale`` until the workers recover it."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ class PlanConsumer(ViewerConsumer, AsyncJsonWebsocketConsumer):
     live_handler = solving.LIVE_HANDLER
 
     def snapshot(self, user, plan_id: int) -> dict | None:
-        solving.recover_stale_plans()
         record = PlanRecord.objects.visible_to(user).filter(pk=plan_id).first()
         if record is None:
             return None

@@ -450,6 +450,13 @@ class PlanProgressSerializer(serializers.Serializer):
     started_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)
     heartbeat_at = serializers.DateTimeField(allow_null=True)
+    stale = serializers.BooleanField(
+        help_text="running, but its worker has not answered for longer than PLAN_LEASE_S; the "
+        "workers' recovery will queue it again (or fail it), reads never change it"
+    )
+    notice = serializers.CharField(
+        allow_blank=True, help_text="what happens to a stale plan; empty otherwise"
+    )
     error = serializers.CharField(allow_blank=True)
     error_field = serializers.CharField(allow_blank=True, help_text="the request field a failure is about")
     binding_constraint = serializers.CharField(allow_blank=True)

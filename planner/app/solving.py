@@ -25,9 +25,13 @@ wait at most that long on a single worker, and not at all while a second worker 
 Liveness: while a plan runs, its worker writes ``heartbeat_at`` every ``PLAN_HEARTBEAT_S``;
 progress writes (at most every ``PLAN_PROGRESS_EVERY_S``) do too. A worker killed mid-solve
 (SIGKILL, out of memory; its child dies with it) leaves its plan ``running`` with a heartbeat
-that stops; :func:`recover_stale_plans` (run when a plan task starts and whenever plans are read)
-queues such a plan again, or fails it once ``PLAN_MAX_ATTEMPTS`` workers have died on it: a
-request that kills workers does not kill them forever.
+that stops; :func:`recover_stale_plans` queues such a plan again, or fails it once
+``PLAN_MAX_ATTEMPTS`` workers have died on it: a request that kills workers does not kill them
+forever. Recovery is the workers' job, never a read's: it runs when a plan task starts and in the
+workers' recovery heartbeat (``planner.app.tasks.recover_stale_plans_task``, every
+``PLAN_RECOVER_EVERY_S`` while a plan runs). A read (the API, the websocket, the page) writes
+nothing: it shows a plan past its lease as it is, ``running``, with ``stale`` set and a notice
+that its worker stopped answering (:func:`stale_notice`).
 
 Live updates go to the websocket group ``plan-<id>`` with ``transaction.on_commit``
 (``srifty_web.live``); pages without a channel layer that reaches the worker poll
@@ -68,6 +72,42 @@ def lease_s() -> float:
     return float(setting("PLAN_LEASE_S", 60))
 
 
+def _dead_q(cutoff) -> Q:
+    """Running plans whose worker last answered before ``cutoff`` (no heartbeat yet: since it
+    started)."""
+    return Q(status=PlanStatus.RUNNING) & (
+        Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, started_at__lt=cutoff)
+    )
+
+
+def last_answer(record: PlanRecord):
+    """When the plan's worker last answered: its heartbeat, else the start of the solve."""
+    return record.heartbeat_at or record.started_at
+
+
+def is_stale(record: PlanRecord, now=None) -> bool:
+    """A running plan whose worker has not answered for longer than the lease (the rows
+    :func:`recover_stale_plans` takes); read from the row alone, no query."""
+    beat = last_answer(record)
+    if record.status != PlanStatus.RUNNING or beat is None:
+        return False
+    return beat < (now or timezone.now()) - timedelta(seconds=lease_s())
+
+
+def stale_notice(record: PlanRecord, now=None) -> str:
+    """What a reader is told about a stale plan ("" for any other): what the workers' recovery
+    will do with it (queue it again, or fail it after ``PLAN_MAX_ATTEMPTS`` tries)."""
+    if not is_stale(record, now):
+        return ""
+    age = ((now or timezone.now()) - last_answer(record)).total_seconds()
+    fate = (
+        "it will be queued again"
+        if record.attempts < int(setting("PLAN_MAX_ATTEMPTS", 2))
+        else f"it will fail (its workers stopped {record.attempts} times)"
+    )
+    return f"its worker stopped answering {age:.0f} s ago (lease {lease_s():.0f} s); {fate}"
+
+
 class PlanStopped(Exception):
     """The plan is no longer this worker's: cancelled, or recovered and handed to another."""
 
@@ -100,6 +140,8 @@ def status_message(record: PlanRecord) -> dict:
         "started_at": _iso(record.started_at),
         "finished_at": _iso(record.finished_at),
         "heartbeat_at": _iso(record.heartbeat_at),
+        "stale": is_stale(record),
+        "notice": stale_notice(record),
         "error": record.error,
         "error_field": record.error_field,
         "binding_constraint": record.binding_constraint,
@@ -188,12 +230,10 @@ def cancel_plan(record: PlanRecord, by=None) -> bool:
 def recover_stale_plans(now=None) -> list[tuple[int, str]]:
     """Running plans whose heartbeat is older than the lease: their worker is gone. Each is
     queued again (a new task), or failed after ``PLAN_MAX_ATTEMPTS`` tries. Returns
-    ``[(plan id, new status)]``. Cheap when nothing is stale (one indexed query)."""
+    ``[(plan id, new status)]``. Cheap when nothing is stale (one indexed query). Run by the
+    workers only (a plan task's start, ``recover_stale_plans_task``), never by a read."""
     now = now or timezone.now()
-    cutoff = now - timedelta(seconds=lease_s())
-    dead = Q(status=PlanStatus.RUNNING) & (
-        Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, started_at__lt=cutoff)
-    )
+    dead = _dead_q(now - timedelta(seconds=lease_s()))
     out: list[tuple[int, str]] = []
     max_attempts = int(setting("PLAN_MAX_ATTEMPTS", 2))
     for pk, attempts in PlanRecord.objects.filter(dead).values_list("pk", "attempts"):
@@ -222,6 +262,12 @@ def recover_stale_plans(now=None) -> list[tuple[int, str]]:
             out.append((pk, PlanStatus.FAILED))
             log.warning("plan %s: worker lost mid-solve %s times; failed", pk, attempts)
     return out
+
+
+def any_running() -> bool:
+    """Is a plan running (so that a worker may die under it)? The recovery heartbeat goes on
+    while one is."""
+    return PlanRecord.objects.filter(status=PlanStatus.RUNNING).exists()
 
 
 # --- run --------------------------------------------------------------------------------------

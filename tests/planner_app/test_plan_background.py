@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from planner.app import service, solving
 from planner.app.models import PlanRecord, PlanStatus
-from planner.app.tasks import solve_plan_task
+from planner.app.tasks import recover_stale_plans_task, solve_plan_task
 from tests.support.plans import TINY, plan_body, plan_command
 
 BODY = plan_body(max_nodes=8)
@@ -205,14 +205,74 @@ def test_a_running_plan_whose_worker_died_is_queued_again_and_then_solved(
     plan.request = service_request()
     plan.save()
     fresh = _running(user, beat_age_s=5)  # a live worker's plan is left alone
+    seen = user_api.get(f"/api/v1/plans/{plan.pk}/progress/").json()  # a read only says so
+    assert seen["status"] == "running" and seen["stale"] and "it will be queued again" in seen["notice"]
+    assert not user_api.get(f"/api/v1/plans/{fresh.pk}/progress/").json()["stale"]
     with django_capture_on_commit_callbacks(execute=True):
-        seen = user_api.get(f"/api/v1/plans/{plan.pk}/progress/").json()  # any read recovers
+        recover_stale_plans_task.call()  # the workers' recovery heartbeat requeues it
+    seen = user_api.get(f"/api/v1/plans/{plan.pk}/progress/").json()
     assert seen["status"] == "queued" and "worker stopped while solving it (try 1)" in seen["error"]
-    assert [list(r.args) for r in dummy_tasks.results] == [[plan.pk]]  # a new task for it
+    assert not seen["stale"] and seen["notice"] == ""
+    solves = [list(r.args) for r in dummy_tasks.results if r.task.name == "solve_plan_task"]
+    assert solves == [[plan.pk]]  # a new task for it
     assert PlanRecord.objects.get(pk=fresh.pk).status == "running"
     assert solve_plan_task.call(plan.pk) == f"plan {plan.pk} solved"
     plan.refresh_from_db()
     assert plan.attempts == 2 and plan.error == "" and plan.result["plans"]
+
+
+_WRITES = ("INSERT", "UPDATE", "DELETE")
+
+
+@pytest.mark.django_db
+def test_reading_a_stale_plan_writes_nothing_and_says_what_will_happen(user, user_api, settings):
+    """The API's reads and the websocket's snapshot show a plan whose worker died as it is; only
+    the workers recover it."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from planner.app.consumers import PlanConsumer
+
+    settings.PLAN_LEASE_S = 60
+    plan = _running(user, beat_age_s=90)
+    last = _running(user, beat_age_s=90, attempts=2)  # its workers died twice: it will fail
+    before = list(PlanRecord.objects.order_by("pk").values())
+    with CaptureQueriesContext(connection) as queries:
+        progress = user_api.get(f"/api/v1/plans/{plan.pk}/progress/").json()
+        detail = user_api.get(f"/api/v1/plans/{plan.pk}/").json()
+        listed = user_api.get("/api/v1/plans/").json()
+        snapshot = PlanConsumer().snapshot(user, last.pk)
+    writes = [q["sql"] for q in queries.captured_queries if q["sql"].lstrip().upper().startswith(_WRITES)]
+    assert writes == [] and list(PlanRecord.objects.order_by("pk").values()) == before
+    assert progress["status"] == detail["status"] == "running" and progress["stale"]
+    assert "stopped answering 90 s ago (lease 60 s); it will be queued again" in progress["notice"]
+    assert {p["id"] for p in listed.get("results", listed)} == {plan.pk, last.pk}
+    assert snapshot is not None and snapshot["stale"] and "it will fail" in snapshot["notice"]
+
+
+@pytest.mark.django_db
+def test_a_plan_task_queues_the_recovery_heartbeat_once_and_it_ends_when_no_plan_runs(user, settings):
+    """The database backend (the default): the heartbeat is one deferred task row."""
+    from django_tasks_db.models import DBTaskResult
+
+    settings.PLAN_RECOVER_EVERY_S = 30
+    heartbeats = DBTaskResult.objects.filter(task_path=recover_stale_plans_task.module_path)
+    first, second = (solving.store_plan(user, {"model": TINY}) for _ in range(2))
+    for plan in (first, second):
+        PlanRecord.objects.filter(pk=plan.pk).update(status=PlanStatus.CANCELLED)  # nothing to solve
+        solve_plan_task.call(plan.pk)
+    [pending] = heartbeats.filter(status="READY")  # the second plan found it queued
+    wait = (pending.run_after - timezone.now()).total_seconds()
+    assert 25 < wait <= 30
+    pending.delete()
+
+    running = _running(user, beat_age_s=1)
+    assert recover_stale_plans_task.call().endswith("again later")  # comes back while one runs
+    assert heartbeats.filter(status="READY").count() == 1
+    heartbeats.delete()
+    PlanRecord.objects.filter(pk=running.pk).update(status=PlanStatus.SOLVED)
+    assert recover_stale_plans_task.call().endswith("no plan running: done")
+    assert not heartbeats.exists()
 
 
 @pytest.mark.django_db
