@@ -30,6 +30,17 @@ ResNet-18 of ``benchmark/models/cifar10``), over g4dn.12xlarge (4× T4, PCIe Gen
 one card) in a cluster placement group (``benchmark/main.tf``), fitted with no TCP point.
 ``ddp-slowdown``: :func:`slowdown_report`.
 
+DDP exposure (issue 35 item 4, :func:`overlap_report`): the simulator's timeline
+(:func:`planner.simulator.timeline`) of one iteration with the all-reduce of each DDP bucket
+overlapping backward, beside the traces' sync and step.  Buckets: DDP's (1 MiB first, 25 MiB
+after; :func:`workload.buckets.ddp_buckets`) over the CIFAR ResNet-18's parameters in registration
+order (torchvision's resnet18 with 10 classes and a 3x3 stem, 11,173,962 parameters), ready
+as backward produces their bytes (the oracle's rule without a profile).  Phases of the one-GPU
+step measured at the same per-GPU batch: forward 1/3, backward 2/3 (a backward pass costs two
+forward passes), optimizer 0 — fixed before any figure was seen, not fitted.  Printed:
+``ddp-slowdown (simulator, overlapped)``, and per node × GPU count the measured sync and the
+step's excess over one GPU, the model's all-reduce in series and the simulator's exposed part.
+
 Random whole-sweep split (issue 35 item 3, "beside" leave-one-regime-out; rule and seed fixed
 before any figure was seen)::
 
@@ -278,6 +289,59 @@ def sync_report(model: LearnedComm, rows: Sequence[SyncRow]) -> list[str]:
     return out
 
 
+FORWARD_SHARE = 1.0 / 3.0  # of the one-GPU step: backward = 2 × forward, optimizer 0
+
+
+def resnet18_cifar_param_bytes() -> list[int]:
+    """fp32 gradient bytes of the CIFAR ResNet-18's parameters, in registration order."""
+    import torch
+    from torchvision.models import resnet18
+
+    net = resnet18(num_classes=10)
+    net.conv1 = torch.nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
+    sizes = [p.numel() * 4 for p in net.parameters()]
+    assert sum(sizes) == RESNET18_CIFAR_GRAD_BYTES, sum(sizes)
+    return sizes
+
+
+def overlap_report(model: LearnedComm, rows: Sequence[SyncRow]) -> list[str]:
+    """The simulator's iteration with bucketed all-reduces overlapping backward (module
+    docstring, "DDP exposure") against the traces' step and sync."""
+    from planner.models.compute import BucketSpec, PhaseTimes
+    from planner.simulator import WorkerLoad, timeline
+    from workload.buckets import ddp_buckets
+
+    sizes = [b.size_bytes for b in ddp_buckets(resnet18_cifar_param_bytes())]
+    total, done, buckets = float(sum(sizes)), 0.0, []
+    for size in sizes:
+        done += size
+        buckets.append(BucketSpec(size, min(1.0, done / total)))
+    single = {r.batch: r.step_ms for r in rows if r.nodes == 1 and r.gpus_per_node == 1}
+    errs, by = [], defaultdict(list)
+    for r in rows:
+        if r.nodes < 2 or r.batch not in single:
+            continue
+        step1 = single[r.batch]
+        phases = PhaseTimes(FORWARD_SHARE * step1, (1 - FORWARD_SHARE) * step1, 0.0)
+        worker = WorkerLoad(phases, tuple(buckets), r.batch)
+        topo = g4dn_topology(r.gpus_per_node, r.nodes)
+        comm = [model.estimate(size, topo).p50_us / 1e3 for size in sizes]
+        period = timeline([worker] * (r.nodes * r.gpus_per_node), comm).iteration_ms
+        errs.append(abs(period / step1 - r.step_ms / step1) / (r.step_ms / step1))
+        by[(r.nodes, r.gpus_per_node)].append((r.sync_ms, r.step_ms - step1, sum(comm), period - step1))
+    out = [
+        f"buckets: {len(sizes)} ({', '.join(f'{s / 2**20:.1f}' for s in sizes)} MiB)",
+        line("ddp-slowdown (simulator, overlapped)", errs),
+    ]
+    for (nodes, g), vals in sorted(by.items()):
+        med = [statistics.median(v[i] for v in vals) for i in range(4)]
+        out.append(
+            f"  {nodes}x{g} T4: measured sync {med[0]:6.1f} ms, step - 1-GPU step {med[1]:6.1f} ms; "
+            f"model all-reduce {med[2]:6.1f} ms, simulator exposed {med[3]:6.1f} ms (n={len(vals)})"
+        )
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", action="store_true", help="print every held-out point")
@@ -326,6 +390,9 @@ def main() -> int:
 
     print("\n-- DDP gradient sync, Pollux g4dn.12xlarge over TCP (fit with no TCP point)")
     for text in sync_report(no_tcp, pollux_sync_rows()):
+        print(text)
+    print("\n-- DDP exposure: the simulator's all-reduce overlapping backward (fit with no TCP point)")
+    for text in overlap_report(no_tcp, pollux_sync_rows()):
         print(text)
 
     random_cases = random_sweep_split(points)

@@ -25,12 +25,13 @@ memory)::
     pipelining: NCCL keeps NCCL_STEPS = 8 steps of a channel in flight, so a message of several
               chunks moves at the slower stage, min(B_wire, B_stage), not the sum of the two;
               only the first chunk crosses both stages in series:
-    fill    = m · min(s, C_p) / max(B_wire, B_stage)       (µs·1e-6; added to t(a, p))
+    fill    = m · min(s, C_p) / max(B_wire, B_stage)       (seconds; added to t(a, p))
               m = the algorithm's inter-node steps (ring: min(2N, 2(n−1)); tree and NVLSTree:
               2⌈log2 N⌉), s = the bytes one step moves (ring S/n, tree S), C_p = one step of
               protocol p: Simple NCCL_BUFFSIZE 4 MiB / NCCL_STEPS = 512 KiB, LL 512 KiB of
               16-byte lines / 8 steps, half data = 32 KiB, LL128 4,915,200 B / 8 steps × 120/128 =
-              576,000 B (src/include/device.h DEFAULT_*_BUFFSIZE).  One channel: the fill is an
+              576,000 B (DEFAULT_LL_BUFFSIZE, DEFAULT_LL128_BUFFSIZE, DEFAULT_BUFFSIZE of src/include/device.h,
+              devcomm.h before 2.19); B_wire = ε_efa · Σ EFA Gbps / 8 for EFA.  One channel: the fill is an
               upper bound where NCCL splits a step over several
 
 EFA as deployed (ε_efa is the prior's fitted efficiency; every other constant is from AWS's or NCCL's
