@@ -65,6 +65,9 @@ def test_a_mixed_plan_compares_itself_with_each_type_alone(catalog, solve):
             max_types=2,
             max_nodes=8,
             regions=["us-east-1"],
+            # no per-GPU minimum (there was none before issue 38): with it, the mixes of this
+            # request spread 1,024 samples below 32 per GPU and none ranks
+            min_batch_per_gpu=1,
         )
     )
     # a mix of instance types (two groups of one type, e.g. spot beside on-demand, are no type mix)
