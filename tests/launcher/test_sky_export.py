@@ -409,6 +409,7 @@ def sky_read(tmp_path_factory) -> SkyRead:
     )
 
 
+@pytest.mark.skypilot
 def test_every_export_is_read_by_skypilot_itself_as_it_was_meant(sky_read):
     exports = {n: t for n, t in sky_read.files.items() if n.endswith(".sky.yaml")}
     assert len(exports) == 6
@@ -450,6 +451,7 @@ def test_every_export_is_read_by_skypilot_itself_as_it_was_meant(sky_read):
     assert pinned["file_mounts"] == {"/data": "s3://bucket/data"}
 
 
+@pytest.mark.skypilot
 def test_skypilots_reader_refuses_what_skypilot_refuses(sky_read):
     """The check above can fail."""
     assert "Invalid zone 'use1-az1'" in sky_read.read["zone-id.yaml"]["error"]
@@ -457,6 +459,7 @@ def test_skypilots_reader_refuses_what_skypilot_refuses(sky_read):
     assert "Environment variable 'LEFT_UNSET' is None" in sky_read.read["unset.yaml"]["error"]
 
 
+@pytest.mark.skypilot
 @pytest.mark.parametrize("name", ["task-distributed.yaml", "task-features.yaml"])
 def test_a_task_in_skypilots_words_means_to_srifty_what_it_means_to_skypilot(sky_read, name):
     text = sky_read.files[name]

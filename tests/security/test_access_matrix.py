@@ -192,6 +192,12 @@ MATRIX = [
     Cell(R + "plans/(?P<pk>[^/.]+)/$", "GET", "/api/v1/plans/{plan}/", API_READ),
     Cell(R + "plans/(?P<pk>[^/.]+)/progress/$", "GET", "/api/v1/plans/{plan}/progress/", API_READ),
     Cell(R + "plans/(?P<pk>[^/.]+)/cancel/$", "POST", "/api/v1/plans/{plan}/cancel/", API_ACT),
+    Cell(
+        R + "plans/(?P<pk>[^/.]+)/options/(?P<rank>[0-9]+)/skypilot/$",
+        "GET",
+        "/api/v1/plans/{plan}/options/1/skypilot/",
+        API_READ,
+    ),
     # jobs: the nodes
     Cell(
         "api/v1/jobs/<int:pk>/reports/",
