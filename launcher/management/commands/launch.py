@@ -16,12 +16,12 @@ import sys
 from decimal import Decimal
 from pathlib import Path
 
-from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from launcher import jobs, launch, options, prechecks, taskfile, workdirs
 from launcher.models import Job
 from planner.app.models import PlanRecord
+from srifty_web.commands import owner_for_command
 
 
 class Command(BaseCommand):
@@ -53,7 +53,7 @@ class Command(BaseCommand):
             raise CommandError(
                 f"{path} has {len(exc.issues)} error(s):\n" + "\n".join(f"  {path}:{i}" for i in exc.issues)
             ) from exc
-        user = _owner(o["user"])
+        user = owner_for_command(o["user"])
         plan = PlanRecord.objects.visible_to(user).filter(pk=o["plan"]).first()
         if plan is None:
             raise CommandError(f"--plan {o['plan']}: no such plan")
@@ -143,18 +143,6 @@ def _confirmed(cmd: BaseCommand) -> bool:
     cmd.stdout.write("Launch these instances? [y/N] ", ending="")
     cmd.stdout.flush()
     return sys.stdin.readline().strip().lower() in ("y", "yes")
-
-
-def _owner(username):
-    User = get_user_model()
-    user = (
-        User.objects.filter(username=username).first()
-        if username
-        else User.objects.filter(is_superuser=True).order_by("pk").first()
-    )
-    if user is None:
-        raise CommandError(f"no user {username!r}" if username else "no superuser; pass --user")
-    return user
 
 
 def render(job: Job) -> str:

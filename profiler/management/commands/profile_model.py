@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 
-from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from profiler import actions
 from profiler.models import Provider, RunKind
 from profiler.providers import LocalProvider
 from profiler.serializers import ProfilingRunSerializer
+from srifty_web.commands import owner_for_command
 
 
 class Command(BaseCommand):
@@ -42,7 +42,7 @@ class Command(BaseCommand):
             raise CommandError(
                 "only --local is supported from the shell; start EC2 runs from the dashboard or API"
             )
-        owner = self._owner(o["user"])
+        owner = owner_for_command(o["user"])
         fields = {
             "kind": o["kind"],
             "model_spec": o["model"],
@@ -94,17 +94,6 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(run.profile, indent=2))
         else:
             self.stdout.write(self.style.SUCCESS(self._summary(run)))
-
-    def _owner(self, username: str | None):
-        User = get_user_model()
-        user = (
-            User.objects.filter(username=username).first()
-            if username
-            else User.objects.filter(is_superuser=True).order_by("pk").first()
-        )
-        if user is None:
-            raise CommandError(f"no user {username!r}" if username else "no superuser; pass --user")
-        return user
 
     def _summary(self, run) -> str:
         if run.kind == RunKind.COMPUTE:

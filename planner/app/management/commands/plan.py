@@ -6,13 +6,13 @@ import argparse
 import json
 import time
 
-from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from planner.app import service, solving
 from planner.app.models import PlanStatus
 from planner.app.serializers import PlanRequestSerializer
 from planner.defaults import MARKET_DEFAULTS, PLAN_DEFAULTS
+from srifty_web.commands import owner_for_command
 
 
 class Command(BaseCommand):
@@ -106,7 +106,7 @@ class Command(BaseCommand):
         bar = ProgressBar(self.stdout) if self.stdout.isatty() else None
         try:
             record = solving.create_plan(
-                _owner(o["user"]), dict(checked.validated_data), allow_code=True, echo=bar
+                owner_for_command(o["user"]), dict(checked.validated_data), allow_code=True, echo=bar
             )
         except service.PlanInputError as exc:
             raise CommandError(str(exc)) from exc
@@ -189,18 +189,6 @@ def _quotas(items: list[str], flag: str) -> dict[str, float]:
         if not sep or not key.strip():
             raise CommandError(f"{flag} {item!r}: use CLASS=VCPUS, e.g. P=96")
     return out
-
-
-def _owner(username):
-    User = get_user_model()
-    user = (
-        User.objects.filter(username=username).first()
-        if username
-        else User.objects.filter(is_superuser=True).order_by("pk").first()
-    )
-    if user is None:
-        raise CommandError(f"no user {username!r}" if username else "no superuser; pass --user")
-    return user
 
 
 def render(record) -> str:
