@@ -14,6 +14,15 @@ PROFILE_FIXTURES = Path(__file__).parent / "profiler" / "fixtures"
 
 
 @pytest.fixture(autouse=True)
+def _no_prechecks(settings):
+    """Tests that launch jobs or start EC2 profiling runs are not about the AWS pre-checks
+    (``fleet.prechecks``), and most fake no STS or Service Quotas: the checks are off unless a
+    test turns them on (``test_prechecks``, ``test_ec2_prechecks``, ``test_job_pages``). The
+    browser suite's server runs with them on (its default)."""
+    settings.AWS_PRECHECKS = False
+
+
+@pytest.fixture(autouse=True)
 def _private_data_dir(settings, tmp_path):
     """Run files (agent output, logs) of each test go to its own folder, never to var/."""
     settings.DATA_DIR = tmp_path / "data"

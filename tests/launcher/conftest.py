@@ -10,13 +10,6 @@ from tests.support.jobs import may_launch
 REGION = "us-east-1"
 
 
-@pytest.fixture(autouse=True)
-def _no_prechecks(settings):
-    """Launches here are not about the AWS pre-checks (``launcher.prechecks``), and most fake no
-    STS or Service Quotas: they are off unless a test turns them on (``test_prechecks``)."""
-    settings.AWS_PRECHECKS = False
-
-
 @pytest.fixture
 def owner(user):
     """``user``, allowed to launch jobs."""
