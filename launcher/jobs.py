@@ -313,9 +313,9 @@ def create_job(
                 f"${limits.hourly_usd}/h, at most ${limits.max_spend_usd} ({limits.cap_hours:.2f} h)",
                 {"replaces": replaces.pk if replaces else None},
             )
-            queue.enqueue_on_commit("launcher.launch_job", job.pk)
+            queue.enqueue_on_commit(queue.LAUNCH_JOB, job.pk)
             # The watch starts now, not after the launch: a launch that dies half-way is noticed too.
-            queue.enqueue_on_commit("launcher.watch_job", job.pk)
+            queue.enqueue_on_commit(queue.WATCH_JOB, job.pk)
     except IntegrityError:
         # A concurrent use of the same confirmation committed first. The block above is rolled
         # back (a savepoint inside a caller's transaction), and Django drops the on_commit work it
@@ -446,7 +446,7 @@ def transition(
         add_event(locked, kind or status, reason, {**event_data, "status": status})
         broadcast(locked, status_message(locked))
         if locked.finished:
-            queue.enqueue_on_commit("launcher.stop_job", locked.pk)
+            queue.enqueue_on_commit(queue.STOP_JOB, locked.pk)
     return locked
 
 

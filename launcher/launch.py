@@ -386,7 +386,7 @@ def _stopped_meanwhile(job: Job) -> str | None:
     if not job.finished:
         return None
     if not rollback(job):  # EC2 still holds a group: the stop task retries (it may have run already)
-        queue.enqueue_on_commit("launcher.stop_job", job.pk)
+        queue.enqueue_on_commit(queue.STOP_JOB, job.pk)
     return f"job {job.pk} was {job.status} during the launch; took down what it started"
 
 

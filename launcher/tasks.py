@@ -102,6 +102,6 @@ def reconcile_task(regions: list[str] | None = None, dry_run: bool = False, repe
     return report.as_dict()
 
 
-queue.provide("launcher.launch_job", launch_job_task.enqueue)
-queue.provide("launcher.watch_job", schedule_watch)
-queue.provide("launcher.stop_job", stop_job_task.enqueue)
+queue.provide(queue.LAUNCH_JOB, launch_job_task.enqueue)
+queue.provide(queue.WATCH_JOB, schedule_watch)
+queue.provide(queue.STOP_JOB, stop_job_task.enqueue)

@@ -143,7 +143,7 @@ def create_run(owner, *, start: bool = True, **fields) -> ProfilingRun:
             owner=owner, deadline_at=timezone.now() + timedelta(minutes=max_minutes), **fields
         )
         if start:
-            queue.enqueue_on_commit("profiler.start_run", run.pk)
+            queue.enqueue_on_commit(queue.START_RUN, run.pk)
     return run
 
 
@@ -256,7 +256,7 @@ def _finish(run: ProfilingRun, status: str, *, error: str = "") -> ProfilingRun:
         run.save(update_fields=["status", "error", "finished_at", "token_expires_at"])
         broadcast(run, status_message(run))
         if status != RunStatus.SUCCEEDED:
-            queue.enqueue_on_commit("profiler.stop_run", run.pk)
+            queue.enqueue_on_commit(queue.STOP_RUN, run.pk)
     return run
 
 
@@ -276,9 +276,9 @@ def complete_run(run: ProfilingRun, profile: Any) -> ProfilingRun:
         run.save(update_fields=["profile", "progress", "phase"])
         _finish(run, RunStatus.SUCCEEDED)
         run.refresh_from_db()
-    queue.enqueue_on_commit("profiler.stop_run", run.pk)  # e.g. terminate the EC2 VM now
+    queue.enqueue_on_commit(queue.STOP_RUN, run.pk)  # e.g. terminate the EC2 VM now
     if curve:  # new training data: refit the comm model (in the background, it takes seconds)
-        queue.enqueue_on_commit("profiler.refit_comm_model")
+        queue.enqueue_on_commit(queue.REFIT_COMM_MODEL)
     return run
 
 

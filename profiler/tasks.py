@@ -167,6 +167,6 @@ def refit_comm_model_task() -> str:
     return f"wrote {path}"
 
 
-queue.provide("profiler.start_run", start_run_task.enqueue)
-queue.provide("profiler.stop_run", stop_run_task.enqueue)
-queue.provide("profiler.refit_comm_model", refit_comm_model_task.enqueue)
+queue.provide(queue.START_RUN, start_run_task.enqueue)
+queue.provide(queue.STOP_RUN, stop_run_task.enqueue)
+queue.provide(queue.REFIT_COMM_MODEL, refit_comm_model_task.enqueue)

@@ -201,7 +201,7 @@ def enqueue(plan_id: int) -> None:
     """Hand the plan to the task backend; a backend that refuses fails the plan (never a plan
     queued with no task behind it)."""
     try:
-        queue.enqueue("plans.solve_plan", plan_id)
+        queue.enqueue(queue.SOLVE_PLAN, plan_id)
     except Exception as exc:
         log.exception("queueing plan %s failed", plan_id)
         _update(

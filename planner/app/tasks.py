@@ -89,4 +89,4 @@ def recover_stale_plans_task() -> str:
     return f"recovered {recovered}; {'again later' if again else 'no plan running: done'}"
 
 
-queue.provide("plans.solve_plan", solve_plan_task.enqueue)  # solving.enqueue asks for it by name
+queue.provide(queue.SOLVE_PLAN, solve_plan_task.enqueue)  # solving.enqueue asks for it by name
