@@ -60,6 +60,7 @@ def _visible_runs(request: HttpRequest):
 @login_required
 def runs(request: HttpRequest) -> HttpResponse:
     values, errors = dict(DEFAULTS), {}
+    checks: dict[str, Any] | None = None
     if request.method == "GET":  # prefilled from a link (e.g. a plan's "profile on a cheap GPU first")
         values.update(
             {k: v for k, v in request.GET.items() if k in DEFAULTS or k in ("instance_type", "region")}
@@ -78,9 +79,14 @@ def runs(request: HttpRequest) -> HttpResponse:
         checked = ProfilingRunSerializer(data=data)
         if checked.is_valid():
             actions.check_may_start(request.user, checked.validated_data.get("provider", Provider.LOCAL))
-            run = actions.create_run(request.user, **checked.validated_data)
-            return redirect("profiling-run", run_id=run.pk)
-        errors = {k: " ".join(str(e) for e in v) for k, v in checked.errors.items()}
+            try:
+                run = actions.create_run(request.user, **checked.validated_data)
+            except actions.PrecheckFailed as exc:  # AWS would refuse: no row; show every check and its fix
+                checks = precheck_summary(exc, str(checked.validated_data.get("region", "")))
+            else:
+                return redirect("profiling-run", run_id=run.pk)
+        else:
+            errors = {k: " ".join(str(e) for e in v) for k, v in checked.errors.items()}
     return render(
         request,
         "frontend/profiling.html",
@@ -88,14 +94,20 @@ def runs(request: HttpRequest) -> HttpResponse:
             "runs": _visible_runs(request)[:50],
             "values": values,
             "errors": errors,
+            "checks": checks,
             "models": MODEL_CHOICES,
             "instance_types": InstanceType.objects.ddp_capable().values_list("name", flat=True),
             "regions": Region.objects.values_list("code", flat=True),
             # single-user mode: a package.module:factory model is imported and called on this machine
             "local_code": settings.LOCAL_CODE_EXECUTION,
         },
-        status=400 if errors else 200,
+        status=400 if errors or checks else 200,
     )
+
+
+def precheck_summary(exc: actions.PrecheckFailed, region: str) -> dict[str, Any]:
+    """The refused run's pre-checks in the shape the job-new page shows them (``frontend.jobs``)."""
+    return {"ok": False, "region": region, "message": exc.message, "checks": exc.checks}
 
 
 @login_required
