@@ -7,7 +7,6 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
@@ -15,15 +14,13 @@ from catalog.models import Region
 from catalog.zone_prices import lone_zone_prices
 from frontend.wording import humanize_errors
 from launcher import workdirs
-from planner.app import profile_first, service, solving
-from planner.app.api import CANCEL_PERMISSION
+from planner.app import permissions, profile_first, service, solving
 from planner.app.models import PlanRecord
 from planner.app.serializers import PlanRequestSerializer
 from planner.defaults import LR_SCALING_NOTE, MIN_BATCH_PER_GPU, PLAN_DEFAULTS
 from planner.solver.explain import saves_or_costs, sooner_or_longer
 from profiler import actions
 from profiler.models import ProfilingRun, RunKind, RunStatus
-from srifty_web.teams import acts_for_owner
 
 FORM_DEFAULTS = {
     "model_source": "spec",
@@ -130,7 +127,6 @@ def plan_list(request: HttpRequest) -> HttpResponse:
                 return redirect("plan-page", plan_id=record.pk)
         else:
             errors = humanize_errors(_flatten_errors(checked.errors))
-    solving.recover_stale_plans()
     runs = ProfilingRun.objects.visible_to(request.user).filter(
         kind=RunKind.COMPUTE, status=RunStatus.SUCCEEDED
     )[:30]
@@ -179,8 +175,7 @@ def plan_cancel(request: HttpRequest, plan_id: int) -> HttpResponse:
     record = _visible_plans(request).filter(pk=plan_id).first()
     if record is None:
         raise Http404("no such plan")
-    if not acts_for_owner(request.user, record, CANCEL_PERMISSION):
-        raise PermissionDenied(f"only the owner (or {CANCEL_PERMISSION}) may cancel this plan")
+    permissions.check_cancel(request.user, record)
     solving.cancel_plan(record, by=request.user)  # already finished: nothing to do, the page says so
     return redirect("plan-page", plan_id=plan_id)
 
@@ -273,7 +268,6 @@ def baseline_rows(result: dict) -> list[dict]:
 
 @login_required
 def plan_detail(request: HttpRequest, plan_id: int) -> HttpResponse:
-    solving.recover_stale_plans()
     record = _visible_plans(request).filter(pk=plan_id).first()
     if record is None:
         raise Http404("no such plan")
@@ -309,7 +303,7 @@ def plan_detail(request: HttpRequest, plan_id: int) -> HttpResponse:
             "configs": configuration_count(result),
             "batch": result.get("batch"),
             "live": solving.status_message(record),
-            "can_cancel": not record.finished and acts_for_owner(request.user, record, CANCEL_PERMISSION),
+            "can_cancel": not record.finished and permissions.can_cancel(request.user, record),
             "result": result,
             "ranked": ranked,
             "baselines": baseline_rows(result),

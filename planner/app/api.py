@@ -21,9 +21,6 @@ from planner.app.serializers import (
     PlanSummarySerializer,
 )
 
-# Where frontend/plans.py has read it from; the rule itself is planner.app.permissions.
-CANCEL_PERMISSION = permissions.CANCEL_PERMISSION
-
 
 class PlanViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     """Plans are stored with their inputs and solved in the background (``manage.py db_worker``);

@@ -28,6 +28,7 @@ REQUEST = {
     "regions": ["us-east-1"],
     "global_batch_min": 256,
     "global_batch_max": 1024,
+    "min_batch_per_gpu": 1,  # the mixes this test reads rank only below the default minimum of 32
     "baseline_gpu": "A100",
 }
 
