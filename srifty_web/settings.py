@@ -60,7 +60,7 @@ SITE_URL = env_str("SITE_URL", f"http://127.0.0.1:{PORT}")
 # EC2 VM, or as a local subprocess of this server, which is this machine running whatever a user
 # typed. So a local agent takes code specs only when the operator says so: ./run (one demo user
 # on 127.0.0.1) turns it on, a shared install leaves it off. The web process and the task worker
-# never build code specs at all (profiler/agent/specs.py).
+# never build code specs at all (workload/specs.py).
 LOCAL_CODE_EXECUTION = env_bool("SRIFTY_LOCAL_CODE", False)
 
 
