@@ -272,6 +272,12 @@ def test_the_mix_bound_asks_the_oracle_through_its_protocol_without_importing_it
     assert not arrows(("planner.mix_bound",), ("planner.oracle",))
 
 
+def test_the_explanations_use_the_engine_protocol_without_importing_the_search():
+    """planner.solver.search imports planner.solver.explain; explain types the engine it is
+    handed with the ``Engine`` protocol of planner.solver.request (type-only imports count)."""
+    assert not arrows(("planner.solver.explain",), ("planner.solver.search",))
+
+
 # What fits a model: the performance models and their fits (planner.models, planner.perf if it is
 # renamed so), the calibrated transfer model, the oracle that builds them, the corpora they are
 # fitted on, the comm model's refit, and the fitting libraries.

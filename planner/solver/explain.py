@@ -13,13 +13,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from planner.solver.evaluate import Col, Spec
-from planner.solver.request import REL, Infeasible, PlanRequest, max_count, qkey
+from planner.solver.request import REL, Engine, Infeasible, PlanRequest, max_count, qkey
 
-if TYPE_CHECKING:
-    from planner.solver.search import Engine
+# the search engine as this module uses it: a protocol, so explain never imports the search
+SolveEngine = Engine[Spec, Col]
 
 
 def fh(hours: float) -> str:
@@ -205,12 +204,12 @@ def binding(col: Col, spec: Spec, req: PlanRequest) -> list[str]:
 
 
 # ----------------------------------------------------------------------------------- infeasibility
-def _best(engine: Engine, spec: Spec) -> Col | None:
+def _best(engine: SolveEngine, spec: Spec) -> Col | None:
     out = engine.run(replace(spec, top_k=1), want_points=False)
     return min(out.cols, key=lambda c: (c.value, c.nodes)) if out.cols else None
 
 
-def _quota_note(engine: Engine, col: Col, quotas: Mapping[tuple[str, str], float]) -> str:
+def _quota_note(engine: SolveEngine, col: Col, quotas: Mapping[tuple[str, str], float]) -> str:
     notes = []
     for c, n in col.groups:
         q = quotas.get(qkey(c))
@@ -222,7 +221,7 @@ def _quota_note(engine: Engine, col: Col, quotas: Mapping[tuple[str, str], float
     return "; ".join(notes)
 
 
-def explain_infeasible(engine: Engine, spec: Spec) -> Infeasible:
+def explain_infeasible(engine: SolveEngine, spec: Spec) -> Infeasible:
     req = engine.request
     if not engine.candidates_in:
         return Infeasible("no candidate instances in the allowed regions/markets", "candidates")
@@ -322,7 +321,7 @@ def explain_infeasible(engine: Engine, spec: Spec) -> Infeasible:
     )
 
 
-def _explain_without_deadline(engine: Engine, spec: Spec) -> Infeasible:
+def _explain_without_deadline(engine: SolveEngine, spec: Spec) -> Infeasible:
     """Nothing satisfies the non-deadline constraints: name the budget / cap / quota that binds."""
     base = replace(spec, deadline=None, risk=None)
     if spec.cap is not None:

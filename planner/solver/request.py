@@ -14,9 +14,9 @@ distinct candidates of one region.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from planner import spot as spotmodel
 from planner.candidates import SPOT, Candidate, quota_class
@@ -318,6 +318,54 @@ class PlanResult:
     @property
     def best(self) -> Plan:
         return self.plans[0]
+
+
+# The search's column and spec types live in planner.solver.evaluate, which imports this module;
+# the protocols take them as type parameters so that this module never imports them back.
+SpecT = TypeVar("SpecT", contravariant=True)
+ColT = TypeVar("ColT")
+ColT_co = TypeVar("ColT_co", covariant=True)
+
+
+class Outcome(Protocol[ColT_co]):
+    """What one run of the search returns, as far as its callers read it."""
+
+    @property
+    def cols(self) -> Sequence[ColT_co]:
+        """The best feasible column of every type set that was evaluated."""
+        ...
+
+
+class Engine(Protocol[SpecT, ColT]):
+    """A search engine prepared for one request (:class:`planner.solver.search.Engine`), as
+    :mod:`planner.solver.explain` uses it: it re-runs the search with constraints relaxed and
+    asks for the deadline-miss risk of a column. Used as ``Engine[Spec, Col]``."""
+
+    @property
+    def request(self) -> PlanRequest: ...
+
+    @property
+    def N(self) -> int:
+        """``max_nodes``: the most nodes a configuration may have."""
+        ...
+
+    @property
+    def candidates_in(self) -> int:
+        """Offers the catalog gave for the request, before any pruning."""
+        ...
+
+    @property
+    def kept(self) -> Sequence[Candidate]:
+        """The offers left after the supported and dominance filters."""
+        ...
+
+    def run(self, spec: SpecT, *, want_points: bool = True) -> Outcome[ColT]:
+        """The search under ``spec``: the best column of every type set evaluated."""
+        ...
+
+    def risk_of(self, col: ColT, deadline: float | None) -> float | None:
+        """``P(T > deadline)`` of ``col``, model error included; None without a deadline."""
+        ...
 
 
 # ----------------------------------------------------------------------------------- helpers
