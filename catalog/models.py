@@ -12,6 +12,8 @@ from typing import Any
 from django.db import models
 from django.db.models import OuterRef, Subquery
 
+from catalog.network import efa_gbps
+
 
 class AcceleratorKind(models.TextChoices):
     NVIDIA_GPU = "nvidia-gpu", "NVIDIA GPU (CUDA)"
@@ -152,8 +154,6 @@ class InstanceType(models.Model):
         """Gbit/s between nodes for planning: :attr:`sustained_gbps`, and on an EFA type at least
         its stated network performance (NCCL's RDMA traffic uses every EFA NIC; p6-b200's cards
         report 1,600 Gbit/s, its NetworkPerformance and AWS's page 8 x 400)."""
-        from planner.hardware import efa_gbps
-
         base = self.sustained_gbps
         if not self.efa_supported:
             return base

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import csv
 import math
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+# The catalog's network field, parsed once there; the planner's link models read it from here too.
+from catalog.network import efa_gbps as efa_gbps
 
 # PCIe fallback for GPU-to-GPU traffic inside a node without NVLink (Gen4 x16 ≈ 25 GB/s per
 # direction on paper, ~20 GB/s achieved through host memory) — in Gbit/s.
@@ -137,23 +139,6 @@ class Worker:
             node=int(row.get("node", 0)),
             max_batch_size=_opt_int(row.get("max_batch_size")),
         )
-
-
-_GIGABIT = re.compile(r"^\s*(?:(\d+)\s*x\s*)?(\d+(?:\.\d+)?)\s*Gigabit\s*$", re.IGNORECASE)
-
-
-def efa_gbps(performance: str | None) -> float:
-    """Gbit/s of an EFA type's stated network performance ("3200 Gigabit", "4x 100 Gigabit"; 0
-    for "Up to ..." and anything else).
-
-    Why not only the cards' bandwidth fields: DescribeInstanceTypes gives p6-b200.48xlarge
-    1,600 Gbit/s of baseline and peak over its cards, while its NetworkPerformance says
-    "3200 Gigabit" -- the 8 x 400 Gbit/s EFA NICs AWS documents for it, which RDMA traffic
-    (NCCL over EFA) uses.  An EFA type's all-reduce link is the larger figure."""
-    m = _GIGABIT.match(performance or "")
-    if not m:
-        return 0.0
-    return float(m.group(1) or 1) * float(m.group(2))
 
 
 @dataclass(frozen=True)

@@ -278,6 +278,19 @@ def test_the_explanations_use_the_engine_protocol_without_importing_the_search()
     assert not arrows(("planner.solver.explain",), ("planner.solver.search",))
 
 
+def test_the_pure_planner_reads_only_plain_catalog_modules():
+    """The catalog owns the parsing of its own fields (``catalog.network``: the stated network
+    performance); the pure planner may import such a module only while it, and the catalog
+    package itself, import no Django."""
+    modules = project_modules()
+    read = {a.split(" -> ")[1] for a in arrows(("planner",), ("catalog",), skip=("planner.app",))}
+    assert "catalog.network" in read  # planner.hardware takes the network field's parser from it
+    for name in sorted(read | {"catalog"}):
+        assert name in modules, f"{name}: the pure planner imports a name, not a module, of the catalog"
+        web = [t for t in imported_names(name, modules[name]) if _under(t, ("django", "rest_framework"))]
+        assert not web, f"{name} imports {web}: the pure planner cannot read it"
+
+
 # What fits a model: the performance models and their fits (planner.models, planner.perf if it is
 # renamed so), the calibrated transfer model, the oracle that builds them, the corpora they are
 # fitted on, the comm model's refit, and the fitting libraries.
