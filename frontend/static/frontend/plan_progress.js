@@ -13,7 +13,11 @@
   function show(msg) {
     lastMessage = Date.now();
     if (finished || !msg || !msg.status) return;
-    $("plan-status").textContent = msg.status;
+    // A running plan whose worker stopped answering (planner/app/solving.py stale_notice): say so,
+    // and what the workers' recovery will do, rather than "running" with a bar that never moves.
+    $("plan-status").textContent = msg.stale ? `${msg.status} (stalled)` : msg.status;
+    $("plan-stale-note").hidden = !msg.stale;
+    $("plan-stale-text").textContent = msg.stale ? (msg.notice || "its worker stopped answering") : "";
     $("plan-phase").textContent = msg.phase || "—";
     if (typeof msg.fraction === "number") $("plan-bar").value = msg.fraction;
     // Before the search size is known there is no "0 of ~0": say what is happening instead.
