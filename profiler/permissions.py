@@ -7,22 +7,11 @@ as its owner or holding :data:`CANCEL_PERMISSION`. Callers have already found th
 
 from __future__ import annotations
 
-from typing import Any
+from srifty_web.teams import ChangeRule
 
-from django.core.exceptions import PermissionDenied
-
-from profiler.models import ProfilingRun
-from srifty_web.teams import acts_for_owner
-
-CANCEL_PERMISSION = "profiler.change_profilingrun"  # teammates without it may read a run, not cancel it
-
-
-def can_cancel(user: Any, run: ProfilingRun) -> bool:
-    """May ``user`` cancel ``run`` (whether or not it has finished)."""
-    return acts_for_owner(user, run, CANCEL_PERMISSION)
-
-
-def check_cancel(user: Any, run: ProfilingRun) -> None:
-    """Raise ``PermissionDenied`` (a 403 in a view and in the API) unless :func:`can_cancel`."""
-    if not can_cancel(user, run):
-        raise PermissionDenied(f"only the owner (or {CANCEL_PERMISSION}) may cancel this run")
+CANCEL = ChangeRule(
+    "profiler.change_profilingrun", "cancel this run"
+)  # teammates without it may read a run, not cancel it
+CANCEL_PERMISSION = CANCEL.permission
+can_cancel = CANCEL.allows  # (user, run) -> bool, whether or not it has finished
+check_cancel = CANCEL.check  # raises PermissionDenied unless can_cancel

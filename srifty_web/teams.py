@@ -11,7 +11,11 @@ change its state (stop, cancel): its owner, or a holder of the given permission.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from django.contrib.auth import get_user_model
+from django.core.exceptions import PermissionDenied
 from django.db import models
 from django.db.models import Q
 
@@ -43,6 +47,24 @@ def acts_for_owner(user, obj, permission: str) -> bool:
     if not _is_user(user):
         return False
     return obj.owner_id == user.pk or user.has_perm(permission)
+
+
+@dataclass(frozen=True)
+class ChangeRule:
+    """One state change on an owned object (cancel a plan, cancel a run): allowed to its owner or
+    to whoever holds ``permission``; ``action`` is what the 403 says may not be done."""
+
+    permission: str
+    action: str  # e.g. "cancel this plan"
+
+    def allows(self, user: Any, obj: Any) -> bool:
+        """May ``user`` do it to ``obj`` (found through ``visible_to(user)``)."""
+        return acts_for_owner(user, obj, self.permission)
+
+    def check(self, user: Any, obj: Any) -> None:
+        """Raise ``PermissionDenied`` (a 403 in a view and in the API) unless :meth:`allows`."""
+        if not self.allows(user, obj):
+            raise PermissionDenied(f"only the owner (or {self.permission}) may {self.action}")
 
 
 class TeamQuerySet(models.QuerySet):

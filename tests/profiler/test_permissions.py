@@ -6,6 +6,7 @@ import re
 
 import pytest
 from django.contrib.auth.models import Group, Permission
+from django.core.exceptions import PermissionDenied
 from rest_framework.test import APIClient
 
 from profiler import permissions
@@ -32,7 +33,7 @@ def test_it_lets_the_owner_cancel_and_a_teammate_only_with_the_permission(
 ):
     run = make_run()
     assert permissions.can_cancel(user, run) and not permissions.can_cancel(mate, run)
-    with pytest.raises(permissions.PermissionDenied, match=re.escape(MESSAGE)):
+    with pytest.raises(PermissionDenied, match=re.escape(MESSAGE)):
         permissions.check_cancel(mate, run)
     assert permissions.can_cancel(_grant(mate, django_user_model), run)
 
