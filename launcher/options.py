@@ -18,6 +18,7 @@ from django.conf import settings
 from launcher import taskfile
 from launcher.errors import JobError
 from profiler.userdata import task_user_data
+from srifty_web.money import money
 
 
 @dataclass(frozen=True)
@@ -117,8 +118,10 @@ def preview(option: dict, max_spend_usd: Decimal, max_hours: float) -> dict:
                 "gpus_per_node": n.gpus_per_node,
                 "gpu_model": option["groups"][n.group].get("gpu_model", ""),
                 "batch_per_node": n.batch_per_node,
-                "price_per_hour": n.price_per_hour,
-                "hourly_usd": round(n.hourly_usd, 4),
+                # decimal strings, as the schema says (LaunchInstanceSerializer, srifty_web.money);
+                # count x the price's exact decimal, not a float product
+                "price_per_hour": money(n.price_per_hour, 4),
+                "hourly_usd": money(n.count * Decimal(str(n.price_per_hour)), 4),
             }
             for n in launches
         ],

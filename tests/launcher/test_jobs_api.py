@@ -133,8 +133,8 @@ def test_preview_then_create_launches_exactly_the_previewed_instances(
             "gpus_per_node": 1,
             "gpu_model": "A10G",
             "batch_per_node": 32,
-            "price_per_hour": 0.5,
-            "hourly_usd": 1.0,
+            "price_per_hour": "0.5000",
+            "hourly_usd": "1.0000",
         }
     ]
     assert (
