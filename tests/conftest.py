@@ -22,6 +22,33 @@ def _no_prechecks(settings):
     settings.AWS_PRECHECKS = False
 
 
+@pytest.fixture
+def no_aws_credentials(settings, monkeypatch, tmp_path):
+    """boto3's whole credential chain comes up empty, as on a fresh clone: no environment keys, no
+    profile files, no instance role, no container or web-identity credentials; the AWS pre-checks
+    on (they are what such tests look at)."""
+    import boto3
+
+    for key in (
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_PROFILE",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_ROLE_ARN",
+    ):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    # boto3's default session keeps the credentials an earlier test's client resolved
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
+    settings.AWS_ENDPOINT_URL = "http://127.0.0.1:9"  # never reached: signing fails first
+    settings.AWS_PRECHECKS = True
+
+
 @pytest.fixture(autouse=True)
 def _private_data_dir(settings, tmp_path):
     """Run files (agent output, logs) of each test go to its own folder, never to var/."""

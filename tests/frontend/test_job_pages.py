@@ -208,24 +208,8 @@ def test_the_replan_button_shows_the_offer_and_applying_it_replaces_the_job(
 # --- pre-checks and jobs that never started (issue 38 item 2) ------------------------------
 
 
-@pytest.fixture
-def no_credentials(settings, monkeypatch, tmp_path):
-    """boto3's whole credential chain comes up empty, as on a fresh clone: no environment keys,
-    no profile files, no instance role (the test_reconcile way)."""
-    import boto3
-
-    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)  # it keeps what an earlier test found
-    settings.AWS_ENDPOINT_URL = "http://127.0.0.1:9"  # never reached: signing fails first
-    settings.AWS_PRECHECKS = True
-
-
 def test_the_row_launch_page_shows_failed_pre_checks_with_their_fixes_and_no_launch_button(
-    client, launcher, plan, no_credentials
+    client, launcher, plan, no_aws_credentials
 ):
     client.force_login(launcher)
     page = client.get(f"/jobs/new/?plan={plan.pk}&rank=1").content.decode()
@@ -270,7 +254,7 @@ def test_a_confirmed_launch_is_checked_again_on_submit_and_creates_nothing_when_
 
 
 def test_a_job_that_never_started_says_nothing_was_started_or_spent_and_offers_no_replan(
-    client, launcher, plan, no_credentials
+    client, launcher, plan, no_aws_credentials
 ):
     from launcher import launch
 

@@ -176,21 +176,6 @@ def test_a_noisy_comm_run_counts_the_repeats_it_timed_not_the_iterations_it_aske
     assert "CV 1.01 &gt; 0.2: the repeats disagree" in page
 
 
-@pytest.fixture
-def no_aws_credentials(settings, monkeypatch, tmp_path):
-    """boto3's whole credential chain comes up empty (as in tests/profiler/test_ec2_prechecks.py)."""
-    import boto3
-
-    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
-    settings.AWS_ENDPOINT_URL = "http://127.0.0.1:9"  # never reached: signing fails first
-    settings.AWS_PRECHECKS = True
-
-
 def test_an_ec2_run_aws_would_refuse_reshows_the_form_with_every_failed_check_and_its_fix(
     client, staff, catalog, no_aws_credentials
 ):

@@ -12,7 +12,6 @@ from datetime import timedelta
 from decimal import Decimal
 from io import StringIO
 
-import boto3
 import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
@@ -289,28 +288,9 @@ def test_a_region_whose_placement_groups_cannot_be_listed_still_gets_the_other_s
     ]
 
 
-def test_without_aws_credentials_it_logs_a_skip_not_a_scan_of_nothing(
-    settings, monkeypatch, tmp_path, caplog
-):
+def test_without_aws_credentials_it_logs_a_skip_not_a_scan_of_nothing(no_aws_credentials, caplog):
     """boto3's whole credential chain comes up empty (no environment keys, no profile files, no
     instance role): the reconciler says it skipped, not "0 managed instance(s) ... 0 terminated"."""
-    for key in (
-        "AWS_ACCESS_KEY_ID",
-        "AWS_SECRET_ACCESS_KEY",
-        "AWS_SESSION_TOKEN",
-        "AWS_PROFILE",
-        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-        "AWS_WEB_IDENTITY_TOKEN_FILE",
-        "AWS_ROLE_ARN",
-    ):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    # boto3's default session keeps the credentials an earlier test's client resolved
-    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
-    settings.AWS_ENDPOINT_URL = "http://127.0.0.1:9"  # never reached: signing fails first
     with caplog.at_level("INFO", logger="launcher.reconcile"):
         report = reconcile.reconcile(regions=[REGION, "eu-west-1"])
     assert report.skipped == "no AWS credentials" and report.errors == [] and report.scanned == 0

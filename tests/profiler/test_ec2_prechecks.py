@@ -30,23 +30,8 @@ def staff_api(staff) -> APIClient:
     return client
 
 
-@pytest.fixture
-def no_credentials(settings, monkeypatch, tmp_path):
-    """boto3's whole credential chain comes up empty (the test_reconcile way)."""
-    import boto3
-
-    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
-    settings.AWS_ENDPOINT_URL = "http://127.0.0.1:9"  # never reached: signing fails first
-    settings.AWS_PRECHECKS = True
-
-
 def test_an_ec2_run_without_credentials_is_a_400_with_the_checks_and_no_run_is_created(
-    staff_api, catalog, no_credentials
+    staff_api, catalog, no_aws_credentials
 ):
     resp = staff_api.post("/api/v1/profiling-runs/", EC2_RUN, format="json")
     assert resp.status_code == 400
@@ -58,7 +43,7 @@ def test_an_ec2_run_without_credentials_is_a_400_with_the_checks_and_no_run_is_c
     assert not ProfilingRun.objects.exists()
 
 
-def test_a_local_run_asks_aws_nothing(user_api, no_credentials, settings):
+def test_a_local_run_asks_aws_nothing(user_api, no_aws_credentials, settings):
     settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
     local = {k: v for k, v in EC2_RUN.items() if k not in ("provider", "instance_type", "region")}
     assert user_api.post("/api/v1/profiling-runs/", local, format="json").status_code == 201
