@@ -43,6 +43,7 @@ from launcher.models import Job, JobEvent, JobReport, JobStatus
 from planner.app.models import PlanRecord, PlanStatus
 from srifty_web import queue
 from srifty_web.live import send_on_commit
+from srifty_web.money import money
 from srifty_web.teams import acts_for_owner
 
 log = logging.getLogger(__name__)
@@ -118,7 +119,7 @@ def status_message(job: Job) -> dict:
         "job": job.pk,
         "status": job.status,
         "reason": job.status_reason,
-        "spend_usd": round(spend_usd(job), 4),
+        "spend_usd": money(spend_usd(job)),  # a decimal string, as the API's spend_usd
         "never_started": never_started(job),
         "nodes": len(job.instance_ids),
         "drift": job.drift_since is not None,

@@ -9,7 +9,7 @@ from rest_framework import serializers
 
 from launcher import interruptions, jobs, monitor, taskfile
 from launcher.models import Job, JobEvent
-from srifty_web.money import MONEY_NOTE, MoneyField, money, money_help
+from srifty_web.money import MONEY_NOTE, MONEY_TREE_NOTE, MoneyField, money, money_help, money_tree
 from srifty_web.serializers import ModelSerializer
 
 MAX_REPORTS_PER_POST = 1000
@@ -244,6 +244,15 @@ class JobDetailSerializer(JobSerializer):
             "resilience",
         ]
         read_only_fields = fields
+        extra_kwargs = {
+            "option": {"help_text": f"The plan row launched (a copy of result.plans[i]); {MONEY_TREE_NOTE}"}
+        }
+
+    def to_representation(self, instance: Job) -> dict:
+        """The stored option (the plan's row, numbers) with its money as decimal strings."""
+        data = super().to_representation(instance)
+        data["option"] = money_tree(data.get("option"))
+        return data
 
     def get_observed(self, job: Job) -> dict:
         return monitor.observed(job)

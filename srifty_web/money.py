@@ -46,3 +46,46 @@ class MoneyField(serializers.DecimalField):
         kwargs["help_text"] = money_help(kwargs.get("help_text", ""))
         kwargs["coerce_to_string"] = True
         super().__init__(max_digits=max_digits, decimal_places=decimal_places, **kwargs)
+
+
+# --- money inside JSON the API passes through (a plan's result, a job's option) ---------------
+# The stored plan result, the planner and the server-rendered pages keep numbers; the API turns
+# these keys' values into decimal strings on the way out (``money_tree``). One rule for every
+# nested object: a key ending in "_usd" (hourly_usd, total_usd, cost_p10_usd, budget_usd, ...)
+# or one of MONEY_KEYS (per-instance-hour prices).
+MONEY_SUFFIX = "_usd"
+MONEY_KEYS = frozenset({"price_per_hour", "usd_per_hour", "usd_per_gpu_hour"})
+MONEY_TREE_PLACES = 4
+MONEY_TREE_NOTE = (
+    f'money keys (names ending in "{MONEY_SUFFIX}", and {", ".join(sorted(MONEY_KEYS))}) at any '
+    f"depth are US dollars as decimal strings with {MONEY_TREE_PLACES} places, not JSON numbers"
+)
+
+
+def is_money_key(key: object) -> bool:
+    """Whether a JSON object's ``key`` names a dollar amount (the rule above)."""
+    return isinstance(key, str) and (key.endswith(MONEY_SUFFIX) or key in MONEY_KEYS)
+
+
+def _money_value(value: Any, places: int) -> Any:
+    """A number as a decimal string; None, a string, a bool or a non-finite float unchanged
+    (a string is already one: an input the request sent as a string)."""
+    if isinstance(value, dict | list | tuple):
+        return money_tree(value, places)
+    if isinstance(value, bool) or not isinstance(value, int | float | Decimal):
+        return value
+    if not Decimal(str(value)).is_finite():
+        return value
+    return money(value, places)
+
+
+def money_tree(value: Any, places: int = MONEY_TREE_PLACES) -> Any:
+    """A copy of the JSON-like ``value`` whose money keys (:func:`is_money_key`) hold decimal
+    strings with ``places`` decimals, at any depth of dicts and lists; ``value`` is not changed."""
+    if isinstance(value, dict):
+        return {
+            k: _money_value(v, places) if is_money_key(k) else money_tree(v, places) for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [money_tree(v, places) for v in value]
+    return value

@@ -18,6 +18,7 @@ from catalog.regions import AWS_REGIONS
 from planner.app.models import PlanRecord, PlanStatus
 from planner.defaults import MARKET_DEFAULTS, MIN_BATCH_PER_GPU, PLAN_DEFAULTS
 from profiler.serializers import MAX_SAMPLE_ELEMENTS, InputShapeField, largest_gpu_bytes, shape_of
+from srifty_web.money import MONEY_TREE_NOTE, MONEY_TREE_PLACES, MoneyField, money_tree
 from srifty_web.serializers import ModelSerializer
 
 
@@ -200,6 +201,14 @@ def search_size_problems(attrs: dict) -> dict[str, str]:
     return {}
 
 
+# FloatField reads "1000.50" as well as 1000.5; the stored request keeps the number the
+# planner uses, and the API echoes it (plan.request) as a decimal string.
+MONEY_INPUT_HELP = (
+    'US dollars: a decimal string (e.g. "1000.00") or a JSON number; echoed back in the plan\'s '
+    "request as a decimal string"
+)
+
+
 @extend_schema_serializer(
     examples=[
         OpenApiExample(
@@ -237,8 +246,12 @@ class PlanRequestSerializer(serializers.Serializer):
     deadline_hours = serializers.FloatField(
         required=False, allow_null=True, min_value=0.01, max_value=24 * 365
     )
-    budget_usd = serializers.FloatField(required=False, allow_null=True, min_value=0.01, max_value=1e9)
-    max_hourly_usd = serializers.FloatField(required=False, allow_null=True, min_value=0.01, max_value=1e7)
+    budget_usd = serializers.FloatField(
+        required=False, allow_null=True, min_value=0.01, max_value=1e9, help_text=MONEY_INPUT_HELP
+    )
+    max_hourly_usd = serializers.FloatField(
+        required=False, allow_null=True, min_value=0.01, max_value=1e7, help_text=MONEY_INPUT_HELP
+    )
     regions = serializers.ListField(
         child=serializers.CharField(max_length=32),
         required=False,
@@ -477,9 +490,9 @@ class PlanBandSerializer(serializers.Serializer):
     time_p90_h = serializers.FloatField(
         allow_null=True, help_text="what the deadline-miss risk is checked on"
     )
-    cost_p10_usd = serializers.FloatField(allow_null=True)
-    cost_p50_usd = serializers.FloatField(allow_null=True)
-    cost_p90_usd = serializers.FloatField(allow_null=True)
+    cost_p10_usd = MoneyField(decimal_places=MONEY_TREE_PLACES, allow_null=True)
+    cost_p50_usd = MoneyField(decimal_places=MONEY_TREE_PLACES, allow_null=True)
+    cost_p90_usd = MoneyField(decimal_places=MONEY_TREE_PLACES, allow_null=True)
     iter_time_p10_s = serializers.FloatField(allow_null=True)
     iter_time_p50_s = serializers.FloatField(allow_null=True)
     iter_time_p90_s = serializers.FloatField(allow_null=True)
@@ -509,6 +522,13 @@ class PlanSerializer(ModelSerializer):
 
     class Meta:
         model = PlanRecord
+        extra_kwargs = {
+            "request": {"help_text": f"The request as validated; {MONEY_TREE_NOTE}"},
+            "result": {
+                "help_text": "plans, alternatives, baselines, pareto, points, ... (null until solved); "
+                f"{MONEY_TREE_NOTE}"
+            },
+        }
         fields = [
             "id",
             "name",
@@ -535,10 +555,18 @@ class PlanSerializer(ModelSerializer):
         ]
         read_only_fields = fields
 
+    def to_representation(self, instance: PlanRecord) -> dict:
+        """The stored request and result with their money as decimal strings (the API's rule;
+        the stored JSON and the pages keep numbers)."""
+        data = super().to_representation(instance)
+        for key in ("request", "result"):
+            data[key] = money_tree(data.get(key))
+        return data
+
     @extend_schema_field(PlanBandSerializer(many=True))
     def get_bands(self, obj: PlanRecord) -> list[dict]:
         plans = (obj.result or {}).get("plans") or []
-        return [{k: p.get(k) for k in BAND_FIELDS} for p in plans]
+        return money_tree([{k: p.get(k) for k in BAND_FIELDS} for p in plans])
 
     @extend_schema_field(PlanWarningSerializer(many=True))
     def get_warnings(self, obj: PlanRecord) -> list[dict]:
@@ -555,7 +583,10 @@ class PlanSerializer(ModelSerializer):
 
 class PlanSummarySerializer(ModelSerializer):
     owner: serializers.SlugRelatedField = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    best = serializers.SerializerMethodField()
+    best = serializers.SerializerMethodField(
+        help_text="The first ranked plan: label, total_usd, time_h, hourly_usd and its p10/p50/p90 "
+        f"time and cost (null: none); {MONEY_TREE_NOTE}"
+    )
 
     class Meta:
         model = PlanRecord
@@ -579,20 +610,22 @@ class PlanSummarySerializer(ModelSerializer):
         if not plans:
             return None
         p = plans[0]
-        return {
-            "label": p["label"],
-            "total_usd": p["total_usd"],
-            "time_h": p["time_h"],
-            "hourly_usd": p["hourly_usd"],
-            **{
-                k: p.get(k)
-                for k in (
-                    "time_p10_h",
-                    "time_p50_h",
-                    "time_p90_h",
-                    "cost_p10_usd",
-                    "cost_p50_usd",
-                    "cost_p90_usd",
-                )
-            },
-        }
+        return money_tree(
+            {
+                "label": p["label"],
+                "total_usd": p["total_usd"],
+                "time_h": p["time_h"],
+                "hourly_usd": p["hourly_usd"],
+                **{
+                    k: p.get(k)
+                    for k in (
+                        "time_p10_h",
+                        "time_p50_h",
+                        "time_p90_h",
+                        "cost_p10_usd",
+                        "cost_p50_usd",
+                        "cost_p90_usd",
+                    )
+                },
+            }
+        )

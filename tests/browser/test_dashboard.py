@@ -395,6 +395,13 @@ def test_the_drift_badge_stays_hidden_while_the_job_has_no_drift(staff_tab, shar
     wait_for(lambda: any(m["type"] == "snapshot" for m in staff_tab.ws_log()), 15, "the job websocket")
     assert page.locator("#drift").is_hidden()  # as rendered, and after the snapshot's status
     assert page.locator("#status").inner_text() == "running"
+    # the websocket and the API say the spend as a decimal string; the page shows it as dollars
+    shown, spend = (
+        page.locator("#spend").inner_text(),
+        server.api("GET", f"/api/v1/jobs/{job_id}/")["spend_usd"],
+    )
+    assert isinstance(spend, str) and re.fullmatch(r"\$(0\.\d{4}|\d+\.\d{2})", shown), (shown, spend)
+    assert float(shown[1:]) == pytest.approx(float(spend), abs=0.01)
     staff_tab.shot()
 
 

@@ -1,5 +1,6 @@
 """The job page's script in Chromium: the chart of observed vs predicted (p50, p90) per rank,
-and live updates from the websocket's messages (a stand-in socket feeds them: the live server
+and live updates from the websocket's messages (spend_usd a decimal string, as
+``launcher.jobs.status_message`` sends it; a stand-in socket feeds them: the live server
 of these tests speaks HTTP only; the real socket is tested in test_jobs_ws.py)."""
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ window.WebSocket = function (url) {
   setTimeout(() => {
     const send = (m) => ws.onmessage && ws.onmessage({data: JSON.stringify(m)});
     ws.onopen && ws.onopen();
-    send({type: "snapshot", status: "running", spend_usd: 0.5, drift: false, reason: ""});
+    send({type: "snapshot", status: "running", spend_usd: "0.5000", drift: false, reason: ""});
     send({type: "report", iteration: 25, iter_time_s: 0.9, rank: 2});
     send({type: "event", kind: "drift", message: "iterations take 0.9 s", at: "2026-12-02T15:00:00+00:00"});
-    send({type: "status", status: "running", spend_usd: 1.25, drift: true, reason: ""});
+    send({type: "status", status: "running", spend_usd: "1.2500", drift: true, reason: ""});
   }, 200);
 };
 """

@@ -10,6 +10,7 @@ from planner.app.models import PlanRecord
 from planner.app.serializers import PlanRequestSerializer
 from planner.defaults import PLAN_DEFAULTS
 from planner.solver import PlanRequest
+from srifty_web.money import money
 
 pytestmark = pytest.mark.django_db
 
@@ -25,7 +26,8 @@ QUESTION = {
 
 def _ranked(result: dict) -> list[tuple]:
     return [
-        (p["label"], round(p["total_usd"], 6), round(p["time_h"], 6), p["global_batch"])
+        # the API says total_usd as a 4-place decimal string, the record and the command a number
+        (p["label"], money(p["total_usd"]), round(p["time_h"], 6), p["global_batch"])
         for p in result["plans"]
     ]
 

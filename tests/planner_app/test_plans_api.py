@@ -1,11 +1,13 @@
 """Plans over the real catalog snapshot, through the API and the command."""
 
 import json
+from decimal import Decimal
 
 import pytest
 from django.core.management import CommandError, call_command
 
 from planner.app.models import PlanRecord, PlanStatus
+from srifty_web.money import is_money_key, money
 
 pytestmark = pytest.mark.django_db
 
@@ -46,6 +48,43 @@ def _request(**over):
     return body
 
 
+def _money_at(value, path=""):
+    """(path, value) of every money key (srifty_web.money.is_money_key) at any depth; list
+    indices are written as []."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if is_money_key(k) and not isinstance(v, dict | list):
+                yield f"{path}.{k}", v
+            else:
+                yield from _money_at(v, f"{path}.{k}")
+    elif isinstance(value, list):
+        for v in value:
+            yield from _money_at(v, f"{path}[]")
+
+
+def test_the_api_says_every_amount_of_a_plan_as_a_decimal_string_and_stores_numbers(user_api, catalog, solve):
+    plan = solve(_request()).json()
+    shown = list(_money_at(plan["result"])) + list(_money_at(plan["bands"], ".bands"))
+    paths = {p for p, _ in shown}
+    assert {
+        ".plans[].hourly_usd",
+        ".plans[].total_usd",
+        ".plans[].cost_p90_usd",
+        ".plans[].groups[].price_per_hour",
+        ".alternatives.spot.plan.total_usd",
+        ".alternatives.on-demand.plan.groups[].price_per_hour",
+        ".baselines[].plan.hourly_usd",
+        ".pareto[].total_usd",
+        ".points[].hourly_usd",
+        ".bands[].cost_p50_usd",
+    } <= paths, sorted(paths)
+    assert all(isinstance(v, str) and Decimal(v).as_tuple().exponent == -4 for _, v in shown if v is not None)
+    stored = list(_money_at(PlanRecord.objects.get(pk=plan["id"]).result))
+    assert [p for p, _ in stored] == [p for p, _ in shown if not p.startswith(".bands")]
+    assert all(isinstance(v, float | int) for _, v in stored if v is not None)  # the record keeps numbers
+    assert [money(v) for _, v in stored] == [v for p, v in shown if not p.startswith(".bands")]
+
+
 def test_a_plan_is_solved_stored_and_reopened(user_api, catalog, solve):
     resp = solve(_request())
     assert resp.status_code == 200, resp.json()
@@ -65,7 +104,7 @@ def test_a_plan_is_solved_stored_and_reopened(user_api, catalog, solve):
     names = {b["name"] for b in plan["result"]["baselines"]}
     assert {"cheapest-gpu-hour", "fastest-type", "skypilot"} <= names
     # ranked: cheapest first for a cost objective
-    costs = [p["total_usd"] for p in plan["result"]["plans"]]
+    costs = [Decimal(p["total_usd"]) for p in plan["result"]["plans"]]
     assert costs == sorted(costs)
     again = user_api.get(f"/api/v1/plans/{plan['id']}/").json()
     assert again["request"]["deadline_hours"] == 24 and again["result"]["plans"][0] == best
@@ -73,9 +112,11 @@ def test_a_plan_is_solved_stored_and_reopened(user_api, catalog, solve):
 
 def test_time_under_a_budget_and_throughput_under_an_hourly_cap(user_api, catalog, solve):
     fast = solve(_request(objective="time", deadline_hours=None, budget_usd=50)).json()
-    assert all(p["total_usd"] <= 50 for p in fast["result"]["plans"])
-    cap = solve(_request(objective="throughput", deadline_hours=None, max_hourly_usd=3)).json()
-    assert all(p["hourly_usd"] <= 3 for p in cap["result"]["plans"])
+    assert all(Decimal(p["total_usd"]) <= 50 for p in fast["result"]["plans"])
+    assert fast["request"]["budget_usd"] == "50.0000"  # the input echoed as a decimal string
+    cap = solve(_request(objective="throughput", deadline_hours=None, max_hourly_usd="3")).json()
+    assert all(Decimal(p["hourly_usd"]) <= 3 for p in cap["result"]["plans"])
+    assert cap["request"]["max_hourly_usd"] == "3.0000"  # a string input works as a number does
 
 
 def test_an_infeasible_plan_is_stored_naming_the_binding_constraint(catalog, solve):

@@ -112,7 +112,9 @@
   }
   function onStatus(msg) {
     $("status").textContent = msg.status;
-    if (typeof msg.spend_usd === "number") $("spend").textContent = `$${msg.spend_usd.toFixed(msg.spend_usd < 1 ? 4 : 2)}`;
+    // spend_usd is a decimal string (the API's money rule), from the websocket and the REST poll alike
+    const spend = msg.spend_usd === null || msg.spend_usd === undefined ? NaN : Number(msg.spend_usd);
+    if (Number.isFinite(spend)) $("spend").textContent = `$${spend.toFixed(spend < 1 ? 4 : 2)}`;
     $("drift").style.display = msg.drift ? "" : "none";  // .badge sets display, so not the hidden attribute
     if (msg.reason) { $("reason").hidden = false; $("reason").textContent = msg.reason; }
     if (state.dataset.status !== msg.status) {
@@ -155,7 +157,7 @@
       const job = await resp.json();
       (job.events || []).forEach(addEvent);
       renderResilience(job.resilience);
-      onStatus({ status: job.status, spend_usd: Number(job.spend_usd), drift: job.drift_since !== null,
+      onStatus({ status: job.status, spend_usd: job.spend_usd, drift: job.drift_since !== null,
                  reason: job.status_reason });
     } catch (err) { /* offline for a moment: try again next tick */ }
   }, 5000);
