@@ -168,6 +168,13 @@ def test_a_run_waits_then_charts_live_and_stored_latency_on_one_axis_and_a_panel
     )
     # one point trace per batch and the medians' line, no legend, batch on a log axis
     assert axes == [{"type": "log", "legend": False, "traces": len(BATCHES) + 1}] * 3, axes
+    # each plot fits its panel (drawn at the panel's width, not at the width the grid had before
+    # the other panels were added: the larger batches were cut off at the right)
+    widths = page.evaluate(
+        """() => [...document.querySelectorAll('#phase-chart figure.phase-panel')].map((f) =>
+             [f.getBoundingClientRect().width, f.querySelector('svg.main-svg').getBoundingClientRect().width])"""
+    )
+    assert all(plot <= panel + 1 for panel, plot in widths), widths
     assert page.locator("#noisy").count() == 0  # a steady profile: nothing flagged
     page.locator("#phase-chart").scroll_into_view_if_needed()
     staff_tab.shot("stored")

@@ -53,8 +53,10 @@
     const rank = (p) => (PHASE_ORDER.indexOf(p) < 0 ? PHASE_ORDER.length : PHASE_ORDER.indexOf(p));
     const phases = [...byPhase.keys()].sort((a, b) => rank(a) - rank(b));
     const box = $("phase-chart");
-    phases.forEach((phase, i) => {
-      const rows = byPhase.get(phase).slice().sort((a, b) => a.batch_size - b.batch_size);
+    // Every panel goes into the grid before any is drawn: Plotly sizes a plot to its container
+    // when drawn, and a panel drawn while it was the grid's only one kept the full width (its
+    // right part, with the larger batches, then cut off by the narrower column).
+    const plots = phases.map((phase, i) => {
       const panel = document.createElement("figure");
       panel.className = "phase-panel";
       panel.style.margin = "0";
@@ -65,6 +67,10 @@
       plot.id = `phase-panel-${i}`;
       panel.append(title, plot);
       box.append(panel);
+      return plot;
+    });
+    phases.forEach((phase, i) => {
+      const rows = byPhase.get(phase).slice().sort((a, b) => a.batch_size - b.batch_size);
       const points = rows.map((s) => ({ type: "scatter", mode: "markers", name: esc(`${s.phase} @${s.batch_size}`),
         x: s.times_ms.map(() => s.batch_size), y: s.times_ms, showlegend: false,
         marker: { size: 6, opacity: 0.6, color: s.noisy.length ? "#c62828" : "#1f5fa8" },
@@ -72,7 +78,7 @@
         hovertemplate: "batch %{x}: %{y:.3f} ms<br>%{text}<extra>%{fullData.name}</extra>" }));
       points.push({ type: "scatter", mode: "lines", name: "median", showlegend: false, x: rows.map((s) => s.batch_size),
         y: rows.map((s) => s.median_ms), line: { color: "#5a6470", width: 1.5 } });
-      Plotly.newPlot(plot.id, points, layout("batch size (log)", "ms", {
+      Plotly.newPlot(plots[i].id, points, layout("batch size (log)", "ms", {
         height: 260, margin: { t: 8, r: 8, b: 44, l: 52 }, showlegend: false,
         xaxis: { type: "log", title: { text: "batch size (log)" }, tickvals: rows.map((s) => s.batch_size) },
         yaxis: { title: { text: "ms" }, rangemode: "tozero" } }), cfg);
