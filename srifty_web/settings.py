@@ -262,10 +262,10 @@ REST_FRAMEWORK = {
 SPECTACULAR_SETTINGS = {
     "TITLE": "Srifty API",
     "DESCRIPTION": (
-        "Catalog, profiling, planning and launching of GPU clusters for DDP training. Money in the "
-        'catalog and job operations is US dollars as a decimal string (e.g. "12.345600"), never a '
-        "JSON number (srifty_web/money.py); a plan's result (its ranked options) still gives USD as "
-        "JSON numbers."
+        "Catalog, profiling, planning and launching of GPU clusters for DDP training. Money is US "
+        'dollars as a decimal string everywhere (e.g. "12.345600"; plan results and requests with '
+        "four places), never a JSON number (srifty_web/money.py); inputs such as budget_usd accept "
+        "either."
     ),
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
