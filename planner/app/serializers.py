@@ -169,6 +169,19 @@ def offers_per_region(attrs: dict) -> list[int]:
     return [row["n"] * markets for row in counts]
 
 
+def fit_default_batch_range(attrs: dict) -> None:
+    """Narrow the *default* global batch range (the request named neither end) from below until
+    ``max_nodes`` x its batch sizes fits :data:`MAX_NODE_BATCH_POINTS`: a large cluster drops the
+    small global batches first (at 512 nodes, 256..4,096 becomes 512..4,096), which would leave
+    its GPUs a sample or two each, below any sensible per-GPU minimum. A range the user gave is
+    never changed: a search too large for it is a 400 naming max_nodes."""
+    nodes = attrs.get("max_nodes", PLAN_DEFAULTS["max_nodes"])
+    lo, hi = attrs["global_batch_min"], attrs["global_batch_max"]
+    while lo < hi and nodes * batch_grid_size(lo, hi) > MAX_NODE_BATCH_POINTS:
+        lo *= 2
+    attrs["global_batch_min"] = min(lo, hi)
+
+
 def search_size_problems(attrs: dict) -> dict[str, str]:
     """Field -> why the request would make the solver run for minutes or take gigabytes."""
     nodes, types = (
@@ -377,6 +390,9 @@ class PlanRequestSerializer(serializers.Serializer):
             )
         if not attrs.get("spot") and not attrs.get("on_demand"):
             errors["spot"] = "allow spot, on-demand or both"
+        given = self.initial_data or {}
+        if not errors and "global_batch_min" not in given and "global_batch_max" not in given:
+            fit_default_batch_range(attrs)
         if not errors:
             errors.update(search_size_problems(attrs))
         if errors:

@@ -88,3 +88,27 @@ def test_the_same_question_by_form_api_and_command_gets_the_same_ranked_plans(
 
     ranked = _ranked(api.json()["result"])
     assert ranked and _ranked(web.result) == ranked and _ranked(cli) == ranked
+
+
+def _checked(**extra) -> PlanRequestSerializer:
+    s = PlanRequestSerializer(data={"model": SPEC, **QUESTION, **extra})
+    s.is_valid()
+    return s
+
+
+def test_a_large_cluster_narrows_the_default_batch_range_from_below_to_fit_the_search_bound():
+    small = _checked(max_nodes=64)
+    assert small.errors == {}
+    assert (small.validated_data["global_batch_min"], small.validated_data["global_batch_max"]) == (
+        PLAN_DEFAULTS["global_batch_min"],
+        PLAN_DEFAULTS["global_batch_max"],
+    )
+    big = _checked(max_nodes=512)  # 512 x 5 batch sizes of 256..4,096 is over the bound
+    assert big.errors == {}
+    assert (big.validated_data["global_batch_min"], big.validated_data["global_batch_max"]) == (512, 4096)
+
+
+def test_a_batch_range_the_user_gave_is_never_narrowed_but_refused_naming_max_nodes():
+    given = _checked(max_nodes=512, global_batch_min=256, global_batch_max=4096)
+    assert list(given.errors) == ["max_nodes"]
+    assert "narrow global_batch_min..global_batch_max" in str(given.errors["max_nodes"][0])

@@ -44,8 +44,20 @@ class Command(BaseCommand):
         parser.add_argument("--no-on-demand", action="store_true", default=not MARKET_DEFAULTS["on_demand"])
         parser.add_argument("--max-nodes", type=int, default=PLAN_DEFAULTS["max_nodes"])
         parser.add_argument("--max-types", type=int, default=PLAN_DEFAULTS["max_types"])
-        parser.add_argument("--batch-min", type=int, default=PLAN_DEFAULTS["global_batch_min"])
-        parser.add_argument("--batch-max", type=int, default=PLAN_DEFAULTS["global_batch_max"])
+        batch_range = f"{PLAN_DEFAULTS['global_batch_min']}..{PLAN_DEFAULTS['global_batch_max']}"
+        parser.add_argument(
+            "--batch-min",
+            type=int,
+            default=None,
+            help=f"smallest global batch (default range {batch_range}, narrowed from below for large --max-nodes)",
+        )
+        parser.add_argument("--batch-max", type=int, default=None, help="largest global batch")
+        parser.add_argument(
+            "--min-batch-per-gpu",
+            type=int,
+            default=None,
+            help="no GPU below this per-GPU batch unless nothing else fits (default: the profile's knee, else 32)",
+        )
         parser.add_argument(
             "--quota",
             action="append",
@@ -79,8 +91,6 @@ class Command(BaseCommand):
             "on_demand": not o["no_on_demand"],
             "max_nodes": o["max_nodes"],
             "max_types": o["max_types"],
-            "global_batch_min": o["batch_min"],
-            "global_batch_max": o["batch_max"],
             "quotas_on_demand": _quotas(o["quota"], "--quota"),
             "quotas_spot": _quotas(o["spot_quota"], "--spot-quota"),
             "baseline_gpu": o["baseline_gpu"],
@@ -90,6 +100,9 @@ class Command(BaseCommand):
             ("epochs", o["epochs"]),
             ("iterations", o["iterations"]),
             ("regions", o["regions"]),
+            ("global_batch_min", o["batch_min"]),
+            ("global_batch_max", o["batch_max"]),
+            ("min_batch_per_gpu", o["min_batch_per_gpu"]),
         ):
             if value is not None:
                 data[key] = value
