@@ -20,7 +20,7 @@ def _solved_page(client, user, **form) -> tuple[PlanRecord, str]:
     client.force_login(user)
     assert client.post("/plans/", {**FORM, **form}).status_code == 302
     solve_queued()
-    record = PlanRecord.objects.order_by("-pk").first()
+    record = PlanRecord.objects.order_by("-pk")[0]
     assert record.status == "solved", record.error
     return record, client.get(f"/plans/{record.pk}/").content.decode()
 
