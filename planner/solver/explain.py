@@ -89,7 +89,7 @@ def objective_phrase(spec: Spec, req: PlanRequest) -> str:
     if spec.objective == "cost":
         return f"cheapest plan meeting the {req.deadline_hours:g} h deadline"
     if spec.objective == "time":
-        return f"fastest plan within the ${req.budget_usd:,.0f} budget"
+        return f"fastest plan within the {usd(req.budget_usd)} budget"
     return f"highest throughput within ${req.max_hourly_usd:,.2f}/h"
 
 
@@ -267,8 +267,8 @@ def explain_infeasible(engine: SolveEngine, spec: Spec) -> Infeasible:
                 cheapest = _best(engine, replace(spec, objective="cost", budget=None, cap=None, risk=None))
                 if cheapest is not None and cheapest.cost > spec.budget * (1 + REL):
                     return Infeasible(
-                        f"{msg}; meeting the deadline costs at least ${cheapest.cost:,.0f} > budget "
-                        f"${spec.budget:,.0f} ({cheapest.label()} in {cheapest.region})",
+                        f"{msg}; meeting the deadline costs at least {usd(cheapest.cost)} > budget "
+                        f"{usd(spec.budget)} ({cheapest.label()} in {cheapest.region})",
                         "budget_usd",
                         {**details, "cheapest_usd": cheapest.cost},
                     )
@@ -288,7 +288,7 @@ def explain_infeasible(engine: SolveEngine, spec: Spec) -> Infeasible:
             if cheapest is None:
                 return _explain_without_deadline(engine, spec)
             return Infeasible(
-                f"budget ${spec.budget:,.0f} < cheapest ${cheapest.cost:,.0f} "
+                f"budget {usd(spec.budget)} < cheapest {usd(cheapest.cost)} "
                 f"({cheapest.label()} in {cheapest.region}, {fh(cheapest.time)} h)",
                 "budget_usd",
                 {"cheapest_usd": cheapest.cost, "budget_usd": spec.budget},
@@ -337,7 +337,7 @@ def _explain_without_deadline(engine: SolveEngine, spec: Spec) -> Infeasible:
         cheapest = _best(engine, replace(base, objective="cost", budget=None))
         if cheapest is not None and cheapest.cost > spec.budget * (1 + REL):
             return Infeasible(
-                f"budget ${spec.budget:,.0f} < cheapest ${cheapest.cost:,.0f} ({cheapest.label()} in "
+                f"budget {usd(spec.budget)} < cheapest {usd(cheapest.cost)} ({cheapest.label()} in "
                 f"{cheapest.region}, {fh(cheapest.time)} h)",
                 "budget_usd",
                 {"cheapest_usd": cheapest.cost},

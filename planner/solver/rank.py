@@ -58,7 +58,7 @@ import numpy as np
 from planner import spot as spotmodel
 from planner.candidates import Candidate
 from planner.solver.evaluate import Col, Memo, Spec, evaluate_config, jitter_sd_h, risk_of
-from planner.solver.explain import binding, cluster, dominance_text, fh, fp, pct, why_text
+from planner.solver.explain import binding, cluster, dominance_text, fh, fp, pct, usd, why_text
 from planner.solver.request import Config, Estimate, NodeGroup, PerfOracle, Plan, PlanRequest, Point
 from planner.validated import iteration_band, job_quantile
 
@@ -316,7 +316,7 @@ def tie_text(spec: Spec, request: PlanRequest, strict: Col, choice: Col) -> str:
         )
     elif spec.objective == "time":
         return (
-            f"within {tol} of the fastest plan within the ${request.budget_usd:,.0f} budget "
+            f"within {tol} of the fastest plan within the {usd(request.budget_usd)} budget "
             f"({strict.label()} in {strict.region}, {fp(pct(choice.time, strict.time))} slower) "
             f"and {fp(pct(choice.cost, strict.cost))} cheaper"
         )

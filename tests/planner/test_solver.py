@@ -333,7 +333,7 @@ def test_infeasible_budget_names_the_cheapest_plan():
     with pytest.raises(Infeasible) as exc:
         solve(req, [cand("g4dn.xlarge"), cand("p3.2xlarge")], toy_perf)
     assert exc.value.constraint == "budget_usd"
-    assert str(exc.value).startswith("budget $1 < cheapest $")
+    assert str(exc.value).startswith("budget $1.00 < cheapest $")
 
 
 def test_infeasible_quota_names_how_many_nodes_it_allows():
