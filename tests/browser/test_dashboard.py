@@ -337,7 +337,9 @@ def test_launching_a_plan_shows_the_exact_instances_and_spend_then_starts_tagged
     wanted = [(g["instance_type"], str(g["count"]), g["market"]) for g in option["groups"]]
     assert [tuple(r.split("\t")[:3]) for r in shown] == wanted, shown
     hourly = page.inner_text("#hourly")
-    assert re.fullmatch(r"\$\d+(\.\d+)?", hourly) and abs(float(hourly[1:]) - option["hourly_usd"]) < 0.01
+    assert (
+        re.fullmatch(r"\$\d+(\.\d+)?", hourly) and abs(float(hourly[1:]) - float(option["hourly_usd"])) < 0.01
+    )
     assert re.fullmatch(r"\$\d+(\.\d+)?", page.inner_text("#max-spend"))
     staff_tab.shot("preview")
 

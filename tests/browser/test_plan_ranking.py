@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import re
 import time
+from decimal import Decimal
 
 import pytest
 
@@ -47,9 +48,15 @@ def solved_plan(server, shared: dict) -> dict:
     return shared["ranking_plan"]
 
 
+def usd(p: dict) -> Decimal:
+    """A plan row's total: the API says money as a decimal string (compared as text, "92.08" >
+    "499.21" -- so read it as a number)."""
+    return Decimal(p["total_usd"])
+
+
 def dominates(a: dict, b: dict) -> bool:
-    return (a["time_h"] <= b["time_h"] * 1.005 and a["total_usd"] < b["total_usd"]) or (
-        a["total_usd"] <= b["total_usd"] and a["time_h"] < b["time_h"]
+    return (a["time_h"] <= b["time_h"] * 1.005 and usd(a) < usd(b)) or (
+        usd(a) <= usd(b) and a["time_h"] < b["time_h"]
     )
 
 
@@ -84,7 +91,7 @@ def test_the_same_cluster_ranks_on_spot_above_on_demand_and_no_row_is_dominated_
     pairs = [(ix["spot"], ix["on-demand"]) for ix in by_hw.values() if {"spot", "on-demand"} <= set(ix)]
     assert pairs
     for i, j in pairs:
-        assert i < j and plans[i]["total_usd"] < plans[j]["total_usd"]
+        assert i < j and usd(plans[i]) < usd(plans[j])
         assert markets[i] == "spot" and markets[j] == "on-demand"
         assert f"same cluster as #{i + 1} on spot" in rows.nth(j).locator("td.why").inner_text()
     first_why = rows.first.locator("td.why").inner_text()
