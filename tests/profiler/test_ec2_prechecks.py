@@ -10,17 +10,9 @@ from rest_framework.test import APIClient
 from accounts.tokens import issue_api_token
 from profiler import actions
 from profiler.models import ProfilingRun
+from tests.support.runs import EC2_RUN, LOCAL_RUN
 
 pytestmark = pytest.mark.django_db
-
-EC2_RUN = {
-    "kind": "compute",
-    "model_spec": "torchvision:resnet18",
-    "input_shape": "3,32,32",
-    "provider": "ec2",
-    "instance_type": "g5.xlarge",
-    "region": "us-east-1",
-}
 
 
 @pytest.fixture
@@ -45,7 +37,7 @@ def test_an_ec2_run_without_credentials_is_a_400_with_the_checks_and_no_run_is_c
 
 def test_a_local_run_asks_aws_nothing(user_api, no_aws_credentials, settings):
     settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
-    local = {k: v for k, v in EC2_RUN.items() if k not in ("provider", "instance_type", "region")}
+    local = dict(LOCAL_RUN)
     assert user_api.post("/api/v1/profiling-runs/", local, format="json").status_code == 201
 
 

@@ -9,17 +9,9 @@ import pytest
 from django.contrib.auth.models import Permission
 
 from profiler.models import ProfilingRun
+from tests.support.runs import EC2_RUN, LOCAL_RUN
 
 pytestmark = pytest.mark.django_db
-
-EC2_RUN = {
-    "kind": "compute",
-    "model_spec": "torchvision:resnet18",
-    "input_shape": "3,32,32",
-    "provider": "ec2",
-    "instance_type": "g5.xlarge",
-    "region": "us-east-1",
-}
 
 
 def test_an_ec2_run_without_the_permission_is_403_and_nothing_is_stored(user_api, catalog):
@@ -38,7 +30,7 @@ def test_with_the_permission_an_ec2_run_is_accepted_and_local_runs_need_none(
     user, user_api, catalog, settings
 ):
     settings.TASKS = {"default": {"BACKEND": "django_tasks.backends.dummy.DummyBackend"}}
-    local = {k: v for k, v in EC2_RUN.items() if k not in ("provider", "instance_type", "region")}
+    local = dict(LOCAL_RUN)
     assert user_api.post("/api/v1/profiling-runs/", local, format="json").status_code == 201
     user.user_permissions.add(Permission.objects.get(codename="add_profilingrun"))
     assert user_api.post("/api/v1/profiling-runs/", EC2_RUN, format="json").status_code == 201
