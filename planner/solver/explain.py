@@ -89,7 +89,7 @@ def objective_phrase(spec: Spec, req: PlanRequest) -> str:
     if spec.objective == "cost":
         return f"cheapest plan meeting the {req.deadline_hours:g} h deadline"
     if spec.objective == "time":
-        return f"fastest plan within the {usd(req.budget_usd)} budget"
+        return f"fastest plan within the {usd(req.budget_usd or 0.0)} budget"
     return f"highest throughput within ${req.max_hourly_usd:,.2f}/h"
 
 

@@ -316,7 +316,7 @@ def tie_text(spec: Spec, request: PlanRequest, strict: Col, choice: Col) -> str:
         )
     elif spec.objective == "time":
         return (
-            f"within {tol} of the fastest plan within the {usd(request.budget_usd)} budget "
+            f"within {tol} of the fastest plan within the {usd(request.budget_usd or 0.0)} budget "
             f"({strict.label()} in {strict.region}, {fp(pct(choice.time, strict.time))} slower) "
             f"and {fp(pct(choice.cost, strict.cost))} cheaper"
         )
