@@ -114,6 +114,24 @@ def stated_efa_interfaces(text: str, instance_type: str) -> int:
     return efa_interfaces(instance_type)
 
 
+def catalog_topology(
+    spec: GpuSpec, itype: Any, gpus_per_node: int, nodes: int, *, network: str, nccl_version: str
+) -> Topology:
+    """:func:`topology_for` a measured sweep on a catalog instance type (``itype``: its
+    ``peak_gbps``, ``baseline_gbps``, ``network_performance``, ``efa_supported``), EFA when the
+    sweep's ``network`` says so: how users' comm profiles are replayed for the refit and charted."""
+    return topology_for(
+        spec,
+        gpus_per_node,
+        nodes,
+        efa=network == "efa",
+        net_gbps=network_gbps(
+            itype.peak_gbps, itype.baseline_gbps, itype.network_performance, itype.efa_supported
+        ),
+        nccl_version=nccl_version,
+    )
+
+
 def topology_for(
     spec: GpuSpec,
     gpus_per_node: int,

@@ -226,15 +226,8 @@ def _nccl_model_curve(run: ProfilingRun, sizes: list[float]) -> dict[str, Any] |
         spec = GpuSpec(name=acc.name, architecture=acc.architecture, nvlink_gb_s=acc.nvlink_gbs or 0.0)
     if itype is None:
         return None
-    topo = nccl_corpus.topology_for(
-        spec,
-        point.gpus_per_node,
-        point.nodes,
-        efa=point.network == "efa",
-        net_gbps=nccl_corpus.network_gbps(
-            itype.peak_gbps, itype.baseline_gbps, itype.network_performance, itype.efa_supported
-        ),
-        nccl_version=point.nccl_version,
+    topo = nccl_corpus.catalog_topology(
+        spec, itype, point.gpus_per_node, point.nodes, network=point.network, nccl_version=point.nccl_version
     )
     model = comm_model()
     estimates = [model.estimate(s, topo) for s in sizes]

@@ -74,15 +74,8 @@ def user_points() -> list[nccl_corpus.Point]:
         if itype is None or spec is None or r.median_us <= 0:
             skipped.add(r.run_id)
             continue
-        topo = nccl_corpus.topology_for(
-            spec,
-            r.gpus_per_node,
-            r.nodes,
-            efa=r.network == "efa",
-            net_gbps=nccl_corpus.network_gbps(
-                itype.peak_gbps, itype.baseline_gbps, itype.network_performance, itype.efa_supported
-            ),
-            nccl_version=r.nccl_version,
+        topo = nccl_corpus.catalog_topology(
+            spec, itype, r.gpus_per_node, r.nodes, network=r.network, nccl_version=r.nccl_version
         )
         out.append(
             nccl_corpus.Point(
