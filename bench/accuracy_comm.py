@@ -13,7 +13,7 @@ Regime of a point (issue 35 item 3, fixed before any figure was seen)::
     node band  = 1 | 2 | 3-8 | 9-32 nodes
 
 Leave-one-regime-out: for every regime, the prior and its correction are fitted
-(:func:`planner.models.nccl.fit`) on the points of every other regime and predict this one.
+(:func:`planner.perf.nccl.fit`) on the points of every other regime and predict this one.
 Printed per message-size band (< 1 MiB, 1–64 MiB, ≥ 64 MiB): ``<band>: n=.. median X% p90 Y%``,
 the same for the prior alone (its parameters fitted without the regime, no correction), the
 TCP sweeps predicted by a fit with no TCP point at all, the gradient sync of the DDP traces with
@@ -72,7 +72,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.accuracy_public import line as full_line  # noqa: E402
 from planner import nccl_corpus  # noqa: E402
-from planner.models.nccl import LearnedComm, Topology, fit, p90_ratio, prior_us, regime_key  # noqa: E402
+from planner.perf.nccl import LearnedComm, Topology, fit, p90_ratio, prior_us, regime_key  # noqa: E402
 
 MODEL = ROOT / "planner/data/nccl-model.json"
 TRACES = ROOT / "catalog/fixtures/public_gpu_training_2.csv"
@@ -307,7 +307,7 @@ def resnet18_cifar_param_bytes() -> list[int]:
 def overlap_report(model: LearnedComm, rows: Sequence[SyncRow]) -> list[str]:
     """The simulator's iteration with bucketed all-reduces overlapping backward (module
     docstring, "DDP exposure") against the traces' step and sync."""
-    from planner.models.compute import BucketSpec, PhaseTimes
+    from planner.perf.compute import BucketSpec, PhaseTimes
     from planner.simulator import WorkerLoad, timeline
     from workload.buckets import ddp_buckets
 

@@ -29,7 +29,7 @@ the same spells and are pooled over the block:
    small messages take ~0.4 ms or ~3–5 ms here, two modes — contention from step 3, overhead
    from step 4 charged after the last all-reduce; the phases of a rank drawn with the
    correlation their profile shows; the run-to-run drift between the model's repeated compute
-   profiles, :func:`planner.models.compute.run_spread`, and the loop noise of step 4 widen the
+   profiles, :func:`planner.perf.compute.run_spread`, and the loop noise of step 4 widen the
    predicted p90);
 6. run real ``DistributedDataParallel`` training (``bench/_ddp_train.py``, gloo, 2 processes,
    ``torch.set_num_threads(1)``) once per round and compare the pooled per-iteration periods with
@@ -68,14 +68,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from planner.hardware import Cluster  # noqa: E402
-from planner.models.comm import (  # noqa: E402
+from planner.perf.comm import (  # noqa: E402
     CommModel,
     CommQuery,
     fit_link_from_profile,
     observations_from_profile,
     time_ratios,
 )
-from planner.models.compute import ComputeModel, fit_compute_model, run_spread  # noqa: E402
+from planner.perf.compute import ComputeModel, fit_compute_model, run_spread  # noqa: E402
 from planner.profiles import (  # noqa: E402
     CommProfile,
     load_comm_profile,
@@ -554,7 +554,7 @@ def round_spread(rounds: list[list[float]]) -> float | None:
 def case_drift(work: Path, case: Case) -> float:
     """Run-to-run spread of this model's speed here: every compute profile of the case (two
     processes at once, at every round boundary of every block;
-    :func:`planner.models.compute.run_spread`)."""
+    :func:`planner.perf.compute.run_spread`)."""
     return run_spread([load_compute_profile(p) for p in sorted(work.glob(f"compute_{case.name}*_[01].json"))])
 
 

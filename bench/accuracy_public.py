@@ -80,9 +80,9 @@ sys.path.insert(0, str(ROOT))
 
 from planner import calibration, corpus  # noqa: E402
 from planner.hardware import load_gpu_specs  # noqa: E402
-from planner.models.compute import PhaseTimes  # noqa: E402
-from planner.models.transfer import WorkloadCost  # noqa: E402
 from planner.oracle import Oracle, Workload  # noqa: E402
+from planner.perf.compute import PhaseTimes  # noqa: E402
+from planner.perf.transfer import WorkloadCost  # noqa: E402
 
 SPECS = ROOT / "catalog/fixtures/gpu_specs.csv"
 VALIDATED = ROOT / "planner/data/validated_errors.json"
@@ -201,8 +201,8 @@ def catalog_candidate(instance: str, gpus_per_node: int):
     ran 1, 2 or 4 of a g4dn.12xlarge's 4 T4).  None when the fixtures lack the type."""
     import csv
 
-    from planner.candidates import Candidate, family_of
     from planner.hardware import efa_gbps
+    from planner.offers import Candidate, family_of
 
     gpu = vcpus = None
     with open(FIXTURES / "aws_gpu_instances.csv", newline="") as fh:

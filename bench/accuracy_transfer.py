@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from planner.hardware import load_gpu_specs  # noqa: E402
-from planner.models.transfer import (  # noqa: E402
+from planner.perf.transfer import (  # noqa: E402
     CalibrationRow,
     TransferModel,
     calibrate,

@@ -121,8 +121,8 @@ def child(root: str, name: str, workload_json: str) -> None:
     import csv
 
     from planner.calibration import load_compute_model
-    from planner.candidates import load_candidates, load_network
     from planner.hardware import load_gpu_specs
+    from planner.offers import load_candidates, load_network
     from planner.oracle import Oracle, Workload
     from planner.solver import Infeasible, PlanRequest, RequestError, solve
 

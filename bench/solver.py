@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from planner.candidates import Candidate, load_candidates, load_network  # noqa: E402
+from planner.offers import Candidate, load_candidates, load_network  # noqa: E402
 from planner.solver import Infeasible, PlanRequest, solve  # noqa: E402
 
 FIXTURES = ROOT / "catalog" / "fixtures"

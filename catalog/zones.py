@@ -13,7 +13,7 @@ derived from the zone ID's pattern, which AWS keeps stable:
 
 Local and Wavelength Zones need an opt-in per account, have little GPU capacity and odd spot
 prices, and offer no cluster placement groups, so GPU search leaves them out by default and
-every page that shows a zone marks them (``planner.candidates`` skips them the same way).
+every page that shows a zone marks them (``planner.offers`` skips them the same way).
 """
 
 from __future__ import annotations

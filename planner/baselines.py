@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from planner.candidates import ON_DEMAND, Candidate
+from planner.offers import ON_DEMAND, Candidate
 from planner.solver import (
     Infeasible,
     PerfOracle,

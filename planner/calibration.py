@@ -1,6 +1,6 @@
 """The calibrated transfer model the app plans with.
 
-Calibration (``planner.models.transfer.calibrate``) fits roofline efficiencies and per-GPU
+Calibration (``planner.perf.transfer.calibrate``) fits roofline efficiencies and per-GPU
 factors on the published ResNet-50 throughputs of ``calibration_resnet50_single_gpu.csv``. It
 needs ResNet-50's workload cost (a meta-device trace, a few seconds), so the result is cached
 as JSON next to the data it came from and rebuilt when the CSV or the specs change.
@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from planner.hardware import GpuSpec
-from planner.models.transfer import TransferModel, calibrate, count_workload, load_calibration_csv
+from planner.perf.transfer import TransferModel, calibrate, count_workload, load_calibration_csv
 
 if TYPE_CHECKING:
-    from planner.candidates import Candidate
     from planner.corpus import CorpusModel, CorpusRow, Split
-    from planner.models.opclass import OpClassModel, Sample
+    from planner.offers import Candidate
     from planner.oracle import Workload
+    from planner.perf.opclass import OpClassModel, Sample
 
 TraceKey = tuple[str, tuple[int, ...], str]
 Models = Mapping[tuple[str, str], "CorpusModel"]
@@ -78,7 +78,7 @@ def calibrate_from_csv(calibration_csv: str | Path, specs: Mapping[str, GpuSpec]
 
 # --------------------------------------------------------------------------- the compute model
 #
-# The operator-class model (``planner.models.opclass``) is calibrated on the train split of the
+# The operator-class model (``planner.perf.opclass``) is calibrated on the train split of the
 # public corpus (``planner.corpus``): ``manage.py calibrate_compute`` writes
 # ``planner/data/compute-model.json``; the app loads that file (JSON, no xgboost import).
 
@@ -169,8 +169,8 @@ def corpus_samples(
 ) -> list[Sample]:
     """Single-GPU corpus rows with a builder and a trace, as fit samples."""
     from planner.corpus import iteration_ms
-    from planner.models.opclass import Sample
-    from planner.models.transfer import WorkloadCost
+    from planner.perf.opclass import Sample
+    from planner.perf.transfer import WorkloadCost
 
     out: list[Sample] = []
     costs: dict[TraceKey, WorkloadCost] = {}
@@ -192,7 +192,7 @@ def corpus_samples(
 def has_spec(specs: Mapping[str, GpuSpec], chip: str) -> bool:
     """Whether ``chip`` has a datasheet row (``specs`` or the transfer model's own): rows on
     other chips (K80, P100, …) cannot be fitted on."""
-    from planner.models.transfer import SUPPLEMENTARY_SPECS, spec_name_for
+    from planner.perf.transfer import SUPPLEMENTARY_SPECS, spec_name_for
 
     name = spec_name_for(chip)
     return name in specs or name in SUPPLEMENTARY_SPECS
@@ -219,7 +219,7 @@ def calibrate_compute(
     Validation rows are dropped before anything is traced or fitted; ``train_rows`` checks
     the result against the split again (a test asserts that no validation id gets through)."""
     from planner import corpus
-    from planner.models import opclass
+    from planner.perf import opclass
 
     all_models = dict(models or corpus.all_models())
     all_models.update(corpus.calibration_models())
@@ -260,7 +260,7 @@ def write_compute_model(model: TransferModel, path: Path = COMPUTE_MODEL_FILE) -
 
 
 def load_compute_model(specs: Mapping[str, GpuSpec], path: Path = COMPUTE_MODEL_FILE) -> OpClassModel:
-    from planner.models.opclass import OpClassModel
+    from planner.perf.opclass import OpClassModel
 
     return OpClassModel.from_dict(json.loads(Path(path).read_text()), specs)
 
@@ -297,7 +297,7 @@ def node_candidate(gpu: str, gpus: int, spec: GpuSpec, vcpus: int | None = None)
     """A one-node offer of ``gpus`` GPUs of ``gpu``, linked as its spec says (NVLink/NVSwitch
     when the chip has NVLink, else PCIe), with ``vcpus`` host threads (8 per GPU when the row
     does not name its system): what a DGX-like corpus machine is to the oracle."""
-    from planner.candidates import Candidate
+    from planner.offers import Candidate
 
     return Candidate(
         instance_type=f"{gpus}x{gpu}",

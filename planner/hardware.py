@@ -39,7 +39,7 @@ PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "amp")
 # ``W / (SMs · boost GHz)``, says how far below its peak it settles: a T4 (70 W, 40 SMs,
 # 1.59 GHz) has 1.1 W per SM-GHz, an L4 (72 W, 58 SMs, 2.04 GHz) 0.6, an H100 SXM (700 W,
 # 132 SMs, 1.98 GHz) 2.7.  The compute model uses it for chips without training rows
-# (``planner.models.opclass``); no figure here was chosen by looking at any fit.
+# (``planner.perf.opclass``); no figure here was chosen by looking at any fit.
 BOARD_POWER: dict[str, tuple[float, float]] = {
     "V100": (300, 1530),  # SXM2 (p3)
     "V100-32GB": (300, 1530),  # SXM2 32 GB (p3dn)

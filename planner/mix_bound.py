@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 if TYPE_CHECKING:
-    from planner.candidates import Candidate
     from planner.hardware import Cluster
     from planner.input_pipeline import InputPipeline
-    from planner.models.compute import PhaseTimes
+    from planner.offers import Candidate
+    from planner.perf.compute import PhaseTimes
 
 
 class BoundOracle(Protocol):

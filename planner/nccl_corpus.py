@@ -28,11 +28,11 @@ from typing import TYPE_CHECKING, Any, SupportsFloat
 
 from planner.corpus import BOARD_TO_CHIP
 from planner.hardware import GpuSpec, efa_gbps, load_gpu_specs
-from planner.models.nccl import Topology, efa_interfaces, gpudirect_rdma, pcie_gb_s_of
-from planner.models.transfer import SUPPLEMENTARY_SPECS
+from planner.perf.nccl import Topology, efa_interfaces, gpudirect_rdma, pcie_gb_s_of
+from planner.perf.transfer import SUPPLEMENTARY_SPECS
 
 if TYPE_CHECKING:
-    from planner.models.nccl import LearnedComm
+    from planner.perf.nccl import LearnedComm
 
 ROOT = Path(__file__).resolve().parents[1]
 CSV = ROOT / "catalog/fixtures/public_nccl_allreduce.csv"
@@ -148,7 +148,7 @@ def topology_for(
     """``nodes`` × ``gpus_per_node`` GPUs of ``spec``, over EFA (``efa``) or TCP between nodes, in
     a cluster placement group: the one construction the corpus rows and users' curves share.
     A benchmark runs for minutes, so TCP counts the burst peak (``sustained`` off).  EFA is
-    GPUDirect RDMA or host-staged by ``instance_type`` (:func:`planner.models.nccl.gpudirect_rdma`)
+    GPUDirect RDMA or host-staged by ``instance_type`` (:func:`planner.perf.nccl.gpudirect_rdma`)
     over ``interfaces`` EFA interfaces per node."""
     kind = "none" if nodes == 1 else "efa" if efa else "tcp"
     return Topology(
@@ -276,7 +276,7 @@ NCCL_MODEL_FILE = ROOT / "planner/data/nccl-model.json"
 def calibrate(split: dict[str, Any] | None = None, extra_points: Sequence[Point] = ()) -> LearnedComm:
     """Fit the correction on the train sweeps plus ``extra_points`` (users' curves, sweep ids
     ``user|…``); returns the :class:`LearnedComm`, its meta counting the user points."""
-    from planner.models import nccl
+    from planner.perf import nccl
 
     split = split or load_split()
     if split["csv_sha256"] != digest():

@@ -2,7 +2,7 @@
 
 It joins the pure models for a cluster of catalog instances:
 
-* **Compute per GPU** — :class:`planner.models.transfer.TransferModel` predicts a worker's phase
+* **Compute per GPU** — :class:`planner.perf.transfer.TransferModel` predicts a worker's phase
   times on GPU ``m`` at per-GPU batch ``b``: *measured* when the profile was taken on ``m``,
   *transferred* (measured × roofline ratio) from a profile on another GPU, else *analytical*
   (roofline alone; a CPU profile cannot be scaled to a GPU, its spreads are kept).
@@ -19,12 +19,12 @@ It joins the pure models for a cluster of catalog instances:
   ``Σ_i W_i·cap_i(τ) ≥ G`` (``W_i`` workers of type ``i``, ``cap_i(τ)`` the largest batch type ``i``
   runs within ``τ``), found by bisection.
 * **Communication** — every DDP bucket's all-reduce on the whole cluster (the model's real
-  bucket sizes), from the NCCL model :class:`planner.models.nccl.LearnedComm` by default: the
+  bucket sizes), from the NCCL model :class:`planner.perf.nccl.LearnedComm` by default: the
   NCCL-shaped prior (ring/tree/NVLS, LL/LL128/Simple over NVLink/PCIe inside a node and EFA or
   TCP between nodes) times the correction learned on published curves and users' EC2 sweeps,
-  p50 and p90.  The topology is the cluster's (:meth:`planner.models.nccl.Topology.from_cluster`:
+  p50 and p90.  The topology is the cluster's (:meth:`planner.perf.nccl.Topology.from_cluster`:
   the slowest node NIC of a mix between nodes, EFA only if every node has it).  A
-  :class:`planner.models.comm.CommModel` fitted on a measured comm profile of this cluster may
+  :class:`planner.perf.comm.CommModel` fitted on a measured comm profile of this cluster may
   be passed instead (its ring prior over the slowest link).
 * **Iteration** — :func:`planner.simulator.simulate_iteration` (buckets overlap backward, the
   slowest worker gates each bucket) with a small seeded Monte-Carlo for p50/p90.  On more than
@@ -60,10 +60,10 @@ import numpy as np
 from planner.hardware import Cluster, GpuSpec
 from planner.input_pipeline import InputPipeline
 from planner.mix_bound import ceiling, mix_bound
-from planner.models.comm import CommModel, CommQuery
-from planner.models.compute import BucketSpec, ComputeModel, ComputeRangeError, PhaseSpread, PhaseTimes
-from planner.models.nccl import LearnedComm, Topology, least_correction, prior_us_nodes, shipped_model
-from planner.models.transfer import TransferModel, WorkloadCost
+from planner.perf.comm import CommModel, CommQuery
+from planner.perf.compute import BucketSpec, ComputeModel, ComputeRangeError, PhaseSpread, PhaseTimes
+from planner.perf.nccl import LearnedComm, Topology, least_correction, prior_us_nodes, shipped_model
+from planner.perf.transfer import TransferModel, WorkloadCost
 from planner.simulator import (
     COMM_BOUND_SHARE,
     Z90,
@@ -77,7 +77,7 @@ from planner.solver import Config, Estimate
 from planner.validated import ModelError, row_model_error
 
 if TYPE_CHECKING:
-    from planner.candidates import Candidate
+    from planner.offers import Candidate
 
 GiB = 1024**3
 #: Hardware threads per GPU at which ``δ`` is stated (a DGX-1: 80 threads over 8 GPUs).
@@ -265,7 +265,7 @@ class Oracle:
 
     def phases_many(self, model: str, batches: Sequence[int]) -> None:
         """Predict :meth:`phases` of ``model`` at every batch of ``batches`` not asked yet in one
-        pass (:meth:`planner.models.transfer.TransferModel.analytical_many`, the same figures to
+        pass (:meth:`planner.perf.transfer.TransferModel.analytical_many`, the same figures to
         the bit) and keep them where :meth:`phases` looks.  Only for an unprofiled workload (its
         times are the analytical ones); a profiled one is asked a batch at a time."""
         if self.workload.measured is not None:
@@ -473,7 +473,7 @@ class Oracle:
 
         Not every total is asked.  With the learned comm model each all-reduce is the NCCL prior
         times ``exp(r)``, ``r`` the correction clipped to ``±clip``, so at least the prior times
-        ``exp(r_min)`` (``r_min``: the trees' least output, :func:`planner.models.nccl.least_correction`);
+        ``exp(r_min)`` (``r_min``: the trees' least output, :func:`planner.perf.nccl.least_correction`);
         and the prior never falls as the node count grows (``nodes >= 2``: every algorithm's
         latency grows with the nodes and its bandwidth does not, the per-node network does not
         depend on them; ``tests/planner/test_nccl.py`` checks it on the catalog's clusters).  So
@@ -807,7 +807,7 @@ class Oracle:
     def _comm_fill(self, base: Cluster, nodes: Sequence[int], sizes: tuple[int, ...]) -> None:
         """:meth:`_comm`'s entries of ``base`` on each of ``nodes`` (every one at least 2) with
         buckets of ``sizes``, the missing ones computed over all counts at once
-        (:meth:`planner.models.nccl.LearnedComm.estimate_nodes`: the same figures to the bit)."""
+        (:meth:`planner.perf.nccl.LearnedComm.estimate_nodes`: the same figures to the bit)."""
         assert isinstance(self.comm, LearnedComm)
         fixed = (base.gpus_per_node, base.network_gbps, base.efa, base.device, sizes)
         missing = [n for n in nodes if (n, *fixed) not in self._comm_cache]

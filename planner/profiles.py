@@ -572,7 +572,7 @@ def merge_compute_profiles(profiles: Sequence[ComputeProfile], *, align: bool = 
     ``align``: each profile's times of a phase are first scaled to the geometric mean of the
     profiles' medians, so the pooled spread stays the iteration-to-iteration one and the
     difference between the profiles (drift, a slow process) is left out of it — to be modelled
-    as run-to-run spread instead (:func:`planner.models.compute.run_spread`); otherwise two
+    as run-to-run spread instead (:func:`planner.perf.compute.run_spread`); otherwise two
     profiles 10 % apart would look like very noisy iterations.
     """
     if not profiles:

@@ -46,7 +46,7 @@ the tail — follow, each one draw per sample:
 * ``exp(s_run·z)``, the machine's drift between runs (``run_spread``; 0 by default):
   per-iteration noise averages out over a run, drift does not, so without it the predicted
   p90 only covers the iterations of a run that happens to sit at the profile's speed.
-  ``s_run`` comes from repeated profiles (:func:`planner.models.compute.run_spread`);
+  ``s_run`` comes from repeated profiles (:func:`planner.perf.compute.run_spread`);
 * ``exp(s_it·z)``, per-iteration noise of the training loop that a compute profile does not
   see (``iteration_spread``; 0 by default): DDP's own work (gradient copies, hooks, the
   buffer broadcast that couples the ranks every forward), the allocator.  It is measured as
@@ -67,8 +67,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from planner.hardware import Cluster
-from planner.models.comm import CommModel, CommQuery, time_ratios
-from planner.models.compute import BucketSpec, ComputeModel, ComputeRangeError, PhaseTimes, interpolate
+from planner.perf.comm import CommModel, CommQuery, time_ratios
+from planner.perf.compute import BucketSpec, ComputeModel, ComputeRangeError, PhaseTimes, interpolate
 from planner.profiles import CommProfile
 
 Z90 = 1.2815515655446004
@@ -91,7 +91,7 @@ class CommTime:
     """All-reduce time of one bucket: median and 90th percentile (ms).
 
     ``ratios``: measured times of single all-reduces over their median (e.g.
-    :func:`planner.models.comm.time_ratios`); when given, the Monte-Carlo draws ``p50 · ratio``
+    :func:`planner.perf.comm.time_ratios`); when given, the Monte-Carlo draws ``p50 · ratio``
     from them instead of a log-normal — gloo's small messages on loopback take either ~0.4 ms
     or ~3–5 ms, a two-mode distribution that no log-normal through p50 and p90 reproduces.
     """
@@ -270,7 +270,7 @@ def simulate_ddp(
 
     ``models`` is one model per worker (or one shared by all), ``batches`` the per-worker batch
     sizes, ``comm_fn(size_bytes)`` the all-reduce time of one bucket on the target cluster
-    (e.g. from :class:`planner.models.comm.CommModel`).  ``predict(worker, batch)`` overrides
+    (e.g. from :class:`planner.perf.comm.CommModel`).  ``predict(worker, batch)`` overrides
     the phase-time prediction (used for transferred devices).
     """
     per_worker = [models] * len(batches) if isinstance(models, ComputeModel) else list(models)
@@ -298,7 +298,7 @@ def cluster_comm_fn(
     """``size_bytes -> CommTime`` for :func:`simulate_ddp`: the comm model on the cluster's slowest link.
 
     ``profile``: the comm profile measured on that cluster; each size then carries its nearest
-    measured time distribution (:func:`planner.models.comm.time_ratios`) for the Monte-Carlo.
+    measured time distribution (:func:`planner.perf.comm.time_ratios`) for the Monte-Carlo.
     ``label`` names the link in the result (default: the link's kind)."""
     link = cluster.slowest_link()
     cache: dict[int, CommTime] = {}

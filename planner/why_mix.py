@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from planner.candidates import Candidate
+from planner.offers import Candidate
 from planner.solver import Infeasible, PerfOracle, Plan, PlanRequest, solve
 from planner.solver.explain import fp, ft, pct, usd
 from planner.solver.request import quota_table

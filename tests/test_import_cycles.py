@@ -291,11 +291,11 @@ def test_the_pure_planner_reads_only_plain_catalog_modules():
         assert not web, f"{name} imports {web}: the pure planner cannot read it"
 
 
-# What fits a model: the performance models and their fits (planner.models, planner.perf if it is
+# What fits a model: the performance models and their fits (planner.perf, planner.perf if it is
 # renamed so), the calibrated transfer model, the oracle that builds them, the corpora they are
 # fitted on, the comm model's refit, and the fitting libraries.
 MODEL_FITTING = (
-    "planner.models",
+    "planner.perf",
     "planner.perf",
     "planner.calibration",
     "planner.oracle",
@@ -312,7 +312,7 @@ MODEL_FITTING = (
 def test_the_pages_import_no_model_fitting_code():
     """Pages only render: chart data comes from ``profiler.charts`` (or ``planner.app``), never
     from a fit in ``frontend/``. Forbidden, at module level, in a function or under
-    ``if TYPE_CHECKING:``: ``planner.models`` and ``planner.perf`` (the performance models and
+    ``if TYPE_CHECKING:``: ``planner.perf`` and ``planner.perf`` (the performance models and
     their fits), ``planner.calibration`` (the calibrated transfer model), ``planner.oracle`` (builds
     the models a solve asks), ``planner.corpus`` and ``planner.nccl_corpus`` (the data they are
     fitted on), ``planner.app.comm_training`` (the NCCL model's refit), and the fitting libraries
@@ -322,8 +322,6 @@ def test_the_pages_import_no_model_fitting_code():
 
 
 def test_the_page_import_check_sees_a_function_local_fit(tmp_path):
-    (tmp_path / "charts.py").write_text(
-        "def f():\n    from planner.models.compute import fit_compute_model\n"
-    )
+    (tmp_path / "charts.py").write_text("def f():\n    from planner.perf.compute import fit_compute_model\n")
     found = imported_names("frontend.charts", tmp_path / "charts.py")
-    assert [t for t in found if _under(t, MODEL_FITTING)] == ["planner.models.compute"]
+    assert [t for t in found if _under(t, MODEL_FITTING)] == ["planner.perf.compute"]

@@ -2,7 +2,7 @@ from django.apps import AppConfig
 
 
 class PlannerAppConfig(AppConfig):
-    """The Django side of the planner. It lives in ``planner.app`` because ``planner.models`` is
+    """The Django side of the planner. It lives in ``planner.app`` because ``planner.perf`` is
     the pure package of performance models (compute, transfer, communication), not ORM models."""
 
     name = "planner.app"

@@ -161,7 +161,7 @@ def _model_inputs(req: dict, owner, allow_code: bool = False):
 
     A profiling run is looked up through the team rule (``visible_owner_q``): another team's
     run is "not found", exactly like one that does not exist."""
-    from planner.models.compute import fit_compute_model
+    from planner.perf.compute import fit_compute_model
 
     model = req["model"]
     precision = model.get("precision", "fp32")
@@ -298,7 +298,7 @@ def plan_request(req: dict):
 
 
 def candidates(req: dict):
-    from planner.candidates import load_candidates
+    from planner.offers import load_candidates
 
     rows = feed.candidate_rows(req.get("regions") or None)
     return load_candidates(
@@ -315,9 +315,9 @@ def candidates(req: dict):
 
 def profile_knee(profile) -> int | None:
     """The per-GPU batch below which the profiled GPU is under-occupied: the largest knee of the
-    profile's fitted phases (:mod:`planner.models.compute`: time flat up to the knee, then
+    profile's fitted phases (:mod:`planner.perf.compute`: time flat up to the knee, then
     linear), rounded up; None when no phase has one (a straight line fits best)."""
-    from planner.models.compute import fit_compute_model
+    from planner.perf.compute import fit_compute_model
 
     if profile is None:
         return None
@@ -618,7 +618,7 @@ def comm_model():
     """The NCCL all-reduce model plans use: the one refit with this install's EC2 comm sweeps
     when there is one (``planner.app.comm_training``), else the shipped one."""
     from planner.app.comm_training import current_model_path
-    from planner.models.nccl import load_model
+    from planner.perf.nccl import load_model
 
     return load_model(current_model_path())
 

@@ -1,8 +1,8 @@
 """Enumeration and bounds: homogeneous throughput curves, upper bounds on a mix's throughput, and
 the stream of (type subset x count vector) columns the search may evaluate.
 
-(Loading the catalog into :class:`planner.candidates.Candidate` offers is
-:mod:`planner.candidates`; this module starts from those offers.)
+(Loading the catalog into :class:`planner.offers.Candidate` offers is
+:mod:`planner.offers`; this module starts from those offers.)
 
 Homogeneous curves
 ------------------
@@ -14,7 +14,7 @@ evaluated only when the search asks (:meth:`Curves.evaluate`).  Within one point
 are tried by decreasing bound, and a batch whose bound is below the best throughput already
 found there is skipped (it cannot be the best batch).  Small problems
 (``types x N x |grid| <= FULL_CURVE_LIMIT``) evaluate every point up front, which is what
-dominance pruning of candidates (:func:`planner.candidates.find_dominated`, "faster at every
+dominance pruning of candidates (:func:`planner.offers.find_dominated`, "faster at every
 count and batch") and the replacement bound need.
 
 Bounds on a mix (both are monotone assumptions about DDP that hold for ring all-reduce /
@@ -88,7 +88,7 @@ from typing import Any
 
 import numpy as np
 
-from planner.candidates import Candidate
+from planner.offers import Candidate
 from planner.solver.evaluate import Memo, Progress, Spec, lim, metrics, value_of
 from planner.solver.request import REL, PerfOracle, qkey
 

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from planner import spot as spotmodel
-from planner.candidates import Candidate
+from planner.offers import Candidate
 from planner.solver.request import (
     PROGRESS_INTERVAL_S,
     REL,

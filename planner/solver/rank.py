@@ -56,7 +56,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from planner import spot as spotmodel
-from planner.candidates import Candidate
+from planner.offers import Candidate
 from planner.solver.evaluate import Col, Memo, Spec, evaluate_config, jitter_sd_h, risk_of
 from planner.solver.explain import binding, cluster, dominance_text, fh, fp, pct, usd, why_text
 from planner.solver.request import Config, Estimate, NodeGroup, PerfOracle, Plan, PlanRequest, Point

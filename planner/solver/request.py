@@ -6,7 +6,7 @@ The defaults of a request (nodes, types, batch range, spot fault tolerance, top 
 serializer, ``manage.py plan`` and the service.
 
 Units: times in hours, money in USD, throughput in samples/s.  A *candidate*
-(:class:`planner.candidates.Candidate`) is an instance type in one region and market; a
+(:class:`planner.offers.Candidate`) is an instance type in one region and market; a
 *configuration* ``x = ((c_1, n_1), ..., (c_k, n_k))`` is ``n_i >= 1`` nodes of each of ``k``
 distinct candidates of one region.
 """
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeVar
 
 from planner import spot as spotmodel
-from planner.candidates import SPOT, Candidate, quota_class
 from planner.defaults import PLAN_DEFAULTS
+from planner.offers import SPOT, Candidate, quota_class
 from planner.validated import ModelError
 
 OBJECTIVES = ("cost", "time", "throughput")
@@ -92,7 +92,7 @@ class PlanRequest:
     * ``total_samples``: samples to process (see :meth:`samples_for`).
     * ``max_nodes``: nodes per plan; ``max_types``: groups per plan (1 = homogeneous, up to 3).
     * ``quotas_on_demand`` / ``quotas_spot``: vCPU limit per quota class (``"P"``, ``"G"``; a
-      family or type name is normalised with :func:`planner.candidates.quota_class`); a missing
+      family or type name is normalised with :func:`planner.offers.quota_class`); a missing
       class is unlimited.
     * ``global_batch_min`` / ``global_batch_max`` (or explicit ``batch_sizes``): see :func:`batch_grid`.
     * ``regions``: restrict to these regions (``None`` = all given candidates).

@@ -21,7 +21,7 @@ Method: exact enumeration with proven bounds
    bound on its homogeneous throughput at every count and batch, from the oracle's compute
    bound (no comm-model call); small problems evaluate the curves fully and drop candidates
    another candidate beats on every count, price, quota use, risk, availability and link
-   (:func:`planner.candidates.find_dominated`).
+   (:func:`planner.offers.find_dominated`).
 2. **Single-type columns**: for every offer and count the bound gives a lower bound on the
    objective (and on time and cost for the constraints); (type, count) points are evaluated in
    increasing bound order while the bound can still enter the top ``k`` type sets or tie the
@@ -112,8 +112,8 @@ Measured (2-core VM, product oracle, full bundled catalog, 5 Dec 2026):
   r50 3 h on 512 nodes asks 4,548 curve points, 0.3 ms each).
 * Vectorised evaluation (7 Dec 2026): a type's curve over 64 counts in one pass
   (:meth:`planner.oracle.Oracle.throughput_curve`, all-reduces by
-  :meth:`planner.models.nccl.LearnedComm.estimate_nodes`, phases by
-  :meth:`planner.models.opclass.OpClassModel.phase_ms_many`, each the one-call figures to the
+  :meth:`planner.perf.nccl.LearnedComm.estimate_nodes`, phases by
+  :meth:`planner.perf.opclass.OpClassModel.phase_ms_many`, each the one-call figures to the
   bit), the subset bounds from the cheapest (the floor-free A5 ceiling leaves a few hundred of
   523,433 subsets before the rest are computed), step envelopes over arrays, the comm floor's
   prefix over runs of totals, each offer's covering columns in a bisected :class:`Front`.
@@ -142,7 +142,7 @@ from typing import Any
 
 import numpy as np
 
-from planner.candidates import Candidate, find_dominated
+from planner.offers import Candidate, find_dominated
 from planner.solver.candidates import COMM_CACHE_BYTES, Curves, MixBounds, combinations, hardware_rows
 from planner.solver.evaluate import (
     Col,

@@ -116,7 +116,7 @@ def test_an_ec2_nccl_curve_is_compared_with_the_nccl_model_plans_use(make_run, c
         for s in comm_profile["samples"]
     )
     from planner.app.service import comm_model
-    from planner.models.nccl import Topology
+    from planner.perf.nccl import Topology
 
     model = chart_data(run)["allreduce"]["model"]
     assert model["kind"] == "nccl" and "2× p4d.24xlarge" in model["label"]

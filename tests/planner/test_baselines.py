@@ -11,7 +11,7 @@ from planner.baselines import (
     fastest_type,
     skypilot_choice,
 )
-from planner.candidates import Candidate
+from planner.offers import Candidate
 from planner.solver import Estimate, PlanRequest, solve
 
 SPEED = {"g4dn.xlarge": 90.0, "g5.xlarge": 170.0, "p3.8xlarge": 220.0, "p4d.24xlarge": 520.0}

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from planner.hardware import Cluster, GpuSpec
-from planner.models.comm import (
+from planner.perf.comm import (
     CommModel,
     CommObservation,
     CommQuery,

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from planner.models.compute import (
+from planner.perf.compute import (
     BatchTooLargeError,
     ComputeModel,
     ComputeRangeError,

@@ -3,7 +3,7 @@
 import pytest
 
 from planner import calibration, corpus
-from planner.models import opclass
+from planner.perf import opclass
 
 
 @pytest.fixture(scope="module")

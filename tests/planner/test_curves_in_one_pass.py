@@ -31,8 +31,8 @@ def _random_rows(rng: np.random.Generator, rows: int, width: int) -> np.ndarray:
 def test_the_trees_give_every_row_what_they_give_it_alone():
     from planner.calibration import load_compute_model
     from planner.hardware import load_gpu_specs
-    from planner.models.nccl import shipped_model
-    from planner.models.opclass import FEATURES
+    from planner.perf.nccl import shipped_model
+    from planner.perf.opclass import FEATURES
     from tests.planner.golden_plans import ROOT
 
     rng = np.random.default_rng(21)
@@ -46,7 +46,7 @@ def test_the_trees_give_every_row_what_they_give_it_alone():
 
 
 def test_trees_without_any_tree_give_their_base():
-    from planner.models.opclass import Trees
+    from planner.perf.opclass import Trees
 
     assert np.array_equal(Trees(0.25).predict_many(np.zeros((3, 2))), np.full(3, 0.25))
 
@@ -82,7 +82,7 @@ def test_the_oracle_keeps_the_phases_it_predicts_in_one_pass():
 
 
 def test_the_comm_model_times_a_whole_curve_as_it_times_each_count():
-    from planner.models.nccl import Topology, prior_us, prior_us_nodes, shipped_model
+    from planner.perf.nccl import Topology, prior_us, prior_us_nodes, shipped_model
 
     model = shipped_model()
     nodes = np.array([2, 3, 4, 5, 8, 13, 16, 31, 64, 100, 128, 257, 512])
@@ -113,7 +113,7 @@ def test_the_comm_model_times_a_whole_curve_as_it_times_each_count():
 
 
 def test_the_curve_of_the_prior_refuses_a_single_node():
-    from planner.models.nccl import Topology, prior_us_nodes
+    from planner.perf.nccl import Topology, prior_us_nodes
 
     with pytest.raises(ValueError, match="at least 2"):
         prior_us_nodes(1e6, Topology(8, 2, "Hopper", 900.0, net="efa", net_gbps=3200.0), np.array([1, 2]))

@@ -7,7 +7,7 @@ import pytest
 
 from planner import calibration, corpus
 from planner.hardware import load_gpu_specs
-from planner.models import opclass
+from planner.perf import opclass
 
 
 @pytest.fixture(scope="module")

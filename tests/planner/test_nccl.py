@@ -7,7 +7,7 @@ import math
 import pytest
 
 from planner import nccl_corpus
-from planner.models.nccl import LearnedComm, Topology, prior_us, regime_key
+from planner.perf.nccl import LearnedComm, Topology, prior_us, regime_key
 
 A100_NODE = Topology(8, 1, "Ampere", nvlink_gb_s=600)
 H100_NODE = Topology(8, 1, "Hopper", nvlink_gb_s=900)
@@ -125,7 +125,7 @@ def test_a_topology_no_train_sweep_is_near_gets_the_held_out_p90_floor():
 
 
 def test_held_out_ratios_predict_each_sweep_from_a_fit_without_it(monkeypatch):
-    from planner.models import nccl
+    from planner.perf import nccl
 
     split = nccl_corpus.load_split()
     points = [
@@ -192,7 +192,7 @@ def test_the_prior_never_falls_as_nodes_are_added():
 
 
 def test_the_least_correction_is_below_every_estimate_over_the_prior():
-    from planner.models.nccl import least_correction, shipped_model
+    from planner.perf.nccl import least_correction, shipped_model
 
     model = shipped_model()
     low = math.exp(least_correction(model))

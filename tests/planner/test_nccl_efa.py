@@ -11,7 +11,7 @@ import pytest
 
 from planner import nccl_corpus
 from planner.hardware import Cluster
-from planner.models.nccl import (
+from planner.perf.nccl import (
     TREE_EFF,
     LearnedComm,
     Topology,

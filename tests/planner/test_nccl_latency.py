@@ -3,7 +3,7 @@ the published binaries of 2.13, 2.14, 2.18 and 2.27; issue 35)."""
 
 import pytest
 
-from planner.models.nccl import (
+from planner.perf.nccl import (
     NCCL_LATENCY,
     PROTO_BW,
     Topology,
@@ -15,7 +15,7 @@ from planner.models.nccl import (
 
 def _choices(topo: Topology) -> dict[str, tuple[float, float]]:
     """``{"algorithm/protocol": (latency µs, algbw bytes/s)}`` under the default parameters."""
-    from planner.models.nccl import DEFAULT_PARAMS
+    from planner.perf.nccl import DEFAULT_PARAMS
 
     return {f"{a}/{p}": (lat, bw) for a, p, lat, bw, _, _ in _algorithms(topo, DEFAULT_PARAMS)}
 

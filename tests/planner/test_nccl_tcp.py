@@ -7,7 +7,7 @@ import pytest
 
 from planner import nccl_corpus
 from planner.hardware import Cluster
-from planner.models.nccl import (
+from planner.perf.nccl import (
     TCP_SOCKETS,
     Topology,
     network_cards,

@@ -10,8 +10,8 @@ import pytest
 
 from planner.calibration import COMPUTE_MODEL_FILE, load_compute_model
 from planner.hardware import GpuSpec, load_gpu_specs
-from planner.models.opclass import PRIOR, OpClassModel, Sample, Trees
-from planner.models.transfer import SUPPLEMENTARY_SPECS, RooflineParams
+from planner.perf.opclass import PRIOR, OpClassModel, Sample, Trees
+from planner.perf.transfer import SUPPLEMENTARY_SPECS, RooflineParams
 from workload.cost import count_workload, op_class
 
 A100 = GpuSpec("A100", "Ampere", 108, 19.5, 156, 312, 1555, 40, 600)
@@ -151,7 +151,7 @@ def test_a_die_without_rows_gets_the_power_regression_else_its_architecture_else
 
 
 def test_the_power_regression_finds_a_planted_slope():
-    from planner.models.opclass import fit_power
+    from planner.perf.opclass import fit_power
 
     specs = {n: SUPPLEMENTARY_SPECS.get(n) or SPEC_ROWS[n] for n in ("A100", "V100", "T4", "A10G")}
     model = load_compute_model(specs)
@@ -166,7 +166,7 @@ def test_the_power_regression_finds_a_planted_slope():
 
 
 def test_an_fp32_convolution_runs_in_tf32_where_the_gpu_has_it_and_a_matmul_does_not():
-    from planner.models.opclass import class_rates
+    from planner.perf.opclass import class_rates
 
     rates = class_rates(A100, "fp32")
     assert rates["conv_dense"] == ("tensor", A100.tf32_tflops * 1e9)

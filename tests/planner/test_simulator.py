@@ -7,8 +7,8 @@ import math
 import pytest
 
 from planner.hardware import Cluster
-from planner.models.comm import CommModel, ring_allreduce_prior_ms
-from planner.models.compute import BucketSpec, ComputeRangeError, PhaseSpread, PhaseTimes, fit_compute_model
+from planner.perf.comm import CommModel, ring_allreduce_prior_ms
+from planner.perf.compute import BucketSpec, ComputeRangeError, PhaseSpread, PhaseTimes, fit_compute_model
 from planner.profiles import load_compute_profile
 from planner.simulator import (
     CommTime,

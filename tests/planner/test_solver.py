@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.candidates import Candidate
+from planner.offers import Candidate
 from planner.solver import (
     OBJECTIVES,
     Estimate,

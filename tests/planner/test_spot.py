@@ -7,7 +7,7 @@ import math
 import pytest
 
 from planner import spot
-from planner.candidates import Candidate
+from planner.offers import Candidate
 from planner.solver import Estimate, PlanRequest, evaluate_config, solve
 
 PARAMS = spot.SpotParams(checkpoint_interval_h=0.5, restart_overhead_h=0.1)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from planner.hardware import GpuSpec
-from planner.models.compute import PhaseSpread, PhaseTimes
-from planner.models.transfer import (
+from planner.perf.compute import PhaseSpread, PhaseTimes
+from planner.perf.transfer import (
     CALIBRATION_ALIASES,
     CalibrationRow,
     OpCost,

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from planner.candidates import Candidate
+from planner.offers import Candidate
 from planner.solver import Estimate, Infeasible, PlanRequest, solve
 from planner.spot import SpotParams, completion_quantile
 from planner.validated import (

@@ -6,7 +6,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from planner.hardware import load_gpu_specs
-from planner.models.opclass import OpClassModel
+from planner.perf.opclass import OpClassModel
 
 
 @pytest.mark.django_db

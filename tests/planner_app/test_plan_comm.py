@@ -2,7 +2,7 @@
 
 import pytest
 
-from planner.models.nccl import LearnedComm, Topology, near_key
+from planner.perf.nccl import LearnedComm, Topology, near_key
 
 pytestmark = pytest.mark.django_db
 
@@ -12,7 +12,7 @@ TINY = {"spec": "torchvision:squeezenet1_1", "input_shape": "3,32,32", "precisio
 def _oracle_and_candidate(instance_type: str):
     from catalog.models import InstanceType
     from planner.app import service
-    from planner.candidates import Candidate, family_of
+    from planner.offers import Candidate, family_of
     from planner.oracle import Oracle
 
     t = InstanceType.objects.get(name=instance_type)
@@ -97,7 +97,7 @@ def test_plans_pick_up_a_refit_with_users_curves(catalog, settings):
     from pathlib import Path
 
     from planner.app import service
-    from planner.models.nccl import shipped_model
+    from planner.perf.nccl import shipped_model
 
     assert service.comm_model() is shipped_model()  # no refit yet: the repository's model
     refit = shipped_model().to_dict()

@@ -363,7 +363,7 @@ def test_posting_the_curves_terminates_every_node_deletes_the_group_stores_the_p
 ):
     from planner import nccl_corpus
     from planner.app import comm_training
-    from planner.models.nccl import LearnedComm
+    from planner.perf.nccl import LearnedComm
 
     repo_model = nccl_corpus.NCCL_MODEL_FILE.read_bytes()
     run = start_cluster(staff_api, django_capture_on_commit_callbacks, nodes=2)

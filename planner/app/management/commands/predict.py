@@ -71,8 +71,8 @@ class Command(BaseCommand):
 
     def _local(self, o) -> dict:
         from planner.hardware import Cluster
-        from planner.models.comm import CommModel, fit_link_from_profile, observations_from_profile
-        from planner.models.compute import ComputeRangeError, fit_compute_model, run_spread
+        from planner.perf.comm import CommModel, fit_link_from_profile, observations_from_profile
+        from planner.perf.compute import ComputeRangeError, fit_compute_model, run_spread
         from planner.profiles import (
             ProfileError,
             load_comm_profile,
@@ -147,7 +147,7 @@ class Command(BaseCommand):
     def _catalog(self, o) -> dict:
         from catalog.models import InstanceType
         from planner.app import service
-        from planner.candidates import Candidate, family_of
+        from planner.offers import Candidate, family_of
         from planner.oracle import Oracle
         from planner.validated import iteration_band
 

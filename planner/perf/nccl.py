@@ -127,7 +127,7 @@ Learned correction (:class:`LearnedComm`).  XGBoost on ``y = ln(t_measured / t_p
 features log2 size, nodes, GPUs per node, interconnect class, GPU generation, NCCL version band
 and ``ln t_prior``; trained on the train sweeps of ``planner/data/nccl_split.json`` only
 (:mod:`planner.nccl_corpus`), plus curves users profiled on EC2, exported to plain trees
-(:class:`planner.models.opclass.Trees`).  p50 is the squared-error fit in log space (the number
+(:class:`planner.perf.opclass.Trees`).  p50 is the squared-error fit in log space (the number
 of trees chosen by cross-validation holding out whole sweeps); p90 is a second forest of the
 same size with the pinball loss at 0.9 (``reg:quantileerror``), floored at p50.  A published
 curve is one time per size, so p90 spreads across sweeps of similar topologies, not
@@ -154,7 +154,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from planner.models.opclass import Trees
+from planner.perf.opclass import Trees
 
 PCIE_GB_S = 20.0  # PCIe Gen4 x16 per direction; Gen3 boards (T4) sit at ~half, see ``pcie_gb_s``
 PCIE_GEN3 = ("Volta", "Turing")

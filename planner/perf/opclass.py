@@ -44,7 +44,7 @@ cross-validation that holds out whole families *of the train rows*.  Row weights
 ``w_i = 1/√(rows of its family)`` keep one heavily published family from setting every class.
 
 Transfer keeps the measured time and scales it by the model's ratio between the two GPUs, as
-:class:`planner.models.transfer.TransferModel` does (this class is one, with another
+:class:`planner.perf.transfer.TransferModel` does (this class is one, with another
 ``phase_ms``).
 """
 
@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planner.hardware import GpuSpec
-from planner.models.transfer import W_REF_GB_S, RooflineParams, TransferModel, compute_unit
+from planner.perf.transfer import W_REF_GB_S, RooflineParams, TransferModel, compute_unit
 from workload.cost import GEMM_CLASSES, OP_CLASSES, PHASES, WorkloadCost, precision_family
 
 UNITS = ("tensor", "cuda")

@@ -40,7 +40,7 @@ Transfer.  With a measured phase time ``T_s`` on source GPU ``s``::
 which keeps whatever the roofline misses about the model (kernel mix, framework overhead) from
 the measurement.  Without a usable source measurement (none, or measured on a CPU) the bare
 roofline is returned with ``source = "analytical"``.  A profile of the target device itself is
-``"measured"`` (:mod:`planner.models.compute`).
+``"measured"`` (:mod:`planner.perf.compute`).
 
 Calibration GPU names.  ``calibration_resnet50_single_gpu.csv`` names boards ("A100-SXM4-40GB",
 "A10", "H100-PCIe-80GB") while ``gpu_specs.csv`` names the AWS chips ("A100", "A10G", "H100").
@@ -65,7 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.hardware import GpuSpec
-from planner.models.compute import PhaseSpread, PhaseTimes
+from planner.perf.compute import PhaseSpread, PhaseTimes
 
 # The workload counter lives with the agent (it runs where the model's code may run); these
 # names stay importable from here (``X as X``: an explicit re-export).
@@ -227,7 +227,7 @@ class TransferModel:
     def multi_gpu_terms(self) -> tuple[float, float]:
         """``(κ, δ)``: how much longer backward takes beside NCCL's kernels, and the ns per input
         element a step pays for its share of the host's input pipeline, on more than one GPU.
-        The plain roofline has neither (0, 0); :class:`planner.models.opclass.OpClassModel`
+        The plain roofline has neither (0, 0); :class:`planner.perf.opclass.OpClassModel`
         calibrates both."""
         return 0.0, 0.0
 
@@ -261,7 +261,7 @@ class TransferModel:
         self, cost: WorkloadCost, batches: Sequence[int], gpu: str | GpuSpec, precision: str | None = None
     ) -> list[PhaseTimes]:
         """:meth:`analytical` at every batch of ``batches`` (no measured spread), in one pass where
-        the model has ``phase_ms_many`` (:meth:`planner.models.opclass.OpClassModel.phase_ms_many`:
+        the model has ``phase_ms_many`` (:meth:`planner.perf.opclass.OpClassModel.phase_ms_many`:
         the same figures to the bit), else one batch at a time."""
         many = getattr(self, "phase_ms_many", None)
         if many is None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.candidates import (
+from planner.offers import (
     Candidate,
     bucket_for_frequency,
     find_dominated,
@@ -273,7 +273,7 @@ def test_a_throughput_function_can_be_given_instead_of_curves():
 def test_the_pairwise_criteria_of_a_group_are_each_pairs_criteria(mixes):
     """find_dominated builds the static criteria of a whole region/market/quota group at once;
     every entry is what _static_dominates says of that pair (the catalog's own offers)."""
-    from planner.candidates import _static_dominates, _static_matrix
+    from planner.offers import _static_dominates, _static_matrix
 
     with open(FIXTURES / "aws_instance_network.csv", newline="") as f:
         net = load_network(csv.DictReader(f))

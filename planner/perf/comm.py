@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.hardware import Cluster, Link
-from planner.models.compute import interpolate
+from planner.perf.compute import interpolate
 from planner.profiles import CommProfile
 
 MODEL_FORMAT = "srifty-comm-model"
