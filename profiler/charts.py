@@ -10,7 +10,7 @@ Compute runs:
   the sum of the phase medians (forward + backward + optimizer, as the planner sums them); error
   bars ``b / (T ± s)`` with ``s`` the standard deviation of the per-iteration totals (phases of
   one iteration added up). The fitted curve is the planner's own model
-  (``planner.models.compute.fit_compute_model``: a piecewise-linear fit per phase with at most
+  (``planner.perf.compute.fit_compute_model``: a piecewise-linear fit per phase with at most
   one knee each) over the batch range it predicts for; each phase's knee is marked; the largest
   batch that fitted in memory (the profile's ``max_batch_size``) is a vertical line.
 * **gradient readiness** — per DDP bucket, when its gradients were ready in the backward pass
@@ -22,7 +22,7 @@ Comm runs: **all-reduce time vs size**, measured medians with p10–p90 bars, ag
 the NCCL model plans use (``planner.app.service.comm_model``, p50 and p90) where the run was an
 NCCL sweep on an EC2 GPU type the catalog knows; otherwise (a gloo or local run, where NCCL's
 model does not apply) the ring model fitted to this run's own points
-(``planner.models.comm.fit_link_from_profile``), said so in the chart's note.
+(``planner.perf.comm.fit_link_from_profile``), said so in the chart's note.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from catalog.models import Accelerator, InstanceType
 from planner import nccl_corpus
 from planner.app.service import comm_model
 from planner.hardware import GpuSpec, load_gpu_specs
-from planner.models.comm import fit_link_from_profile, ring_allreduce_prior_ms
-from planner.models.compute import fit_compute_model
+from planner.perf.comm import fit_link_from_profile, ring_allreduce_prior_ms
+from planner.perf.compute import fit_compute_model
 from planner.profiles import CommProfile, parse_comm_profile, parse_compute_profile
 from profiler.models import ProfilingRun, RunKind
 
