@@ -1134,8 +1134,18 @@ def from_command(train_command: str, name: str = "job") -> TaskSpec:
 CHECKPOINT_DIR = "/opt/srifty/checkpoints"
 
 
+def task_env(spec: TaskSpec) -> dict[str, str]:
+    """What the task file gives every node's environment: its ``envs``, its secrets' values
+    (SkyPilot gives a task its secrets as env values) and the checkpoint settings."""
+    env = dict(spec.envs)
+    env.update(spec.secret_values)
+    if spec.checkpoint is not None:
+        env.update(SRIFTY_CHECKPOINT_DIR=CHECKPOINT_DIR, SRIFTY_CHECKPOINT_S3=spec.checkpoint.s3_prefix)
+    return env
+
+
 def node_env(
-    spec: TaskSpec,
+    spec: TaskSpec | None,
     option: dict[str, Any],
     node_rank: int,
     node_ips: list[str],
@@ -1148,7 +1158,9 @@ def node_env(
     The one place a node's environment is made: the server answers a node's rendezvous with it
     (``launcher.launch.rendezvous``) and the node's script exports exactly this. ``type_env``:
     per instance type, the network settings (NCCL / libfabric on EFA types, NCCL's socket
-    counts elsewhere; ``launcher.launch.network_env``); the file's ``envs`` may override them.
+    counts elsewhere; ``fleet.network.network_env``); the file's ``envs`` (``task_env``) may
+    override them. ``spec`` None: ``type_env`` already holds the task's part (a job's prepared
+    ``Job.node_env``, ``launcher.launch.prepare_node_env``).
     """
     counts: list[tuple[dict[str, Any], int]] = []
     for g in option["groups"]:
@@ -1159,10 +1171,8 @@ def node_env(
     batches = group.get("batch_per_node") or []
     batch = batches[index] if index < len(batches) else (batches[0] if batches else 0)
     env = dict((type_env or {}).get(group["instance_type"], {}))
-    env.update(spec.envs)
-    env.update(spec.secret_values)  # SkyPilot gives a task its secrets as env values
-    if spec.checkpoint is not None:
-        env.update(SRIFTY_CHECKPOINT_DIR=CHECKPOINT_DIR, SRIFTY_CHECKPOINT_S3=spec.checkpoint.s3_prefix)
+    if spec is not None:
+        env.update(task_env(spec))
     env.update(
         MASTER_ADDR=node_ips[0] if node_ips else "127.0.0.1",
         MASTER_PORT=str(master_port),
@@ -1203,6 +1213,30 @@ DEFAULT_SKY_RUN = (
 # An AWS zone name (us-east-1a, us-west-2-lax-1a); a zone ID (use1-az1) is named per account.
 ZONE_NAME_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+([a-z]|(-[a-z]+)+-\d+[a-z])$")
 CHECKPOINT_MOUNT_MODE = "MOUNT_CACHED"  # SkyPilot's mode for writes (checkpoints), uploaded behind
+# Where SkyPilot's AWS catalog names a GPU otherwise than EC2 (and our catalog) do. Source: the
+# catalog fetcher of SkyPilot 0.14.1, sky/catalog/data_fetchers/fetch_aws.py
+# (get_additional_columns), which renames these instance types' accelerators; every other type
+# keeps EC2's GpuInfo name there, as ours does. An export that names a GPU SkyPilot's catalog
+# lacks is refused by ``sky launch`` (no instance type offers it).
+SKY_ACCELERATOR_BY_TYPE = {
+    "p3dn.24xlarge": "V100-32GB",
+    "p4de.24xlarge": "A100-80GB",
+    "p5e.48xlarge": "H200",
+    "p5en.48xlarge": "H200",
+}
+SKY_ACCELERATOR_BY_FAMILY = {"g7e": "RTXPRO6000"}  # EC2 and our catalog: "RTX PRO Server 6000"
+SKY_ACCELERATOR_BY_NAME = {"RTX PRO Server 6000": "RTXPRO6000"}  # a type the tables above miss
+
+
+def sky_accelerator(instance_type: str, gpu_model: str) -> str:
+    """The name SkyPilot's AWS catalog gives the GPU of ``instance_type`` (our catalog calls it
+    ``gpu_model``): its per-type renames first, then the GPU name, else ours unchanged."""
+    if instance_type in SKY_ACCELERATOR_BY_TYPE:
+        return SKY_ACCELERATOR_BY_TYPE[instance_type]
+    family = instance_type.split(".", 1)[0]
+    if family in SKY_ACCELERATOR_BY_FAMILY:
+        return SKY_ACCELERATOR_BY_FAMILY[family]
+    return SKY_ACCELERATOR_BY_NAME.get(gpu_model, gpu_model)
 
 
 def to_skypilot(
@@ -1260,7 +1294,7 @@ def _sky_doc(
     resources: dict[str, Any] = {
         "infra": infra,
         "instance_type": itype,
-        "accelerators": f"{gs[0].get('gpu_model', 'GPU')}:{gs[0]['gpus_per_node']}",
+        "accelerators": f"{sky_accelerator(itype, gs[0].get('gpu_model', 'GPU'))}:{gs[0]['gpus_per_node']}",
         "use_spot": any(g.get("market") == "spot" for g in gs),
     }
     if spec and (image := _sky_image(spec.resources, option.get("region", ""))):
