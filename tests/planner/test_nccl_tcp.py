@@ -111,3 +111,32 @@ def test_the_p4d_runs_without_efa_are_loaded_as_tcp_over_one_of_four_cards():
         ("p4d.24xlarge", 4, 100.0)
     }
     assert not nccl_corpus.interconnect_is_efa("TCP (non-EFA) on the same hosts, EFA disabled")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("instance_type", "nodes", "gpus"), [("g4dn.12xlarge", 4, 4), ("p4d.24xlarge", 2, 8)]
+)
+def test_a_plan_without_efa_states_sockets_over_tcp_and_the_model_that_timed_it(
+    catalog, instance_type, nodes, gpus
+):
+    # issue 35, "Done when" item 2: the plan's comm source names the transport and the learned
+    # model, and the bucket times the simulator overlaps are that model's estimates over TCP
+    import dataclasses
+
+    from tests.planner_app.test_plan_comm import _oracle_and_candidate
+
+    oracle, cand = _oracle_and_candidate(instance_type)
+    config = ((dataclasses.replace(cand, efa=False), nodes),)
+    source = oracle.comm_source(config)
+    assert source.source == "learned"
+    assert source.detail.startswith("NCCL prior × correction learned on published and profiled curves")
+    assert source.detail.endswith(f"sockets over TCP (tcp), {nodes}×{gpus} GPUs")
+    cluster = oracle.cluster(config)
+    topo = Topology.from_cluster(cluster)
+    assert (topo.net, topo.nodes, topo.gpus_per_node) == ("tcp", nodes, gpus)
+    buckets = oracle.workload.bucket_specs(64)
+    for bucket, time in zip(buckets, oracle._comm(cluster, buckets), strict=True):
+        estimate = oracle.comm.estimate(bucket.size_bytes, topo)
+        assert estimate.transport == "sockets over TCP"
+        assert time.p50_ms == pytest.approx(estimate.p50_us / 1e3)
