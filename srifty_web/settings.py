@@ -300,6 +300,9 @@ PLAN_MAX_MEMORY_MB = env_float("PLAN_MAX_MEMORY_MB", 512.0)
 # limit). A plan past either fails naming the setting.
 PLAN_CHILD_MAX_MEMORY_MB = env_float("PLAN_CHILD_MAX_MEMORY_MB", 1024.0)
 PLAN_MAX_SOLVE_S = env_float("PLAN_MAX_SOLVE_S", 300.0)
+# How often a worker watches each running job (launcher.tasks.watch_job_task, seconds): EC2 state,
+# lost nodes, spend against the cap, drift. Each watch makes a few EC2 describe calls per job.
+JOB_WATCH_EVERY_S = env_float("JOB_WATCH_EVERY_S", 30.0)
 # Sign-ins (srifty_web.login_guard): proxies of ours in front of the server that append to
 # X-Forwarded-For (count; 0 = the TCP peer is the client, the header is ignored). DRF's
 # throttles read the same number.

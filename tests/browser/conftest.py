@@ -210,6 +210,8 @@ def server(tmp_path_factory, moto_server):
             "DEBUG": "0",
             "PYTHONUNBUFFERED": "1",
             "LOG_LEVEL": "INFO",
+            # the worker watches jobs every 5 s, not 30: the node-lost test waits for one watch
+            "JOB_WATCH_EVERY_S": "5",
             "SRIFTY_LOCAL_CODE": "1",  # single-user mode, as ./run starts it: local agents may run model code
         }
     )

@@ -623,7 +623,7 @@ def test_a_node_lost_on_ec2_shows_up_on_the_open_job_page_without_a_reload(staff
         ids = server.api("GET", f"/api/v1/jobs/{job_id}/")["instance_ids"]
         server.ec2().terminate_instances(InstanceIds=ids)  # as if EC2 took the spot node back
 
-        def noticed():  # the worker's watch (every 30 s) sees it
+        def noticed():  # the worker's watch (JOB_WATCH_EVERY_S: 5 s in the browser harness) sees it
             return any(
                 e["kind"] == "node_lost" for e in server.api("GET", f"/api/v1/jobs/{job_id}/")["events"]
             )
