@@ -228,8 +228,16 @@ def pollux_sync_rows(path: Path = TRACES) -> list[SyncRow]:
     return out
 
 
+# The Pollux ResNet-18 traces ran in nvcr.io/nvidia/pytorch:20.03-py3 (the rows' notes,
+# SOURCES_2.md): an NCCL of the 2.6 series.  What the model takes from the version is the same for
+# any 2.4.8-2.12 release: the socket transport's 2 x 8 sockets on AWS (since 2.4.8) and NCCL's
+# oldest latency tables (2.13's, for every older version).
+POLLUX_NCCL = "2.6"
+
+
 def g4dn_topology(gpus_per_node: int, nodes: int) -> Topology:
-    """g4dn.12xlarge × ``nodes`` over TCP (no EFA configured), in a cluster placement group."""
+    """g4dn.12xlarge × ``nodes`` over TCP (no EFA configured), in a cluster placement group, with
+    the traces' NCCL (``POLLUX_NCCL``)."""
     from planner.hardware import load_gpu_specs
 
     network = nccl_corpus._network()["g4dn.12xlarge"]
@@ -241,7 +249,7 @@ def g4dn_topology(gpus_per_node: int, nodes: int) -> Topology:
         nodes,
         efa=False,
         net_gbps=nccl_corpus.network_gbps(network["PeakBandwidthGbps"], network["BaselineBandwidthGbps"]),
-        nccl_version="",
+        nccl_version=POLLUX_NCCL,
         net_cards=int(network.get("MaximumNetworkCards") or 1),
     )
 

@@ -50,6 +50,11 @@ AWS's documentation, none fitted — no train sweep runs over TCP)::
 
     F      = min(64, NCCL_SOCKET_NTHREADS · NCCL_NSOCKS_PERTHREAD) = min(64, 2 · 8) = 16 flows per peer
              (NCCL's AWS defaults, src/transport/net_socket.cc; the product is capped at 64)
+           = 1 before NCCL 2.4.8, the release that brought both variables and their AWS defaults
+             (NCCL's environment-variable docs: "since 2.4.8"): the proxy thread itself sends and
+             receives on one socket per connection.  The AWS defaults are auto-detected from the
+             interface's PCI vendor (/sys/class/net/<if>/device/vendor = 0x1d0f, Amazon's ENA);
+             an unstated version is a current one (2 · 8)
     f_cap  = 10 Gbit/s per flow inside a cluster placement group, 5 outside (EC2 "instance network
              bandwidth": a single 5-tuple flow)
     B_eni  = (sustained ? BaselineBandwidthGbps : PeakBandwidthGbps) / MaximumNetworkCards
@@ -62,6 +67,14 @@ AWS's documentation, none fitted — no train sweep runs over TCP)::
              staging pipelined as for EFA, above; the kernel's socket copies run on NCCL's
              helper threads, F flows over 2 threads, beside the wire and not counted apart)
     h_tcp  = TCP_LAT_US per inter-node step (a kernel TCP hop through NCCL's proxy thread)
+
+No LL128 where the bytes between nodes pass through host memory (TCP, or EFA without GPUDirect
+RDMA).  NCCL routes the path between a GPU and a NIC it cannot reach by GPUDirect RDMA through the
+CPU (src/graph/paths.cc, ncclTopoComputePaths: "We cannot use GPU Direct RDMA, so we need all NICs
+to go through a CPU", a PATH_PHB step; the socket transport reports host pointers only,
+NCCL_PTR_HOST), and its tuner enables LL128 only when the graph's GPU-to-NIC path type is at most
+PATH_PXB (PATH_PXN on compute capability 9.0 and later; src/graph/tuning.cc, the LL128 default).
+So over sockets and host-staged EFA NCCL chooses between LL and Simple, as on PCIe nodes.
 
 Algorithms and protocols, as NCCL's tuner weighs them (``ncclTopoTuneModel``, src/graph/tuning.cc):
 for algorithm ``a`` and protocol ``p`` ∈ {LL, LL128, Simple}::
@@ -82,8 +95,9 @@ for algorithm ``a`` and protocol ``p`` ∈ {LL, LL128, Simple}::
               tree LL 1/3.8, LL128 120/128, Simple 1 (after the tree's 0.92)
 
 LL128 is on only inside NVLink nodes of Volta, Ampere (A100), Hopper or Blackwell (NCCL
-enables it by default only for NVLink paths of compute capability 7.0/8.0/9.0/10.0); PCIe
-nodes (T4, A10G, L4) choose between LL and Simple.
+enables it by default only for NVLink paths of compute capability 7.0/8.0/9.0/10.0), and between
+such nodes only over GPUDirect RDMA (the socket transport, above); PCIe nodes (T4, A10G, L4)
+choose between LL and Simple.
 
 The tree's bandwidth.  NCCL's double binary tree: every node is inside one tree and a leaf of
 the other; with reduce and broadcast pipelined, each node's NICs carry ``2S(N−1)/N`` bytes per
@@ -233,12 +247,16 @@ def latency_band(version: str) -> float:
 # costs tens of µs.  No train sweep runs over TCP, so these are not fitted.
 TCP_LAT_US = {"LL": 30.0, "LL128": 40.0, "Simple": 60.0}
 # NCCL's socket transport on AWS (src/transport/net_socket.cc, ncclNetSocketGetNsockNthread, and
-# NCCL's environment-variable docs): 2 helper threads × 8 sockets per connection when the DMI
-# vendor is Amazon; NCCL refuses more than 64 sockets per connection.
+# NCCL's environment-variable docs): 2 helper threads × 8 sockets per connection when the
+# interface's PCI vendor is Amazon's (0x1d0f, ENA); NCCL refuses more than 64 sockets per
+# connection.  Both variables, and the AWS auto-detection, came with NCCL 2.4.8 ("since 2.4.8");
+# before it the proxy thread sent and received on one socket per connection.
 TCP_SOCKET_NTHREADS = 2
 TCP_NSOCKS_PERTHREAD = 8
 TCP_MAX_SOCKETS = 64
 TCP_SOCKETS = min(TCP_MAX_SOCKETS, TCP_SOCKET_NTHREADS * TCP_NSOCKS_PERTHREAD)
+TCP_SOCKETS_BEFORE = 1
+TCP_MULTISOCKET_NCCL = (2, 4, 8)
 # EC2 "Amazon EC2 instance network bandwidth": one flow (5-tuple) gets up to 10 Gbit/s inside a
 # cluster placement group, 5 outside it.
 TCP_FLOW_GBPS = {True: 10.0, False: 5.0}
@@ -264,7 +282,8 @@ GDR_FAMILIES = ("p4d", "p4de", "p5", "p5e", "p5en", "p6-b200", "p6-b300", "p6e-g
 TREE_EFF = 0.92
 # LL128 is on by default only inside NVLink nodes of compute capability 7.0, 8.0, 9.0 or 10.0
 # (src/graph/tuning.cc: typeIntra <= PATH_NVL and the compute-capability switch): V100, A100,
-# H100/H200, B200.  PCIe nodes (T4, A10G, L4, L40S) run LL and Simple only.
+# H100/H200, B200.  PCIe nodes (T4, A10G, L4, L40S) run LL and Simple only, and so does any
+# multi-node run staged through host memory (typeInter <= PATH_PXB fails: Topology.protocols).
 LL128_GENERATIONS = ("Volta", "Ampere", "Hopper", "Blackwell")
 # The aws-ofi-nccl tuner plugin (platform tuner for p5/p5e/p5en/p6; NCCL's tuner-plugin API since
 # NCCL 2.19) replaces NCCL's own choice of algorithm with AWS's measured one on Hopper and later
@@ -415,8 +434,9 @@ class Topology:
 
     def protocols(self) -> tuple[str, ...]:
         """NCCL's protocols enabled by default here: LL128 only inside NVLink nodes of
-        ``LL128_GENERATIONS``."""
-        ll128 = self.nvlink_gb_s > 0 and self.generation in LL128_GENERATIONS
+        ``LL128_GENERATIONS``, and not where the bytes between nodes are staged through host
+        memory (the path to the NIC runs through the CPU; module docstring)."""
+        ll128 = self.nvlink_gb_s > 0 and self.generation in LL128_GENERATIONS and not self.staged
         return PROTOCOLS if ll128 else tuple(p for p in PROTOCOLS if p != "LL128")
 
     def efa_stage_bw(self) -> float:
@@ -428,7 +448,7 @@ class Topology:
         """``min(B_eni, F · f_cap)`` of the module docstring (Gbit/s, before ε_tcp)."""
         sustained = self.sustained and self.net_baseline_gbps > 0
         eni = (self.net_baseline_gbps if sustained else self.net_gbps) / max(1, self.net_cards)
-        return min(eni, TCP_SOCKETS * TCP_FLOW_GBPS[self.placement_group])
+        return min(eni, tcp_sockets(self.nccl_version) * TCP_FLOW_GBPS[self.placement_group])
 
     def tcp_wire_bw(self, params: PriorParams = DEFAULT_PARAMS) -> float:
         """``B_wire`` of the socket transport (bytes/s)."""
@@ -520,6 +540,22 @@ def efa_interfaces(instance_type: str) -> int:
 def pcie_gb_s_of(generation: str) -> float:
     """PCIe per direction of the boards' generation: Gen3 x16 for Volta/Turing, Gen4 after."""
     return PCIE_GB_S / 2 if generation in PCIE_GEN3 else PCIE_GB_S
+
+
+def nccl_version_tuple(version: str) -> tuple[int, int, int] | None:
+    """``(major, minor, patch)`` of an NCCL version string (patch 0 when not given; None when no
+    version is stated)."""
+    import re
+
+    m = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", version or "")
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)) if m else None
+
+
+def tcp_sockets(version: str) -> int:
+    """``F``, NCCL's sockets per peer connection on an AWS ENA interface: 2 · 8 from NCCL 2.4.8
+    (and for an unstated version, a current image), one before (module docstring)."""
+    stated = nccl_version_tuple(version)
+    return TCP_SOCKETS_BEFORE if stated is not None and stated < TCP_MULTISOCKET_NCCL else TCP_SOCKETS
 
 
 def nccl_band(version: str) -> float:

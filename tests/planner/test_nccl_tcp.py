@@ -2,6 +2,7 @@
 network cards, host copies, and which clusters are timed over it."""
 
 import csv
+import dataclasses
 
 import pytest
 
@@ -13,6 +14,7 @@ from planner.perf.nccl import (
     network_cards,
     prior_us,
     shipped_model,
+    tcp_sockets,
 )
 
 GIB = 1 << 30
@@ -30,6 +32,37 @@ def _catalog_cluster(instance_type: str, nodes: int) -> Cluster:
 
 def test_nccl_opens_two_threads_of_eight_sockets_per_peer_on_aws():
     assert TCP_SOCKETS == 16
+
+
+def test_nccl_before_2_4_8_sends_on_one_socket_per_connection():
+    # NCCL_SOCKET_NTHREADS and NCCL_NSOCKS_PERTHREAD, and their AWS defaults, came with 2.4.8
+    assert [
+        tcp_sockets(v) for v in ("2.3.7", "2.4.2", "2.4", "2.4.8", "2.6.4+cuda10.2", "", "not printed")
+    ] == [
+        1,
+        1,
+        1,
+        16,
+        16,
+        16,
+        16,
+    ]
+    old = Topology(1, 2, "Volta", net="tcp", net_gbps=100, nccl_version="2.4.2")
+    new = dataclasses.replace(old, nccl_version="2.4.8")
+    assert (old.tcp_wire_gbps(), new.tcp_wire_gbps()) == (10, 100)  # one 10 Gbit/s flow in a placement group
+
+
+def test_ll128_is_off_where_the_bytes_between_nodes_pass_through_host_memory():
+    # NCCL routes a GPU-NIC path without GPUDirect RDMA through the CPU (PATH_PHB) and enables LL128
+    # only up to PATH_PXB: so not over sockets nor host-staged EFA, even between NVLink nodes
+    p4d = Topology(8, 2, "Ampere", 600.0, net="efa", net_gbps=400)
+    assert "LL128" in p4d.protocols()
+    assert "LL128" in dataclasses.replace(p4d, nodes=1, net="none").protocols()
+    assert "LL128" not in dataclasses.replace(p4d, net="tcp").protocols()
+    p3dn = Topology(8, 2, "Volta", 300.0, net="efa", net_gbps=100, gdr=False)
+    assert p3dn.staged and "LL128" not in p3dn.protocols()
+    choices = {prior_us(1 << k, dataclasses.replace(p4d, net="tcp"))[1] for k in range(9, 32)}
+    assert choices and not any(c.endswith("LL128") for c in choices)
 
 
 def test_two_single_gpu_nodes_run_at_the_nic_rate_with_the_host_staging_pipelined():
@@ -122,8 +155,6 @@ def test_a_plan_without_efa_states_sockets_over_tcp_and_the_model_that_timed_it(
 ):
     # issue 35, "Done when" item 2: the plan's comm source names the transport and the learned
     # model, and the bucket times the simulator overlaps are that model's estimates over TCP
-    import dataclasses
-
     from tests.planner_app.test_plan_comm import _oracle_and_candidate
 
     oracle, cand = _oracle_and_candidate(instance_type)
