@@ -34,6 +34,14 @@ It joins the pure models for a cluster of catalog instances:
   ``s = REF_THREADS_PER_GPU / (vCPUs / GPUs)`` of the node (:func:`host_share`): the same
   per-sample host work is spread over more threads on a node with more CPUs per GPU (a DGX A100
   has 32 threads per GPU, a DGX-1 10, a p4d.24xlarge 12).
+* **Gradient accumulation** — with ``k = Workload.accumulation_steps`` micro-steps per optimizer
+  step (each GPU runs its per-GPU batch ``k`` times, DDP's ``no_sync`` on all but the last), the
+  all-reduces and the optimizer step run once per ``k`` micro-steps, and the figure is the mean
+  micro-step (the global batch stays the samples of one micro-step over all GPUs)::
+
+      T = ((k − 1) · t_local + T_sync) / k
+
+  ``t_local`` the slowest worker's forward + backward (+ δ), ``T_sync`` the timeline above.
 * **Input pipeline** — a node trains no faster than its data loaders feed it
   (:mod:`planner.input_pipeline`): ``(vCPUs - GPUs) x rate per vCPU`` samples/s, the rate measured
   by the profiler (``input_rate_per_vcpu``) or the default of the data kind (image or token
@@ -120,6 +128,10 @@ class Workload:
     measured: ComputeModel | None = None
     measured_on: str | None = None
     default_spread: PhaseSpread = field(default_factory=lambda: PhaseSpread(0.03, 0.03, 0.03))
+    #: gradient accumulation: micro-steps per optimizer step (``k``; 1: none).  Like the measured
+    #: model it is the caller's, per request, and not part of the cached form (:meth:`to_dict`);
+    #: :meth:`Oracle._estimate` says what it changes.
+    accumulation_steps: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         """The measured model is not part of the cached form (it is the caller's, per request)."""
@@ -195,6 +207,11 @@ class Oracle:
     # comm floors (ms) by the fields _comm keys on: many type sets share one slowest cluster
     _floor_cache: dict[tuple[Any, ...], float] = field(default_factory=dict, repr=False)
     calls: int = 0
+
+    @property
+    def accumulation(self) -> int:
+        """``k``, the workload's micro-steps per optimizer step (at least 1)."""
+        return max(1, int(self.workload.accumulation_steps))
 
     @property
     def pipeline(self) -> InputPipeline | None:
@@ -415,6 +432,12 @@ class Oracle:
         return int(global_batch)
 
     def comm_floor_ms(self, members: Sequence[Candidate], nodes: np.ndarray) -> np.ndarray:
+        """:meth:`_sync_comm_floor_ms` over ``k`` (:attr:`accumulation`): with gradient
+        accumulation one micro-step takes at least ``T_sync / k`` (:func:`_accumulated`), and
+        ``T_sync`` at least the sum of its all-reduces."""
+        return self._sync_comm_floor_ms(members, nodes) / self.accumulation
+
+    def _sync_comm_floor_ms(self, members: Sequence[Candidate], nodes: np.ndarray) -> np.ndarray:
         """For every total node count of ``nodes`` (numpy), a lower bound (ms) on the iteration of
         any configuration of that many nodes made of ``members`` (each with at least one node):
         the sum of its all-reduces.  The cluster a mix runs on does not depend on the counts
@@ -468,7 +491,12 @@ class Oracle:
         return hit
 
     def comm_floor_prefix_min(self, members: Sequence[Candidate], upto: int) -> np.ndarray:
-        """``m[n]`` for ``n = 0..upto``: the least :meth:`comm_floor_ms` of ``members`` over the
+        """:meth:`_sync_floor_prefix_min` over ``k`` (:attr:`accumulation`), as :meth:`comm_floor_ms`
+        (a common positive factor keeps every minimum where it was)."""
+        return self._sync_floor_prefix_min(members, upto) / self.accumulation
+
+    def _sync_floor_prefix_min(self, members: Sequence[Candidate], upto: int) -> np.ndarray:
+        """``m[n]`` for ``n = 0..upto``: the least :meth:`_sync_comm_floor_ms` of ``members`` over the
         totals ``k..n`` (``k`` members; NaN below ``k``; 0 once the oracle cannot say for one).
 
         Not every total is asked.  With the learned comm model each all-reduce is the NCCL prior
@@ -485,7 +513,7 @@ class Oracle:
             return out
         totals = np.arange(k, int(upto) + 1)
         if self.samples or not isinstance(self.comm, LearnedComm) or k < 2:
-            floors = np.asarray(self.comm_floor_ms(members, totals), dtype=float)
+            floors = np.asarray(self._sync_comm_floor_ms(members, totals), dtype=float)
             out[k:] = np.minimum.accumulate(np.where(floors > 0, floors, -np.inf))
             return np.where(out == -np.inf, 0.0, out)
         specs = self._floor_specs()
@@ -529,7 +557,12 @@ class Oracle:
         call at a time costs ~0.2 ms.  ``None`` where this path does not apply (the Monte-Carlo
         oracle, a profiled workload's per-batch buckets, a comm model other than the learned
         one): ask the configurations one by one."""
-        if self.samples or self.workload.measured is not None or not isinstance(self.comm, LearnedComm):
+        if (
+            self.samples
+            or self.workload.measured is not None
+            or not isinstance(self.comm, LearnedComm)
+            or self.accumulation > 1  # _estimate's accumulated mean (_accumulated) is not mirrored here
+        ):
             return None
         ns = np.asarray(counts, dtype=np.int64)
         out = np.zeros(len(ns))
@@ -613,12 +646,19 @@ class Oracle:
         self, members: Sequence[Candidate], counts: Sequence[np.ndarray], grid: Sequence[int]
     ) -> np.ndarray:
         """An upper bound on ``max_G self(config, G).throughput_sps`` over ``grid`` for every count
-        vector of a mix of the distinct types ``members`` (numpy): :mod:`planner.mix_bound`."""
+        vector of a mix of the distinct types ``members`` (numpy): :mod:`planner.mix_bound`;
+        ``inf`` (no bound) with gradient accumulation, whose mean micro-step that bound does not
+        follow (:func:`_accumulated`)."""
+        if self.accumulation > 1:
+            return np.full(len(counts[0]) if len(counts) else 0, np.inf)
         return np.asarray(mix_bound(self)(members, counts, grid), dtype=float)
 
     def mix_ceiling_terms(self, candidate: Candidate, gmax: int) -> tuple[float, float, float] | None:
         """One instance type's terms of the count-free ceiling on :meth:`mix_throughput_bound`
-        (:func:`planner.mix_bound.ceiling`); ``None`` where it cannot say."""
+        (:func:`planner.mix_bound.ceiling`); ``None`` where it cannot say (gradient accumulation
+        among them, as :meth:`mix_throughput_bound`)."""
+        if self.accumulation > 1:
+            return None
         return mix_bound(self).ceiling_terms(candidate, gmax)
 
     @staticmethod
@@ -654,6 +694,12 @@ class Oracle:
         ok &= batch <= cap
         opt, fwd, bwd, ok = self._adjusted_phases(candidate, batch, workers, ok)
         compute_ms = (opt + fwd) + bwd
+        k = self.accumulation
+        if k > 1:
+            # _accumulated: T >= ((k-1)(fwd + bwd_raw) + opt + fwd + bwd) / k, bwd_raw before κ
+            # (the k - 1 local micro-steps run without NCCL); a hair below it for rounding
+            raw = bwd / (1.0 + np.where(workers > 1, self.multi_gpu_terms()[0], 0.0))
+            compute_ms = (fwd + ((k - 1) * raw + opt + bwd) / k) * (1 - 1e-12)
         compute_ms = np.maximum(compute_ms, batch * gpn / ceiling * 1e3)  # the loaders' floor
         with np.errstate(divide="ignore"):
             out[ok] = np.where(compute_ms[ok] > 0, g / (compute_ms[ok] / 1e3), math.inf)
@@ -721,12 +767,14 @@ class Oracle:
         multi = sum(n for _, n in groups) > 1
         kappa, input_ns = self.multi_gpu_terms() if multi else (0.0, 0.0)
         elements = self.input_elements()
+        local_ms = 0.0  # the slowest worker's micro-step without all-reduce or optimizer
         for (model, _), (cand, _), b in zip(groups, config, batches, strict=True):
             phases = self.phases(model, b)
             if phases is None:
                 return None
             sources.append(phases.source)
             sync_ms = input_ns * host_share(cand) * elements * b / 1e6
+            local_ms = max(local_ms, phases.forward + phases.backward + sync_ms)
             if kappa or sync_ms:
                 phases = dataclasses.replace(
                     phases, backward=phases.backward * (1 + kappa), optimizer=phases.optimizer + sync_ms
@@ -744,6 +792,12 @@ class Oracle:
             p50_ms = det.iteration_ms
             p90_ms = _analytic_p90(p50_ms, exposed, loads, comm)
             communication_bound = exposed >= COMM_BOUND_SHARE * p50_ms
+        k = self.accumulation
+        if k > 1:
+            det = timeline(loads, [c.p50_ms for c in comm])
+            exposed = max(0.0, det.iteration_ms - det.backward_end_ms) if comm else 0.0
+            p50_ms, p90_ms = _accumulated(p50_ms, local_ms, k), _accumulated(p90_ms, local_ms, k)
+            communication_bound = exposed / k >= COMM_BOUND_SHARE * p50_ms
         per_node = tuple(b * c.gpus_per_node for (c, _), b in zip(config, batches, strict=True))
         processed = sum(b * w for (_, w), b in zip(groups, batches, strict=True))
         bottleneck = _bottleneck(communication_bound, cluster)
@@ -856,6 +910,18 @@ class Oracle:
 
 def _p50_p90(sim: SimulationResult) -> tuple[float, float]:
     return sim.iteration_ms_p50, max(sim.iteration_ms_p90, sim.iteration_ms_p50)
+
+
+def _accumulated(sync_ms: float, local_ms: float, k: int) -> float:
+    """The mean time of one of ``k`` accumulated micro-steps (:meth:`Oracle._estimate`)::
+
+        T = ((k − 1) · t_local + T_sync) / k
+
+    ``t_local``: the slowest worker's forward + backward (+ its input cost δ), the ``k − 1``
+    micro-steps that run under DDP's ``no_sync`` (no all-reduce, no κ, no optimizer step);
+    ``T_sync``: the timeline of the last micro-step, whose backward overlaps the all-reduces
+    and which ends with the optimizer step."""
+    return ((k - 1) * local_ms + sync_ms) / k
 
 
 def _analytic_p90(p50: float, exposed: float, loads: Sequence[WorkerLoad], comm: Sequence[CommTime]) -> float:
