@@ -160,7 +160,9 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL]},
+            # Redis pub/sub channels ignore the database number: two Srifty installs on one Redis
+            # (or two test servers) need different prefixes, or each hears the other's groups.
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": env_str("CHANNEL_LAYER_PREFIX", "asgi")},
         }
     }
 else:

@@ -218,6 +218,8 @@ def server(tmp_path_factory, moto_server):
     layer = "in-memory"
     if os.environ.get("SRIFTY_TEST_REDIS_URL"):
         env["REDIS_URL"] = os.environ["SRIFTY_TEST_REDIS_URL"]
+        # one server per pytest-xdist worker, all on one Redis: each its own channels
+        env["CHANNEL_LAYER_PREFIX"] = f"srifty-browser-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
         layer = f"redis ({env['REDIS_URL']})"
     _manage(env, "migrate", "--noinput", "-v0")
     _manage(env, "import_catalog")
