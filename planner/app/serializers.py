@@ -15,6 +15,7 @@ from rest_framework import serializers
 
 from catalog.models import Accelerator
 from catalog.regions import AWS_REGIONS
+from launcher.taskfile import MAX_TASK_BYTES, TaskFileError
 from planner.app.models import PlanRecord, PlanStatus
 from planner.defaults import MARKET_DEFAULTS, MIN_BATCH_PER_GPU, PLAN_DEFAULTS
 from profiler.serializers import MAX_SAMPLE_ELEMENTS, InputShapeField, largest_gpu_bytes, shape_of
@@ -157,10 +158,14 @@ def offers_per_region(attrs: dict) -> list[int]:
     from django.db.models import Count
 
     from catalog.models import InstanceOffering, InstanceType
+    from planner.app.task_constraints import allowed_type_ids
 
     types = InstanceType.objects.ddp_capable()
     if attrs.get("gpu_models"):
         types = types.filter(accelerator__name__in=attrs["gpu_models"])
+    allowed = allowed_type_ids(attrs.get("task_constraints"))
+    if allowed is not None:  # the task file's machines (its markets are in spot/on_demand)
+        types = types.filter(pk__in=allowed)
     offers = InstanceOffering.objects.filter(instance_type__in=types)
     if attrs.get("regions"):
         offers = offers.filter(zone__region__code__in=attrs["regions"])
@@ -308,6 +313,21 @@ class PlanRequestSerializer(serializers.Serializer):
         help_text="GPU a SkyPilot-style user would ask for, e.g. A100",
     )
     top_k = serializers.IntegerField(default=int(PLAN_DEFAULTS["top_k"]), min_value=1, max_value=50)
+    task = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        trim_whitespace=False,
+        max_length=MAX_TASK_BYTES,
+        help_text="A task file (Srifty's or SkyPilot's YAML): its resources become the plan's "
+        "constraints (accelerators, cpus, memory, use_spot, region/zone, num_nodes as a fixed "
+        "count, network_tier: best as EFA, instance_type); the plan's constraints_from_task lists them",
+    )
+    task_filename = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=200,
+        help_text="the task file's name (a file without name: is named after its stem)",
+    )
 
     def _quotas(self, value: dict) -> dict:
         if len(value) > MAX_LIST:
@@ -363,8 +383,41 @@ class PlanRequestSerializer(serializers.Serializer):
             )
         return match
 
+    def validate_task(self, value: str) -> str:
+        # a browser's form sends CRLF line breaks; the file is the same file either way
+        return value.replace("\r\n", "\n")
+
+    def _apply_task(self, attrs: dict) -> dict[str, str]:
+        """Read ``task`` and narrow the request to its resources (planner.app.task_constraints);
+        a file that cannot be read is a 400 under ``task`` with each problem's line."""
+        from catalog.models import InstanceType
+        from planner.app import task_constraints as tc
+
+        text = attrs.get("task") or ""
+        if not text.strip():
+            attrs.pop("task", None)
+            return {}
+        try:
+            spec = tc.read(text, attrs.get("task_filename", ""))
+            lines = tc.resource_lines(text)
+            aliases = tc.gpu_aliases(
+                InstanceType.objects.ddp_capable()
+                .filter(accelerator__isnull=False)
+                .values_list("name", "accelerator__name")
+            )
+            choices = tc.choices_of(spec, aliases, lines, AWS_REGIONS)
+        except (TaskFileError, tc.TaskConstraintError) as exc:
+            raise serializers.ValidationError({"task": tc.issues_text(exc)}) from None
+        given = set(self.initial_data or {})
+        errors = tc.merge(attrs, choices, spec.num_nodes, given, aliases)
+        attrs["task_constraints"] = tc.constraints_json(choices, spec.num_nodes)
+        attrs["constraints_from_task"] = tc.from_task(choices, spec.num_nodes, lines)
+        return errors
+
     def validate(self, attrs: dict) -> dict:
-        errors = {}
+        errors = self._apply_task(attrs)
+        if errors:
+            raise serializers.ValidationError(errors)
         if attrs.get("samples_per_epoch") and attrs.get("epochs"):
             attrs["total_samples"] = attrs["samples_per_epoch"] * attrs["epochs"]
         elif attrs.get("iterations"):
@@ -535,6 +588,10 @@ class PlanSerializer(ModelSerializer):
         help_text="Rank -> why that mixed plan beats its types alone (also in result.mix_reasons)"
     )
     bands = serializers.SerializerMethodField(help_text="p10/p50/p90 time and cost of each ranked plan")
+    constraints_from_task = serializers.SerializerMethodField(
+        help_text="The constraints the request's task file set: field (the file's key), value, line, "
+        "means; empty for a plan made without a task file"
+    )
 
     class Meta:
         model = PlanRecord
@@ -568,6 +625,7 @@ class PlanSerializer(ModelSerializer):
             "assumptions",
             "mix_reasons",
             "bands",
+            "constraints_from_task",
         ]
         read_only_fields = fields
 
@@ -583,6 +641,10 @@ class PlanSerializer(ModelSerializer):
     def get_bands(self, obj: PlanRecord) -> list[dict]:
         plans = (obj.result or {}).get("plans") or []
         return money_tree([{k: p.get(k) for k in BAND_FIELDS} for p in plans])
+
+    @extend_schema_field(serializers.ListField(child=serializers.DictField()))
+    def get_constraints_from_task(self, obj: PlanRecord) -> list[dict]:
+        return list((obj.request or {}).get("constraints_from_task") or [])
 
     @extend_schema_field(PlanWarningSerializer(many=True))
     def get_warnings(self, obj: PlanRecord) -> list[dict]:

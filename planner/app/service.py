@@ -298,16 +298,20 @@ def plan_request(req: dict):
 
 
 def candidates(req: dict):
+    """The catalog's offers the request allows; a task file's resources (``task_constraints``,
+    :mod:`planner.app.task_constraints`) keep only the offers that satisfy one of its choices."""
+    from planner.app.task_constraints import filter_candidates
     from planner.offers import load_candidates
 
     rows = feed.candidate_rows(req.get("regions") or None)
-    return load_candidates(
+    cands = load_candidates(
         rows,
         regions=req.get("regions") or None,
         allow_spot=req.get("spot", True),
         allow_on_demand=req.get("on_demand", True),
         gpu_models=req.get("gpu_models") or None,
     )
+    return filter_candidates(req.get("task_constraints"), cands)
 
 
 # --- the per-GPU batch ----------------------------------------------------------------------
@@ -374,10 +378,14 @@ def memory_limit_mb() -> float:
 def _instance_types(req: dict) -> int:
     """Distinct CUDA instance types with an offer in the regions the request allows."""
     from catalog.models import InstanceOffering, InstanceType
+    from planner.app.task_constraints import allowed_type_ids
 
     types = InstanceType.objects.ddp_capable()
     if req.get("gpu_models"):
         types = types.filter(accelerator__name__in=req["gpu_models"])
+    allowed = allowed_type_ids(req.get("task_constraints"))
+    if allowed is not None:
+        types = types.filter(pk__in=allowed)
     offers = InstanceOffering.objects.filter(instance_type__in=types)
     if req.get("regions"):
         offers = offers.filter(zone__region__code__in=req["regions"])
@@ -473,6 +481,7 @@ def solve_request(req: dict, owner, *, allow_code: bool = False, progress=None) 
     :func:`workload`. ``progress(phase, evaluated, total)``, when given, is called as the work
     goes (``evaluated``/``total`` are None outside the main search); an exception it raises
     propagates (how a worker stops a cancelled plan)."""
+    from planner.app.task_constraints import with_node_count
     from planner.baselines import evaluate_baselines
     from planner.oracle import Oracle
     from planner.why_mix import mix_reasons
@@ -499,15 +508,17 @@ def solve_request(req: dict, owner, *, allow_code: bool = False, progress=None) 
     )
     stages.enter("search")
     minimum = min_batch_per_gpu(req, profile)
+    # a task file's num_nodes: only clusters of exactly that many nodes are ranked
+    searched = with_node_count(oracle, req.get("task_constraints"))
     result = _solve(
-        pr, cands, oracle, progress=stages.counts if progress else None, min_per_gpu=minimum["value"]
+        pr, cands, searched, progress=stages.counts if progress else None, min_per_gpu=minimum["value"]
     )
     stages.enter("verify")
     verified = _verify(result.plans, pr, oracle, {c.key: c for c in cands})
     rows = RowSource(oracle, validated_errors(), {c.key: c for c in cands}, minimum["value"])
     stages.enter("alternatives")
     alternatives = (
-        _market_alternatives(pr, cands, oracle, rows, progress=stages.ping if progress else None)
+        _market_alternatives(pr, cands, searched, rows, progress=stages.ping if progress else None)
         if req.get("spot", True) and req.get("on_demand", True)
         else {}
     )
@@ -520,8 +531,9 @@ def solve_request(req: dict, owner, *, allow_code: bool = False, progress=None) 
         result,
         requested_gpu=req.get("baseline_gpu"),
         skypilot_use_spot=bool(req.get("spot", True)),
+        skypilot_nodes=(req.get("task_constraints") or {}).get("num_nodes"),  # as SkyPilot sizes it
     )
-    return {
+    doc = {
         "plans": [_plan_json(p, verified.get(p.rank), rows) for p in result.plans],
         "pareto": [p._asdict() for p in result.pareto],
         "points": [p._asdict() for p in _thin(result.points)],
@@ -546,6 +558,9 @@ def solve_request(req: dict, owner, *, allow_code: bool = False, progress=None) 
         "assumptions": plan_assumptions(result.plans, pr, req, wl, profile, oracle, warnings, cands),
         "mix_reasons": mix_reasons(result.plans, pr, cands, oracle),
     }
+    if req.get("task_constraints"):  # only then: a plan without a task file reads as before
+        doc["constraints_from_task"] = list(req.get("constraints_from_task") or [])
+    return doc
 
 
 def _market_alternatives(pr, cands, oracle, rows: RowSource, progress=None) -> dict[str, dict]:

@@ -42,7 +42,12 @@ class Command(BaseCommand):
             help="allow spot instances (default: yes; --no-spot for on-demand only)",
         )
         parser.add_argument("--no-on-demand", action="store_true", default=not MARKET_DEFAULTS["on_demand"])
-        parser.add_argument("--max-nodes", type=int, default=PLAN_DEFAULTS["max_nodes"])
+        parser.add_argument(
+            "--max-nodes",
+            type=int,
+            default=None,
+            help=f"default {PLAN_DEFAULTS['max_nodes']} (a task's num_nodes)",
+        )
         parser.add_argument("--max-types", type=int, default=PLAN_DEFAULTS["max_types"])
         batch_range = f"{PLAN_DEFAULTS['global_batch_min']}..{PLAN_DEFAULTS['global_batch_max']}"
         parser.add_argument(
@@ -67,6 +72,12 @@ class Command(BaseCommand):
         )
         parser.add_argument("--spot-quota", action="append", default=[], metavar="CLASS=VCPUS")
         parser.add_argument("--baseline-gpu", default="", help="the GPU a SkyPilot-style user would request")
+        parser.add_argument(
+            "--task",
+            metavar="FILE",
+            help="a task file (Srifty's or SkyPilot's YAML): its resources become the plan's constraints "
+            "(accelerators, cpus, memory, use_spot, region/zone, num_nodes, network_tier, instance_type)",
+        )
         parser.add_argument("--user", default=None)
         parser.add_argument("--json", action="store_true")
         parser.add_argument(
@@ -89,7 +100,6 @@ class Command(BaseCommand):
             "max_hourly_usd": o["max_hourly"],
             "spot": o["spot"],
             "on_demand": not o["no_on_demand"],
-            "max_nodes": o["max_nodes"],
             "max_types": o["max_types"],
             "quotas_on_demand": _quotas(o["quota"], "--quota"),
             "quotas_spot": _quotas(o["spot_quota"], "--spot-quota"),
@@ -103,9 +113,12 @@ class Command(BaseCommand):
             ("global_batch_min", o["batch_min"]),
             ("global_batch_max", o["batch_max"]),
             ("min_batch_per_gpu", o["min_batch_per_gpu"]),
+            ("max_nodes", o["max_nodes"]),
         ):
             if value is not None:
                 data[key] = value
+        if o["task"]:
+            data.update(_task(o["task"]))
         # The operator runs this command, so it may plan the operator's own factory directly.
         checked = PlanRequestSerializer(data=data, context={"allow_code": True})
         if not checked.is_valid():
@@ -137,6 +150,18 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps({"plan": record.pk, **(record.result or {})}, indent=2, default=str))
             return
         self.stdout.write(render(record))
+
+
+def _task(path: str) -> dict[str, str]:
+    """The request fields of ``--task FILE``: its text and its name (a file without ``name:``
+    is named after its stem)."""
+    from pathlib import Path
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CommandError(f"--task {path}: {exc}") from None
+    return {"task": text, "task_filename": Path(path).name}
 
 
 class ProgressBar:
@@ -176,6 +201,7 @@ def _export_sky(cmd, record, rank: int, folder: str) -> None:
     a mixed plan's files say so at the top), for teams who launch with ``sky launch``."""
     from pathlib import Path
 
+    from launcher.skyexport import plan_task
     from launcher.taskfile import to_skypilot  # the task-file format lives with the launcher
 
     option = record.option(rank)
@@ -183,7 +209,7 @@ def _export_sky(cmd, record, rank: int, folder: str) -> None:
         raise CommandError(f"--export-option {rank}: plan {record.pk} has no option {rank}")
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
-    files = to_skypilot(option)
+    files = to_skypilot(option, plan_task(record.request))  # the plan's task file, when it has one
     for name, text in files:
         (out / name).write_text(text)
         cmd.stderr.write(f"wrote {out / name}")
@@ -237,4 +263,10 @@ def render(record) -> str:
             )
         else:
             lines.append(f"baseline {b['name']}: {b['infeasible_reason']}")
+    lines += [
+        f"from the task file: {c['field']} {c['value']}"
+        + (f" (line {c['line']})" if c.get("line") else "")
+        + f": {c['means']}"
+        for c in r.get("constraints_from_task") or []
+    ]
     return "\n".join(lines)
