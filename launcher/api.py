@@ -34,7 +34,7 @@ from rest_framework.response import Response
 from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import APIView
 
-from launcher import interruptions, jobs, launch, monitor, prechecks, skyexport, workdirs
+from launcher import interruptions, jobs, launch, monitor, prechecks, skyexport, taskfile, workdirs
 from launcher.models import Job
 from launcher.serializers import (
     ApplyReplanSerializer,
@@ -168,19 +168,22 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
         params = LaunchParamsSerializer(data=request.data)
         params.is_valid(raise_exception=True)
         v = params.validated_data
-        return Response(
-            launch.prepare(
-                request.user,
-                v["plan"],
-                v["rank"],
-                v["train_command"],
-                v["max_spend_usd"],
-                v["max_hours"],
-                task=v["task"],
-                image_id=v["image_id"],
-                archive=_archive(v),
-            )
+        out = launch.prepare(
+            request.user,
+            v["plan"],
+            v["rank"],
+            v["train_command"],
+            v["max_spend_usd"],
+            v["max_hours"],
+            task=v["task"],
+            image_id=v["image_id"],
+            archive=_archive(v),
         )
+        # The task holds the values given at launch (``env``): shown as the job shows it, secrets
+        # redacted, and the names given without their values.
+        out["task"] = taskfile.redacted(out["task"])
+        out["env"] = sorted(v["env"])
+        return Response(out)
 
     @extend_schema(
         parameters=[
@@ -272,7 +275,9 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
             raise jobs.NotAllowed("launching a job needs the launcher.add_job permission")
         params = ReplanRequestSerializer(data=request.data)
         params.is_valid(raise_exception=True)
-        return Response(monitor.prepare_replan(request.user, job, **params.validated_data))
+        out = monitor.prepare_replan(request.user, job, **params.validated_data)
+        out["task"] = taskfile.redacted(out.get("task", ""))  # the job's task holds its secrets
+        return Response(out)
 
     @extend_schema(
         request=ApplyReplanSerializer, responses={201: JobDetailSerializer, 400: None, 403: None, 409: USED}

@@ -34,7 +34,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
-from launcher import options, taskfile
+from launcher import envvalues, options, taskfile
 from launcher.errors import ConfirmationUsed as ConfirmationUsed
 from launcher.errors import JobClosed as JobClosed
 from launcher.errors import JobError as JobError
@@ -174,17 +174,30 @@ def clean_task(task) -> taskfile.TaskSpec | None:
     except taskfile.TaskFileError as exc:
         raise JobError("task", str(exc), exc.as_dict()) from exc
     if spec.required_envs:  # SkyPilot's `envs: {NAME: null}`: no launch without a value
-        issues = [
-            taskfile.TaskIssue(
-                None,
-                f"{'secrets' if name in spec.secrets else 'envs'}.{name}",
-                "must be given at launch, and Srifty takes no values at launch yet: "
-                "write the value in the file",
-            )
-            for name in spec.required_envs
-        ]
-        raise JobError("task", "; ".join(str(i) for i in issues), taskfile.TaskFileError(issues).as_dict())
+        raise missing_envs(spec)
     return spec
+
+
+def missing_envs(spec: taskfile.TaskSpec) -> JobError:
+    """JobError("task") naming each env or secret the file leaves to the launch (``null``) that
+    has no value: each problem also says which name (``env``) and whether its value is a
+    ``secret`` (a ``secrets`` name or a credential-like env name, hidden wherever the file is
+    shown), so the launch dialog can ask for it (``launcher.envvalues`` writes the values in)."""
+    issues = [
+        taskfile.TaskIssue(
+            None,
+            f"{'secrets' if name in spec.secrets else 'envs'}.{name}",
+            "must be given at launch: env {NAME: value} in the API, its field in the launch "
+            "dialog, or manage.py launch --env NAME=VALUE",
+        )
+        for name in spec.required_envs
+    ]
+    sections = envvalues.declared(spec)
+    details = [
+        {**d, "env": name, "secret": envvalues.hidden(name, sections[name])}
+        for d, name in zip(taskfile.TaskFileError(issues).as_dict(), spec.required_envs, strict=True)
+    ]
+    return JobError("task", "; ".join(str(i) for i in issues), details)
 
 
 def clean_image_id(image_id) -> str:

@@ -7,7 +7,7 @@ from decimal import Decimal
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from launcher import interruptions, jobs, monitor, taskfile
+from launcher import envvalues, interruptions, jobs, monitor, taskfile
 from launcher.models import Job, JobEvent
 from srifty_web.money import MONEY_NOTE, MONEY_TREE_NOTE, MoneyField, money, money_help, money_tree
 from srifty_web.serializers import ModelSerializer
@@ -15,6 +15,20 @@ from srifty_web.serializers import ModelSerializer
 MAX_REPORTS_PER_POST = 1000
 MAX_SEQ = 2**62
 MAX_ID = 2**63 - 1
+
+
+class EnvValuesField(serializers.DictField):
+    """``{NAME: value}``: strings only (a number or a boolean is refused, not turned into text),
+    checked by ``envvalues.check_values``."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(child=serializers.CharField(allow_blank=True, trim_whitespace=False), **kwargs)
+
+    def to_internal_value(self, data) -> dict[str, str]:
+        try:
+            return envvalues.check_values(data)
+        except envvalues.EnvValueError as exc:
+            raise serializers.ValidationError(exc.problems) from exc
 
 
 class LaunchParamsSerializer(serializers.Serializer):
@@ -59,11 +73,40 @@ class LaunchParamsSerializer(serializers.Serializer):
         "regular files and folders, relative names; at most JOB_WORKDIR_MAX_MB. The "
         "confirmation binds its digest, so send the same file to POST /jobs/",
     )
+    env = EnvValuesField(
+        required=False,
+        default=dict,
+        help_text="Values for the task file's envs and secrets, {NAME: value} (multipart: env.NAME "
+        "fields), as sky launch --env / --secret: required for each the file writes null, "
+        "optional for the others, refused for a name the file does not declare. Strings of one "
+        f"line, at most {envvalues.MAX_ENV_VALUE_CHARS} characters; a secret's (or a credential-like "
+        f"env name's) at least {envvalues.MIN_HIDDEN_CHARS}. Never shown back (the task file is "
+        "shown with them redacted); send the same values to POST /jobs/ (the confirmation binds them)",
+    )
 
     def validate_task(self, value: str) -> str:
         # A browser's multipart form sends text fields with CRLF line breaks (the HTML spec's
         # normalization); the task file is the same file either way, and the job keeps it as such.
         return value.replace("\r\n", "\n")
+
+    def validate(self, attrs: dict) -> dict:
+        """The task with the values given at launch written in (``envvalues.with_values``): what
+        the confirmation binds and the job keeps. A task with errors is left as sent: the launch
+        reports them with their lines."""
+        values = attrs.get("env") or {}
+        if not values:
+            return attrs
+        if not attrs.get("task", "").strip():
+            raise serializers.ValidationError(
+                {"env": [f"{', '.join(values)}: values for a task file's envs, and there is no task file"]}
+            )
+        try:
+            attrs["task"] = envvalues.with_values(attrs["task"], values)
+        except envvalues.EnvValueError as exc:
+            raise serializers.ValidationError({"env": exc.problems}) from exc
+        except taskfile.TaskFileError:
+            pass
+        return attrs
 
     def validate_train_command(self, value: str) -> str:
         task = self.initial_data.get("task") if hasattr(self.initial_data, "get") else None
@@ -132,12 +175,22 @@ class PreviewSerializer(serializers.Serializer):
     global_batch = serializers.IntegerField(allow_null=True)
     placement_group = serializers.CharField()
     train_command = serializers.CharField(allow_blank=True)
-    task = serializers.CharField(allow_blank=True, required=False, help_text="The task file launched")
+    task = serializers.CharField(
+        allow_blank=True,
+        required=False,
+        help_text="The task file launched, with the values given at launch; secrets and credential-like "
+        "env values redacted",
+    )
     image_id = serializers.CharField(allow_blank=True, required=False, help_text="A custom AMI, if any")
     task_notes = serializers.ListField(
         child=serializers.CharField(),
         required=False,
         help_text="Where a SkyPilot file's request and the plan differ",
+    )
+    env = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        help_text="The names given values at launch (env); the values are never shown back",
     )
     workdir_archive = WorkdirArchiveSerializer(
         required=False, allow_null=True, help_text="The uploaded workdir archive, checked"
@@ -212,7 +265,8 @@ class JobDetailSerializer(JobSerializer):
     task = serializers.CharField(
         source="task_shown",
         read_only=True,
-        help_text="The task file launched, credential envs values (names with TOKEN, KEY, SECRET, ...) redacted",
+        help_text="The task file launched, with the values given at launch (env) written in; the values "
+        "of secrets and of credential-like envs (names with TOKEN, KEY, SECRET, ...) redacted",
     )
     observed = serializers.SerializerMethodField(help_text="Observed vs predicted iteration time")
     progress = serializers.SerializerMethodField()

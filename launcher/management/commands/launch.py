@@ -1,4 +1,5 @@
-"""``manage.py launch --plan N --option K --task task.yaml [--max-spend USD] [--max-hours H] [--yes]``.
+"""``manage.py launch --plan N --option K --task task.yaml [--env NAME=VALUE ...] [--max-spend USD]
+[--max-hours H] [--yes]``.
 
 Launches option K of solved plan N with a task file (Srifty's YAML or SkyPilot's, see
 ``launcher.taskfile``): the file is checked (every error with its line and field, exit 1), the
@@ -8,17 +9,23 @@ pre-checks are asked again (the answer may have come minutes later), a local wor
 uploaded (``launcher.workdirs``) and the job is created and launched in the foreground; the job
 row is printed at the end. The same confirmation rules as the web: ``launcher.add_job`` (the
 ``--user``, default the first superuser).
+
+``--env NAME=VALUE`` (repeatable) gives a value to an env or secret of the file, as ``sky launch
+--env`` does: required for each the file writes ``null``; ``--env NAME`` takes the value from this
+shell's environment (so a secret need not be typed on the command line). Values are written into
+the job's task file (``launcher.envvalues``) and never printed.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from decimal import Decimal
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from launcher import jobs, launch, options, prechecks, taskfile, workdirs
+from launcher import envvalues, jobs, launch, options, prechecks, taskfile, workdirs
 from launcher.models import Job
 from planner.app.models import PlanRecord
 from srifty_web.commands import owner_for_command
@@ -36,6 +43,13 @@ class Command(BaseCommand):
             "--max-hours", type=float, default=None, help="hours cap (default: 1.5x p90 time)"
         )
         parser.add_argument("--image-id", default="", help="a custom AMI instead of the Deep Learning AMI")
+        parser.add_argument(
+            "--env",
+            action="append",
+            default=[],
+            metavar="NAME=VALUE",
+            help="a value for the file's env or secret NAME (repeatable); NAME alone: from this shell's environment",
+        )
         parser.add_argument("--user", default=None, help="who launches (default: the first superuser)")
         parser.add_argument("--yes", action="store_true", help="launch without asking")
         parser.add_argument("--no-prechecks", action="store_true", help="do not ask AWS before launching")
@@ -53,6 +67,8 @@ class Command(BaseCommand):
             raise CommandError(
                 f"{path} has {len(exc.issues)} error(s):\n" + "\n".join(f"  {path}:{i}" for i in exc.issues)
             ) from exc
+        task = _with_env(text.decode(), o["env"], path)
+        spec = taskfile.parse_task(task, filename=path)
         user = owner_for_command(o["user"])
         plan = PlanRecord.objects.visible_to(user).filter(pk=o["plan"]).first()
         if plan is None:
@@ -67,9 +83,12 @@ class Command(BaseCommand):
             self.stdout.write(f"note: {path}:{warning}")
         if spec.required_envs:
             raise CommandError(
-                f"{path}: {', '.join(spec.required_envs)} must be given at launch, and Srifty takes no "
-                "values at launch yet: write them in the file"
+                f"{path}: {', '.join(spec.required_envs)} must be given at launch: --env NAME=VALUE "
+                "(or --env NAME to take it from this shell's environment)"
             )
+        if o["env"]:  # the names only: a value is never printed
+            given = sorted({word.partition("=")[0] for word in o["env"]})
+            self.stdout.write(f"env given at launch: {', '.join(given)}")
         spend, hours = _caps(option, o["max_spend"], o["max_hours"])
         if not o["no_prechecks"]:
             self._prechecks(option)
@@ -97,7 +116,7 @@ class Command(BaseCommand):
                 spend,
                 hours,
                 confirm=True,
-                task=text.decode(),
+                task=task,
                 image_id=o["image_id"],
                 workdir_archive=archive,
             )
@@ -123,6 +142,26 @@ class Command(BaseCommand):
             raise CommandError(
                 f"{len(failed)} pre-check(s) failed; nothing launched (fix them or --no-prechecks)"
             )
+
+
+def _with_env(text: str, words: list[str], path: Path) -> str:
+    """The task file's text with the ``--env`` values written in (``envvalues.with_values``):
+    ``NAME=VALUE``, or ``NAME`` for this shell's value of it. A later word for a name wins, as
+    with ``sky launch``."""
+    values: dict[str, str] = {}
+    for word in words:
+        name, has_value, value = word.partition("=")
+        if not has_value:
+            if name not in os.environ:
+                raise CommandError(f"--env {name}: not set in this shell's environment; give NAME=VALUE")
+            value = os.environ[name]
+        values[name] = value
+    try:
+        return envvalues.with_values(text, envvalues.check_values(values))
+    except envvalues.EnvValueError as exc:
+        raise CommandError(f"--env: {'; '.join(exc.problems)}") from exc
+    except taskfile.TaskFileError as exc:  # parsed above; only a file the values break gets here
+        raise CommandError(f"{path}: {exc}") from exc
 
 
 def _caps(option: dict, max_spend, max_hours) -> tuple[Decimal, float]:
