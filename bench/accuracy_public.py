@@ -30,6 +30,10 @@ builds it, with the comm model of ``planner.app.service.comm_model``):
   nodes; an EC2 row (e.g. Pollux's T4 traces on g4dn.12xlarge) on the catalog's instance type
   (its vCPUs, network and EFA from the catalog fixtures, as ``manage.py predict`` reads them from
   the catalog), a non-EC2 row on a DGX-like node (``calibration.node_candidate``).
+* gradient accumulation — a row whose run accumulated gradients over ``k`` micro-batches
+  (``planner/data/corpus_accumulation.csv``: NVIDIA's BERT pre-training, LAMB) is predicted with
+  ``Workload.accumulation_steps = k``: the all-reduces and the optimizer step once per ``k``
+  micro-steps, as the oracle plans a user's accumulated run (:func:`step_ms` on one GPU).
 * ``coverage`` — how often the measured value falls inside the range the product states: its
   p10-p90 (``planner.validated.iteration_band``: the oracle's p50/p90 times ``exp(q10/q90)`` of the
   model error of the row's source: analytical, transferred or, on several nodes, ddp-multinode).
@@ -124,7 +128,20 @@ def row_workload(traces: Mapping, models: Mapping, row: corpus.CorpusRow) -> Wor
     if doc is None:
         return None
     shape = models[row.key].data_shape  # what the loaders feed (the trace may stand in for it)
-    return dataclasses.replace(Workload.from_dict(doc), precision=row.precision, input_shape=shape)
+    return dataclasses.replace(
+        Workload.from_dict(doc),
+        precision=row.precision,
+        input_shape=shape,
+        accumulation_steps=row.accumulation_steps,  # all-reduce and optimizer once per k micro-steps
+    )
+
+
+def step_ms(phases: PhaseTimes, row: corpus.CorpusRow) -> float:
+    """One micro-step of ``row`` on one GPU (ms): forward + backward, and the optimizer step when
+    the row's figure includes it, once per the row's ``k`` accumulated micro-steps (the oracle's
+    one-GPU estimate: ``planner.oracle._accumulated`` with nothing to all-reduce)."""
+    optimizer = phases.optimizer / row.accumulation_steps if row.with_optimizer else 0.0
+    return phases.forward + phases.backward + optimizer
 
 
 def oracle_step(model, wl: Workload, r: corpus.CorpusRow) -> float | None:
@@ -134,7 +151,7 @@ def oracle_step(model, wl: Workload, r: corpus.CorpusRow) -> float | None:
     phases = oracle.phases(r.chip, r.per_gpu_batch)
     if phases is None:
         return None
-    return phases.forward + phases.backward + (phases.optimizer if r.with_optimizer else 0.0)
+    return step_ms(phases, r)
 
 
 def transfer(model, cost: WorkloadCost, a: corpus.CorpusRow, b: corpus.CorpusRow, t_a: float) -> float:
@@ -145,7 +162,7 @@ def transfer(model, cost: WorkloadCost, a: corpus.CorpusRow, b: corpus.CorpusRow
     batch differs, each phase is moved along the model's batch curve on A first (what a profile's
     linear fit gives). Then ``TransferModel.predict(measured=…, measured_on=A)`` on B."""
     pa = model.phase_ms(cost, a.per_gpu_batch, a.chip, a.precision)
-    base = pa["forward"] + pa["backward"] + (pa["optimizer"] if a.with_optimizer else 0.0)
+    base = step_ms(PhaseTimes(pa["forward"], pa["backward"], pa["optimizer"]), a)
     scale = t_a / base
     if b.per_gpu_batch != a.per_gpu_batch:  # along the source GPU's batch curve (a profile's fit)
         pb = model.phase_ms(cost, b.per_gpu_batch, a.chip, a.precision)
@@ -158,7 +175,7 @@ def transfer(model, cost: WorkloadCost, a: corpus.CorpusRow, b: corpus.CorpusRow
     t = model.predict(
         cost, b.per_gpu_batch, b.chip, measured=measured, measured_on=a.chip, precision=b.precision
     )
-    return t.forward + t.backward + (t.optimizer if b.with_optimizer else 0.0)
+    return step_ms(t, b)
 
 
 def unmapped_line(rows: list[corpus.CorpusRow], models: Mapping) -> str:

@@ -328,7 +328,7 @@ def predicted_speedup(
     """``n · t₁ / t_n`` from the product's oracle: one GPU, then ``n`` GPUs of one node of
     ``host_vcpus`` threads, at the same per-GPU batch (analytical compute, the comm model's
     prior, the simulator's overlap).  ``trace`` is a trace document or an already built
-    ``planner.oracle.Workload``."""
+    ``planner.oracle.Workload`` (whose ``accumulation_steps`` both configurations keep)."""
     import dataclasses
 
     from planner.oracle import Oracle, Workload
@@ -376,6 +376,8 @@ def fit_multi_gpu(
     """Set κ (``nccl_slowdown``) and the shared input pipeline's δ (``input_ns_per_element``, ns
     per input element) on ``model``: the grid pair with the least ``Σ (ln Ŝ − ln S)²`` over the
     pairs' published speed-ups ``S``; both 0 when no pair can be predicted."""
+    import dataclasses
+
     from planner import corpus
     from planner.oracle import Workload
 
@@ -385,7 +387,10 @@ def fit_multi_gpu(
     for one, many in pairs:
         doc = pair_trace((one, many), models, traces)
         if doc is not None:
-            usable.append((one, many, built.setdefault(id(doc), Workload.from_dict(doc))))
+            wl = built.setdefault(id(doc), Workload.from_dict(doc))
+            # the run's gradient accumulation (corpus.ACCUMULATION_CSV): its all-reduce and
+            # optimizer step run once per k micro-steps of the published rate
+            usable.append((one, many, dataclasses.replace(wl, accumulation_steps=many.accumulation_steps)))
     best = (math.inf, 0.0, 0.0)
     for overhead in overheads:
         for kappa in kappas:

@@ -40,6 +40,7 @@ follow the same rule.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import json
 import random
@@ -132,6 +133,9 @@ class CorpusRow:
     value: float
     notes: str
     family: str = ""
+    #: micro-steps per optimizer step the row's run accumulated gradients over (1: none stated);
+    #: from :data:`ACCUMULATION_CSV` (:func:`with_accumulation`)
+    accumulation_steps: int = 1
 
     @property
     def chip(self) -> str:
@@ -220,7 +224,65 @@ def load_rows(
     path: Path = CORPUS_CSV, models: Mapping[tuple[str, str], CorpusModel] | None = None
 ) -> list[CorpusRow]:
     models = load_models() if models is None else models
-    return _read_rows(path, models, 0, lambda r: (r["precision"].lower(), r["gpu"], r["notes"]))
+    rows = _read_rows(path, models, 0, lambda r: (r["precision"].lower(), r["gpu"], r["notes"]))
+    return with_accumulation(rows)
+
+
+# Gradient accumulation (issue 34).  NVIDIA's BERT pre-training (LAMB) accumulates gradients over
+# k micro-batches per optimizer step, and its README tables print k beside the micro-batch: the
+# all-reduce and the optimizer run once per k micro-steps while the published sequences/s count
+# every micro-step.  Each such row's k, with the table's words it was read from (and where a
+# printed figure contradicts the others, how it was read), is in this file, keyed by the row.
+ACCUMULATION_CSV = ROOT / "planner/data/corpus_accumulation.csv"
+AccumulationKey = tuple[str, str, str, str, str, int, int, int]
+
+
+def _accumulation_key(
+    publisher: str, model: str, shape: str, precision: str, gpu: str, gpn: int, nodes: int, batch: int
+) -> AccumulationKey:
+    return (publisher, model, shape, precision, gpu, gpn, nodes, batch)
+
+
+def load_accumulation(path: Path = ACCUMULATION_CSV) -> dict[AccumulationKey, int]:
+    """``{(publisher, model, input shape, precision, gpu, gpus/node, nodes, per-GPU batch): k}``."""
+    with open(path, newline="") as fh:
+        return {
+            _accumulation_key(
+                r["publisher"],
+                r["model"],
+                r["input_shape"],
+                r["precision"],
+                r["gpu"],
+                int(r["gpus_per_node"]),
+                int(r["nodes"]),
+                int(r["per_gpu_batch"]),
+            ): int(r["accumulation_steps"])
+            for r in csv.DictReader(fh)
+        }
+
+
+def with_accumulation(rows: Iterable[CorpusRow], path: Path = ACCUMULATION_CSV) -> list[CorpusRow]:
+    """``rows`` with the accumulation steps :data:`ACCUMULATION_CSV` states for them (1 elsewhere)."""
+    table = load_accumulation(path)
+    out = []
+    for r in rows:
+        try:
+            publisher = publisher_of(r.source)
+        except ValueError:  # a row without a repository (a test's) has no stated accumulation
+            out.append(r)
+            continue
+        key = _accumulation_key(
+            publisher,
+            r.model,
+            r.corpus_input_shape,
+            r.precision,
+            r.gpu,
+            r.gpus_per_node,
+            r.nodes,
+            r.per_gpu_batch,
+        )
+        out.append(dataclasses.replace(r, accumulation_steps=table[key]) if key in table else r)
+    return out
 
 
 def load_calibration_rows(path: Path = CALIBRATION_CSV) -> list[CorpusRow]:
