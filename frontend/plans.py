@@ -14,6 +14,7 @@ from catalog.models import Region
 from catalog.zone_prices import lone_zone_prices
 from frontend.wording import humanize_errors
 from launcher import workdirs
+from launcher.taskfile import MAX_TASK_BYTES
 from planner.app import permissions, profile_first, service, solving
 from planner.app.models import PlanRecord
 from planner.app.serializers import PlanRequestSerializer
@@ -42,6 +43,8 @@ FORM_DEFAULTS = {
     "baseline_gpu": "A100",
     **{k: str(v) for k, v in PLAN_DEFAULTS.items() if k != "top_k"},  # the one set (planner.defaults)
     "min_batch_per_gpu": "",  # blank: the profile's knee, else MIN_BATCH_PER_GPU (planner.app.service)
+    "task": "",  # a task file (planner.app.task_constraints): pasted, or uploaded as task_file
+    "task_filename": "",
 }
 
 
@@ -88,7 +91,26 @@ def _to_request(v: dict) -> dict:
     quotas = {k: v[f"quota_{k.lower()}"] for k in ("P", "G") if v.get(f"quota_{k.lower()}") not in (None, "")}
     if quotas:
         data["quotas_on_demand"] = quotas
+    if (v.get("task") or "").strip():
+        data["task"] = v["task"]
+        data["task_filename"] = v.get("task_filename") or ""
     return data
+
+
+def _uploaded_task(request: HttpRequest, values: dict) -> dict[str, str]:
+    """An uploaded task file replaces the pasted text (its name names a file without ``name:``);
+    field -> message when it cannot be read as text."""
+    upload = request.FILES.get("task_file")
+    if upload is None:
+        return {}
+    if (upload.size or 0) > MAX_TASK_BYTES:
+        return {"task": f"the task file is larger than {MAX_TASK_BYTES} bytes"}
+    try:
+        values["task"] = upload.read().decode("utf-8")
+    except UnicodeDecodeError:
+        return {"task": "the task file is not UTF-8 text"}
+    values["task_filename"] = (upload.name or "")[:200]
+    return {}
 
 
 def _flatten_errors(errors: dict) -> dict[str, str]:
@@ -117,15 +139,16 @@ def plan_list(request: HttpRequest) -> HttpResponse:
         values["regions"] = request.POST.getlist("regions")
         for box in ("spot", "on_demand"):
             values[box] = "on" if request.POST.get(box) else ""
+        errors = _uploaded_task(request, values)  # an upload that cannot be read: the form again
         checked = PlanRequestSerializer(data=_to_request(values))
-        if checked.is_valid():
+        if not errors and checked.is_valid():
             try:
                 record = solving.queue_plan(request.user, dict(checked.validated_data))
             except service.PlanInputError as exc:
                 errors = humanize_errors({exc.field: exc.message})
             else:  # solved in the background; the plan page follows its progress
                 return redirect("plan-page", plan_id=record.pk)
-        else:
+        elif not errors:
             errors = humanize_errors(_flatten_errors(checked.errors))
     runs = ProfilingRun.objects.visible_to(request.user).filter(
         kind=RunKind.COMPUTE, status=RunStatus.SUCCEEDED
@@ -165,6 +188,7 @@ def _values_from_request(req: dict) -> dict:
     v["on_demand"] = "on" if req.get("on_demand", True) else ""
     quotas = req.get("quotas_on_demand") or {}
     v["quota_p"], v["quota_g"] = str(quotas.get("P", "")), str(quotas.get("G", ""))
+    v["task"], v["task_filename"] = req.get("task") or "", req.get("task_filename") or ""
     return v
 
 
