@@ -8,6 +8,10 @@
 //    The button stays disabled until the answer (and while the job's page loads): one click, one
 //    request. A confirmation launches one job; a reuse gets 409 with that job's id, shown as a link.
 // With an archive, 2 and 3 go as multipart with the same file (the confirmation binds its digest).
+// A task file that leaves an env or secret to the launch (SkyPilot's `HF_TOKEN: null`) is refused
+// by 2 naming each (task problems with `env` and `secret`): the dialog then asks for each value,
+// one input per name (a password input for a secret), and sends them as `env` with 2 and 3 (the
+// confirmation binds them). Values are never shown back: the preview's task has them redacted.
 // Every text from the server or the file goes in as textContent, never as HTML.
 (function () {
   "use strict";
@@ -22,6 +26,25 @@
   const go = $("launch-go");
   const workdirBox = $("launch-workdir"), workdirFile = $("launch-workdir-file"), workdirError = $("launch-workdir-error");
   let prepared = null;
+
+  // The values asked for at launch: a fieldset built here, before the limits row.
+  const envBox = document.createElement("fieldset");
+  envBox.id = "launch-envs";
+  envBox.hidden = true;
+  const envLegend = document.createElement("legend");
+  envLegend.textContent = "Values the task file leaves to the launch";
+  const envHelp = document.createElement("p");
+  envHelp.className = "muted";
+  envHelp.textContent = "Each is set on every node, as sky launch --env sets it. A secret is sent once and never shown back.";
+  const envFields = document.createElement("div");
+  envFields.id = "launch-env-fields";
+  const envError = document.createElement("p");
+  envError.id = "launch-env-errors";
+  envError.className = "error";
+  envError.setAttribute("role", "alert");
+  envError.hidden = true;
+  envBox.append(envLegend, envHelp, envFields, envError);
+  spend.closest(".launch-row").before(envBox);
 
   const el = (tag, cls, content) => {
     const node = document.createElement(tag);
@@ -52,8 +75,54 @@
     $("launch-sky").href = `/api/v1/jobs/sky-export/?plan=${plan}&rank=${rank.value}`;
   }
 
+  function envInputs() {
+    return Array.from(envFields.querySelectorAll("input[data-env]"));
+  }
+
+  function askEnv(name, secret) {
+    // One input per name the server asked for; a name asked again keeps what was typed.
+    if (envInputs().some((i) => i.dataset.env === name)) return;
+    const label = el("label", "launch-env");
+    label.style.cssText = "display:flex;gap:.5rem;align-items:center;margin:.3rem 0";  // one name a row
+    const input = document.createElement("input");
+    input.type = secret ? "password" : "text";
+    input.autocomplete = secret ? "new-password" : "off";  // no browser keeps or offers a secret
+    input.spellcheck = false;
+    input.size = 40;
+    input.dataset.env = name;
+    input.id = `launch-env-${name}`;
+    input.addEventListener("input", reset);
+    const said = el("span", "", secret ? " (secret)" : "");
+    said.prepend(el("code", "", name));
+    said.style.minWidth = "16rem";
+    label.append(said, input);
+    envFields.append(label);
+    show(envBox, true);
+  }
+
+  function pruneEnvs() {
+    // A name the task file no longer mentions is no longer asked for.
+    for (const input of envInputs()) {
+      if (!new RegExp(`\\b${input.dataset.env}\\b`).test(text.value)) input.closest("label").remove();
+    }
+    show(envBox, envInputs().length > 0);
+  }
+
+  function envValues() {
+    // What was typed; an empty input sends nothing, so the server asks for it again.
+    const values = {};
+    for (const input of envInputs()) if (input.value !== "") values[input.dataset.env] = input.value;
+    return values;
+  }
+
+  function clearEnvs() {
+    envFields.replaceChildren();
+    show(envBox, false);
+  }
+
   function reset() {
     prepared = null;
+    show(envError, false);
     show(go, false);
     show($("launch-confirm"), false);
     show($("launch-task-errors"), false);
@@ -70,7 +139,10 @@
     let payload;
     if (archive) {
       payload = new FormData();
-      for (const [k, v] of Object.entries(body)) payload.append(k, String(v));
+      for (const [k, v] of Object.entries(body)) {
+        if (k === "env") for (const [name, value] of Object.entries(v)) payload.append(`env.${name}`, value);
+        else payload.append(k, String(v));
+      }
       payload.append("workdir_archive", archive, archive.name);
     } else {
       headers["Content-Type"] = "application/json";
@@ -107,11 +179,17 @@
     const box = $("launch-task-errors"), list = box.querySelector("ul");
     list.replaceChildren();
     const others = [];
+    const asked = [];
     if (Array.isArray(data.prechecks)) showChecks({ checks: data.prechecks });  // refused on review or submit
     for (const [field, problems] of Object.entries(data)) {
       if (field === "prechecks") continue;
       for (const p of Array.isArray(problems) ? problems : [problems]) {
-        if (field === "workdir_archive") {
+        if (field === "task" && p && typeof p === "object" && p.env) {
+          askEnv(p.env, Boolean(p.secret));  // left to the launch: an input, not an error
+          asked.push(p.env);
+        } else if (field === "env") {
+          continue;  // shown with the inputs, below
+        } else if (field === "workdir_archive") {
           workdirError.textContent = `workdir archive: ${p}`;
           show(workdirError, true);
           show(workdirBox, true);
@@ -130,6 +208,15 @@
     show(box, list.children.length > 0);
     $("launch-field-errors").textContent = others.join(" · ");
     show($("launch-field-errors"), others.length > 0);
+    const envProblems = data.env ? (Array.isArray(data.env) ? data.env : [data.env]).map(String) : [];
+    if (asked.length || envProblems.length) {
+      envError.textContent = envProblems.length
+        ? envProblems.join(" · ")
+        : `Give ${asked.length === 1 ? "a value" : "values"} for ${asked.join(", ")}, then review again.`;
+      show(envError, true);
+      const empty = envInputs().find((i) => asked.includes(i.dataset.env) && i.value === "");
+      if (empty) empty.focus();
+    }
   }
 
   function showPreview(p) {
@@ -146,6 +233,7 @@
     show(line, Boolean(archive));
     const notes = $("launch-notes");
     notes.replaceChildren(...(p.task_notes || []).map((n) => el("li", "", `Note: ${n}`)));
+    if (p.env && p.env.length) notes.append(el("li", "launch-env-given", `Given at launch: ${p.env.join(", ")}`));
     go.textContent = `Launch ${label} · up to ${money(p.max_spend_usd)}`;
     show($("launch-confirm"), true);
     show(go, true);
@@ -161,6 +249,8 @@
       showChecks(checks.data);
       if (!checks.data.ok) return; // fix first: no confirm button
       const body = { plan, rank: Number(rank.value), task: text.value, max_spend_usd: spend.value, max_hours: hours.value };
+      const env = envValues();
+      if (Object.keys(env).length) body.env = env;
       const archive = workdirFile.files[0] || null;
       const shown = await post("/api/v1/jobs/preview/", body, archive);
       if (shown.status !== 200) { showErrors(shown.data); return; }
@@ -195,13 +285,16 @@
 
   opener.addEventListener("click", () => { defaults(); reset(); dialog.showModal(); text.focus(); });
   $("launch-cancel").addEventListener("click", () => dialog.close());
+  dialog.addEventListener("close", clearEnvs);  // typed secrets go with the dialog
   rank.addEventListener("change", () => { defaults(); reset(); });
-  for (const input of [text, spend, hours]) input.addEventListener("input", reset);
+  for (const input of [spend, hours]) input.addEventListener("input", reset);
+  text.addEventListener("input", () => { pruneEnvs(); reset(); });
   workdirFile.addEventListener("change", reset);
   $("launch-task-file").addEventListener("change", async (ev) => {
     const file = ev.target.files[0];
     if (!file) return;
     text.value = await file.text();
+    pruneEnvs();
     reset();
   });
   form.addEventListener("submit", review);
