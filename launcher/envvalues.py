@@ -29,6 +29,7 @@ from launcher import taskfile
 
 MAX_ENV_VALUES = 100  # names given at one launch
 MAX_ENV_VALUE_CHARS = 4096
+MAX_NAME_CHARS = 128
 MIN_HIDDEN_CHARS = 4  # taskfile.redacted leaves shorter values shown
 
 
@@ -49,7 +50,7 @@ def check_values(values: Any) -> dict[str, str]:
         raise EnvValueError([f"at most {MAX_ENV_VALUES} values"])
     problems = []
     for name, value in values.items():
-        if not isinstance(name, str) or not taskfile.ENV_RE.match(name):
+        if not isinstance(name, str) or not taskfile.ENV_RE.match(name) or len(name) > MAX_NAME_CHARS:
             problems.append(
                 f"{str(name)[:64]!r}: names are letters, digits and '_', not starting with a digit"
             )
@@ -57,7 +58,7 @@ def check_values(values: Any) -> dict[str, str]:
             problems.append(f"{name}: the value must be a string")
         elif len(value) > MAX_ENV_VALUE_CHARS:
             problems.append(f"{name}: at most {MAX_ENV_VALUE_CHARS} characters")
-        elif any(unicodedata.category(c) == "Cc" for c in value):
+        elif any(unicodedata.category(c) in ("Cc", "Cs") for c in value):  # no YAML (or database) text
             problems.append(f"{name}: one line of text, without tabs or control characters")
     if problems:
         raise EnvValueError(problems)
@@ -126,14 +127,21 @@ def _edit(text: str, section: str, name: str, value: str) -> tuple[int, int, str
             [f"{name}: written over several lines in the file (line {key.start_mark.line + 1}); set it there"]
         )
     if start == end:  # ``NAME:`` with nothing after it: the value goes right after the colon
-        colon = text.index(":", key.end_mark.index)
+        colon = text.find(":", key.end_mark.index)
+        if colon < 0 or text[key.end_mark.index : colon].strip():  # ``{NAME}``: no colon of its own
+            raise EnvValueError(
+                [f"{name}: written without a value (line {key.start_mark.line + 1}); write NAME: null"]
+            )
         return colon + 1, colon + 1, " " + _quoted(value)
     return start, end, _quoted(value)
 
 
 def _value_node(text: str, section: str, name: str) -> tuple[yaml.Node, yaml.Node] | None:
     """(key node, value node) of ``section.name`` in the file's node tree."""
-    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:  # parse_task read it; a reader that differs finds nothing to edit
+        return None
     for key, value in _pairs(root):
         if key.value == section:
             for k, v in _pairs(value):

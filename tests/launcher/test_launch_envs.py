@@ -203,6 +203,17 @@ def test_a_value_written_as_a_block_in_the_file_is_refused_naming_its_line():
         envvalues.with_values(text, {"A": "v"})
 
 
+def test_a_name_written_without_a_colon_of_its_own_is_refused_not_guessed():
+    with pytest.raises(envvalues.EnvValueError, match="A: written without a value \\(line 1\\)"):
+        envvalues.with_values("envs: {A, B: 1}\nrun: x\n", {"A": "v"})
+
+
+def test_a_value_with_a_lone_surrogate_or_a_control_character_is_refused():
+    for value in ("\ud800x", "nul\x00", "bell\x07"):
+        with pytest.raises(envvalues.EnvValueError, match="one line of text"):
+            envvalues.check_values({"A": value})
+
+
 def test_a_file_with_errors_is_left_to_the_launch_to_report():
     with pytest.raises(taskfile.TaskFileError):
         envvalues.with_values("envs: {A: null}\n", {"A": "v"})  # no run
