@@ -19,18 +19,18 @@ of one resources choice, so the plan ranks clusters of exactly that many nodes o
 type (``max_nodes`` N, ``max_types`` 1, and :class:`FixedNodeCount` marks every other count as
 unable to run, the way ``planner.solver.search.MinBatchPerGpu`` marks a too-small batch).
 
-The constraints reach the solver through the one planning path: the request's own fields
-(``gpu_models``, ``regions``, ``spot``/``on_demand``, ``max_nodes``, ``max_types``) where they
-say the same thing, and ``task_constraints`` (JSON, in the stored request) as a filter on the
-candidates (:func:`allows`). A request field the user gave must agree with the file (the plan
-takes what both allow); where nothing is left the request is refused naming that field
-(:func:`merge`).
+The constraints reach the solver through the one planning path (``planner.app.service``): the
+request's own fields where they say the same thing (``regions``, ``spot``/``on_demand``,
+``max_nodes``, ``max_types``), and ``task_constraints`` (JSON, in the stored request) as a filter
+on the candidates (:func:`filter_candidates`) and on the offer counts the request is checked
+with (:func:`allowed_type_ids`). A request field the user gave (``gpu_models`` too) must allow
+something the file asks for, and the plan takes what both allow; where nothing is left the
+request is refused naming that field (:func:`merge`).
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -48,8 +48,6 @@ from launcher.taskfile import (
     parse_task,
     sky_accelerator,
 )
-
-ZONE_ID_RE = re.compile(r"^[a-z]+\d+-az\d+$")
 
 
 class TaskConstraintError(ValueError):
@@ -98,8 +96,8 @@ class Choice:
 
     def fits_type(self, name: str, gpu: str, gpus: int, vcpus: float, memory_gib: float, efa: bool) -> bool:
         """Does an instance type satisfy this choice's machine part (all but market and place)?
-        Its GPU is named as our catalog or as SkyPilot's AWS catalog names it (``V100-32GB``:
-        p3dn.24xlarge's V100, :func:`launcher.taskfile.sky_accelerator`)."""
+        Its GPU is named as our catalog or as SkyPilot's AWS catalog names it (``RTXPRO6000``:
+        g7e's "RTX PRO Server 6000", :func:`launcher.taskfile.sky_accelerator`)."""
         if self.gpus and not any(
             int(gpus) == n and asked.lower() in _gpu_names(name, gpu) for asked, n in self.gpus
         ):

@@ -46,7 +46,7 @@ class Command(BaseCommand):
             "--max-nodes",
             type=int,
             default=None,
-            help=f"default {PLAN_DEFAULTS['max_nodes']} (a task's num_nodes)",
+            help=f"default {PLAN_DEFAULTS['max_nodes']}; with --task, the file's num_nodes when it has one",
         )
         parser.add_argument("--max-types", type=int, default=PLAN_DEFAULTS["max_types"])
         batch_range = f"{PLAN_DEFAULTS['global_batch_min']}..{PLAN_DEFAULTS['global_batch_max']}"
