@@ -15,7 +15,7 @@ from rest_framework import serializers
 
 from catalog.models import Accelerator
 from catalog.regions import AWS_REGIONS
-from launcher.taskfile import MAX_TASK_BYTES, TaskFileError
+from launcher.taskfile import MAX_TASK_BYTES, TaskFileError, redacted
 from planner.app.models import PlanRecord, PlanStatus
 from planner.defaults import MARKET_DEFAULTS, MIN_BATCH_PER_GPU, PLAN_DEFAULTS
 from profiler.serializers import MAX_SAMPLE_ELEMENTS, InputShapeField, largest_gpu_bytes, shape_of
@@ -410,6 +410,9 @@ class PlanRequestSerializer(serializers.Serializer):
             raise serializers.ValidationError({"task": tc.issues_text(exc)}) from None
         given = set(self.initial_data or {})
         errors = tc.merge(attrs, choices, spec.num_nodes, given, aliases)
+        # stored as the job pages show a task file: a teammate who may read the plan (and its
+        # SkyPilot export) cannot read the owner's credentials (launcher.taskfile.redacted)
+        attrs["task"] = redacted(text)
         attrs["task_constraints"] = tc.constraints_json(choices, spec.num_nodes)
         attrs["constraints_from_task"] = tc.from_task(choices, spec.num_nodes, lines)
         return errors

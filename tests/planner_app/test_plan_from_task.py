@@ -201,6 +201,15 @@ def test_a_request_field_that_agrees_narrows_the_plan_to_both(catalog, user_api)
     assert offers and {(c.gpu_model, c.gpus_per_node, c.market) for c in offers} == {("H100", 8, "spot")}
 
 
+def test_the_stored_task_file_shows_no_credential(catalog, user_api):
+    task = SKY_TASK + "envs:\n  HF_TOKEN: hf_abcdefgh12345\nsecrets:\n  WANDB_API_KEY: wandb-secret-9876\n"
+    resp = user_api.post("/api/v1/plans/", _request(task=task), format="json")
+    assert resp.status_code == 202, resp.json()
+    shown = user_api.get(resp["Location"]).json()["request"]["task"]
+    assert "hf_abcdefgh12345" not in shown and "wandb-secret-9876" not in shown
+    assert "HF_TOKEN: <redacted>" in shown and "accelerators: {A100: 8, H100: 8}" in shown
+
+
 def test_the_fixed_count_marks_every_other_count_as_unable_to_run():
     import numpy as np
 
