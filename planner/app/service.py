@@ -350,6 +350,18 @@ def batch_per_gpu(plan) -> list[int]:
 
 
 NO_CANDIDATES = "no CUDA GPU instance type with a price matches the regions and markets"
+NO_TASK_CANDIDATES = (
+    "no CUDA GPU instance type with a price in the allowed regions and markets has the task file's resources"
+)
+
+
+def no_candidates(req: dict) -> PlanInputError:
+    """Nothing to plan on: the task file's resources when it has some (they are what narrowed
+    the offers to none), else the regions and markets."""
+    said = "; ".join(f"{c['field']} {c['value']}" for c in req.get("constraints_from_task") or [])
+    if said:
+        return PlanInputError("task", f"{NO_TASK_CANDIDATES} ({said})")
+    return PlanInputError("regions", NO_CANDIDATES)
 
 
 def check_request(req: dict, owner, *, allow_code: bool = False) -> None:
@@ -364,7 +376,7 @@ def check_request(req: dict, owner, *, allow_code: bool = False) -> None:
         _profile_run(req, owner, allow_code)
     offers = sum(offers_per_region(req))
     if not offers:
-        raise PlanInputError("regions", NO_CANDIDATES)
+        raise no_candidates(req)
     _check_memory(pr, _instance_types(req), offers)
 
 
@@ -494,7 +506,7 @@ def solve_request(req: dict, owner, *, allow_code: bool = False, progress=None) 
     stages.enter("candidates")
     cands = candidates(req)
     if not cands:
-        raise PlanInputError("regions", NO_CANDIDATES)
+        raise no_candidates(req)
     transfer = transfer_model()
     if wl.measured_on is not None:
         wl = dataclasses.replace(wl, measured_on=datasheet_gpu_name(wl.measured_on, transfer))

@@ -201,6 +201,13 @@ def test_a_request_field_that_agrees_narrows_the_plan_to_both(catalog, user_api)
     assert offers and {(c.gpu_model, c.gpus_per_node, c.market) for c in offers} == {("H100", 8, "spot")}
 
 
+def test_a_file_no_offer_satisfies_is_a_400_naming_task(catalog, user_api):
+    task = "resources:\n  accelerators: A100:1\nrun: python train.py\n"  # p4d has 8
+    resp = user_api.post("/api/v1/plans/", _request(task=task), format="json")
+    assert resp.status_code == 400
+    assert resp.json()["task"][0].endswith("has the task file's resources (accelerators A100:1)")
+
+
 def test_the_stored_task_file_shows_no_credential(catalog, user_api):
     task = SKY_TASK + "envs:\n  HF_TOKEN: hf_abcdefgh12345\nsecrets:\n  WANDB_API_KEY: wandb-secret-9876\n"
     resp = user_api.post("/api/v1/plans/", _request(task=task), format="json")
