@@ -126,15 +126,16 @@ OTHER_CLOUD_SCHEMES = {
     "oci://": "oci",
     "nebius://": "nebius",
 }
-# What the file asks that Srifty reads and keeps but does not act on yet (the warning's text, by
-# key). Acting on one (issue 37 items 2-3) is deleting its line here.
+# What the file asks that Srifty reads and keeps but does not act on everywhere (the warning's
+# text, by key). cpus, memory and network_tier are constraints of a plan made from the file
+# (planner.app.task_constraints), not of a launch of an option planned without it.
 NOT_HONOURED = {
-    "resources.cpus": "kept as a minimum; the plan does not filter instance types by vCPUs yet",
-    "resources.memory": "kept as a minimum; the plan does not filter instance types by memory yet",
+    "resources.cpus": "a minimum: a plan made from this file ranks only types with that many vCPUs; launching another plan's option does not check it",
+    "resources.memory": "a minimum: a plan made from this file ranks only types with that much memory; launching another plan's option does not check it",
     "resources.disk_size": "kept; Srifty's nodes get the AMI's root volume size",
     "resources.disk_tier": "kept; Srifty's nodes get the AMI's root volume type",
     "resources.ports": "kept; Srifty opens ports between the cluster's nodes only",
-    "resources.network_tier": "kept; the plan does not restrict itself to EFA instance types yet",
+    "resources.network_tier": "best: a plan made from this file ranks only EFA types; launching another plan's option does not check it",
     "resources.labels": "kept; Srifty does not tag the instances with them",
     "resources.job_recovery": "kept; Srifty's spot policy decides how an interrupted job resumes",
     "resources.zone": "kept; the plan picks the zone (the cheapest one that has capacity)",
