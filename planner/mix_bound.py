@@ -20,9 +20,10 @@ which imports it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -33,8 +34,10 @@ if TYPE_CHECKING:
     from planner.perf.compute import PhaseTimes
 
 
+@runtime_checkable
 class BoundOracle(Protocol):
-    """What the bound asks of the product oracle (:class:`planner.oracle.Oracle` is one)."""
+    """What the bound asks of the product oracle (:class:`planner.oracle.Oracle` is one; the
+    solver tests for it with ``isinstance`` before it asks :meth:`MixBound.total_cap`)."""
 
     samples: int  # > 0: the Monte-Carlo oracle, which this bound does not cover
 
@@ -72,6 +75,9 @@ class MixBound:
         self.oracle = oracle
         self._env: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray, float] | None] = {}
         self._suffix: dict[tuple[Any, ...], np.ndarray] = {}
+        # members -> the cluster they run on at their fewest nodes (None: unknown); only the node
+        # count of a larger cluster of the same members differs (planner.oracle.Oracle.cluster)
+        self._base: dict[tuple[Any, ...], Cluster | None] = {}
 
     def envelope(self, candidate: Candidate, bmax: int) -> tuple[np.ndarray, np.ndarray, float] | None:
         """``(compute, paced, beta)`` of one instance type in a multi-GPU cluster, per-GPU batch
@@ -139,17 +145,59 @@ class MixBound:
     def comm_suffix(self, members: Sequence[Candidate], nodes: int) -> np.ndarray | None:
         """``[sum_{j >= k} allreduce_j for k = 0..K-1]`` (ms) of the cluster ``members`` run on with
         ``nodes`` nodes (it does not depend on how they split), or ``None`` where unknown."""
-        config = tuple((c, 1) for c in members[:-1]) + ((members[-1], nodes - len(members) + 1),)
-        try:
-            cluster = self.oracle.cluster(config)
-        except (KeyError, TypeError, ValueError):
+        base = self._cluster(members, nodes)
+        if base is None:
             return None
-        key = (nodes, cluster.gpus_per_node, cluster.network_gbps, cluster.efa, cluster.device)
+        key = (nodes, base.gpus_per_node, base.network_gbps, base.efa, base.device)
         hit = self._suffix.get(key)
         if hit is None:
+            cluster = base if base.nodes == nodes else dataclasses.replace(base, nodes=int(nodes))
             comm = self.oracle.allreduce_p50_ms(cluster)
             hit = self._suffix[key] = np.cumsum(np.array(comm[::-1], dtype=float))[::-1].copy()
         return hit
+
+    def _cluster(self, members: Sequence[Candidate], nodes: int) -> Cluster | None:
+        """The oracle's cluster of ``members`` (``None``: unknown) with every field of the one on
+        ``nodes`` nodes but, perhaps, the node count.  The cluster depends on the counts only
+        through their total (fewest GPUs per node, slowest link, EFA for all, the first slowest
+        GPU: :meth:`planner.oracle.Oracle.cluster`), so the members' cluster on their fewest nodes
+        is built once: the bound asks for every total of every block of rows it bounds."""
+        if len(members) < 2 or nodes < 2:  # a link only from two nodes on
+            config = tuple((c, 1) for c in members[:-1]) + ((members[-1], nodes - len(members) + 1),)
+            try:
+                return self.oracle.cluster(config)
+            except (KeyError, TypeError, ValueError):
+                return None
+        key = tuple(members)
+        if key not in self._base:
+            try:
+                self._base[key] = self.oracle.cluster(tuple((c, 1) for c in members))
+            except (KeyError, TypeError, ValueError):
+                self._base[key] = None
+        return self._base[key]
+
+    def _comm_terms(
+        self, members: Sequence[Candidate], totals: np.ndarray, beta: float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(suffix, coef)``: per distinct total of ``totals`` (sorted, unique) the all-reduce
+        suffix sums ``suffix[i, k]`` (ms; :meth:`comm_suffix`) and per bucket ``k`` the share
+        ``coef[k] = 1 - (1 - f_k) beta`` of the slowest step by which bucket ``k`` is ready; with
+        a profiled bucket layout the comm floor alone, after ``1 - beta`` of the step."""
+        if self.oracle.profiled_layout():
+            floors = np.asarray(self.oracle.comm_floor_ms(members, totals), dtype=float)
+            return floors[:, None], np.array([1.0 - beta])
+        rows = [self.comm_suffix(members, int(n)) if n >= len(members) else None for n in totals.tolist()]
+        K = max((len(r) for r in rows if r is not None), default=0)
+        suffix = np.zeros((len(totals), max(K, 1)))
+        for i, r in enumerate(rows):
+            if r is not None and len(r):
+                suffix[i, : len(r)] = r
+        fractions = self.oracle.bucket_ready_fractions()
+        coef = np.array([1.0 - (1.0 - f) * beta for f in fractions] or [1.0])
+        if len(coef) != suffix.shape[1]:
+            coef = np.ones(suffix.shape[1])
+            suffix = np.zeros_like(suffix)
+        return suffix, coef
 
     def __call__(
         self, members: Sequence[Candidate], counts: Sequence[np.ndarray], grid: Sequence[int]
@@ -194,27 +242,8 @@ class MixBound:
         wmax = np.maximum.reduce(w) if len(w) > 1 else w[0]
         totals = sum(ns)
         # all-reduce terms per distinct total node count
-        profiled = self.oracle.profiled_layout()
         uniq, inv = np.unique(totals, return_inverse=True)
-        if profiled:
-            floors = np.asarray(self.oracle.comm_floor_ms(members, uniq), dtype=float)
-            suffix = floors[:, None]
-            coef = np.array([1.0 - beta])
-        else:
-            rows = []
-            for n in uniq.tolist():
-                row = self.comm_suffix(members, int(n)) if n >= len(members) else None
-                rows.append(row)
-            K = max((len(r) for r in rows if r is not None), default=0)
-            suffix = np.zeros((len(uniq), max(K, 1)))
-            for i, r in enumerate(rows):
-                if r is not None and len(r):
-                    suffix[i, : len(r)] = r
-            fractions = self.oracle.bucket_ready_fractions()
-            coef = np.array([1.0 - (1.0 - f) * beta for f in fractions] or [1.0])
-            if len(coef) != suffix.shape[1]:
-                coef = np.ones(suffix.shape[1])
-                suffix = np.zeros_like(suffix)
+        suffix, coef = self._comm_terms(members, uniq, beta)
         suffix_v = suffix[inv]
         best = np.zeros(V)
         for which in (0, 1):  # 0: compute alone (the timeline terms), 1: with the loaders' floor
@@ -252,6 +281,64 @@ class MixBound:
                     best = np.maximum(best, np.where(it > 0, thr, np.inf))
         # a hair above: the bound must not fall below the timeline's own rounding
         return best * (1 + 1e-12)
+
+    def total_cap(self, members: Sequence[Candidate], totals: np.ndarray, grid: Sequence[int]) -> np.ndarray:
+        """For each total node count ``n`` of ``totals``, a bound on :meth:`__call__` at every
+        count vector of the distinct types ``members`` (each at least one node) whose counts add
+        up to ``n``: one array over the totals, asked once per type set, where :meth:`__call__`
+        needs each vector (a 3-type mix on 512 nodes has tens of millions).
+
+        Why it holds: the vector's GPUs number ``W <= W_hi(n) = sum_i g_i + (n - k) max_i g_i``
+        (``g_i`` GPUs per node), and at ``G`` the split needs ``sum_i w_i B_i(tau) >= G - max w_i
+        + 1 >= G - W + 1``, so some member takes a batch of at least ``m = ceil((G + 1) / W) - 1
+        >= ceil((G - W_hi + 1) / W_hi)`` per GPU by ``tau*``: ``tau* >= min_i c_i(m)`` (and
+        ``>= max_i c_i(1)``, as there), on both envelopes.  Those ``tau*`` and the all-reduce
+        suffixes at ``n`` (which depend on the total only) bound the iteration exactly as in
+        :meth:`__call__`, and ``G`` is out where even the fewest GPUs of total ``n``,
+        ``W_lo(n) = sum_i g_i + (n - k) min_i g_i``, exceed it.  ``inf`` where it cannot say, 0
+        for a total below ``k`` (no vector has it)."""
+        n = np.asarray(totals, dtype=np.int64)
+        V, k = len(n), len(members)
+        if self.oracle.samples or k == 0 or V == 0:
+            return np.full(V, np.inf)
+        grid = sorted({int(g) for g in grid})
+        gpn = [int(c.gpus_per_node) for c in members]
+        gmax = grid[-1]
+        envs = []
+        for c, per in zip(members, gpn, strict=True):
+            env = self.envelope(c, 1 + max(0, gmax - per - 1) // per)
+            if env is None:
+                return np.full(V, np.inf)
+            envs.append(env)
+        beta = max(e[2] for e in envs)
+        valid = n >= k
+        n_ok = np.where(valid, n, k)
+        w_hi = sum(gpn) + (n_ok - k) * max(gpn)
+        w_lo = sum(gpn) + (n_ok - k) * min(gpn)
+        uniq, inv = np.unique(n_ok, return_inverse=True)
+        suffix, coef = self._comm_terms(members, uniq, beta)
+        suffix_v = suffix[inv]
+        taus: list[list[np.ndarray]] = []
+        for which in (0, 1):  # as in __call__: compute alone, then with the loaders' floor
+            tabs = [e[0] if which == 0 else e[1] for e in envs]
+            first = max(float(t[1]) for t in tabs)
+            row = []
+            for g in grid:
+                m = np.maximum(1, -(-(g - w_hi + 1) // w_hi))  # ceil, at least one sample
+                tau = np.full(V, np.inf)
+                for t in tabs:
+                    tau = np.where(m < len(t), np.minimum(tau, t[np.minimum(m, len(t) - 1)]), tau)
+                tau = np.maximum(tau, first)
+                row.append(np.where(w_lo <= g, tau, np.inf))
+            taus.append(row)
+        best = np.zeros(V)
+        for g, t_comp, t_full in zip(grid, taus[0], taus[1], strict=True):
+            comm = (coef[None, :] * t_comp[:, None] + suffix_v).max(axis=1)
+            it = np.maximum(t_full, np.where(np.isfinite(t_comp), comm, np.inf))
+            with np.errstate(divide="ignore"):
+                thr = np.where(np.isfinite(it) & (it > 0), g * 1e3 / np.where(it > 0, it, 1.0), 0.0)
+            best = np.maximum(best, np.where(it > 0, thr, np.inf))
+        return np.where(valid, best * (1 + 1e-12), 0.0)
 
 
 def ceiling(first_ms: Any, paced_ms: Any, beta: Any, floor_ms: Any, gmax: int) -> np.ndarray:

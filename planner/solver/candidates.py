@@ -65,6 +65,16 @@ per-vector A4 was ruling out 97 % of 144,077 subsets 443 M vectors at a time); R
 fastest within $1,000 on 512 x 3 types, 105 -> 7 s (A5 saturates near 20,000 samples/s for
 every count of the fast mixes, so their count boxes shrink to what the budget buys).
 
+A5 also holds per *total* node count (:meth:`MixBounds.total_cap`,
+:meth:`planner.mix_bound.MixBound.total_cap`): on few nodes the global batch leaves every GPU a
+large batch, on many the slowest member's one-sample step and the all-reduces at that total
+bind, whatever the split.  One array per type set caps every vector's bound at its total, and a
+large count box is first cut to the totals that can still pay off
+(:meth:`MixBounds.total_limits`): with the default batch range 256..4,096 a 3-type mix on 512
+nodes has tens of millions of vectors, most of them on totals no mix can use.  An oracle's
+``max_workers`` (every GPU needs a sample; under a per-GPU batch minimum ``G // minimum``,
+:class:`planner.solver.search.MinBatchPerGpu`) caps each member's count and the totals too.
+
 Their minimum gives, for all count vectors of a subset at once (numpy), lower bounds on time and
 cost and an upper bound on goodput (all monotone in ``T``, :func:`planner.solver.evaluate.metrics`).
 
@@ -88,6 +98,8 @@ from typing import Any
 
 import numpy as np
 
+from planner.mix_bound import BoundOracle
+from planner.mix_bound import mix_bound as mix_bound_of
 from planner.offers import Candidate
 from planner.solver.evaluate import Memo, Progress, Spec, lim, metrics, value_of
 from planner.solver.request import REL, PerfOracle, qkey
@@ -156,6 +168,13 @@ class Curves:
             terms_fn if usable else None
         )
         self.mix_ceiling: Callable[..., np.ndarray] | None = ceil_fn if usable else None
+        # A5 per total node count (MixBounds.total_cap): the mix bound's own argument, so only
+        # where the oracle offers that bound and is what planner.mix_bound bounds
+        self.total_cap: Callable[[Sequence[Candidate], np.ndarray, Sequence[int]], np.ndarray] | None = (
+            mix_bound_of(perf).total_cap
+            if self.mix_bound is not None and isinstance(perf, BoundOracle)
+            else None
+        )
         self.g_max = max(self.grid)
         counts = np.arange(1, self.N + 1)
         self.ub: dict[str, np.ndarray] = {}  # t -> (|grid|, N + 1) upper bounds (0: cannot run)
@@ -317,22 +336,26 @@ def combinations(K: int, k: int, block: int = 1 << 16) -> Iterator[np.ndarray]:
         yield np.concatenate(pending)
 
 
-def _within_total(head: np.ndarray, rest: Sequence[np.ndarray], N: int) -> list[np.ndarray]:
-    """The rows of ``meshgrid(head, *rest, indexing="ij")`` (raveled) whose sum is at most ``N``,
-    in the same order, for one or two ``rest`` arrays sorted ascending -- without building the
-    rows over ``N`` (for three members and hundreds of nodes most of the cube is over it)."""
+def _within_total(head: np.ndarray, rest: Sequence[np.ndarray], N: int, low: int = 0) -> list[np.ndarray]:
+    """The rows of ``meshgrid(head, *rest, indexing="ij")`` (raveled) whose sum is at most ``N``
+    (and at least ``low``), in the same order, for one or two ``rest`` arrays sorted ascending --
+    without building the rows outside (for three members and hundreds of nodes most of the cube
+    is over ``N``, and a mix that only pays off on many nodes has most of it under ``low``)."""
     last = np.asarray(rest[-1])
     if len(rest) == 1:
         pre = [np.asarray(head)]
     else:
         mid = np.asarray(rest[0])
         pre = [np.repeat(head, len(mid)), np.tile(mid, len(head))]
-    # every earlier column fixed, the valid counts of the last member are a prefix of it
-    room = N - sum(pre)
-    cnt = np.searchsorted(last, room, side="right")
+    # every earlier column fixed, the valid counts of the last member are a run of it
+    fixed = np.asarray(sum(pre), dtype=np.int64)
+    start = (
+        np.searchsorted(last, low - fixed, side="left") if low > 0 else np.zeros(len(fixed), dtype=np.int64)
+    )
+    cnt = np.maximum(np.searchsorted(last, N - fixed, side="right") - start, 0)
     total = int(cnt.sum())
     ends = np.cumsum(cnt)
-    j = np.arange(total) - np.repeat(ends - cnt, cnt)
+    j = np.arange(total) - np.repeat(ends - cnt, cnt) + np.repeat(start, cnt)
     return [np.repeat(x, cnt) for x in pre] + [last[j]]
 
 
@@ -404,6 +427,7 @@ class MixBounds:
         # total count (nan: not asked yet), filled as vectors need them
         self.comm = curves.comm_floor is not None
         self._comm_ub: dict[tuple[str, ...], np.ndarray] = {}
+        self._total_cap: dict[tuple[str, ...], np.ndarray] = {}
         self._subset_comm: dict[tuple[Any, ...], np.ndarray] = {}
         self._ceiling_terms: dict[str, tuple[float, float, float] | None] = {}
         self._reps: dict[tuple[str, ...], list[int]] = {}
@@ -471,6 +495,8 @@ class MixBounds:
                 out = np.minimum(sep, rep)
         if level >= 3 and self.comm:
             out = np.minimum(out, self.comm_ub(subset, sum(ns)))
+        if level >= 4 and self.curves.total_cap is not None:
+            out = np.minimum(out, self.total_cap(subset, sum(ns)))
         return out
 
     def ub_one(self, subset: Sequence[Candidate], counts: Sequence[int], level: int) -> float:
@@ -492,6 +518,8 @@ class MixBounds:
                 out = min(sep, rep)
         if level >= 3 and self.comm:
             out = min(out, float(self.comm_ub(subset, [int(sum(counts))])[0]))
+        if level >= 4 and self.curves.total_cap is not None:
+            out = min(out, float(self.total_cap(subset, [int(sum(counts))])[0]))
         return out
 
     def dilution_ub(self, subset: Sequence[Candidate], ns: Sequence[np.ndarray]) -> np.ndarray:
@@ -512,6 +540,34 @@ class MixBounds:
         types = sorted(merged)
         out = self.curves.mix_bound([reps[t] for t in types], [merged[t] for t in types], self.curves.grid)
         return np.asarray(out, dtype=float)
+
+    def total_cap(self, subset: Sequence[Candidate], totals: Any) -> np.ndarray:
+        """(A5 per total) the oracle's mix bound over every count vector of ``subset`` whose counts
+        add up to each total of ``totals`` (:meth:`planner.mix_bound.MixBound.total_cap`): batch
+        dilution where the total is small, the slowest member's step at one sample per GPU where
+        it is large.  Cached per type set (the groups of one type merged, as in
+        :meth:`dilution_ub`) and total, asked only for the totals that vectors reach; ``inf``
+        for a subset of one type."""
+        assert self.curves.total_cap is not None
+        key = tuple(sorted({c.instance_type for c in subset}))
+        t = np.asarray(totals, dtype=np.int64)
+        if len(key) < 2:
+            return np.full(t.shape, np.inf)
+        arr = self._total_cap.get(key)
+        if arr is None:
+            if len(self._total_cap) >= self.comm_entries:
+                self._total_cap.clear()  # a cache: asked again when needed
+            arr = self._total_cap[key] = np.full(self.N + 1, np.nan)
+        vals = arr[t]
+        miss = np.isnan(vals)
+        if miss.any():
+            need = np.unique(t[miss])
+            members = [
+                self.curves.reps.get(x) or next(c for c in subset if c.instance_type == x) for x in key
+            ]
+            arr[need] = self.curves.total_cap(members, need, self.curves.grid)
+            vals = arr[t]
+        return vals
 
     def cap_of_floor(self, floor_ms: np.ndarray) -> np.ndarray:
         """(A4) ``G_max / floor``: the throughput cap of comm floors (ms; inf where 0, unknown)."""
@@ -900,6 +956,13 @@ class MixBounds:
         whatever the counts (:meth:`subset_survivors`), which ``U`` never exceeds."""
         k = len(subset)
         ms = [min(maxc[c], self.N - (k - 1)) for c in subset]
+        if self.curves.max_workers is not None:
+            # every GPU needs a sample: a member's nodes leave room for one node of each other
+            gpus = [int(c.gpus_per_node) for c in subset]
+            ms = [
+                min(m, (self.curves.max_workers - (sum(gpus) - g)) // max(1, g))
+                for m, g in zip(ms, gpus, strict=True)
+            ]
         cmax = math.inf
         if bound_pruning and request is not None:
             if spec.budget is not None:
@@ -940,6 +1003,48 @@ class MixBounds:
                 for m, c in zip(ms, subset, strict=True)
             ]
         return ms
+
+    def total_limits(
+        self,
+        spec: Spec,
+        subset: Sequence[Candidate],
+        ms: Sequence[int],
+        lam: Mapping[Candidate, float],
+        theta: float,
+        request: Any,
+        ceiling: float = math.inf,
+    ) -> tuple[float, np.ndarray | None]:
+        """``(ceiling, totals)``: the total node counts ``n`` (a mask over ``0..N``) at which a
+        vector of ``subset`` (member ``i`` at ``1..ms[i]`` nodes) may be feasible and beat
+        ``theta``, and the subset's throughput cap over them (at most ``ceiling``).
+
+        At total ``n`` a vector runs at most ``C(n)`` samples/s (:meth:`total_cap`, A5 per
+        total: on few nodes the global batch leaves each GPU a large batch, on many the slowest
+        member's one-sample step and the all-reduces bind), pays at least ``sum_i p_i + (n - k)
+        min_i p_i`` per hour and has at least the hazard ``sum_i lam_i + (n - k) min_i lam_i``;
+        time, cost and goodput are monotone in the three (:func:`planner.solver.evaluate.metrics`),
+        so those bounds rule totals out exactly as the subset bounds rule out subsets.
+        ``(ceiling, None)`` where the oracle offers no such cap."""
+        if self.curves.total_cap is None or len(subset) < 2:
+            return ceiling, None
+        k = len(subset)
+        top = min(self.N, int(sum(ms)))
+        if self.curves.max_workers is not None:
+            top = min(top, self.curves.max_workers // max(1, min(int(c.gpus_per_node) for c in subset)))
+        totals = np.zeros(self.N + 1, dtype=bool)
+        if top < k:
+            return ceiling, totals
+        n = np.arange(k, top + 1)
+        cap = np.minimum(self.total_cap(subset, n), ceiling)
+        price = [c.price_per_hour for c in subset]
+        hazard = [lam[c] for c in subset]
+        rate = sum(price) + (n - k) * min(price)
+        haz = sum(hazard) + (n - k) * min(hazard)
+        _, t, _, _ = metrics(cap, rate, haz, request)
+        keep = self._subset_keep(spec, theta, cap, rate, haz, np.asarray(rate * t, dtype=float), request)
+        keep &= cap > 0
+        totals[n[keep]] = True
+        return (float(cap[keep].max()) if keep.any() else 0.0), totals
 
     def allowed_counts(
         self,
@@ -1008,15 +1113,26 @@ class MixBounds:
         return [a[kp] for a, kp in zip(allowed, keep, strict=True)]
 
     def count_vectors(
-        self, spec: Spec, subset: Sequence[Candidate], counts: Sequence[np.ndarray]
+        self,
+        spec: Spec,
+        subset: Sequence[Candidate],
+        counts: Sequence[np.ndarray],
+        totals: np.ndarray | None = None,
     ) -> Iterator[list[np.ndarray]]:
         """Count vectors of ``subset`` with ``n_i`` in ``counts[i]``, ``sum n_i <= N`` and the joint
         quotas of members sharing a (market, quota class), one slice at a time (a block of the
-        first member's counts when ``k >= 3``)."""
+        first member's counts when ``k >= 3``); with ``totals`` (a mask over ``0..N``,
+        :meth:`total_limits`) only the vectors whose sum it allows."""
         N = self.N
         k = len(subset)
         if any(len(a) == 0 for a in counts):
             return
+        low = 0
+        if totals is not None:
+            allowed_totals = np.flatnonzero(totals)
+            if not len(allowed_totals):
+                return
+            low, N = int(allowed_totals[0]), int(allowed_totals[-1])
         shared: dict[tuple[str, str], list[int]] = defaultdict(list)
         for i, c in enumerate(subset):
             shared[qkey(c)].append(i)
@@ -1030,13 +1146,15 @@ class MixBounds:
         for first in range(0, len(counts[0]), step):
             head = counts[0][first : first + step]
             if k in (2, 3):
-                ns = _within_total(head, counts[1:], N)
+                ns = _within_total(head, counts[1:], N, low)
             else:
                 grids = np.meshgrid(head, *counts[1:], indexing="ij")
                 ns = [g.ravel() for g in grids]
             if not len(ns[0]):
                 continue
             mask: np.ndarray = np.asarray(sum(ns) <= N)
+            if totals is not None:
+                mask &= totals[np.minimum(sum(ns), self.N)]
             if self.curves.max_workers is not None:
                 mask &= sum(ns[i] * int(subset[i].gpus_per_node) for i in range(k)) <= self.curves.max_workers
             for members, q in joint:

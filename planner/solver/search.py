@@ -194,6 +194,11 @@ MB = 1 << 20
 #: when some rows would never have been reached (r50 fastest within $1,000 on 512 x 3 types: 512
 #: rows -> 161 s, 16,384 -> 97 s; the 64- and 128-node plans 5-35 % faster).
 REFINE_ROWS = 16384
+#: Count boxes (the product of the members' largest counts) above this many vectors are first cut
+#: to the totals that can pay off (:meth:`~planner.solver.candidates.MixBounds.total_limits`): its
+#: per-total caps cost an all-reduce table per type set (a few ms per total the first time a
+#: cluster is asked), which a box of a few thousand vectors does not repay.
+TOTAL_LIMIT_ROWS = 1 << 16
 
 
 def _mb(nbytes: float) -> str:
@@ -938,7 +943,7 @@ class Engine:
             self.progress.tick()
             if thr <= 0:
                 return None
-            ub_v = min(bounds.ub_one(subset, counts, min(level, 3)), ub_row)
+            ub_v = min(bounds.ub_one(subset, counts, level), ub_row)
             if level >= 1 and thr > ub_v * (1 + 1e-9) + 1e-9:
                 stats["violations"] += 1
             rate = sum(c.price_per_hour * n for c, n in groups)
@@ -1022,12 +1027,22 @@ class Engine:
                             stats["pruned"] += 1
                             continue
                         any_vectors = False
+                        totals = None
+                        if level >= 4 and math.prod(ms) > TOTAL_LIMIT_ROWS:
+                            tight, totals = bounds.total_limits(
+                                spec, subset, ms, lam, state["theta"], req, ceiling
+                            )
+                            if tight < ceiling:
+                                ceiling = tight
+                                ms = bounds.member_limits(
+                                    spec, subset, maxc, True, state["theta"], req, ceiling
+                                )
                         allowed = (
                             bounds.allowed_counts(spec, subset, ms, state["theta"], req, ceiling)
                             if level >= 1
                             else [np.arange(1, m + 1) for m in ms]
                         )
-                        for ns in bounds.count_vectors(spec, subset, allowed):
+                        for ns in bounds.count_vectors(spec, subset, allowed, totals):
                             any_vectors = True
                             stats["bounded"] += len(ns[0])
                             slice_bytes = len(ns[0]) * (k * 8 * 4 + 8 * 8)
@@ -1272,6 +1287,15 @@ class MinBatchPerGpu:
         if est is not None and min(per_gpu_batches(config, global_batch, est)) < self.minimum:
             return None
         return est
+
+    def max_workers(self, global_batch: int) -> int:
+        """Most GPUs a configuration can have at ``global_batch``: ``G // minimum`` (more leave
+        some GPU below it, :meth:`__call__`), or fewer where the oracle says so.  The search caps
+        every mix's GPUs with it (:class:`~planner.solver.candidates.Curves`), so a minimum
+        that rules out large clusters also rules out their count vectors."""
+        own = int(global_batch) // self.minimum
+        inner = getattr(self.perf, "max_workers", None)
+        return min(own, int(inner(global_batch))) if callable(inner) else own
 
     def _keep(self, c: Candidate, counts: Any, g: int) -> Any:
         n = np.asarray(counts, dtype=np.int64)
