@@ -3,7 +3,7 @@
 ``with_time_limit`` makes ``shutdown -h +N`` the VM's first command; instances are launched with
 ``InstanceInitiatedShutdownBehavior=terminate`` (``cloud.ec2``), so the VM terminates itself at
 the hard time limit even if Srifty is gone. The scripts themselves are built by
-``profiler.userdata``.
+``fleet.boot``.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def with_time_limit(user_data: str, max_minutes: int) -> str:
 
     A shell script (``#!/bin/bash``, ``#!/bin/sh``, ``#!/usr/bin/env bash``, ...) gets the guard
     inserted right after its shebang, unless the guard is already there (as in the scripts built
-    by ``profiler.userdata``); empty user-data becomes a script with only the guard; anything else
+    by ``fleet.boot``); empty user-data becomes a script with only the guard; anything else
     (``#cloud-config``, a Python script, ...) is wrapped in a MIME multipart message next to a
     one-line guard script, and cloud-init runs both parts.
     """

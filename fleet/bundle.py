@@ -7,7 +7,7 @@ Its root holds what ``python -m profiler.agent`` and a training script's
 
 * ``profiler/__init__.py`` - empty, so ``profiler.agent`` imports without the Django app's
   ``profiler/__init__.py`` (or its models);
-* ``profiler/agent/`` - the agent (CLI, compute and comm profilers, reporters, spot watcher);
+* ``profiler/agent/`` - the agent (CLI, compute and comm profilers, its two posters, spot watcher);
 * ``workload/`` - model inspection, which the agent imports (specs, tracing, memory, buckets).
 
 ``tests/fleet/test_bundle.py`` unpacks it into an empty folder and imports the agent from there

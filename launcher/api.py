@@ -34,6 +34,7 @@ from rest_framework.response import Response
 from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import APIView
 
+from fleet import api as fleet_api
 from launcher import interruptions, jobs, launch, monitor, prechecks, skyexport, taskfile, workdirs
 from launcher.models import Job
 from launcher.serializers import (
@@ -50,8 +51,8 @@ from launcher.serializers import (
     ReportBatchSerializer,
     SpotNoticeSerializer,
 )
-from profiler.api import content_length
 from srifty_web.bearer import BearerTokenAuthentication
+from srifty_web.http import refuse_size
 
 MAX_REPORT_BYTES = 1024 * 1024
 RANKS_PER_GPU = 8
@@ -320,16 +321,8 @@ class JobReportsView(JobAgentView):
 
     @extend_schema(request=ReportBatchSerializer, responses={201: None, 200: None, 409: None, 413: None})
     def post(self, request, pk: int):
-        length = content_length(request)
-        if length is None:
-            return Response(
-                {"detail": "Content-Length must be a byte count"}, status=status.HTTP_400_BAD_REQUEST
-            )
-        if length > MAX_REPORT_BYTES:
-            return Response(
-                {"detail": f"post larger than {MAX_REPORT_BYTES} bytes"},
-                status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
-            )
+        if (refused := refuse_size(request, MAX_REPORT_BYTES, "post")) is not None:
+            return refused
         batch = ReportBatchSerializer(data=request.data)
         batch.is_valid(raise_exception=True)
         data = batch.validated_data
@@ -355,23 +348,11 @@ class JobReportsView(JobAgentView):
         )
 
 
-class RendezvousView(JobAgentView):
-    """Master discovery for the nodes: 200 go (master address, node rank), 202 wait, 4xx stop."""
+class RendezvousView(JobAgentView, fleet_api.RendezvousView):
+    """A job's node asks for its environment (``launcher.launch.rendezvous``)."""
 
-    @extend_schema(
-        parameters=[OpenApiParameter("instance_id", str, required=True)],
-        responses={
-            200: OpenApiResponse(description='{"master_addr", "node_rank", "nnodes"}'),
-            202: None,
-            400: None,
-            403: None,
-            410: None,
-        },
-    )
-    def get(self, request, pk: int):
-        job = Job.objects.get(pk=request.user.job.pk)
-        code, body = launch.rendezvous(job, request.query_params.get("instance_id", "").strip())
-        return Response(body, status=code)
+    def answer(self, request, pk: int, instance_id: str) -> tuple[int, dict]:
+        return launch.rendezvous(Job.objects.get(pk=request.user.job.pk), instance_id)
 
 
 class JobAgentTarballView(JobAgentView):

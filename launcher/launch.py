@@ -10,7 +10,7 @@ submit, ``launch_job`` does it):
   parameter (``cloud.ec2.dlami_image``), unless the job names a custom AMI; all recorded on the
   job before any node starts;
 * ``launch_nodes``, once per node group (``options.node_launches``): a launch template
-  ``srifty-job-{id}-g{n}`` holding the ``profiler.userdata.task_user_data`` script (fetch the
+  ``srifty-job-{id}-g{n}`` holding the ``fleet.boot.task_user_data`` script (fetch the
   workdir, ask the server's rendezvous for the node's environment, ``setup`` once, ``run``;
   power off at the end and at the cap), then one ``run_instances`` naming the AMI, the
   placement group, the security group (``JOB_SECURITY_GROUP_IDS`` are added) and, on EFA types,
@@ -48,10 +48,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from cloud import ec2
+from fleet import network
+from fleet.rendezvous import Cluster, decide
 from launcher import jobs, options, prechecks, spot_policy, taskfile, workdirs
 from launcher.models import Job, JobInterruption, JobStatus
 from planner.app.models import PlanRecord
-from profiler import cluster
 from srifty_web import queue
 from srifty_web.teams import visible_owner_q
 
@@ -174,33 +175,6 @@ def _type_row(instance_type: str):
     return InstanceType.objects.filter(name=instance_type).first()
 
 
-def efa_interfaces(instance_type: str) -> int:
-    """EFA interfaces a node of this type gets: one per network card, as the catalog lists the
-    type (0: no EFA, the default ENA interface)."""
-    row = _type_row(instance_type)
-    return cluster.efa_interfaces(row) if row is not None else 0
-
-
-# NCCL over EFA on top of what ``profiler.cluster.nccl_env`` sets (libfabric's EFA provider and
-# GPUDirect RDMA where the GPUs have it): bootstrap over the node's real interface, and
-# libfabric safe with the forked data-loader workers PyTorch starts.
-EFA_NCCL_ENV = {"NCCL_SOCKET_IFNAME": "^lo,docker", "FI_EFA_FORK_SAFE": "1"}
-
-
-def network_env(instance_types) -> dict[str, dict[str, str]]:
-    """Per instance type, the NCCL / libfabric environment of its nodes (``taskfile.node_env``
-    puts it into every node's environment): EFA types get the EFA provider, the others NCCL's
-    socket thread and socket counts, which get past EC2's per-flow bandwidth limit."""
-    out: dict[str, dict[str, str]] = {}
-    for name in set(instance_types):
-        row = _type_row(name)
-        if row is not None and cluster.efa_interfaces(row):
-            out[name] = {**cluster.nccl_env(row), **EFA_NCCL_ENV}
-        else:
-            out[name] = dict(cluster.TCP_NCCL_ENV)
-    return out
-
-
 def _arch_of(instance_type: str) -> str:
     """The catalog's CPU architecture of a type (EC2 needs an image built for it)."""
     row = _type_row(instance_type)
@@ -296,7 +270,7 @@ def launch_nodes(job: Job, node: options.NodeLaunch, token: str, *, attempt: str
         image_id=launch_spec.image_id,
         placement_group=job.placement_group or None,
         security_group_ids=groups,
-        efa_interfaces=efa_interfaces(node.instance_type),
+        efa_interfaces=network.efa_interfaces_of(node.instance_type),
     )
     ips = {s.id: s.private_ip for s in ec2.describe(job.region, ids)}
     jobs.mark_launched(job, instance_ids=ids, node_ips=ips)
@@ -361,6 +335,7 @@ def launch_job(job: Job) -> str:
         if (said := _stopped_meanwhile(job)) is not None:
             return said
         job = prepare_cluster(job, launches)
+        prepare_node_env(job)
         for node in launches:
             if (said := _stopped_meanwhile(job)) is not None:
                 return said
@@ -406,55 +381,66 @@ def rollback(job: Job) -> bool:
 # --- rendezvous ---------------------------------------------------------------------------
 
 
-def rendezvous(job: Job, instance_id: str, now=None) -> tuple[int, dict]:
-    """The server side of the nodes' discovery (``profiler.userdata.task_user_data``): 200
-    ``{"master_addr", "node_rank", "nnodes", "env"}`` go, 202 wait, 4xx give up.
+def job_cluster(job: Job) -> Cluster:
+    """The job as the rendezvous sees it: ranks in launch order, made for the option's node
+    count, launching until every group has started; each answer needs every node's IP
+    (``SKYPILOT_NODE_IPS``)."""
+    return Cluster(
+        noun="job",
+        pk=job.pk,
+        region=job.region,
+        status=job.status,
+        ended=job.finished,
+        launching=job.status == JobStatus.LAUNCHING,
+        instance_ids=tuple(job.instance_ids),
+        node_ips=dict(job.node_ips),
+        expected_nodes=sum(int(g["count"]) for g in job.option["groups"]),
+    )
 
-    Rank 0 is the first instance of the first node group; node ranks follow launch order.
-    ``env`` is the node's whole environment (``taskfile.node_env``); it needs every node's
-    private IP (``SKYPILOT_NODE_IPS``), so the answer waits until EC2 shows them all. The
-    first 200 to a replacement node is recorded (``node_joined``, at ``now``): the cluster
-    cannot train again before it, so ``interruptions.note_resumes`` counts only later reports.
-    """
-    if not instance_id:
-        return 400, {"instance_id": ["required: the asking node's EC2 instance id"]}
-    if job.finished:
-        return 410, {"detail": f"job {job.pk} is {job.status}"}
-    if instance_id not in job.instance_ids:
-        if job.status == JobStatus.LAUNCHING:
-            return 202, {"detail": "the cluster is still launching"}
-        return 403, {"detail": "this instance is not a node of this job"}
-    if job.status == JobStatus.LAUNCHING:
-        return 202, {"detail": "the cluster is still launching"}
-    if len(job.instance_ids) != sum(int(g["count"]) for g in job.option["groups"]):
-        # A replacement is recorded as soon as it starts and takes its lost node's rank a moment
-        # later (interruptions.put_in_slots): until then the ranks do not add up.
-        return 202, {"detail": "a replacement is taking its rank; ask again"}
-    if any(not job.node_ips.get(i) for i in job.instance_ids):
-        try:  # EC2 is eventually consistent: an IP may not have been visible at launch
-            found = {s.id: s.private_ip for s in ec2.describe(job.region, job.instance_ids)}
-        except ec2.CloudError:
-            log.warning("describing job %s nodes for rendezvous failed", job.pk, exc_info=True)
-            found = {}
-        job = jobs.set_node_ips(job, found)
-    ips = [job.node_ips.get(i) or "" for i in job.instance_ids]
-    if not all(ips):
-        return 202, {"detail": "waiting for the nodes' private IPs"}
-    rank = job.instance_ids.index(instance_id)
+
+def prepare_node_env(job: Job) -> dict[str, dict[str, str]]:
+    """Per instance type, the environment its nodes start from (``Job.node_env``): the type's
+    network settings, the task's envs, secrets and checkpoint settings, and the interval the
+    training should checkpoint at (the task file's, or Young/Daly from the option's interruption
+    rate when it says ``auto``; seconds, for the training loop). Stored on the job: made once
+    per job, at launch or at its first rendezvous, as the option and the task never change."""
     spec = options.task_spec(job.task, job.train_command)
-    types = [g["instance_type"] for g in job.option["groups"]]
-    env = taskfile.node_env(spec, job.option, rank, ips, type_env=network_env(types))
+    shared = taskfile.task_env(spec)
     if spec.checkpoint is not None:
-        # The interval the training should checkpoint at: the task file's, or Young/Daly from
-        # the option's interruption rate when it says ``auto`` (seconds, for the training loop).
         minutes, _why = spot_policy.option_interval_min(
             job.option["groups"],
             (job.plan.request or {}).get("checkpoint_write_s"),
             spec.checkpoint.interval_min,
         )
-        env["SRIFTY_CHECKPOINT_INTERVAL_S"] = str(round(minutes * 60))
-    _note_joined(job, instance_id, rank, now)
-    return 200, {"master_addr": ips[0], "node_rank": rank, "nnodes": len(ips), "env": env}
+        shared["SRIFTY_CHECKPOINT_INTERVAL_S"] = str(round(minutes * 60))
+    by_type = network.network_env(g["instance_type"] for g in job.option["groups"])
+    prepared = {name: {**env, **shared} for name, env in by_type.items()}
+    Job.objects.filter(pk=job.pk).update(node_env=prepared)
+    job.node_env = prepared
+    return prepared
+
+
+def rendezvous(job: Job, instance_id: str, now=None) -> tuple[int, dict]:
+    """The server side of the nodes' discovery (``fleet.boot.task_user_data``;
+    ``fleet.rendezvous.decide``): 200 ``{"master_addr", "node_rank", "nnodes", "env"}`` go, 202
+    wait, 4xx give up.
+
+    Rank 0 is the first instance of the first node group; node ranks follow launch order.
+    ``env`` is the node's whole environment (``taskfile.node_env`` over the job's prepared
+    ``node_env``); it needs every node's private IP (``SKYPILOT_NODE_IPS``), so the answer waits
+    until EC2 shows them all. The first 200 to a replacement node is recorded (``node_joined``,
+    at ``now``): the cluster cannot train again before it, so ``interruptions.note_resumes``
+    counts only later reports.
+    """
+    answer = decide(
+        job_cluster(job), instance_id, remember=lambda found: jobs.set_node_ips(job, dict(found)).node_ips
+    )
+    if answer.rank is None:
+        return answer.status, answer.body
+    prepared = job.node_env or prepare_node_env(job)
+    env = taskfile.node_env(None, job.option, answer.rank, list(answer.ips), type_env=prepared)
+    _note_joined(job, instance_id, answer.rank, now)
+    return answer.status, {**answer.body, "env": env}
 
 
 def _note_joined(job: Job, instance_id: str, rank: int, now=None) -> None:

@@ -49,6 +49,14 @@ class Job(ScopedTokenMixin, models.Model):
     total_iterations = models.PositiveBigIntegerField(default=0)
     instance_ids = models.JSONField(default=list, blank=True)
     node_ips = models.JSONField(default=dict, blank=True, help_text="instance id -> private IP")
+    # Prepared once (``launcher.launch.prepare_node_env``) so a node's rendezvous poll neither
+    # parses the task file nor recomputes the checkpoint interval: the option never changes.
+    # Holds the task's secret values, as ``task`` does; never shown (the serializers list fields).
+    node_env = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="instance type -> the environment its nodes start from (network, task envs, checkpoints)",
+    )
     placement_group = models.CharField(max_length=255, blank=True)
     launch_template_ids = models.JSONField(default=list, blank=True)
     security_group_id = models.CharField(

@@ -3,7 +3,7 @@
 A plan option (one row of a solved plan, ``PlanRecord.option``) becomes ``node_launches``: one
 ``run_instances`` per node group and batch size. ``limits`` turns the asked spend and hours into
 the job's cap, ``preview`` is what the launch confirmation shows, and ``user_data`` is the script
-each node boots with (``profiler.userdata.task_user_data``: fetch the workdir, get the node's
+each node boots with (``fleet.boot.task_user_data``: fetch the workdir, get the node's
 environment from the server, run the task's setup and run). Nothing here touches the database or
 AWS.
 """
@@ -15,9 +15,9 @@ from decimal import ROUND_DOWN, Decimal
 
 from django.conf import settings
 
+from fleet.boot import task_user_data
 from launcher import taskfile
 from launcher.errors import JobError
-from profiler.userdata import task_user_data
 from srifty_web.money import money
 
 
@@ -158,7 +158,7 @@ def task_spec(task: str, train_command: str) -> taskfile.TaskSpec:
 def user_data(
     job_id, spec: taskfile.TaskSpec, token: str, max_minutes: int, *, archive_url: str | None = None
 ) -> str:
-    """The node script (``profiler.userdata.task_user_data``), the same on every node: fetch the
+    """The node script (``fleet.boot.task_user_data``), the same on every node: fetch the
     workdir, ask the server for the node's environment (``taskfile.node_env``), run ``setup``
     once and ``run``. ``archive_url``: where the uploaded local workdir is (Srifty or S3)."""
     git = spec.workdir if spec.workdir is not None and spec.workdir.kind == "git" else None

@@ -16,6 +16,7 @@ no AWS at all; ``manage.py launch --no-prechecks`` does the same for one launch.
 
 from __future__ import annotations
 
+from fleet import network
 from fleet import prechecks as fleet
 from fleet.prechecks import CREDENTIALS_FIX as CREDENTIALS_FIX
 from fleet.prechecks import Check as Check
@@ -32,16 +33,6 @@ def _catalog_vcpus(names: set[str]) -> dict[str, int]:
     return dict(InstanceType.objects.filter(name__in=names).values_list("name", "vcpus"))
 
 
-def _efa_interfaces(instance_type: str) -> int:
-    """EFA interfaces of a node, as ``launch.efa_interfaces`` counts them (asked of the
-    catalog here: ``launcher.launch`` imports this module)."""
-    from catalog.models import InstanceType
-    from profiler import cluster
-
-    row = InstanceType.objects.filter(name=instance_type).first()
-    return cluster.efa_interfaces(row) if row is not None else 0
-
-
 def node_groups(option: dict) -> list[fleet.NodeGroup]:
     """What launching ``option`` starts, as typed node groups (one per ``run_instances``)."""
     return [
@@ -51,7 +42,7 @@ def node_groups(option: dict) -> list[fleet.NodeGroup]:
             region=option["region"],
             zone=n.zone,
             market=n.market,
-            addresses_per_node=max(1, _efa_interfaces(n.instance_type)),
+            addresses_per_node=max(1, network.efa_interfaces_of(n.instance_type)),
         )
         for n in options.node_launches(option)
     ]

@@ -18,7 +18,8 @@ from datetime import timedelta
 from django.utils import timezone
 from django_tasks import default_task_backend, task
 
-from launcher import jobs, launch, monitor, reconcile
+from fleet import reconcile
+from launcher import jobs, launch, monitor
 from launcher.models import Job
 from srifty_web import queue
 

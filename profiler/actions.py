@@ -19,7 +19,8 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
 
-from fleet import prechecks
+from fleet import network, prechecks
+from fleet.rendezvous import Cluster, decide
 from profiler.models import (
     FINISHED,
     BucketSample,
@@ -97,7 +98,6 @@ def ec2_node_group(fields: dict[str, Any]) -> prechecks.NodeGroup:
     """What an EC2 run starts: ``nodes`` VMs (one when empty) of its type and market; EC2
     picks the zone. A cluster's nodes take one address per EFA interface."""
     from catalog.models import InstanceType
-    from profiler import cluster
 
     itype = InstanceType.objects.filter(name=fields.get("instance_type", "")).first()
     nodes = int(fields.get("nodes") or 1)
@@ -107,7 +107,7 @@ def ec2_node_group(fields: dict[str, Any]) -> prechecks.NodeGroup:
         region=str(fields.get("region", "")),
         zone=None,
         market=str(fields.get("market") or "on-demand"),
-        addresses_per_node=max(1, cluster.efa_interfaces(itype)) if itype is not None and nodes > 1 else 1,
+        addresses_per_node=max(1, network.efa_interfaces(itype)) if itype is not None and nodes > 1 else 1,
     )
 
 
@@ -198,41 +198,33 @@ def record_node_ips(run: ProfilingRun, ips: dict[str, str]) -> ProfilingRun:
     return run
 
 
+def run_cluster(run: ProfilingRun) -> Cluster:
+    """The run as the rendezvous sees it: ranks in launch-index order (rank 0: launch index 0),
+    launching until ``run_instances`` has returned and the instances are recorded; each answer
+    needs only rank 0's IP."""
+    return Cluster(
+        noun="run",
+        pk=run.pk,
+        region=run.region,
+        status=run.status,
+        ended=run.finished,
+        launching=not run.instance_ids,
+        instance_ids=tuple(run.instance_ids),
+        node_ips=dict(run.node_ips),
+        every_ip=False,
+    )
+
+
 def rendezvous(run: ProfilingRun, instance_id: str) -> tuple[int, dict]:
-    """The server side of the nodes' master discovery: 200 ``{"master_addr", "node_rank",
-    "nnodes"}`` go, 202 wait, 4xx give up (the protocol described above ``profiler.userdata._RENDEZVOUS``).
-
-    Rank 0 is the instance with launch index 0; node ranks follow the launch index. While the
-    run's instances are not recorded yet (``run_instances`` has not returned) nodes wait.
-    """
-    from cloud import ec2
-
-    if not instance_id:
-        return 400, {"instance_id": ["required: the asking node's EC2 instance id"]}
-    if run.finished:
-        return 410, {"detail": f"run {run.pk} is {run.status}"}
-    if not run.is_cluster:
+    """The server side of a comm cluster's master discovery (``fleet.rendezvous.decide``): 200
+    ``{"master_addr", "node_rank", "nnodes"}`` go, 202 wait, 4xx give up; 404 for a run that is
+    not a cluster."""
+    if instance_id and not run.finished and not run.is_cluster:
         return 404, {"detail": f"run {run.pk} is not a cluster run"}
-    if instance_id not in run.instance_ids:
-        if not run.instance_ids:
-            return 202, {"detail": "the cluster is still launching"}
-        return 403, {"detail": "this instance is not a node of this run"}
-    master = run.instance_ids[0]
-    if not run.node_ips.get(master):
-        try:  # EC2 is eventually consistent: the IP may not have been visible at launch
-            found = {s.id: s.private_ip for s in ec2.describe(run.region, run.instance_ids) if s.private_ip}
-        except ec2.CloudError:
-            log.warning("describing run %s nodes for rendezvous failed", run.pk, exc_info=True)
-            found = {}
-        run = record_node_ips(run, found)
-    addr = run.node_ips.get(master)
-    if not addr:
-        return 202, {"detail": "waiting for the master's private IP"}
-    return 200, {
-        "master_addr": addr,
-        "node_rank": run.instance_ids.index(instance_id),
-        "nnodes": len(run.instance_ids),
-    }
+    answer = decide(
+        run_cluster(run), instance_id, remember=lambda found: record_node_ips(run, dict(found)).node_ips
+    )
+    return answer.status, answer.body
 
 
 def fail_run(run: ProfilingRun, error: str) -> ProfilingRun:
@@ -289,7 +281,6 @@ def store_comm_curve(run: ProfilingRun, profile: dict) -> int:
     Only curves whose topology is known count: an EC2 run of a catalog GPU type, NCCL on CUDA.
     A local curve (which machine? which network?) or a gloo one trains nothing."""
     from catalog.models import InstanceType
-    from profiler import cluster
 
     run.curve_points.all().delete()  # a result replaces an earlier one of the same run
     if (
@@ -300,7 +291,7 @@ def store_comm_curve(run: ProfilingRun, profile: dict) -> int:
     ):
         return 0
     itype = InstanceType.objects.select_related("accelerator").filter(name=run.instance_type).first()
-    if itype is None or itype.accelerator is None or not cluster.gpus_per_node(itype):
+    if itype is None or itype.accelerator is None or not network.gpus_per_node(itype):
         log.warning(
             "run %s: %s is not a GPU type of the catalog; its curve trains nothing", run.pk, run.instance_type
         )
@@ -312,7 +303,7 @@ def store_comm_curve(run: ProfilingRun, profile: dict) -> int:
         "gpus_per_node": int(profile["ranks_per_node"]),
         "gpu": itype.accelerator.name,
         "device_name": str(profile["device"].get("name") or "")[:128],
-        "network": cluster.network_of(run, itype),
+        "network": network.network_of(run.nodes or 1, itype),
         "nccl_version": str((profile.get("environment") or {}).get("nccl") or "")[:32],
     }
     points = [

@@ -9,7 +9,6 @@ from django.db import transaction
 from django.http import HttpResponse
 from drf_spectacular.utils import (
     OpenApiExample,
-    OpenApiParameter,
     OpenApiResponse,
     PolymorphicProxySerializer,
     extend_schema,
@@ -22,6 +21,7 @@ from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
+from fleet import api as fleet_api
 from fleet.bundle import agent_tarball
 from profiler import actions, permissions
 from profiler.auth import AgentTokenAuthentication, IsAgentForThisRun
@@ -33,6 +33,7 @@ from profiler.serializers import (
     ProfilingRunDetailSerializer,
     ProfilingRunSerializer,
 )
+from srifty_web.http import refuse_size
 
 MAX_EVENT_BYTES = 8 * 1024 * 1024  # a result with every iteration of a large ladder fits well inside
 # What one stored event (RunEvent.payload) may weigh, by type. Progress and sample events are
@@ -60,12 +61,6 @@ def extra_fields(data, known) -> dict:
             if len(out) >= MAX_EXTRA_FIELDS:
                 break
     return out
-
-
-def content_length(request) -> int | None:
-    """The request's Content-Length, or None when it is not a plain non-negative integer."""
-    raw = str(request.META.get("CONTENT_LENGTH") or "0").strip()
-    return int(raw) if raw.isdigit() and len(raw) <= 18 else None
 
 
 # The schema states what validate() requires: a compute run names its model and input shape.
@@ -152,16 +147,8 @@ class AgentEventView(APIView):
 
     @extend_schema(request=AgentEventSerializer, responses={201: None, 200: None, 409: None})
     def post(self, request, pk: int):
-        length = content_length(request)
-        if length is None:
-            return Response(
-                {"detail": "Content-Length must be a byte count"}, status=status.HTTP_400_BAD_REQUEST
-            )
-        if length > MAX_EVENT_BYTES:
-            return Response(
-                {"detail": f"event larger than {MAX_EVENT_BYTES} bytes"},
-                status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
-            )
+        if (refused := refuse_size(request, MAX_EVENT_BYTES, "event")) is not None:
+            return refused
         envelope = AgentEventSerializer(data=request.data)
         envelope.is_valid(raise_exception=True)
         event = {**extra_fields(request.data, envelope.fields), **envelope.validated_data}
@@ -194,30 +181,17 @@ class AgentEventView(APIView):
         )
 
 
-class RendezvousView(APIView):
-    """Master discovery for the nodes of a comm cluster (Bearer run token): 200 go (rank 0's
-    private IP, this node's rank), 202 wait, 4xx stop; 401 once the run has ended."""
+class RendezvousView(fleet_api.RendezvousView):
+    """A comm cluster's node asks for its rank and rank 0's address (``actions.rendezvous``);
+    401 once the run has ended."""
 
     authentication_classes = [AgentTokenAuthentication]
     permission_classes = [IsAgentForThisRun]
     throttle_classes = [ScopedRateThrottle]
     throttle_scope = "agent"
 
-    @extend_schema(
-        parameters=[OpenApiParameter("instance_id", str, required=True)],
-        responses={
-            200: OpenApiResponse(description='{"master_addr", "node_rank", "nnodes"}'),
-            202: None,
-            400: None,
-            403: None,
-            404: None,
-            410: None,
-        },
-    )
-    def get(self, request, pk: int):
-        run = ProfilingRun.objects.get(pk=request.user.run.pk)
-        code, body = actions.rendezvous(run, request.query_params.get("instance_id", "").strip())
-        return Response(body, status=code)
+    def answer(self, request, pk: int, instance_id: str) -> tuple[int, dict]:
+        return actions.rendezvous(ProfilingRun.objects.get(pk=request.user.run.pk), instance_id)
 
 
 class AgentTarballView(APIView):

@@ -185,12 +185,12 @@ class EC2Provider:
         from django.utils import timezone
 
         from cloud import ec2
-        from profiler import userdata
+        from fleet import boot
 
         minutes = max(1, int((run.deadline_at - timezone.now()).total_seconds() // 60))
         if run.is_cluster:
             return self.start_cluster(run, token, minutes)
-        script = userdata.profiling_user_data(
+        script = boot.profiling_user_data(
             server_url=settings.SITE_URL,
             run_id=run.pk,
             token=token,
@@ -210,27 +210,27 @@ class EC2Provider:
         return ec2.launch(spec)
 
     def start_cluster(self, run: ProfilingRun, token: str, minutes: int) -> list[str]:
-        """N nodes in one cluster placement group, EFA where the type has it (``profiler.cluster``).
+        """N nodes in one cluster placement group, EFA where the type has it (``fleet.network``).
         The group is created first and named after the run, so ``stop`` deletes it whatever
         happens after this line."""
         from catalog.models import InstanceType
         from cloud import ec2
-        from profiler import cluster, userdata
+        from fleet import boot, network
 
         nodes = run.nodes
         if nodes is None:
             raise ValueError(f"run {run.pk} is not a cluster run (no node count)")
         itype = InstanceType.objects.select_related("accelerator").get(name=run.instance_type)
         ec2.create_placement_group(run.region, run.placement_group)
-        script = userdata.comm_cluster_user_data(
+        script = boot.comm_cluster_user_data(
             server_url=settings.SITE_URL,
             run_id=run.pk,
             token=token,
             nnodes=nodes,
-            gpus_per_node=cluster.gpus_per_node(itype),
+            gpus_per_node=network.gpus_per_node(itype),
             agent_args=agent_args(run, "/tmp/srifty-profile.json"),
             max_minutes=minutes,
-            env=cluster.nccl_env(itype),
+            env=network.nccl_env(itype),
         )
         spec = ec2.LaunchSpec(
             region=run.region,
@@ -243,8 +243,8 @@ class EC2Provider:
             tags={"srifty:run-id": str(run.pk), "Name": f"srifty-profile-{run.pk}"},
             image_id=ec2.default_image(run.region, itype.arch),
             placement_group=run.placement_group,
-            efa_interfaces=cluster.efa_interfaces(itype),
-            subnet_id=cluster.subnet_for(run),
+            efa_interfaces=network.efa_interfaces(itype),
+            subnet_id=network.subnet_for(run.region, run.instance_type),
             security_group_ids=tuple(getattr(settings, "JOB_SECURITY_GROUP_IDS", ()) or ()),
             key_name=getattr(settings, "JOB_KEY_NAME", None) or None,
         )

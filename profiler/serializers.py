@@ -230,7 +230,7 @@ def work_problems(attrs: dict, kind: str) -> dict[str, str]:
 def cluster_problems(attrs: dict) -> dict[str, str]:
     """Field -> why ``attrs`` (with ``nodes`` given) is not an EC2 comm cluster; fills in the
     cluster's ``world_size`` (every GPU of every node) and ``backend`` (NCCL) when it is."""
-    from profiler import cluster
+    from fleet import network
 
     nodes, errors = attrs["nodes"], {}
     if attrs.get("kind", RunKind.COMPUTE) != RunKind.COMM:
@@ -239,8 +239,8 @@ def cluster_problems(attrs: dict) -> dict[str, str]:
         return {"nodes": "a cluster comm run rents EC2 nodes: use provider ec2"}
     if nodes < 2:
         errors["nodes"] = "a cluster comm run spans at least 2 nodes (leave nodes out to profile one VM)"
-    elif nodes > cluster.max_nodes():
-        errors["nodes"] = f"at most {cluster.max_nodes()} nodes in one profiling run"
+    elif nodes > network.max_nodes():
+        errors["nodes"] = f"at most {network.max_nodes()} nodes in one profiling run"
     if attrs.get("backend", "nccl") != "nccl":
         errors["backend"] = "a cluster comm run measures NCCL across the nodes' GPUs: nccl (or leave it out)"
     itype = (
@@ -248,7 +248,7 @@ def cluster_problems(attrs: dict) -> dict[str, str]:
     )
     if itype is None:
         return errors  # the EC2 checks name the unknown type
-    gpus = cluster.gpus_per_node(itype)
+    gpus = network.gpus_per_node(itype)
     if not gpus:
         errors["instance_type"] = f"{itype.name} has no whole NVIDIA GPU; NCCL across nodes needs them"
     elif "world_size" in attrs and attrs["world_size"] != nodes * gpus:

@@ -256,6 +256,21 @@ def test_workload_imports_no_web_no_planner_and_no_profiler():
     assert not [a for a in arrows(("workload",), PACKAGES) if not a.split(" -> ")[1].startswith("workload")]
 
 
+def test_the_launcher_and_the_profiler_do_not_import_each_other():
+    """What both apps need of a node before training (boot scripts, network settings, the
+    rendezvous, the agent bundle) and what judges both apps' nodes (the reconciler) lives in
+    ``fleet``, above them; request helpers live in ``srifty_web``. Function-level and
+    type-only imports count."""
+    assert not arrows(("launcher",), ("profiler",))
+    assert not arrows(("profiler",), ("launcher",))
+
+
+def test_the_app_import_check_sees_a_function_local_import(tmp_path):
+    (tmp_path / "api.py").write_text("def f():\n    from profiler.api import content_length\n")
+    found = imported_names("launcher.api", tmp_path / "api.py")
+    assert [t for t in found if _under(t, ("profiler",))] == ["profiler.api"]
+
+
 def test_the_import_walk_sees_type_checking_and_relative_imports(tmp_path):
     pkg = tmp_path / "pkg"
     pkg.mkdir()

@@ -17,7 +17,8 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from cloud import ec2, session
-from launcher import launch, reconcile
+from fleet import reconcile
+from launcher import launch
 from launcher.models import Job, JobStatus
 from planner.app.models import PlanRecord
 
@@ -291,11 +292,11 @@ def test_a_region_whose_placement_groups_cannot_be_listed_still_gets_the_other_s
 def test_without_aws_credentials_it_logs_a_skip_not_a_scan_of_nothing(no_aws_credentials, caplog):
     """boto3's whole credential chain comes up empty (no environment keys, no profile files, no
     instance role): the reconciler says it skipped, not "0 managed instance(s) ... 0 terminated"."""
-    with caplog.at_level("INFO", logger="launcher.reconcile"):
+    with caplog.at_level("INFO", logger="fleet.reconcile"):
         report = reconcile.reconcile(regions=[REGION, "eu-west-1"])
     assert report.skipped == "no AWS credentials" and report.errors == [] and report.scanned == 0
     assert report.lines() == ["skipped: no AWS credentials"]
-    logged = [r.getMessage() for r in caplog.records if r.name == "launcher.reconcile"]
+    logged = [r.getMessage() for r in caplog.records if r.name == "fleet.reconcile"]
     assert logged == ["reconcile: skipped: no AWS credentials"]
     out = StringIO()
     call_command("reconcile_instances", "--region", REGION, stdout=out)  # exit 0: nothing to do

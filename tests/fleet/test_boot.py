@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from profiler.userdata import (
+from fleet.boot import (
     MAX_USER_DATA_BYTES,
     check_size,
     comm_cluster_user_data,

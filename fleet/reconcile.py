@@ -1,5 +1,8 @@
 """The reconciler: terminate Srifty-managed EC2 instances that no live job or run accounts for.
 
+It judges the nodes of both apps (``launcher`` jobs, ``profiler`` runs), so it lives above them
+both: neither app imports the other.
+
 It looks at every instance tagged ``srifty:managed=true`` (``cloud.ec2.find_managed``). Only
 those tagged with this install's ``srifty:install-id`` (``settings.INSTALL_ID``) are its to judge:
 a staging server or a colleague's ``./run`` in the same AWS account has its own job 7, which this

@@ -1,4 +1,6 @@
-"""cloud-init user-data (bash) for the VMs Srifty launches. Pure functions: no AWS, no ORM.
+"""cloud-init user-data (bash) for the VMs Srifty launches: a profiling node
+(``profiling_user_data``), a comm-profiling cluster's node (``comm_cluster_user_data``) and a
+training job's node (``task_user_data``). Pure functions: no AWS, no ORM.
 
 Every script has the same safety frame:
 
@@ -11,7 +13,7 @@ Every script has the same safety frame:
 * Every interpolated value is assigned once, near the top, through ``shlex.quote``; the body only
   uses the shell variables, always double-quoted. A token like ``'; rm -rf /`` stays a string.
 * No AWS credentials, ever: the VM authenticates to Srifty with the run/job token only (sent as
-  ``Authorization: Bearer``, like ``profiler.agent.reporter``). Whatever the VM itself needs
+  ``Authorization: Bearer``, like the agent's posters, ``profiler.agent.posting``). Whatever the VM itself needs
   from AWS comes from its instance profile. Anyone who can read the instance's user-data
   (IMDS on the VM, ``ec2:DescribeInstanceAttribute``) can read the token, so tokens must be
   scoped to one run/job and expire with it.
@@ -176,7 +178,8 @@ def profiling_user_data(
 
 
 # Master discovery, for every multi-node script here: each node, rank 0 included, polls
-# ``GET {server}/.../rendezvous/?instance_id={its instance id}`` (a job's or a profiling run's)
+# ``GET {server}/.../rendezvous/?instance_id={its instance id}`` (a job's or a profiling run's;
+# the server's side is ``fleet.rendezvous.decide``)
 # with its token until the server answers 200 (here ``{"master_addr": "10.0.1.23", "node_rank":
 # 1}``; a task node gets its whole environment instead); 202 (or 200 without an address) means
 # "not yet, poll again"; 400/401/403/404/410 mean "stop" (the script fails and the VM powers off).
