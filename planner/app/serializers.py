@@ -296,6 +296,14 @@ class PlanRequestSerializer(serializers.Serializer):
         help_text="Smallest batch per GPU the solver ranks (a plan below it only when nothing else "
         f"fits); default: the profile's knee when planning from a profile that has one, else {MIN_BATCH_PER_GPU}",
     )
+    accumulation_steps = serializers.IntegerField(
+        default=1,
+        min_value=1,
+        max_value=1024,
+        help_text="Gradient accumulation: micro-steps per optimizer step (DDP's no_sync on all but the "
+        "last). The global batch is one micro-step's samples over all GPUs; the all-reduce and the "
+        "optimizer step run once per this many micro-steps. 1: none",
+    )
     checkpoint_interval_h = serializers.FloatField(
         default=PLAN_DEFAULTS["checkpoint_interval_h"], min_value=0.01, max_value=24 * 365
     )

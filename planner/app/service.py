@@ -503,6 +503,8 @@ def solve_request(req: dict, owner, *, allow_code: bool = False, progress=None) 
     stages.enter("model")
     pr = plan_request(req)
     wl, run, profile = _model_inputs(req, owner, allow_code)
+    # gradient accumulation is the request's, not the cached trace's (Workload.accumulation_steps)
+    wl = dataclasses.replace(wl, accumulation_steps=int(req.get("accumulation_steps") or 1))
     stages.enter("candidates")
     cands = candidates(req)
     if not cands:
@@ -563,6 +565,7 @@ def solve_request(req: dict, owner, *, allow_code: bool = False, progress=None) 
             "source": _source_of(result.plans, oracle),
             "precision_requested": req["model"].get("precision"),
             "profile_precision": profile.device.precision if profile else None,
+            "accumulation_steps": wl.accumulation_steps,
         },
         "request": {"total_samples": pr.total_samples},
         "batch": _batch_json(pr, minimum, result.plans),

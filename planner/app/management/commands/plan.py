@@ -64,6 +64,12 @@ class Command(BaseCommand):
             help="no GPU below this per-GPU batch unless nothing else fits (default: the profile's knee, else 32)",
         )
         parser.add_argument(
+            "--accumulation-steps",
+            type=int,
+            default=None,
+            help="gradient accumulation: micro-steps per optimizer step; the global batch is one micro-step's (default 1)",
+        )
+        parser.add_argument(
             "--quota",
             action="append",
             default=[],
@@ -113,6 +119,7 @@ class Command(BaseCommand):
             ("global_batch_min", o["batch_min"]),
             ("global_batch_max", o["batch_max"]),
             ("min_batch_per_gpu", o["min_batch_per_gpu"]),
+            ("accumulation_steps", o["accumulation_steps"]),
             ("max_nodes", o["max_nodes"]),
         ):
             if value is not None:
