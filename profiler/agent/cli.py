@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from profiler.agent.reporter import RetryPolicy
+from profiler.agent.posting import RetryPolicy
 from profiler.agent.units import ArgumentValueError, parse_int_list, parse_shape, parse_size, parse_size_range
 
 log = logging.getLogger("profiler.agent")
@@ -225,11 +225,11 @@ def _resolve_device(requested: str | None) -> str:
 def run_compute(args: argparse.Namespace) -> int:
     from profiler.agent.compute import ComputeOptions, ComputeProfiler
     from profiler.agent.output import write_profile
-    from profiler.agent.reporter import make_reporter
+    from profiler.agent.run_events import make_event_poster
     from profiler.agent.schema import validate_profile
     from workload.specs import SpecError, parse_spec
 
-    reporter = make_reporter(args.report_to, _token(args), retry=_retry_policy(args))
+    reporter = make_event_poster(args.report_to, _token(args), retry=_retry_policy(args))
     try:
         try:
             parse_spec(args.model)

@@ -34,7 +34,8 @@ from typing import Any
 from profiler.agent import SCHEMA_VERSION
 from profiler.agent.environment import cpu_model, environment, utc_now_iso
 from profiler.agent.output import write_profile
-from profiler.agent.reporter import NullReporter, Reporter, RetryPolicy, SharedSeq
+from profiler.agent.posting import RetryPolicy
+from profiler.agent.run_events import EventPoster, NullEventPoster, SharedSeq
 from profiler.agent.stats import summarize
 from profiler.agent.units import geometric_sizes
 
@@ -226,7 +227,7 @@ def _first_contact(coll: _Collective, rounds: int = 10) -> None:
 
 
 def _measure_size(
-    coll: _Collective, size: int, reporter: NullReporter, progress: dict[str, Any]
+    coll: _Collective, size: int, reporter: NullEventPoster, progress: dict[str, Any]
 ) -> dict[str, Any]:
     options = coll.options
     torch = coll.torch
@@ -290,11 +291,11 @@ def _document(coll: _Collective, samples: list[dict[str, Any]], hosts: list[str]
     }
 
 
-def _make_reporter(options: CommOptions, seq_value: Any | None) -> NullReporter:
+def _make_event_poster(options: CommOptions, seq_value: Any | None) -> NullEventPoster:
     if not options.report_to:
-        return NullReporter()
+        return NullEventPoster()
     seq = SharedSeq(seq_value) if seq_value is not None else None
-    return Reporter(options.report_to, options.token, seq=seq, retry=options.report_retry)
+    return EventPoster(options.report_to, options.token, seq=seq, retry=options.report_retry)
 
 
 def run_rank(
@@ -308,7 +309,7 @@ def run_rank(
     from profiler.agent.schema import validate_profile
 
     is_root = setup.rank == 0
-    reporter = _make_reporter(options, seq_value) if is_root else NullReporter()
+    reporter = _make_event_poster(options, seq_value) if is_root else NullEventPoster()
     coll: _Collective | None = None
     try:
         coll = _Collective(options, setup)
@@ -396,7 +397,7 @@ def _spawn_local(options: CommOptions) -> dict[str, Any] | None:
         )
     except Exception as exc:
         if options.report_to and options.node_rank == 0:
-            reporter = Reporter(
+            reporter = EventPoster(
                 options.report_to, options.token, seq=SharedSeq(seq_value), retry=options.report_retry
             )
             reporter.error(f"comm profile failed: {_last_line(exc)}")

@@ -32,7 +32,7 @@ from typing import Any
 
 from profiler.agent import SCHEMA_VERSION
 from profiler.agent.environment import available_memory_bytes, device_info, environment, utc_now_iso
-from profiler.agent.reporter import NullReporter
+from profiler.agent.run_events import NullEventPoster
 from profiler.agent.stats import summarize
 from workload.buckets import DEFAULT_BUCKET_CAP_BYTES, DEFAULT_FIRST_BUCKET_BYTES, Bucket, ddp_buckets
 from workload.memory import (
@@ -624,9 +624,9 @@ class Progress:
 
 
 class ComputeProfiler:
-    def __init__(self, options: ComputeOptions, reporter: NullReporter | None = None) -> None:
+    def __init__(self, options: ComputeOptions, reporter: NullEventPoster | None = None) -> None:
         self.options = options.resolved()
-        self.reporter = reporter or NullReporter()
+        self.reporter = reporter or NullEventPoster()
 
     # The heavy lifting. Splitting by phase keeps each piece small enough to read.
     def run(self) -> dict[str, Any]:

@@ -27,7 +27,7 @@ How it behaves inside a training loop:
   stores each report once per ``(rank, seq)``. Seqs start at the process's start time in
   microseconds, so a restarted process never reuses the seqs of an earlier one.
 * Failed posts (connection errors, 408/425/429/5xx) are retried with bounded exponential
-  backoff (``profiler.agent.reporter.RetryPolicy``); then the batch is dropped and counted,
+  backoff (``profiler.agent.posting.RetryPolicy``); then the batch is dropped and counted,
   and the server counts as unreachable: later batches get one try each, ``max_delay_s`` apart,
   until one gets through, and at ``close`` what is left is dropped instead of waited for.
   401/403/404/409/410 (token expired, job over) stop reporting for good. The queue is bounded
@@ -48,15 +48,21 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
-from profiler.agent.reporter import PostError, RetryPolicy, default_transport
+from profiler.agent.posting import (
+    RETRYABLE,
+    BackgroundPoster,
+    PostError,
+    RetryPolicy,
+    Transport,
+    default_transport,
+)
 
 log = logging.getLogger("profiler.agent.report")
 
-_RETRYABLE = {408, 425, 429, 500, 502, 503, 504}
 _FATAL = {401, 403, 404, 409, 410}
 
 
@@ -127,7 +133,11 @@ class NullReporter:
         self.close()
 
 
-class Reporter(NullReporter):
+class Reporter(BackgroundPoster, NullReporter):
+    """Posts one training process's iteration times (batched) and checkpoints, on its own thread."""
+
+    thread_name = "srifty-job-reporter"
+
     def __init__(
         self,
         server: str,
@@ -139,10 +149,11 @@ class Reporter(NullReporter):
         flush_interval_s: float = 5.0,
         max_pending: int = 10_000,
         retry: RetryPolicy | None = None,
-        transport: Callable[[str, bytes, dict[str, str], float], int] | None = None,
+        transport: Transport | None = None,
         close_timeout_s: float = 10.0,
     ) -> None:
-        super().__init__()
+        NullReporter.__init__(self)
+        BackgroundPoster.__init__(self, close_timeout_s)
         self.url = f"{server.rstrip('/')}/api/v1/jobs/{job_id}/reports/"
         self.checkpoint_url = f"{server.rstrip('/')}/api/v1/jobs/{job_id}/checkpoints/"
         self.checkpoints_sent = 0
@@ -152,20 +163,16 @@ class Reporter(NullReporter):
         self.flush_interval_s = float(flush_interval_s)
         self.retry = retry or RetryPolicy(attempts=5, initial_delay_s=0.5, max_delay_s=8.0, timeout_s=10.0)
         self._transport = transport or default_transport()
-        self._close_timeout_s = close_timeout_s
         self._queue: deque[dict[str, Any]] = deque(maxlen=max(1, int(max_pending)))
         self._next_seq = time.time_ns() // 1000  # see module doc
-        self._cv = threading.Condition()
         self._flush_wanted = False
         self._in_flight = 0
-        self._stopping = False
         self.disabled = False
         self.unreachable = False
         self.sent = 0  # reports the server accepted
         self.dropped = 0  # reports given up on (retries used up, queue overflow, fatal answer)
         self.posts = 0
-        self._thread = threading.Thread(target=self._run, name="srifty-job-reporter", daemon=True)
-        self._thread.start()
+        self._start()
         atexit.register(self._at_exit)
 
     @classmethod
@@ -231,7 +238,7 @@ class Reporter(NullReporter):
             if status is not None and 200 <= status < 300:
                 self.checkpoints_sent += 1
                 return
-            delay = next(delays, None) if (status is None or status in _RETRYABLE) else None
+            delay = next(delays, None) if (status is None or status in RETRYABLE) else None
             if delay is None:
                 log.warning(
                     "srifty report: checkpoint at iteration %s not reported (%s)", item["iteration"], status
@@ -252,14 +259,8 @@ class Reporter(NullReporter):
                 self._cv.wait(left)
             return not self._queue and not self._in_flight
 
-    def close(self, timeout_s: float | None = None) -> None:
-        """Send what is queued (bounded by ``timeout_s``) and stop the thread."""
-        with self._cv:
-            self._stopping = True
-            self._cv.notify_all()
-        self._thread.join(self._close_timeout_s if timeout_s is None else timeout_s)
-        if self._thread.is_alive():
-            log.warning("srifty report: gave up waiting for %d unsent report(s)", len(self._queue))
+    def _unsent(self) -> str:
+        return f"{len(self._queue)} unsent report(s)"
 
     def _at_exit(self) -> None:
         if self._thread.is_alive():
@@ -327,9 +328,9 @@ class Reporter(NullReporter):
                 self.disabled = True
                 self.dropped += len(batch)
                 return
-            delay = next(delays, None) if (status is None or status in _RETRYABLE) else None
+            delay = next(delays, None) if (status is None or status in RETRYABLE) else None
             if delay is None:
-                retryable = status is None or status in _RETRYABLE
+                retryable = status is None or status in RETRYABLE
                 if not self.unreachable:
                     log.warning("srifty report: dropped %d report(s) (seq %d): %s", len(batch), seq, detail)
                 self.unreachable = self.unreachable or retryable

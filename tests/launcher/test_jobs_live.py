@@ -19,8 +19,8 @@ from rest_framework.test import APIClient
 from launcher import jobs
 from launcher.models import JobReport
 from planner.app.models import PlanRecord
+from profiler.agent.posting import RetryPolicy, _post_urllib
 from profiler.agent.report import Reporter
-from profiler.agent.reporter import RetryPolicy, _post_urllib
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

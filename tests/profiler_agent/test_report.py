@@ -8,8 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+from profiler.agent.posting import RetryPolicy
 from profiler.agent.report import NullReporter, Reporter
-from profiler.agent.reporter import RetryPolicy
 
 FAST = RetryPolicy(attempts=4, initial_delay_s=0.01, max_delay_s=0.05, timeout_s=2.0)
 ROOT = Path(__file__).resolve().parents[2]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
+from profiler.agent.posting import RetryPolicy
 from profiler.agent.report import NullReporter, Reporter
-from profiler.agent.reporter import RetryPolicy
 
 
 def test_a_checkpoint_is_posted_with_the_job_token_and_retried_on_a_server_error():

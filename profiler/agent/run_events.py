@@ -1,4 +1,4 @@
-"""Posting progress and results to the Srifty server while a profile runs.
+"""A profiling run's events, posted to the Srifty server while the profile runs.
 
 Every event is ``POST {url}`` with ``Authorization: Bearer {token}`` and a JSON body
 ``{"seq": n, "type": "progress"|"sample"|"result"|"error", ...}``. ``seq`` starts at 1 and
@@ -8,7 +8,7 @@ post keeps its seq).
 Rules that keep the measurements honest and the result safe:
 
 * Posts happen on a background thread, never inside a timed region: the profiler wraps each
-  timed region in :meth:`Reporter.hold`, which waits for an in-flight post to finish and keeps
+  timed region in :meth:`EventPoster.hold`, which waits for an in-flight post to finish and keeps
   new ones from starting until the region ends. Before a hold starts, the poster gets a short
   window to drain what is queued, so progress still arrives live.
 * A progress event still waiting to be sent is replaced by a newer one, so a slow server
@@ -26,69 +26,23 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import threading
 import time
-import urllib.error
-import urllib.request
 from collections import deque
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import Any
 
-log = logging.getLogger("profiler.agent.reporter")
+from profiler.agent.posting import (
+    RETRYABLE,
+    BackgroundPoster,
+    PostError,
+    RetryPolicy,
+    Transport,
+    default_transport,
+)
 
-_RETRYABLE = {408, 425, 429, 500, 502, 503, 504}
+log = logging.getLogger("profiler.agent.run_events")
+
 _ESSENTIAL = {"result", "error"}
-
-
-class PostError(Exception):
-    def __init__(self, message: str, retryable: bool) -> None:
-        super().__init__(message)
-        self.retryable = retryable
-
-
-def _post_requests(url: str, body: bytes, headers: dict[str, str], timeout: float) -> int:
-    import requests
-
-    try:
-        response = requests.post(url, data=body, headers=headers, timeout=timeout)
-    except requests.RequestException as exc:
-        raise PostError(str(exc), retryable=True) from exc
-    return response.status_code
-
-
-def _post_urllib(url: str, body: bytes, headers: dict[str, str], timeout: float) -> int:
-    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except (urllib.error.URLError, OSError) as exc:
-        raise PostError(str(exc), retryable=True) from exc
-
-
-def default_transport() -> Callable[[str, bytes, dict[str, str], float], int]:
-    """``requests`` when installed, else the standard library (a bare GPU VM may lack requests)."""
-    try:
-        import requests  # noqa: F401
-    except ImportError:
-        return _post_urllib
-    return _post_requests
-
-
-@dataclass
-class RetryPolicy:
-    attempts: int = 6  # first try plus 5 retries
-    initial_delay_s: float = 0.5
-    max_delay_s: float = 8.0
-    timeout_s: float = 10.0  # per request
-
-    def delays(self) -> Iterator[float]:
-        delay = self.initial_delay_s
-        for _ in range(self.attempts - 1):
-            yield delay
-            delay = min(delay * 2, self.max_delay_s)
 
 
 class SharedSeq:
@@ -112,7 +66,7 @@ class _LocalSeq:
         return self._n
 
 
-class NullReporter:
+class NullEventPoster:
     """What the profiler talks to without ``--report-to``: does nothing."""
 
     def emit(self, event_type: str, **fields: Any) -> None:
@@ -138,7 +92,11 @@ class NullReporter:
         pass
 
 
-class Reporter(NullReporter):
+class EventPoster(BackgroundPoster, NullEventPoster):
+    """Posts the events of one profiling run (``POST {url}``), in order, on its own thread."""
+
+    thread_name = "srifty-reporter"
+
     def __init__(
         self,
         url: str,
@@ -146,20 +104,18 @@ class Reporter(NullReporter):
         *,
         retry: RetryPolicy | None = None,
         seq: SharedSeq | None = None,
-        transport: Callable[[str, bytes, dict[str, str], float], int] | None = None,
+        transport: Transport | None = None,
         drain_window_s: float = 0.25,
         close_timeout_s: float = 120.0,
     ) -> None:
+        super().__init__(close_timeout_s)
         self.url = url
         self.token = token
         self.retry = retry or RetryPolicy()
         self._seq = seq or _LocalSeq()
         self._transport = transport or default_transport()
         self._drain_window_s = drain_window_s
-        self._close_timeout_s = close_timeout_s
         self._items: deque[tuple[str, dict[str, Any]]] = deque()
-        self._stopping = False
-        self._cv = threading.Condition()
         self._holding = False  # a timed region is running: no post may start
         self._posting = False  # a request is in flight
         self._pending = 0  # events queued or being sent
@@ -168,8 +124,7 @@ class Reporter(NullReporter):
         self.sent = 0
         self.dropped = 0
         self.coalesced = 0
-        self._thread = threading.Thread(target=self._run, name="srifty-reporter", daemon=True)
-        self._thread.start()
+        self._start()
 
     # -- the profiler's side ------------------------------------------------------------
     def emit(self, event_type: str, **fields: Any) -> None:
@@ -215,14 +170,8 @@ class Reporter(NullReporter):
                 self._holding = False
                 self._cv.notify_all()
 
-    def close(self, timeout_s: float | None = None) -> None:
-        """Send what is queued (bounded by ``timeout_s``) and stop the thread."""
-        with self._cv:
-            self._stopping = True
-            self._cv.notify_all()
-        self._thread.join(self._close_timeout_s if timeout_s is None else timeout_s)
-        if self._thread.is_alive():
-            log.warning("reporter: gave up waiting for %d unsent event(s)", self._pending)
+    def _unsent(self) -> str:
+        return f"{self._pending} unsent event(s)"
 
     # -- the background thread ----------------------------------------------------------
     def _run(self) -> None:
@@ -235,7 +184,7 @@ class Reporter(NullReporter):
             try:
                 self._deliver(event_type, fields)
             except Exception:  # the reporter must never kill the profile
-                log.exception("reporter: unexpected failure sending %s", event_type)
+                log.exception("run events: unexpected failure sending %s", event_type)
             finally:
                 with self._cv:
                     self._pending -= 1
@@ -258,7 +207,7 @@ class Reporter(NullReporter):
                 return
             delay = next(delays, None) if retryable else None
             if delay is None:
-                log.warning("reporter: dropped %s event seq=%d: %s", event_type, seq, detail)
+                log.warning("run events: dropped %s event seq=%d: %s", event_type, seq, detail)
                 self.unreachable = self.unreachable or retryable
                 return
             with self._cv:
@@ -283,8 +232,8 @@ class Reporter(NullReporter):
                 self._cv.notify_all()
         if 200 <= status < 300:
             return False, None
-        return status in _RETRYABLE, f"HTTP {status}"
+        return status in RETRYABLE, f"HTTP {status}"
 
 
-def make_reporter(url: str | None, token: str | None, **kwargs: Any) -> NullReporter:
-    return Reporter(url, token, **kwargs) if url else NullReporter()
+def make_event_poster(url: str | None, token: str | None, **kwargs: Any) -> NullEventPoster:
+    return EventPoster(url, token, **kwargs) if url else NullEventPoster()

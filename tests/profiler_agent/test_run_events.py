@@ -1,4 +1,4 @@
-"""The reporter posts to a real HTTP server on 127.0.0.1: auth, seq, retries, quiet timing."""
+"""A profiling run's event poster posts to a real HTTP server on 127.0.0.1: auth, seq, retries, quiet timing."""
 
 from __future__ import annotations
 
@@ -6,13 +6,14 @@ import json
 import threading
 import time
 
-from profiler.agent.reporter import Reporter, RetryPolicy, _post_urllib
+from profiler.agent.posting import RetryPolicy, _post_urllib
+from profiler.agent.run_events import EventPoster
 
 FAST = RetryPolicy(attempts=4, initial_delay_s=0.01, max_delay_s=0.05, timeout_s=2.0)
 
 
 def test_reporter_posts_events_with_bearer_token_and_increasing_seq(event_server):
-    reporter = Reporter(event_server.url, "secret-token", retry=FAST)
+    reporter = EventPoster(event_server.url, "secret-token", retry=FAST)
     reporter.progress(phase="compute", batch_size=8, iteration=0, time_ms=1.5, fraction=0.5)
     reporter.sample(phase="compute", batch_size=8, sample={"batch_size": 8})
     reporter.result({"kind": "compute"})
@@ -30,7 +31,7 @@ def test_reporter_posts_events_with_bearer_token_and_increasing_seq(event_server
 
 def test_reporter_retries_after_the_server_returns_500_once_and_keeps_the_seq(event_server):
     event_server.statuses = [500]
-    reporter = Reporter(event_server.url, "t", retry=FAST)
+    reporter = EventPoster(event_server.url, "t", retry=FAST)
     reporter.error("boom")
     reporter.progress(phase="comm", fraction=1.0)
     reporter.close(timeout_s=10)
@@ -42,7 +43,7 @@ def test_reporter_retries_after_the_server_returns_500_once_and_keeps_the_seq(ev
 
 def test_client_errors_are_not_retried(event_server):
     event_server.statuses = [400]
-    reporter = Reporter(event_server.url, "t", retry=FAST)
+    reporter = EventPoster(event_server.url, "t", retry=FAST)
     reporter.progress(phase="compute")
     reporter.result({"kind": "compute"})
     reporter.close(timeout_s=10)
@@ -58,7 +59,7 @@ def test_unreachable_server_drops_later_events_but_still_tries_the_result(closed
         calls.append(body.decode())
         return _post_urllib(url, body, headers, timeout)
 
-    reporter = Reporter(closed_port_url, "t", retry=FAST, transport=transport)
+    reporter = EventPoster(closed_port_url, "t", retry=FAST, transport=transport)
     reporter.progress(phase="compute")
     reporter.sample(phase="compute", batch_size=8)
     reporter.result({"kind": "compute"})
@@ -75,7 +76,7 @@ def test_no_post_starts_while_a_timed_region_is_held(event_server):
         starts.append(time.perf_counter())
         return _post_urllib(url, body, headers, timeout)
 
-    reporter = Reporter(event_server.url, "t", retry=FAST, transport=transport, drain_window_s=0.0)
+    reporter = EventPoster(event_server.url, "t", retry=FAST, transport=transport, drain_window_s=0.0)
     with reporter.hold():
         began = time.perf_counter()
         for i in range(5):
@@ -89,7 +90,7 @@ def test_no_post_starts_while_a_timed_region_is_held(event_server):
 
 
 def test_hold_gives_queued_events_a_short_window_first(event_server):
-    reporter = Reporter(event_server.url, "t", retry=FAST, drain_window_s=2.0)
+    reporter = EventPoster(event_server.url, "t", retry=FAST, drain_window_s=2.0)
     reporter.progress(phase="compute", iteration=0)
     with reporter.hold():
         delivered_before_timing = len(event_server.events())
@@ -98,7 +99,7 @@ def test_hold_gives_queued_events_a_short_window_first(event_server):
 
 
 def test_the_standard_library_transport_posts_too(event_server):
-    reporter = Reporter(event_server.url, "tok", retry=FAST, transport=_post_urllib)
+    reporter = EventPoster(event_server.url, "tok", retry=FAST, transport=_post_urllib)
     reporter.result({"kind": "comm"})
     reporter.close(timeout_s=10)
     assert event_server.events()[0]["type"] == "result"
@@ -114,7 +115,7 @@ def test_emitting_never_blocks_and_unsent_progress_is_coalesced_on_a_slow_server
         bodies.append(json.loads(body))
         return 200
 
-    reporter = Reporter(event_server.url, "t", retry=FAST, transport=slow)
+    reporter = EventPoster(event_server.url, "t", retry=FAST, transport=slow)
     began = time.perf_counter()
     reporter.sample(batch_size=1)
     for i in range(50):
