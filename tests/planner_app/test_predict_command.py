@@ -216,3 +216,16 @@ def test_its_catalog_p10_p90_carries_the_validated_model_error_of_the_source(cat
     assert out["iteration_ms_p50"] == pytest.approx(out["simulator_ms_p50"] * math.exp(err.q50))
     assert out["iteration_ms_p10"] < out["iteration_ms_p50"] < out["iteration_ms_p90"]
     assert "training rows" in out["support"]
+
+
+@pytest.mark.django_db
+def test_with_gradient_accumulation_a_two_node_step_averages_one_all_reduce_over_k(catalog, capsys):
+    args = ("--model", "examples.tiny_model:build", "--input-shape", "3,32,32", "--instance", "g4dn.12xlarge")
+    args += ("--nodes", "2", "--per-worker-batch", "8", "--json")
+    call_command("predict", *args)
+    plain = json.loads(capsys.readouterr().out)
+    call_command("predict", *args, "--accumulation-steps", "8")
+    accumulated = json.loads(capsys.readouterr().out)
+    assert accumulated["simulator_ms_p50"] < plain["simulator_ms_p50"]
+    with pytest.raises(CommandError, match="--accumulation-steps must be 1 to 1024"):
+        call_command("predict", *args, "--accumulation-steps", "0")

@@ -44,6 +44,12 @@ class Command(BaseCommand):
         parser.add_argument("--instance", help="instance type, e.g. p4d.24xlarge")
         parser.add_argument("--nodes", type=int, default=1)
         parser.add_argument("--per-worker-batch", type=int, help="default: the largest profiled batch")
+        parser.add_argument(
+            "--accumulation-steps",
+            type=int,
+            default=1,
+            help="gradient accumulation: micro-steps per optimizer step (the all-reduce runs once per k)",
+        )
         parser.add_argument("--samples", type=int, default=2000, help="Monte-Carlo draws")
         parser.add_argument("--json", action="store_true")
 
@@ -161,6 +167,8 @@ class Command(BaseCommand):
             raise CommandError(f"{o['instance']!r} is not a CUDA GPU instance type in the catalog")
         if o["nodes"] < 1:
             raise CommandError("--nodes must be >= 1")
+        if not 1 <= o["accumulation_steps"] <= 1024:
+            raise CommandError("--accumulation-steps must be 1 to 1024")
         shape = tuple(int(x) for x in o["input_shape"].split(","))
         try:
             wl = service.workload(
@@ -168,6 +176,7 @@ class Command(BaseCommand):
             )  # the operator's command
         except service.PlanInputError as exc:
             raise CommandError(str(exc)) from exc
+        wl = dataclasses.replace(wl, accumulation_steps=o["accumulation_steps"])
         oracle = Oracle(
             wl,
             service.transfer_model(),
