@@ -170,7 +170,7 @@ def clean_task(task) -> taskfile.TaskSpec | None:
     if not isinstance(task, str):
         raise JobError("task", "the task file as text")
     try:
-        spec = taskfile.parse_task(task)
+        spec = taskfile.parse_task(task, for_launch=True)  # no run: planned from, not launched
     except taskfile.TaskFileError as exc:
         raise JobError("task", str(exc), exc.as_dict()) from exc
     if spec.required_envs:  # SkyPilot's `envs: {NAME: null}`: no launch without a value

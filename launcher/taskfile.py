@@ -67,6 +67,7 @@ MAX_TASK_BYTES = 256 * 1024
 # Values (scalars, lists, mappings) in one task file with its aliases expanded: a real task file
 # has tens; 10,000 reads in milliseconds, while an alias bomb stands for billions.
 MAX_TASK_VALUES = 10_000
+MAX_AMOUNT = 1e6  # cpus, GiB of memory or disk: far above any instance, and finite (``.inf``)
 MAX_TASK_DEPTH = 32  # levels of nesting, aliases expanded (a real task file has 4)
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -155,6 +156,10 @@ RESERVED_ENV = (
     "SKYPILOT_NUM_GPUS_PER_NODE",
 )
 DEFAULT_MASTER_PORT = 29500
+RUN_MISSING = (
+    "is needed to launch: the command every node runs (a task file without run can be planned "
+    "from, as its resources are the plan's constraints, but not launched)"
+)
 
 
 @dataclass(frozen=True)
@@ -450,11 +455,15 @@ class _Lines:
         return None
 
 
-def parse_task(text: str | bytes, filename: str | Path | None = None) -> TaskSpec:
+def parse_task(
+    text: str | bytes, filename: str | Path | None = None, *, for_launch: bool = False
+) -> TaskSpec:
     """Read a task file (Srifty's or SkyPilot's dialect); :class:`TaskFileError` lists every problem.
 
     ``filename``: where the text came from; a file without ``name`` is named after its stem
-    (:func:`name_from_filename`), as SkyPilot does, else ``task``."""
+    (:func:`name_from_filename`), as SkyPilot does, else ``task``. ``run`` is optional, as in
+    SkyPilot (a file of resources plans); ``for_launch``: a file without one is refused, the
+    problem listed with the others (:data:`RUN_MISSING`)."""
     if isinstance(text, bytes):
         if len(text) > MAX_TASK_BYTES:
             raise TaskFileError([TaskIssue(None, "file", f"larger than {MAX_TASK_BYTES} bytes")])
@@ -470,7 +479,7 @@ def parse_task(text: str | bytes, filename: str | Path | None = None) -> TaskSpe
             [TaskIssue(1, "file", "must be a mapping of keys (name, workdir, setup, run, ...)")]
         )
     default = name_from_filename(filename) if filename else "task"
-    return _Reader(doc, _Lines(node), default).read()
+    return _Reader(doc, _Lines(node), default, for_launch=for_launch).read()
 
 
 def name_from_filename(filename: str | Path) -> str:
@@ -489,8 +498,11 @@ def _normalised(name: str) -> str:
 
 
 class _Reader:
-    def __init__(self, doc: dict[str, Any], lines: _Lines, default_name: str = "task") -> None:
+    def __init__(
+        self, doc: dict[str, Any], lines: _Lines, default_name: str = "task", *, for_launch: bool = False
+    ) -> None:
         self.doc = doc
+        self.for_launch = for_launch
         self.lines = lines
         self.default_name = default_name
         self.issues: list[TaskIssue] = []
@@ -530,9 +542,11 @@ class _Reader:
             elif key not in allowed:
                 self.bad(str(key), f"unknown key; allowed: {', '.join(allowed)}")
         name = self.name(doc.get("name"))
-        run = self.text("run", doc.get("run"), required=True)
-        if "run" in doc and not run.strip() and not any(i.field == "run" for i in self.issues):
-            self.bad("run", "is empty")
+        # SkyPilot's ``run`` is optional (a task that only provisions): such a file plans (its
+        # resources are the constraints); the launch refuses it (:func:`launch_issues`)
+        run = self.text("run", doc.get("run"))
+        if self.for_launch and not run.strip() and not any(i.field == "run" for i in self.issues):
+            self.bad("run", RUN_MISSING)
         envs, required = self.envs(doc.get("envs"))
         secrets, secret_values, unset = self.secrets(doc.get("secrets"), envs, required)
         file_mounts, buckets = self.file_mounts(doc.get("file_mounts"))
@@ -884,13 +898,13 @@ class _Reader:
         """``8``, ``8+``, ``32GB+`` (memory in GiB; TB is 1024)."""
         if value is None:
             return None
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= MAX_AMOUNT:
             return Amount(float(value), False)
         m = AMOUNT_RE.match(value.strip()) if isinstance(value, str) else None
-        if not m or float(m.group("n")) <= 0:
-            self.bad(path, "a positive number, or N+ for N or more (e.g. 8+)")
+        scale = 1024.0 if m and (m.group("unit") or "").upper().startswith("T") else 1.0
+        if not m or not 0 < float(m.group("n")) * scale <= MAX_AMOUNT:  # YAML's .inf is no amount
+            self.bad(path, f"a positive number up to {MAX_AMOUNT:g}, or N+ for N or more (e.g. 8+)")
             return None
-        scale = 1024.0 if (m.group("unit") or "").upper().startswith("T") else 1.0
         return Amount(float(m.group("n")) * scale, bool(m.group("plus")))
 
     def disk_size(self, path: str, value: Any) -> int | None:
@@ -1100,21 +1114,51 @@ REDACTED = "<redacted>"
 
 def redacted(text: str) -> str:
     """The task file as the API and the job page show it: the value of every ``envs`` entry whose
-    name looks like a credential (``HF_TOKEN``, ``WANDB_API_KEY``, ``DB_PASSWORD``) replaced by
-    ``<redacted>`` wherever it appears (and every value written under ``secrets``), so a teammate who may read the job cannot read the
-    owner's secrets. Values shorter than 4 characters are left (replacing them would garble the
-    file, and they are no secret worth the name)."""
+    name looks like a credential (``HF_TOKEN``, ``WANDB_API_KEY``, ``DB_PASSWORD``) and of every
+    ``secrets`` entry replaced by ``<redacted>``, so a teammate who may read the job cannot read
+    the owner's secrets. Values shorter than 4 characters are left (replacing them would garble
+    the file, and they are no secret worth the name).
+
+    Two passes: where the value is written (its YAML node's span, whatever its style: quoted with
+    escapes, folded, a block; the lines kept), then wherever the value appears verbatim elsewhere
+    (a ``run`` that echoes it)."""
     if not text:
         return text
     try:
-        spec = parse_task(text)
+        node, _ = load_bounded(text)
     except TaskFileError:
-        return text  # a stored file was parsed at launch; nothing else can be told apart
-    values = [v for k, v in spec.envs.items() if SECRET_ENV_RE.search(k)] + list(spec.secret_values.values())
-    secrets = sorted({v for v in values if len(v) >= 4}, key=len, reverse=True)
-    for value in secrets:  # longest first: a value inside another is not left half-shown
+        return text  # not YAML: a stored file was read at launch, so none is stored
+    spans: dict[tuple[int, int], str] = {}
+    for scalar in _hidden_value_nodes(node):
+        spans[(scalar.start_mark.index, scalar.end_mark.index)] = scalar.value
+    for (start, end), _value in sorted(spans.items(), reverse=True):  # from the end: offsets stay
+        written = text[start:end]
+        if written[1:-1] == _value and written[:1] in "'\"" and written[:1] == written[-1:]:
+            hidden = written[0] + REDACTED + written[0]  # quoted as written: 'x' shows '<redacted>'
+        else:  # any other style: one plain <redacted>, the lines it spanned kept (empty)
+            hidden = REDACTED + "\n" * written.count("\n")
+        text = text[:start] + hidden + text[end:]
+    for value in sorted(set(spans.values()), key=len, reverse=True):  # a value inside another: whole
         text = text.replace(value, REDACTED)
     return text
+
+
+def _hidden_value_nodes(root: yaml.Node | None) -> list[yaml.ScalarNode]:
+    """The scalar nodes of the values :func:`redacted` hides (at least 4 characters)."""
+    out = []
+    for key, section in _pairs(root):
+        if key.value not in ("envs", "secrets"):
+            continue
+        for name, value in _pairs(section):
+            hidden = key.value == "secrets" or bool(SECRET_ENV_RE.search(str(name.value)))
+            if hidden and isinstance(value, yaml.ScalarNode) and value.tag != "tag:yaml.org,2002:null":
+                if len(value.value) >= 4:
+                    out.append(value)
+    return out
+
+
+def _pairs(node: yaml.Node | None) -> list[tuple[yaml.Node, yaml.Node]]:
+    return list(node.value) if isinstance(node, yaml.MappingNode) else []
 
 
 def from_command(train_command: str, name: str = "job") -> TaskSpec:
@@ -1314,7 +1358,8 @@ def _sky_doc(
         doc["file_mounts"] = mounts
     if spec and spec.setup:
         doc["setup"] = spec.setup
-    doc["run"] = with_sky_preamble(spec.run if spec else DEFAULT_SKY_RUN, int(gs[0]["gpus_per_node"]))
+    if spec is None or spec.run.strip():  # a file without run exports none (SkyPilot: provision only)
+        doc["run"] = with_sky_preamble(spec.run if spec else DEFAULT_SKY_RUN, int(gs[0]["gpus_per_node"]))
     return doc
 
 

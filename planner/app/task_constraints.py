@@ -327,7 +327,13 @@ def merge(
             )
         else:
             attrs["spot"], attrs["on_demand"] = bool(spot), not spot
-    if num_nodes is not None:
+    if num_nodes is not None and num_nodes > (limit := _max_nodes_limit()):
+        # the request's own max_nodes bound: the file's count becomes max_nodes, so it is bounded
+        # the same way (the user sent no max_nodes, so the 400 names the file)
+        errors["task"] = (
+            f"the task file asks for num_nodes: {num_nodes}; a plan searches at most {limit} nodes"
+        )
+    elif num_nodes is not None:
         if "max_nodes" in given and int(attrs["max_nodes"]) < num_nodes:
             errors["max_nodes"] = (
                 f"the task file asks for num_nodes: {num_nodes}, more than max_nodes {attrs['max_nodes']}"
@@ -335,6 +341,17 @@ def merge(
         else:
             attrs["max_nodes"], attrs["max_types"] = num_nodes, 1
     return errors
+
+
+def _max_nodes_limit() -> int:
+    """The most nodes a plan request may search (``PlanRequestSerializer.max_nodes``'s bound)."""
+    from rest_framework.fields import IntegerField
+
+    from planner.app.serializers import PlanRequestSerializer
+
+    field = PlanRequestSerializer().fields["max_nodes"]
+    assert isinstance(field, IntegerField) and field.max_value is not None
+    return int(field.max_value)
 
 
 def _narrow(attrs: dict, field: str, wanted: list[str], given: set[str], key: str) -> dict[str, str]:

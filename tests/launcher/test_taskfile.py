@@ -43,9 +43,9 @@ run: |
 """
 
 
-def _issues(text: str) -> list[tuple[int | None, str]]:
+def _issues(text: str | bytes, *, for_launch: bool = False) -> list[tuple[int | None, str]]:
     with pytest.raises(TaskFileError) as exc:
-        parse_task(text)
+        parse_task(text, for_launch=for_launch)
     return [(i.line, i.field) for i in exc.value.issues]
 
 
@@ -100,7 +100,7 @@ resources:
   gpus: 8
 colour: blue
 """
-    assert set(_issues(text)) == {
+    assert set(_issues(text, for_launch=True)) == {
         (1, "name"),
         (None, "run"),
         (4, "envs.NODE_RANK"),
@@ -117,7 +117,7 @@ def test_it_rejects_what_is_not_a_task():
     assert _issues("run: [unclosed\n")[0][1] == "file"
     assert _issues("- a list\n") == [(1, "file")]
     assert _issues(b"\xff\xfe") == [(None, "file")]
-    assert _issues("name: a\nrun: '  '\n") == [(2, "run")]
+    assert _issues("name: a\nrun: '  '\n", for_launch=True) == [(2, "run")]
     assert _issues("name: a\nrun: x\nnum_nodes: 0\n") == [(3, "num_nodes")]
     assert _issues("name: a\nrun: x\nresources: {image_id: ubuntu}\n") == [(3, "resources.image_id")]
     with pytest.raises(TaskFileError, match="larger than"):

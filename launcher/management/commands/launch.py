@@ -61,14 +61,14 @@ class Command(BaseCommand):
         except OSError as exc:
             raise CommandError(f"--task {path}: {exc.strerror}") from exc
         try:
-            spec = taskfile.parse_task(text, filename=path)
+            spec = taskfile.parse_task(text, filename=path, for_launch=True)
             folder = taskfile.check_workdir(spec, Path.cwd())
         except taskfile.TaskFileError as exc:
             raise CommandError(
                 f"{path} has {len(exc.issues)} error(s):\n" + "\n".join(f"  {path}:{i}" for i in exc.issues)
             ) from exc
         task = _with_env(text.decode(), o["env"], path)
-        spec = taskfile.parse_task(task, filename=path)
+        spec = taskfile.parse_task(task, filename=path, for_launch=True)
         user = owner_for_command(o["user"])
         plan = PlanRecord.objects.visible_to(user).filter(pk=o["plan"]).first()
         if plan is None:
