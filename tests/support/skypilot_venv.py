@@ -175,14 +175,32 @@ def _zone_names() -> dict[str, dict[str, str]]:
     }
 
 
+def _sky_rows() -> list[dict[str, str]]:
+    """The project's catalog rows with each GPU named as SkyPilot's own AWS catalog names it
+    (``launcher.taskfile.sky_accelerator``: g7e's "RTX PRO Server 6000" is ``RTXPRO6000``), so
+    SkyPilot here knows only its own names and an export that wrote ours would fail to read."""
+    from launcher.taskfile import sky_accelerator
+
+    with CATALOG.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    for row in rows:
+        if row["AcceleratorName"]:
+            row["AcceleratorName"] = sky_accelerator(row["InstanceType"], row["AcceleratorName"])
+    return rows
+
+
 def _write_catalog(folder: Path) -> None:
-    """SkyPilot's AWS catalog files: the instance types (the project's fixture), their accelerator
+    """SkyPilot's AWS catalog files: the instance types (the project's fixture, GPUs in SkyPilot's
+    names: :func:`_sky_rows`), their accelerator
     names (``common/accelerators.csv``) and the account's zone names (``az_mappings-default.csv``,
     read when no AWS identity is found)."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "vms.csv").write_text(CATALOG.read_text())
-    with CATALOG.open(newline="") as f:
-        gpus = sorted({row["AcceleratorName"] for row in csv.DictReader(f) if row["AcceleratorName"]})
+    rows = _sky_rows()
+    with (folder / "vms.csv").open("w", newline="") as f:
+        vms = csv.DictWriter(f, fieldnames=list(rows[0]))
+        vms.writeheader()
+        vms.writerows(rows)
+    gpus = sorted({row["AcceleratorName"] for row in rows if row["AcceleratorName"]})
     common = folder.parent / "common"  # SkyPilot's canonical accelerator names, by cloud
     common.mkdir(exist_ok=True)
     with (common / "accelerators.csv").open("w", newline="") as f:
