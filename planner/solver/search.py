@@ -124,6 +124,16 @@ Measured (2-core VM, product oracle, full bundled catalog, 5 Dec 2026):
   spot 0.53 s; $1,000 on 512 x 3 1.12 s; 3 h on 512 x 1 0.70 s; BERT cost 12 h on 32 x 2
   0.36 s; BERT $300 on 128 x 3 0.77 s; BERT $50/h on 64 x 1 0.49 s; $25/h on 512 x 2 x batch
   256..2,048 0.93 s.  The machine's noise moves single requests by up to 50 % between runs.
+* The default batch range 256..4,096 (issue 38 item 1, 7 Dec 2026): a per-GPU minimum caps the
+  GPUs of every mix (:meth:`MinBatchPerGpu.max_workers`) and A5 holds per total node count
+  (:meth:`planner.solver.candidates.MixBounds.total_cap`, ``total_limits``).  ResNet-50 fastest
+  within $1,000 on 512 x 3 types as the service sends it (512..4,096, 32 per GPU), us-east-1:
+  > 300 s -> 5.4 s (3 mixes evaluated, 67 oracle calls; the full catalog 11-17 s on the shared
+  2 cores).  The same request over the whole range with no minimum (``bench/plan_speed.py``'s,
+  which the API refuses by its search size) still runs past 120 s: p5 / p5en / p6-b200 mixes
+  on 200-512 nodes lie within A5 of the homogeneous optimum, and A5 (``G`` samples per step
+  where the split's giveback leaves far fewer) does not rule out tens of millions of their
+  count vectors.
 
 :func:`exhaustive_search` is the brute-force reference used by the tests and the bench.
 """
@@ -269,6 +279,14 @@ def preflight(request: PlanRequest, n_types: int, n_offers: int, max_memory_mb: 
     if request.max_types > 1:
         budget.charge(COMM_CACHE_BYTES, "max_nodes", "the comm-floor cache")
     return budget
+
+
+def _left_below(sorted_lb: np.ndarray, pos: int, stop: float) -> int:
+    """How many entries from ``pos`` on lie below ``stop`` (all of them when it is infinite): the
+    work left, for the progress bar."""
+    if not math.isfinite(stop):
+        return len(sorted_lb) - pos
+    return int(np.searchsorted(sorted_lb, stop, side="left")) - pos
 
 
 class TopK:
@@ -661,44 +679,15 @@ class Engine:
     ) -> int:
         """Single-type columns: each (type, count) point in increasing order of its best bound
         over the offers of that type, evaluated while the bound can still enter the top k (or
-        tie the optimum within the tie tolerance)."""
-        req, N = self.request, self.N
-        n_all = np.arange(1, N + 1)
-        per_type: dict[str, dict[str, np.ndarray]] = {}
-        entries_lb: list[np.ndarray] = []
-        entries_t: list[np.ndarray] = []
-        entries_n: list[np.ndarray] = []
+        tie the optimum within the tie tolerance).  Returns the points added to ``points``."""
         types = [t for t in self.curves.types if t in self.by_type]
+        per_type = {t: self._type_bounds(t, spec) for t in types}
         evaluated = 0
-        for ti, t in enumerate(types):
-            idx = np.array(self.by_type[t])
-            cs = [self.kept[i] for i in idx.tolist()]
-            m = np.array([max_count(c, spec.quotas, N) for c in cs])
-            price = np.array([c.price_per_hour for c in cs])
-            lam = np.array([hazard_of(((c, 1),)) for c in cs])
-            up = self.curves.upper(t)[1:]
-            rate = price[:, None] * n_all[None, :]
-            haz = lam[:, None] * n_all[None, :]
-            ub = np.broadcast_to(up, rate.shape)
-            _, t_lb, cost_lb, good_ub = metrics(ub, rate, haz, req)
-            lb = np.asarray(value_of(spec.objective, t_lb, cost_lb, good_ub, rate), dtype=float)
-            possible = (ub > 0) & (n_all[None, :] <= m[:, None]) & spec.feasible_mask(t_lb, cost_lb, rate)
-            lb = np.where(possible, lb, np.inf)
-            per_type[t] = {"idx": idx, "m": m, "price": price, "lam": lam, "lb": lb}
-            lbmin = lb.min(axis=0)
-            finite = np.flatnonzero(np.isfinite(lbmin))
-            entries_lb.append(lbmin[finite])
-            entries_t.append(np.full(len(finite), ti))
-            entries_n.append(finite + 1)
-            if points is not None and self.curves.full:
-                evaluated += self._points(t, per_type[t], spec, points)
-        if not entries_lb:
+        if points is not None and self.curves.full:
+            evaluated += sum(self._points(t, per_type[t], spec, points) for t in types)
+        if not types:
             return evaluated
-        all_lb = np.concatenate(entries_lb)
-        all_t = np.concatenate(entries_t)
-        all_n = np.concatenate(entries_n)
-        order = np.lexsort((all_n, all_t, all_lb))
-        all_lb, all_t, all_n = all_lb[order], all_t[order], all_n[order]
+        all_lb, all_t, all_n = self._point_order(types, per_type)
         key_best: dict[tuple[tuple[str, str], ...], float] = {}
         # a count or offer at most 0.5 % slower than a type set's best and cheaper is the one
         # ranked for it (best_of_key): evaluated too.  For "cost" only an equally cheap, faster
@@ -707,87 +696,155 @@ class Engine:
         pos_report = 0
         for pos in range(len(all_lb)):
             stop = max(lim(top.threshold, band), lim(top.first, spec.tie_tol))
-            lbmin = all_lb[pos]
-            if lbmin >= stop:
+            if all_lb[pos] >= stop:
                 break
             if pos >= pos_report:  # remaining work, for the progress bar
                 pos_report = pos + 256
-                rest = (
-                    int(np.searchsorted(all_lb, stop, side="left")) - pos
-                    if math.isfinite(stop)
-                    else len(all_lb) - pos
-                )
-                self.progress.remaining(rest)
+                self.progress.remaining(_left_below(all_lb, pos, stop))
             t, n = types[int(all_t[pos])], int(all_n[pos])
-            d = per_type[t]
-            col_lb = d["lb"][:, n - 1]
-            cs_idx = d["idx"]
-            need = False
-            for j in np.flatnonzero(col_lb < stop).tolist():
-                c = self.kept[int(cs_idx[j])]
-                kb = key_best.get(((c.instance_type, c.market),), math.inf)
-                if col_lb[j] < lim(kb, band):
-                    need = True
-                    break
-            if not need:
-                continue
-            thr, g = self.curves.evaluate(t, n)
-            if thr <= 0:
-                continue
-            rate = d["price"] * n
-            haz = d["lam"] * n
-            base, tt, cost, good = metrics_at(thr, rate, haz, req)
-            val = np.asarray(value_of(spec.objective, tt, cost, good, rate), dtype=float)
-            fits = n <= d["m"]
-            ok = spec.feasible_mask(tt, cost, rate) & fits
-            if points is not None and not self.curves.full:
-                sel = np.flatnonzero(fits)
-                points.add_homogeneous(
-                    cs_idx[sel],
-                    np.full(len(sel), n),
-                    np.full(len(sel), g),
-                    rate[sel],
-                    cost[sel],
-                    tt[sel],
-                    np.full(len(sel), thr),
-                    ok[sel],
-                )
-                evaluated += len(sel)
-            for j in np.flatnonzero(ok).tolist():
-                ci = int(cs_idx[j])
-                front = cand_best.get(ci)
-                if front is None:
-                    front = cand_best[ci] = Front()
-                v = float(val[j])
-                point = (float(tt[j]), float(cost[j]), v, n)
-                if front.covered(*point):
-                    continue
-                c = self.kept[ci]
-                col = Col(
-                    c.region,
-                    ((c, n),),
-                    float(thr),
-                    int(g),
-                    float(rate[j]),
-                    float(haz[j]),
-                    float(base[j]),
-                    float(tt[j]),
-                    float(cost[j]),
-                    float(good[j]),
-                    n,
-                    v,
-                    True,
-                    bound=float(col_lb[j]),
-                )
-                self.finish_col(col, spec)
-                if not col.feasible:
-                    continue
-                front.add(col)
-                key = col.key
-                key_best[key] = min(key_best.get(key, math.inf), v)
-                top.offer(key, v)
+            if self._point_needed(per_type[t], n, stop, band, key_best):
+                evaluated += self._point_columns(t, n, per_type[t], spec, top, cand_best, points, key_best)
         self.progress.remaining(0)
         return evaluated
+
+    def _type_bounds(self, t: str, spec: Spec) -> dict[str, np.ndarray]:
+        """The offers of type ``t`` (``idx`` into the kept ones), their largest counts ``m``,
+        prices, hazards and ``lb[offer, n - 1]``: a lower bound on the objective of ``n`` nodes
+        of that offer from the curve's upper bound (``inf`` where the count cannot run, is out
+        of the offer's reach or cannot be feasible).  Time and cost fall and goodput rises with
+        the throughput (:func:`~planner.solver.evaluate.metrics`), so the bound on the curve
+        bounds all three."""
+        req, N = self.request, self.N
+        n_all = np.arange(1, N + 1)
+        idx = np.array(self.by_type[t])
+        cs = [self.kept[i] for i in idx.tolist()]
+        m = np.array([max_count(c, spec.quotas, N) for c in cs])
+        price = np.array([c.price_per_hour for c in cs])
+        lam = np.array([hazard_of(((c, 1),)) for c in cs])
+        up = self.curves.upper(t)[1:]
+        rate = price[:, None] * n_all[None, :]
+        haz = lam[:, None] * n_all[None, :]
+        ub = np.broadcast_to(up, rate.shape)
+        _, t_lb, cost_lb, good_ub = metrics(ub, rate, haz, req)
+        lb = np.asarray(value_of(spec.objective, t_lb, cost_lb, good_ub, rate), dtype=float)
+        possible = (ub > 0) & (n_all[None, :] <= m[:, None]) & spec.feasible_mask(t_lb, cost_lb, rate)
+        return {"idx": idx, "m": m, "price": price, "lam": lam, "lb": np.where(possible, lb, np.inf)}
+
+    @staticmethod
+    def _point_order(
+        types: Sequence[str], per_type: dict[str, dict[str, np.ndarray]]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every (type, count) point with a finite bound, as ``(bound, type index, count)``
+        sorted by the best bound over the type's offers (ties: type, then count): the order the
+        points are evaluated in, so the search can stop at the first one that cannot matter."""
+        entries_lb: list[np.ndarray] = []
+        entries_t: list[np.ndarray] = []
+        entries_n: list[np.ndarray] = []
+        for ti, t in enumerate(types):
+            lbmin = per_type[t]["lb"].min(axis=0)
+            finite = np.flatnonzero(np.isfinite(lbmin))
+            entries_lb.append(lbmin[finite])
+            entries_t.append(np.full(len(finite), ti))
+            entries_n.append(finite + 1)
+        if not entries_lb:
+            empty = np.zeros(0)
+            return empty, empty.astype(np.int64), empty.astype(np.int64)
+        all_lb = np.concatenate(entries_lb)
+        all_t = np.concatenate(entries_t)
+        all_n = np.concatenate(entries_n)
+        order = np.lexsort((all_n, all_t, all_lb))
+        return all_lb[order], all_t[order], all_n[order]
+
+    def _point_needed(
+        self,
+        d: dict[str, np.ndarray],
+        n: int,
+        stop: float,
+        band: float,
+        key_best: dict[tuple[tuple[str, str], ...], float],
+    ) -> bool:
+        """Whether ``n`` nodes of some offer of the type may still matter: its bound is below
+        ``stop`` (the top k / the tie with the optimum) and within ``band`` of the best its own
+        type set (type and market) has found, so it could become that set's ranked column."""
+        col_lb = d["lb"][:, n - 1]
+        for j in np.flatnonzero(col_lb < stop).tolist():
+            c = self.kept[int(d["idx"][j])]
+            kb = key_best.get(((c.instance_type, c.market),), math.inf)
+            if col_lb[j] < lim(kb, band):
+                return True
+        return False
+
+    def _point_columns(
+        self,
+        t: str,
+        n: int,
+        d: dict[str, np.ndarray],
+        spec: Spec,
+        top: TopK,
+        cand_best: dict[int, Front],
+        points: PointStore | None,
+        key_best: dict[tuple[tuple[str, str], ...], float],
+    ) -> int:
+        """Evaluate ``n`` nodes of type ``t`` (one curve point, whatever the offer: the oracle sees
+        hardware) and keep, per offer, the feasible column no earlier one of that offer covers
+        (:class:`Front`), updating the type sets' bests and the top k.  Returns the points added
+        to ``points`` (only here while the curves are partial)."""
+        thr, g = self.curves.evaluate(t, n)
+        if thr <= 0:
+            return 0
+        cs_idx, col_lb = d["idx"], d["lb"][:, n - 1]
+        rate = d["price"] * n
+        haz = d["lam"] * n
+        base, tt, cost, good = metrics_at(thr, rate, haz, self.request)
+        val = np.asarray(value_of(spec.objective, tt, cost, good, rate), dtype=float)
+        fits = n <= d["m"]
+        ok = spec.feasible_mask(tt, cost, rate) & fits
+        added = 0
+        if points is not None and not self.curves.full:
+            sel = np.flatnonzero(fits)
+            points.add_homogeneous(
+                cs_idx[sel],
+                np.full(len(sel), n),
+                np.full(len(sel), g),
+                rate[sel],
+                cost[sel],
+                tt[sel],
+                np.full(len(sel), thr),
+                ok[sel],
+            )
+            added = len(sel)
+        for j in np.flatnonzero(ok).tolist():
+            ci = int(cs_idx[j])
+            front = cand_best.get(ci)
+            if front is None:
+                front = cand_best[ci] = Front()
+            v = float(val[j])
+            if front.covered(float(tt[j]), float(cost[j]), v, n):
+                continue
+            c = self.kept[ci]
+            col = Col(
+                c.region,
+                ((c, n),),
+                float(thr),
+                int(g),
+                float(rate[j]),
+                float(haz[j]),
+                float(base[j]),
+                float(tt[j]),
+                float(cost[j]),
+                float(good[j]),
+                n,
+                v,
+                True,
+                bound=float(col_lb[j]),
+            )
+            self.finish_col(col, spec)
+            if not col.feasible:
+                continue
+            front.add(col)
+            key_best[col.key] = min(key_best.get(col.key, math.inf), v)
+            top.offer(col.key, v)
+        return added
 
     def _points(self, t: str, d: dict[str, np.ndarray], spec: Spec, points: PointStore) -> int:
         """Every (offer, count) point of type ``t`` (full curves: they are all known)."""
@@ -884,203 +941,14 @@ class Engine:
     ) -> list[Col]:
         """Mixed columns: subsets and count vectors streamed through their bounds into a queue,
         evaluated in increasing bound order while the bound can beat the incumbent; the queue is
-        drained early (best first) whenever it would outgrow the memory budget."""
-        req, N = self.request, self.N
-        bounds = MixBounds(self.curves)
-        queue = MixQueue()
-        out: list[Col] = []
-        state = {"theta": theta}
-        lam_all: dict[str, dict[Candidate, float]] = {}
-        tol = spec.tie_tol
-
-        def cut() -> float:
-            """Rows whose bound reaches this cannot beat (or tie) the incumbent."""
-            return lim(state["theta"], tol)
-
-        def new_queue() -> MixQueue:
-            """A fresh queue for the helpers below (:meth:`_polish`)."""
-            nonlocal queue
-            queue = MixQueue()
-            return queue
-
-        def refine_top(limit: Callable[[], float]) -> None:
-            # (A5) the oracle's bound on the rows next in line, a block at a time (vectorised): it
-            # rules most of them out or sends them back behind better ones
-            lb, counts, region, subset = queue.take(REFINE_ROWS)
-            ns = [counts[:, i].astype(np.int64) for i in range(counts.shape[1])]
-            ub = np.minimum(bounds.ub(subset, ns, min(level, 3)), bounds.dilution_ub(subset, ns))
-            lb2, ok = bounds.bounds_of_ub(spec, subset, ns, ub, lam_all[region], req)
-            lb = np.maximum(lb, lb2)
-            ok &= lb < limit()
-            stats["refined"] += len(lb)
-            queue.push(lb[ok], counts[ok], region, subset, ub=ub[ok])
-
-        def evaluate_next(limit: Callable[[], float] = cut) -> Col | None:
-            if level >= 4 and not queue.top_refined():
-                refine_top(limit)
-                return None
-            lb, region, subset, counts, ub_row = queue.pop()
-            if level >= 1 and not self.curves.full and bounds.refine(subset, counts):
-                # the members' own curve points are cheaper than the mix: with them the bound may
-                # rule the mix out, or send it back behind better candidates
-                ns = [np.array([n]) for n in counts]
-                lb2, ok = bounds.vector_bounds(spec, subset, ns, lam_all[region], min(level, 3), req)
-                lb = max(lb, float(lb2[0]))
-                if not ok[0] or lb >= limit():
-                    return None
-                if lb > queue.peek():
-                    queue.push(
-                        np.array([lb]),
-                        np.array([counts]),
-                        region,
-                        subset,
-                        ub=np.array([ub_row]) if level >= 4 else None,
-                    )
-                    return None
-            groups = tuple(zip(subset, counts, strict=True))
-            thr, g, _est = self.memo.best(groups, self.grid)
-            stats["evaluated"] += 1
-            self.progress.tick()
-            if thr <= 0:
-                return None
-            ub_v = min(bounds.ub_one(subset, counts, level), ub_row)
-            if level >= 1 and thr > ub_v * (1 + 1e-9) + 1e-9:
-                stats["violations"] += 1
-            rate = sum(c.price_per_hour * n for c, n in groups)
-            haz = hazard_of(groups)
-            base, t, cost, good = metrics(thr, rate, haz, req)
-            val = float(value_of(spec.objective, t, cost, good, rate))
-            feasible = (
-                math.isfinite(t)
-                and (spec.deadline is None or t <= spec.deadline * (1 + REL))
-                and (spec.budget is None or cost <= spec.budget * (1 + REL))
-                and (spec.cap is None or rate <= spec.cap * (1 + REL))
-            )
-            col = Col(
-                region, groups, thr, g, rate, haz, base, t, cost, good, sum(counts), val, feasible, bound=lb
-            )
-            self.finish_col(col, spec)
-            if points is not None:
-                points.add_mixed(
-                    Point(region, col.label(), col.nodes, len(groups), g, rate, cost, t, thr, col.feasible)
-                )
-            if col.feasible:
-                state["theta"] = min(state["theta"], val)
-                # every feasible mix evaluated is kept until the end (one per type set is shown):
-                # counted, so a search that evaluates millions gets a clear error, not gigabytes
-                self.budget.charge(COL_BYTES, "max_types", f"keeping {len(out) + 1:,} evaluated mixes")
-                out.append(col)
-                return col
-            return None
-
-        def drain(target_bytes: float) -> None:
-            while queue.heap and queue.nbytes > target_bytes:
-                if level >= 1 and queue.peek() >= lim(state["theta"], tol):
-                    queue.clear()
-                    break
-                evaluate_next()
-            self._check_memo()
-
+        drained early (best first) whenever it would outgrow the memory budget (the steps:
+        :class:`_MixedSearch`)."""
+        search = _MixedSearch(self, spec, stats, level, points, MixBounds(self.curves), theta)
         regions = sorted(self.by_region)
-        maxc_all: dict[str, dict[Candidate, int]] = {}
-        usable_all: dict[str, list[Candidate]] = {}
+        dom = search.region_tables(regions)
         for region in regions:
-            group = self.by_region[region]
-            maxc_all[region] = {c: max_count(c, spec.quotas, N) for c in group}
-            usable_all[region] = [c for c in group if maxc_all[region][c] >= 1]
-            lam_all[region] = {c: hazard_of(((c, 1),)) for c in usable_all[region]}
-        dom = (
-            RegionDominance(regions, usable_all, maxc_all, lam_all, exact_hazard=spec.risk is not None)
-            if level >= 1
-            else None
-        )
-        for region in regions:
-            maxc = maxc_all[region]
-            usable = usable_all[region]
-            lam = lam_all[region]
-            for k in range(2, min(req.max_types, len(usable), N) + 1):
-                tables = bounds.member_tables(usable, k, maxc, lam)
-                for combos in combinations(len(usable), k):
-                    self.budget.check(
-                        len(combos) * (k * 16 + 16 * 8) + queue.nbytes,
-                        "max_types",
-                        f"bounding {len(combos):,} subsets of {k} offers in {region}",
-                    )
-                    survivors, pruned, ceilings = bounds.subset_survivors(
-                        spec, state["theta"], tables, combos, level, req
-                    )
-                    stats["subsets"] += len(combos)
-                    stats["pruned"] += pruned
-                    if dom is not None and len(survivors):
-                        # the same hardware as cheap and as safe in another region: never needed
-                        # (asked after the bounds, which leave far fewer rows)
-                        n_all = len(survivors)
-                        undominated = ~dom.dominated(region, survivors)
-                        survivors, ceilings = survivors[undominated], ceilings[undominated]
-                        stats["pruned"] += n_all - len(survivors)
-                    for row, ceiling in zip(survivors.tolist(), ceilings.tolist(), strict=True):
-                        subset = tuple(usable[i] for i in row)
-                        ms = bounds.member_limits(
-                            spec, subset, maxc, level >= 1, state["theta"], req, ceiling
-                        )
-                        if min(ms) < 1:
-                            stats["pruned"] += 1
-                            continue
-                        any_vectors = False
-                        totals = None
-                        if level >= 4 and math.prod(ms) > TOTAL_LIMIT_ROWS:
-                            tight, totals = bounds.total_limits(
-                                spec, subset, ms, lam, state["theta"], req, ceiling
-                            )
-                            if tight < ceiling:
-                                ceiling = tight
-                                ms = bounds.member_limits(
-                                    spec, subset, maxc, True, state["theta"], req, ceiling
-                                )
-                        allowed = (
-                            bounds.allowed_counts(spec, subset, ms, state["theta"], req, ceiling)
-                            if level >= 1
-                            else [np.arange(1, m + 1) for m in ms]
-                        )
-                        for ns in bounds.count_vectors(spec, subset, allowed, totals):
-                            any_vectors = True
-                            stats["bounded"] += len(ns[0])
-                            slice_bytes = len(ns[0]) * (k * 8 * 4 + 8 * 8)
-                            self.budget.check(
-                                slice_bytes + queue.nbytes,
-                                "max_nodes" if k < 3 else "max_types",
-                                f"bounding {len(ns[0]):,} count vectors of "
-                                + " + ".join(c.instance_type for c in subset),
-                            )
-                            if level >= 1:
-                                lb, ok = bounds.vector_bounds(spec, subset, ns, lam, level, req, ceiling)
-                                if math.isfinite(state["theta"]):
-                                    ok &= lb < lim(state["theta"], tol)
-                                sel = np.flatnonzero(ok)
-                                lbs = lb[sel]
-                            else:
-                                sel = np.arange(len(ns[0]))
-                                lbs = np.full(len(sel), -math.inf)
-                            if len(sel):
-                                queue.push(lbs, np.column_stack([x[sel] for x in ns]), region, subset)
-                                self.progress.remaining(queue.entries)
-                            room = self.budget.room() - slice_bytes
-                            if queue.nbytes > room / 2:
-                                drain(room / 4)
-                        if not any_vectors:
-                            stats["pruned"] += 1
-        while queue.heap:
-            if level >= 1 and queue.peek() >= lim(state["theta"], tol):
-                break
-            evaluate_next()
-        queue.clear()
-        # the alternatives: what the bound could not rule out against the final optimum
-        final = lim(state["theta"], tol)
-        kept = [c for c in out if level < 1 or c.bound < final]
-        if level >= 1:
-            kept += self._polish(spec, kept, bounds, lam_all, maxc_all, evaluate_next, new_queue)
-        self.progress.remaining(0)
-        return kept
+            search.push_region(region, dom)
+        return search.finish()
 
     def _polish(
         self,
@@ -1141,6 +1009,258 @@ class Engine:
                         out.append(got)
             queue.clear()
         return out
+
+
+@dataclass
+class _MixedSearch:
+    """One run of the mixed search of :meth:`Engine._mixed`: the queue, the incumbent ``theta``
+    and the counters its steps share.  Subsets of each region go through the subset bounds
+    (:meth:`push_region`), a survivor's count vectors through the vector bounds into the queue
+    (:meth:`push_subset`), and the queue is evaluated best first (:meth:`evaluate_next`) while
+    its least bound can beat the incumbent (:meth:`finish`)."""
+
+    engine: Engine
+    spec: Spec
+    stats: dict[str, int]
+    level: int
+    points: PointStore | None
+    bounds: MixBounds
+    theta: float
+    queue: MixQueue = field(default_factory=MixQueue)
+    out: list[Col] = field(default_factory=list)
+    lam_all: dict[str, dict[Candidate, float]] = field(default_factory=dict)
+    maxc_all: dict[str, dict[Candidate, int]] = field(default_factory=dict)
+    usable_all: dict[str, list[Candidate]] = field(default_factory=dict)
+
+    def cut(self) -> float:
+        """Rows whose bound reaches this cannot beat (or tie) the incumbent."""
+        return lim(self.theta, self.spec.tie_tol)
+
+    def new_queue(self) -> MixQueue:
+        """A fresh queue for the helpers that reuse :meth:`evaluate_next` (:meth:`Engine._polish`)."""
+        self.queue = MixQueue()
+        return self.queue
+
+    def region_tables(self, regions: Sequence[str]) -> RegionDominance | None:
+        """Each region's largest counts, usable offers and hazards, and which subsets another
+        region offers as well (:class:`RegionDominance`; only with bounds, ``level >= 1``)."""
+        eng, spec = self.engine, self.spec
+        for region in regions:
+            group = eng.by_region[region]
+            self.maxc_all[region] = {c: max_count(c, spec.quotas, eng.N) for c in group}
+            self.usable_all[region] = [c for c in group if self.maxc_all[region][c] >= 1]
+            self.lam_all[region] = {c: hazard_of(((c, 1),)) for c in self.usable_all[region]}
+        if self.level < 1:
+            return None
+        return RegionDominance(
+            regions, self.usable_all, self.maxc_all, self.lam_all, exact_hazard=spec.risk is not None
+        )
+
+    def push_region(self, region: str, dom: RegionDominance | None) -> None:
+        """Every subset of 2..``max_types`` usable offers of ``region``, a block of subsets at a
+        time through the subset bounds (and region dominance: the same hardware as cheap and
+        as safe elsewhere is never needed, asked after the bounds, which leave far fewer rows);
+        each survivor's count vectors into the queue."""
+        eng, bounds, stats = self.engine, self.bounds, self.stats
+        usable, maxc, lam = self.usable_all[region], self.maxc_all[region], self.lam_all[region]
+        for k in range(2, min(eng.request.max_types, len(usable), eng.N) + 1):
+            tables = bounds.member_tables(usable, k, maxc, lam)
+            for combos in combinations(len(usable), k):
+                eng.budget.check(
+                    len(combos) * (k * 16 + 16 * 8) + self.queue.nbytes,
+                    "max_types",
+                    f"bounding {len(combos):,} subsets of {k} offers in {region}",
+                )
+                survivors, pruned, ceilings = bounds.subset_survivors(
+                    self.spec, self.theta, tables, combos, self.level, eng.request
+                )
+                stats["subsets"] += len(combos)
+                stats["pruned"] += pruned
+                if dom is not None and len(survivors):
+                    n_all = len(survivors)
+                    undominated = ~dom.dominated(region, survivors)
+                    survivors, ceilings = survivors[undominated], ceilings[undominated]
+                    stats["pruned"] += n_all - len(survivors)
+                for row, ceiling in zip(survivors.tolist(), ceilings.tolist(), strict=True):
+                    if not self.push_subset(region, tuple(usable[i] for i in row), ceiling):
+                        stats["pruned"] += 1
+
+    def push_subset(self, region: str, subset: tuple[Candidate, ...], ceiling: float) -> bool:
+        """The count vectors of ``subset`` that may beat the incumbent, into the queue: each
+        member's counts cut by the money and speed bounds (:meth:`MixBounds.member_limits`,
+        :meth:`MixBounds.allowed_counts`), a large box first to the totals that can pay off
+        (:meth:`MixBounds.total_limits`, whose cap then tightens the subset's ceiling).
+        Whether any vector was bounded (``False``: the subset is pruned)."""
+        eng, bounds, spec, req = self.engine, self.bounds, self.spec, self.engine.request
+        maxc, lam = self.maxc_all[region], self.lam_all[region]
+        ms = bounds.member_limits(spec, subset, maxc, self.level >= 1, self.theta, req, ceiling)
+        if min(ms) < 1:
+            return False
+        totals = None
+        if self.level >= 4 and math.prod(ms) > TOTAL_LIMIT_ROWS:
+            tight, totals = bounds.total_limits(spec, subset, ms, lam, self.theta, req, ceiling)
+            if tight < ceiling:
+                ceiling = tight
+                ms = bounds.member_limits(spec, subset, maxc, True, self.theta, req, ceiling)
+        allowed = (
+            bounds.allowed_counts(spec, subset, ms, self.theta, req, ceiling)
+            if self.level >= 1
+            else [np.arange(1, m + 1) for m in ms]
+        )
+        any_vectors = False
+        for ns in bounds.count_vectors(spec, subset, allowed, totals):
+            any_vectors = True
+            self.stats["bounded"] += len(ns[0])
+            k = len(subset)
+            slice_bytes = len(ns[0]) * (k * 8 * 4 + 8 * 8)
+            eng.budget.check(
+                slice_bytes + self.queue.nbytes,
+                "max_nodes" if k < 3 else "max_types",
+                f"bounding {len(ns[0]):,} count vectors of " + " + ".join(c.instance_type for c in subset),
+            )
+            self.push_vectors(region, subset, ns, ceiling)
+            room = eng.budget.room() - slice_bytes
+            if self.queue.nbytes > room / 2:
+                self.drain(room / 4)
+        return any_vectors
+
+    def push_vectors(
+        self, region: str, subset: tuple[Candidate, ...], ns: list[np.ndarray], ceiling: float
+    ) -> None:
+        """One slice of count vectors into the queue with their bounds (without bounds,
+        ``level 0``: all of them, at ``-inf``), those that cannot beat the incumbent left out."""
+        if self.level >= 1:
+            lb, ok = self.bounds.vector_bounds(
+                self.spec, subset, ns, self.lam_all[region], self.level, self.engine.request, ceiling
+            )
+            if math.isfinite(self.theta):
+                ok &= lb < lim(self.theta, self.spec.tie_tol)
+            sel = np.flatnonzero(ok)
+            lbs = lb[sel]
+        else:
+            sel = np.arange(len(ns[0]))
+            lbs = np.full(len(sel), -math.inf)
+        if len(sel):
+            self.queue.push(lbs, np.column_stack([x[sel] for x in ns]), region, subset)
+            self.engine.progress.remaining(self.queue.entries)
+
+    def refine_top(self, limit: Callable[[], float]) -> None:
+        """(A5) the oracle's bound on the rows next in line, a block at a time (vectorised): it
+        rules most of them out or sends them back behind better ones."""
+        bounds, queue = self.bounds, self.queue
+        lb, counts, region, subset = queue.take(REFINE_ROWS)
+        ns = [counts[:, i].astype(np.int64) for i in range(counts.shape[1])]
+        ub = np.minimum(bounds.ub(subset, ns, min(self.level, 3)), bounds.dilution_ub(subset, ns))
+        lb2, ok = bounds.bounds_of_ub(self.spec, subset, ns, ub, self.lam_all[region], self.engine.request)
+        lb = np.maximum(lb, lb2)
+        ok &= lb < limit()
+        self.stats["refined"] += len(lb)
+        queue.push(lb[ok], counts[ok], region, subset, ub=ub[ok])
+
+    def evaluate_next(self, limit: Callable[[], float] | None = None) -> Col | None:
+        """The queue's next row: refined first (level 4), re-bounded with its members' curve
+        points (partial curves), else evaluated by the oracle (:meth:`evaluate`).  The feasible
+        column it gives, or ``None``.  ``limit``: the bound at which rows stop mattering
+        (default :meth:`cut`)."""
+        limit = limit or self.cut
+        queue = self.queue
+        if self.level >= 4 and not queue.top_refined():
+            self.refine_top(limit)
+            return None
+        lb, region, subset, counts, ub_row = queue.pop()
+        if self.level >= 1 and not self.engine.curves.full and self.bounds.refine(subset, counts):
+            # the members' own curve points are cheaper than the mix: with them the bound may
+            # rule the mix out, or send it back behind better candidates
+            ns = [np.array([n]) for n in counts]
+            lb2, ok = self.bounds.vector_bounds(
+                self.spec, subset, ns, self.lam_all[region], min(self.level, 3), self.engine.request
+            )
+            lb = max(lb, float(lb2[0]))
+            if not ok[0] or lb >= limit():
+                return None
+            if lb > queue.peek():
+                queue.push(
+                    np.array([lb]),
+                    np.array([counts]),
+                    region,
+                    subset,
+                    ub=np.array([ub_row]) if self.level >= 4 else None,
+                )
+                return None
+        return self.evaluate(region, subset, counts, lb, ub_row)
+
+    def evaluate(
+        self, region: str, subset: tuple[Candidate, ...], counts: tuple[int, ...], lb: float, ub_row: float
+    ) -> Col | None:
+        """The oracle's best over the grid for one mix, checked against its bound (a violation is
+        counted: the search then redoes itself with weaker bounds), as a column; a feasible one
+        lowers the incumbent and is kept (and counted against the memory budget)."""
+        eng, spec, req = self.engine, self.spec, self.engine.request
+        groups = tuple(zip(subset, counts, strict=True))
+        thr, g, _est = eng.memo.best(groups, eng.grid)
+        self.stats["evaluated"] += 1
+        eng.progress.tick()
+        if thr <= 0:
+            return None
+        ub_v = min(self.bounds.ub_one(subset, counts, self.level), ub_row)
+        if self.level >= 1 and thr > ub_v * (1 + 1e-9) + 1e-9:
+            self.stats["violations"] += 1
+        rate = sum(c.price_per_hour * n for c, n in groups)
+        haz = hazard_of(groups)
+        base, t, cost, good = metrics(thr, rate, haz, req)
+        val = float(value_of(spec.objective, t, cost, good, rate))
+        feasible = (
+            math.isfinite(t)
+            and (spec.deadline is None or t <= spec.deadline * (1 + REL))
+            and (spec.budget is None or cost <= spec.budget * (1 + REL))
+            and (spec.cap is None or rate <= spec.cap * (1 + REL))
+        )
+        col = Col(
+            region, groups, thr, g, rate, haz, base, t, cost, good, sum(counts), val, feasible, bound=lb
+        )
+        eng.finish_col(col, spec)
+        if self.points is not None:
+            self.points.add_mixed(
+                Point(region, col.label(), col.nodes, len(groups), g, rate, cost, t, thr, col.feasible)
+            )
+        if not col.feasible:
+            return None
+        self.theta = min(self.theta, val)
+        # every feasible mix evaluated is kept until the end (one per type set is shown): counted,
+        # so a search that evaluates millions gets a clear error, not gigabytes
+        eng.budget.charge(COL_BYTES, "max_types", f"keeping {len(self.out) + 1:,} evaluated mixes")
+        self.out.append(col)
+        return col
+
+    def drain(self, target_bytes: float) -> None:
+        """Evaluate the queue best first until it holds ``target_bytes`` (or nothing left can
+        beat the incumbent): what keeps the queue within the memory budget."""
+        queue = self.queue
+        while queue.heap and queue.nbytes > target_bytes:
+            if self.level >= 1 and queue.peek() >= self.cut():
+                queue.clear()
+                break
+            self.evaluate_next()
+        self.engine._check_memo()
+
+    def finish(self) -> list[Col]:
+        """Evaluate what is left in the queue while it can beat the incumbent; the mixes kept:
+        those whose bound the final optimum could not rule out, and the best count vector of each
+        type set that may be shown (:meth:`Engine._polish`)."""
+        queue = self.queue
+        while queue.heap:
+            if self.level >= 1 and queue.peek() >= self.cut():
+                break
+            self.evaluate_next()
+        queue.clear()
+        final = self.cut()
+        kept = [c for c in self.out if self.level < 1 or c.bound < final]
+        if self.level >= 1:
+            kept += self.engine._polish(
+                self.spec, kept, self.bounds, self.lam_all, self.maxc_all, self.evaluate_next, self.new_queue
+            )
+        self.engine.progress.remaining(0)
+        return kept
 
 
 def exhaustive_search(
