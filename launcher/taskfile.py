@@ -67,6 +67,8 @@ MAX_TASK_BYTES = 256 * 1024
 # Values (scalars, lists, mappings) in one task file with its aliases expanded: a real task file
 # has tens; 10,000 reads in milliseconds, while an alias bomb stands for billions.
 MAX_TASK_VALUES = 10_000
+ZONE_REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+")  # the region a zone name starts with
+MAX_CHOICES = 64  # any_of/ordered entries, and accelerator alternatives: each is a filter a plan runs
 MAX_AMOUNT = 1e6  # cpus, GiB of memory or disk: far above any instance, and finite (``.inf``)
 MAX_TASK_DEPTH = 32  # levels of nesting, aliases expanded (a real task file has 4)
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
@@ -720,6 +722,9 @@ class _Reader:
         if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
             self.bad(f"resources.{key}", "a list of resource mappings (accelerators, region, ...)")
             return top or Resources()
+        if len(entries) > MAX_CHOICES:  # every offer a plan weighs is checked against each one
+            self.bad(f"resources.{key}", f"at most {MAX_CHOICES} entries")
+            return top or Resources()
         choices: list[Resources] = []
         for i, entry in enumerate(entries):
             path = f"resources.{key}"
@@ -830,7 +835,8 @@ class _Reader:
         if zone and region and not zone.startswith(region):
             self.bad(f"{path}.zone", f"{_shown(zone)} is not a zone of {_shown(region)}")
         if zone and not region:
-            region = zone[:-1]  # us-east-2a -> us-east-2: an AWS zone name is its region and a letter
+            # us-east-2a -> us-east-2, a Local Zone us-east-1-bos-1a -> us-east-1: the region leads
+            region = m.group(0) if (m := ZONE_REGION_RE.match(zone)) else zone[:-1]
         return region, zone
 
     def accelerators(self, path: str, value: Any) -> tuple[tuple[str, int], ...]:
@@ -847,6 +853,9 @@ class _Reader:
             items = [(v, None) for v in value]
         else:
             items = []
+        if len(items) > MAX_CHOICES:
+            self.bad(path, f"at most {MAX_CHOICES} alternatives")
+            return ()
         out: list[tuple[str, int]] = []
         for raw, n in items:
             got = self.accelerator(path, raw, n)
