@@ -1388,6 +1388,9 @@ def _sky_envs(
     # A value the file leaves to the launch stays null (SkyPilot asks for it); a secret's
     # value is never written into a file that is downloaded and shared.
     envs.update({n: None for n in (spec.required_envs if spec else ()) if n not in secrets})
+    # Nor a credential-like env's: a plan keeps its file redacted, and "<redacted>" exported as
+    # HF_TOKEN's value would reach the job under sky launch; null makes SkyPilot ask (--env).
+    envs.update({n: None for n, v in envs.items() if v == REDACTED or SECRET_ENV_RE.search(n)})
     batch = str((gs[0].get("batch_per_node") or [0])[0])
     envs.update(SRIFTY_BATCH_PER_NODE=batch, SRIFTY_PER_NODE_BATCH=batch)
     envs["SRIFTY_GLOBAL_BATCH"] = str(option.get("global_batch", ""))

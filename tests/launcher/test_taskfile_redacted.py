@@ -5,6 +5,7 @@ lines (warnings name them) and still reads."""
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from launcher import taskfile
 
@@ -45,3 +46,14 @@ def test_a_file_without_run_is_redacted_too():
 def test_other_envs_and_short_values_are_shown_as_written():
     text = "envs:\n  MODEL: llama-3-8b\n  MY_KEY: abc\nrun: python train.py\n"
     assert taskfile.redacted(text) == text
+
+
+def test_a_redacted_or_credential_env_is_exported_as_given_at_launch_not_as_its_text():
+    from tests.launcher.test_task_launch import option
+
+    task = "envs:\n  HF_TOKEN: hf_abcdefgh\n  MODEL: llama\nrun: python train.py\n"
+    for text in (task, taskfile.redacted(task)):
+        [(_name, exported)] = taskfile.to_skypilot(option(), taskfile.parse_task(text))
+        envs = yaml.safe_load(exported)["envs"]
+        assert envs["HF_TOKEN"] is None and envs["MODEL"] == "llama"
+        assert "hf_abcdefgh" not in exported and taskfile.REDACTED not in exported
