@@ -21,7 +21,7 @@ from workload.runs import ladder
 CHEAP_TYPES = ("g4dn.xlarge", "g5.xlarge")
 
 # Minutes of one EC2 profiling run, as profiler.providers.EC2Provider runs it
-# (profiler.userdata.profiling_user_data on a Deep Learning AMI). Assumptions, not measurements:
+# (fleet.boot.profiling_user_data on a Deep Learning AMI). Assumptions, not measurements:
 BOOT_MINUTES = 3.0  # run_instances -> running -> cloud-init reaches the user-data (typically 2-3 min)
 SETUP_MINUTES = 1.5  # the DLAMI's PyTorch env is found (no pip), the agent tarball fetched, torch + CUDA init
 SEARCH_PROBE_S = 2.0  # one real training step per batch-search probe (doubling + bisection), OOMs included
