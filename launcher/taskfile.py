@@ -551,6 +551,10 @@ class _Reader:
             self.bad("run", RUN_MISSING)
         envs, required = self.envs(doc.get("envs"))
         secrets, secret_values, unset = self.secrets(doc.get("secrets"), envs, required)
+        if self.for_launch:  # a file copied from where it is shown: "<redacted>" is no value to run with
+            for section, values in (("envs", envs), ("secrets", secret_values)):
+                for key in [k for k, v in values.items() if v == REDACTED]:
+                    self.bad(f"{section}.{key}", f"is {REDACTED} (the file as shown): give its value")
         file_mounts, buckets = self.file_mounts(doc.get("file_mounts"))
         spec = TaskSpec(
             name=name,

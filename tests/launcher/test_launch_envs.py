@@ -216,7 +216,13 @@ def test_a_value_with_a_lone_surrogate_or_a_control_character_is_refused():
 
 def test_a_file_with_errors_is_left_to_the_launch_to_report():
     with pytest.raises(taskfile.TaskFileError):
-        envvalues.with_values("envs: {A: null}\n", {"A": "v"})  # no run
+        envvalues.with_values("envs: {A: null}\nnum_nodes: 0\nrun: x\n", {"A": "v"})
+
+
+def test_a_value_given_at_launch_replaces_a_redacted_one_of_a_file_as_shown():
+    shown = taskfile.redacted("envs:\n  HF_TOKEN: hf_abcdefgh\nrun: python train.py\n")
+    given = envvalues.with_values(shown, {"HF_TOKEN": "hf_given_at_launch"})
+    assert jobs.clean_task(given).envs["HF_TOKEN"] == "hf_given_at_launch"
 
 
 # --- manage.py launch --env ---------------------------------------------------------------

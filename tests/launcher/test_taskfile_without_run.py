@@ -50,3 +50,12 @@ def test_the_launch_preview_refuses_a_file_without_run_naming_run(fake, owner): 
 def test_the_skypilot_export_of_a_file_without_run_has_no_run():
     [(_name, text)] = taskfile.to_skypilot(option(), taskfile.parse_task(RESOURCES_ONLY))
     assert "run" not in yaml.safe_load(text)
+
+
+def test_launching_a_file_as_shown_with_a_redacted_value_is_refused_naming_it():
+    shown = taskfile.redacted("envs:\n  HF_TOKEN: hf_abcdefgh\nrun: python train.py\n")
+    assert taskfile.parse_task(shown).envs["HF_TOKEN"] == taskfile.REDACTED  # plans as it reads
+    with pytest.raises(jobs.JobError) as caught:
+        jobs.clean_task(shown)
+    [detail] = caught.value.details
+    assert detail["field"] == "envs.HF_TOKEN" and "give its value" in detail["message"]
