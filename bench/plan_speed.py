@@ -8,7 +8,9 @@ all regions, spot and on-demand unless a request says otherwise) with
 simulator, as a plan request gets them -- for ResNet-50 (torchvision, amp, 224x224) and
 BERT-base (``transformers:bert``, amp, 128 tokens): cost by a deadline, fastest within a
 budget, most throughput within a $/h cap, spot and on-demand, mixes of 1-3 types, up to 512
-nodes.
+nodes.  Each request goes to ``solve`` as ``planner.app`` sends it (:func:`as_the_service_sends`:
+the default global batch range narrowed for ``max_nodes``, the default per-GPU minimum), to both
+paths alike (the old ``solve`` takes no minimum).
 
 Each request runs in a fresh child process (so its peak RSS is its own) under an address-space
 limit (``ulimit -v``, default 4,000,000 KiB) and a timeout; a child that runs out of memory or
@@ -115,10 +117,26 @@ REQUESTS: dict[str, tuple[tuple[str, tuple[int, ...]], dict, tuple[str, ...]]] =
 
 
 # ----------------------------------------------------------------------------------- child
-def child(root: str, name: str, workload_json: str) -> None:
+def as_the_service_sends(fields: dict) -> dict:
+    """``fields`` as ``planner.app`` hands them to the solver: a request that names no global batch
+    gets the default range narrowed for its ``max_nodes`` (``planner.defaults.default_batch_range``:
+    512..4,096 at 512 nodes), and the solver the default per-GPU minimum (``_min_batch_per_gpu``;
+    the old path's ``solve`` has no such argument and ranks without it)."""
+    from planner.defaults import MIN_BATCH_PER_GPU, PLAN_DEFAULTS, default_batch_range
+
+    out = dict(fields)
+    if "global_batch_min" not in out and "global_batch_max" not in out:
+        lo, hi = default_batch_range(int(out.get("max_nodes", PLAN_DEFAULTS["max_nodes"])))
+        out.update(global_batch_min=lo, global_batch_max=hi)
+    out["_min_batch_per_gpu"] = MIN_BATCH_PER_GPU
+    return out
+
+
+def child(root: str, name: str, workload_json: str, fields_json: str) -> None:
     """Plan one request with the code under ``root``; print one JSON line."""
     sys.path.insert(0, root)
     import csv
+    import inspect
 
     from planner.calibration import load_compute_model
     from planner.hardware import load_gpu_specs
@@ -126,9 +144,13 @@ def child(root: str, name: str, workload_json: str) -> None:
     from planner.oracle import Oracle, Workload
     from planner.solver import Infeasible, PlanRequest, RequestError, solve
 
-    (spec, shape), fields, markets = REQUESTS[name]
-    fields = dict(fields)
+    (spec, shape), _, markets = REQUESTS[name]
+    fields = json.loads(fields_json)
     samples = fields.pop("_samples", 90 * IMAGENET)
+    minimum = fields.pop("_min_batch_per_gpu", None)
+    kwargs = (
+        {"min_batch_per_gpu": minimum} if "min_batch_per_gpu" in inspect.signature(solve).parameters else {}
+    )
     fixtures = Path(root) / "catalog" / "fixtures"
     with open(fixtures / "aws_instance_network.csv", newline="") as f:
         net = load_network(csv.DictReader(f))
@@ -144,7 +166,7 @@ def child(root: str, name: str, workload_json: str) -> None:
     t0 = time.perf_counter()
     out: dict = {"candidates": len(catalog)}
     try:
-        res = solve(request, catalog, oracle)
+        res = solve(request, catalog, oracle, **kwargs)
         st = res.stats
         out.update(
             plan=f"{res.best.label}: ${res.best.total_usd:,.0f}, {res.best.time_h:.2f} h",
@@ -174,7 +196,7 @@ def _limit(kib: int):
 
 def run_child(root: Path, name: str, workload_json: Path, timeout: float, vmem_kib: int) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", name, "--root", str(root)]
-    cmd += ["--workload", str(workload_json)]
+    cmd += ["--workload", str(workload_json), "--fields", json.dumps(as_the_service_sends(REQUESTS[name][1]))]
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     try:
         proc = subprocess.run(
@@ -239,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--child")
     ap.add_argument("--root", default=str(ROOT))
     ap.add_argument("--workload")
+    ap.add_argument("--fields", help="(child) the request's fields as JSON")
     ap.add_argument("--old-commit", default="737ef96")
     ap.add_argument("--no-old", action="store_true", help="new path only")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per request and path")
@@ -246,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", action="append", help="request name (repeatable)")
     args = ap.parse_args(argv)
     if args.child:
-        child(args.root, args.child, args.workload)
+        child(args.root, args.child, args.workload, args.fields)
         return 0
 
     sys.path.insert(0, str(ROOT))

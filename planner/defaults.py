@@ -33,3 +33,28 @@ LR_SCALING_NOTE = (
     "A larger global batch changes training: scale the learning rate with it (linear rule, "
     "with a few epochs of warm-up) or keep the range at your recipe's batch."
 )
+#: max_nodes x global batch sizes one plan may search (~57 x 2048 oracle calls, ~10 s): the
+#: default range narrows itself to fit (:func:`default_batch_range`), a range the user gave that
+#: does not fit is a 400 naming max_nodes.
+MAX_NODE_BATCH_POINTS = 2048
+
+
+def batch_grid_size(lo: int, hi: int) -> int:
+    """How many global batches the solver tries for ``[lo, hi]`` (``planner.solver.batch_grid``):
+    both ends and every power of two strictly between them."""
+    inner, p = 0, 1
+    while p <= hi:
+        inner += lo < p < hi
+        p *= 2
+    return len({lo, hi}) + inner
+
+
+def default_batch_range(max_nodes: int) -> tuple[int, int]:
+    """The default global batch range for ``max_nodes``, narrowed from below until ``max_nodes``
+    x its batch sizes fits :data:`MAX_NODE_BATCH_POINTS`: a large cluster drops the small global
+    batches first (at 512 nodes 256..4,096 becomes 512..4,096), which would leave its GPUs a
+    sample or two each, below any sensible per-GPU minimum."""
+    lo, hi = int(PLAN_DEFAULTS["global_batch_min"]), int(PLAN_DEFAULTS["global_batch_max"])
+    while lo < hi and max_nodes * batch_grid_size(lo, hi) > MAX_NODE_BATCH_POINTS:
+        lo *= 2
+    return min(lo, hi), hi

@@ -17,7 +17,14 @@ from catalog.models import Accelerator
 from catalog.regions import AWS_REGIONS
 from launcher.taskfile import MAX_TASK_BYTES, TaskFileError, redacted
 from planner.app.models import PlanRecord, PlanStatus
-from planner.defaults import MARKET_DEFAULTS, MIN_BATCH_PER_GPU, PLAN_DEFAULTS
+from planner.defaults import (
+    MARKET_DEFAULTS,
+    MAX_NODE_BATCH_POINTS,
+    MIN_BATCH_PER_GPU,
+    PLAN_DEFAULTS,
+    batch_grid_size,
+    default_batch_range,
+)
 from profiler.serializers import MAX_SAMPLE_ELEMENTS, InputShapeField, largest_gpu_bytes, shape_of
 from srifty_web.money import MONEY_TREE_NOTE, MONEY_TREE_PLACES, MoneyField, money_tree
 from srifty_web.serializers import ModelSerializer
@@ -140,17 +147,7 @@ class QuotaField(serializers.DictField):
 MAX_LIST = 64  # gpu_models, quota classes
 MAX_QUOTA_VCPUS = 10_000_000
 QUOTA_KEY_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}\Z")
-MAX_NODE_BATCH_POINTS = 2048  # max_nodes x global batches searched: ~57 x 2048 oracle calls, ~10 s
 MAX_MIXED_SEARCH = 30_000_000  # "time"/"throughput": sum over regions of k-subsets x count vectors x batches
-
-
-def batch_grid_size(lo: int, hi: int) -> int:
-    """How many global batches the solver tries for ``[lo, hi]`` (``planner.solver.batch_grid``)."""
-    inner, p = 0, 1
-    while p <= hi:
-        inner += lo < p < hi
-        p *= 2
-    return len({lo, hi}) + inner
 
 
 def offers_per_region(attrs: dict) -> list[int]:
@@ -180,11 +177,8 @@ def fit_default_batch_range(attrs: dict) -> None:
     small global batches first (at 512 nodes, 256..4,096 becomes 512..4,096), which would leave
     its GPUs a sample or two each, below any sensible per-GPU minimum. A range the user gave is
     never changed: a search too large for it is a 400 naming max_nodes."""
-    nodes = attrs.get("max_nodes", PLAN_DEFAULTS["max_nodes"])
-    lo, hi = attrs["global_batch_min"], attrs["global_batch_max"]
-    while lo < hi and nodes * batch_grid_size(lo, hi) > MAX_NODE_BATCH_POINTS:
-        lo *= 2
-    attrs["global_batch_min"] = min(lo, hi)
+    lo, hi = default_batch_range(int(attrs.get("max_nodes", PLAN_DEFAULTS["max_nodes"])))
+    attrs["global_batch_min"], attrs["global_batch_max"] = lo, hi
 
 
 def search_size_problems(attrs: dict) -> dict[str, str]:
