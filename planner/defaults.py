@@ -49,12 +49,15 @@ def batch_grid_size(lo: int, hi: int) -> int:
     return len({lo, hi}) + inner
 
 
-def default_batch_range(max_nodes: int) -> tuple[int, int]:
-    """The default global batch range for ``max_nodes``, narrowed from below until ``max_nodes``
-    x its batch sizes fits :data:`MAX_NODE_BATCH_POINTS`: a large cluster drops the small global
-    batches first (at 512 nodes 256..4,096 becomes 512..4,096), which would leave its GPUs a
-    sample or two each, below any sensible per-GPU minimum."""
-    lo, hi = int(PLAN_DEFAULTS["global_batch_min"]), int(PLAN_DEFAULTS["global_batch_max"])
+def default_batch_range(
+    max_nodes: int,
+    lo: int = int(PLAN_DEFAULTS["global_batch_min"]),
+    hi: int = int(PLAN_DEFAULTS["global_batch_max"]),
+) -> tuple[int, int]:
+    """A default global batch range (``lo..hi``) for ``max_nodes``, narrowed from below until
+    ``max_nodes`` x its batch sizes fits :data:`MAX_NODE_BATCH_POINTS`: a large cluster drops the
+    small global batches first (at 512 nodes 256..4,096 becomes 512..4,096), which would leave
+    its GPUs a sample or two each, below any sensible per-GPU minimum."""
     while lo < hi and max_nodes * batch_grid_size(lo, hi) > MAX_NODE_BATCH_POINTS:
         lo *= 2
     return min(lo, hi), hi

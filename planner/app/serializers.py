@@ -177,8 +177,11 @@ def fit_default_batch_range(attrs: dict) -> None:
     small global batches first (at 512 nodes, 256..4,096 becomes 512..4,096), which would leave
     its GPUs a sample or two each, below any sensible per-GPU minimum. A range the user gave is
     never changed: a search too large for it is a 400 naming max_nodes."""
-    lo, hi = default_batch_range(int(attrs.get("max_nodes", PLAN_DEFAULTS["max_nodes"])))
-    attrs["global_batch_min"], attrs["global_batch_max"] = lo, hi
+    attrs["global_batch_min"], attrs["global_batch_max"] = default_batch_range(
+        int(attrs.get("max_nodes", PLAN_DEFAULTS["max_nodes"])),
+        attrs["global_batch_min"],
+        attrs["global_batch_max"],
+    )
 
 
 def search_size_problems(attrs: dict) -> dict[str, str]:
