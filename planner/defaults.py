@@ -22,6 +22,8 @@ PLAN_DEFAULTS: dict[str, int | float] = {
     "restart_overhead_h": 0.1,  # hours to replace an interrupted node and reload
     "top_k": 8,  # ranked plans returned
 }
+#: The most nodes one plan may search (the request's max_nodes bound; a task file's num_nodes too).
+MAX_NODES = 512
 # Markets: both, unless the user rules one out.
 MARKET_DEFAULTS: dict[str, bool] = {"spot": True, "on_demand": True}
 #: Smallest per-GPU batch the solver ranks when the request names none and its profile has no

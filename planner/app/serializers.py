@@ -20,6 +20,7 @@ from planner.app.models import PlanRecord, PlanStatus
 from planner.defaults import (
     MARKET_DEFAULTS,
     MAX_NODE_BATCH_POINTS,
+    MAX_NODES,
     MIN_BATCH_PER_GPU,
     PLAN_DEFAULTS,
     batch_grid_size,
@@ -275,7 +276,9 @@ class PlanRequestSerializer(serializers.Serializer):
     )
     spot = serializers.BooleanField(default=MARKET_DEFAULTS["spot"])
     on_demand = serializers.BooleanField(default=MARKET_DEFAULTS["on_demand"])
-    max_nodes = serializers.IntegerField(default=int(PLAN_DEFAULTS["max_nodes"]), min_value=1, max_value=512)
+    max_nodes = serializers.IntegerField(
+        default=int(PLAN_DEFAULTS["max_nodes"]), min_value=1, max_value=MAX_NODES
+    )
     max_types = serializers.IntegerField(default=int(PLAN_DEFAULTS["max_types"]), min_value=1, max_value=3)
     quotas_on_demand = QuotaField(required=False)
     quotas_spot = QuotaField(required=False)

@@ -345,13 +345,9 @@ def merge(
 
 def _max_nodes_limit() -> int:
     """The most nodes a plan request may search (``PlanRequestSerializer.max_nodes``'s bound)."""
-    from rest_framework.fields import IntegerField
+    from planner.defaults import MAX_NODES
 
-    from planner.app.serializers import PlanRequestSerializer
-
-    field = PlanRequestSerializer().fields["max_nodes"]
-    assert isinstance(field, IntegerField) and field.max_value is not None
-    return int(field.max_value)
+    return MAX_NODES
 
 
 def _narrow(attrs: dict, field: str, wanted: list[str], given: set[str], key: str) -> dict[str, str]:
