@@ -40,7 +40,7 @@ def test_the_preview_notes_what_the_file_asks_that_srifty_does_not_act_on_with_i
     _, _, resp = _preview(owner, task)
     assert resp.status_code == 200, resp.content
     notes = resp.json()["task_notes"]
-    assert any(n.startswith("line 3: resources.cpus: kept as a minimum") for n in notes)
+    assert any(n.startswith("line 3: resources.cpus: a minimum: a plan made from this file") for n in notes)
     assert any(n.startswith("line 4: resources.disk_size: kept") for n in notes)
 
 
