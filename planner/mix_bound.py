@@ -79,6 +79,20 @@ class MixBound:
         # count of a larger cluster of the same members differs (planner.oracle.Oracle.cluster)
         self._base: dict[tuple[Any, ...], Cluster | None] = {}
 
+    def _envelopes(
+        self, members: Sequence[Candidate], gpn: Sequence[int], gmax: int
+    ) -> list[tuple[np.ndarray, np.ndarray, float]] | None:
+        """Each member's :meth:`envelope` up to the most samples one of its GPUs can get at the
+        largest batch ``gmax`` (``gmax`` less the other groups' one sample each, over its GPUs);
+        ``None`` when one cannot say."""
+        envs = []
+        for c, per in zip(members, gpn, strict=True):
+            env = self.envelope(c, 1 + max(0, gmax - per - 1) // per)
+            if env is None:
+                return None
+            envs.append(env)
+        return envs
+
     def envelope(self, candidate: Candidate, bmax: int) -> tuple[np.ndarray, np.ndarray, float] | None:
         """``(compute, paced, beta)`` of one instance type in a multi-GPU cluster, per-GPU batch
         ``b = 0..min(b_max, bmax)``: ``compute[b]`` the lower monotone envelope (``min`` over
@@ -229,13 +243,9 @@ class MixBound:
         grid = sorted({int(g) for g in grid})
         gpn = [int(c.gpus_per_node) for c in members]
         gmax = grid[-1]
-        envs = []
-        for c, per in zip(members, gpn, strict=True):
-            # a group's GPUs get at most (G - the other groups' one sample each) / w_i samples
-            env = self.envelope(c, 1 + max(0, gmax - per - 1) // per)
-            if env is None:
-                return np.full(V, np.inf)
-            envs.append(env)
+        envs = self._envelopes(members, gpn, gmax)
+        if envs is None:
+            return np.full(V, np.inf)
         beta = max(e[2] for e in envs)
         w = [n * p for n, p in zip(ns, gpn, strict=True)]
         W = sum(w)
@@ -304,12 +314,9 @@ class MixBound:
         grid = sorted({int(g) for g in grid})
         gpn = [int(c.gpus_per_node) for c in members]
         gmax = grid[-1]
-        envs = []
-        for c, per in zip(members, gpn, strict=True):
-            env = self.envelope(c, 1 + max(0, gmax - per - 1) // per)
-            if env is None:
-                return np.full(V, np.inf)
-            envs.append(env)
+        envs = self._envelopes(members, gpn, gmax)
+        if envs is None:
+            return np.full(V, np.inf)
         beta = max(e[2] for e in envs)
         valid = n >= k
         n_ok = np.where(valid, n, k)
