@@ -17,6 +17,7 @@ from django.shortcuts import redirect, render
 
 from launcher import interruptions, jobs, launch, monitor, options, prechecks
 from planner.app.models import PlanRecord
+from planner.option import PlanOption
 
 
 def _job(request: HttpRequest, job_id: int):
@@ -28,8 +29,9 @@ def _job(request: HttpRequest, job_id: int):
 
 def _defaults(option: dict) -> dict:
     """Suggested caps: 1.5x the predicted p90 time (at least half an hour), and its cost."""
-    hours = max(0.5, math.ceil(float(option.get("time_p90_h") or option.get("time_h") or 1) * 1.5 * 10) / 10)
-    spend = math.ceil(options.option_hourly(option) * hours)
+    typed = PlanOption.from_json(option)
+    hours = max(0.5, math.ceil((typed.time_p90_h or typed.time_h or 1.0) * 1.5 * 10) / 10)
+    spend = math.ceil(options.option_hourly(typed) * hours)
     return {"train_command": "", "max_spend_usd": str(spend), "max_hours": f"{hours:g}"}
 
 
@@ -121,7 +123,7 @@ def _checks(option: dict, checks: list[dict]) -> dict:
     """The pre-checks as ``launcher.prechecks.summary`` gives them, from a launch step's answer."""
     return {
         "ok": not any(c.get("status") == "error" for c in checks),
-        "region": option["region"],
+        "region": PlanOption.from_json(option).region,
         "checks": checks,
     }
 
@@ -136,9 +138,7 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     if jobs.never_started(job):
         return _never_started(request, job)
     seen = monitor.observed(job)
-    groups = []
-    for n in options.node_launches(job.option):
-        groups.append({"node": n, "gpu_model": job.option["groups"][n.group].get("gpu_model", "")})
+    groups = _node_groups(job)
     nodes = [
         {"rank": i, "id": iid, "ip": job.node_ips.get(iid, "")} for i, iid in enumerate(job.instance_ids)
     ]
@@ -166,11 +166,14 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     )
 
 
+def _node_groups(job) -> list[dict]:
+    """Each ``run_instances`` of the job's option with its group's GPU model (the page's table)."""
+    option = job.plan_option
+    return [{"node": n, "gpu_model": option.groups[n.group].gpu_model} for n in options.node_launches(option)]
+
+
 def _never_started(request: HttpRequest, job) -> HttpResponse:
-    groups = [
-        {"node": n, "gpu_model": job.option["groups"][n.group].get("gpu_model", "")}
-        for n in options.node_launches(job.option)
-    ]
+    groups = _node_groups(job)
     return render(
         request,
         "frontend/job_detail.html",

@@ -19,6 +19,7 @@ from planner.app import permissions, profile_first, service, solving
 from planner.app.models import PlanRecord
 from planner.app.serializers import PlanRequestSerializer
 from planner.defaults import LR_SCALING_NOTE, MIN_BATCH_PER_GPU, PLAN_DEFAULTS
+from planner.option import PlanOption
 from planner.solver.explain import saves_or_costs, sooner_or_longer
 from profiler import actions
 from profiler.models import ProfilingRun, RunKind, RunStatus
@@ -270,7 +271,7 @@ def configuration_count(result: dict) -> dict:
 
 def _are_twins(a: dict, b: dict) -> bool:
     def cluster(p: dict) -> list[tuple[str, int]]:
-        return sorted((str(g.get("instance_type")), int(g.get("count") or 0)) for g in p.get("groups") or [])
+        return sorted((g.instance_type, g.count) for g in PlanOption.from_json(p).groups)
 
     return cluster(a) == cluster(b) and bool(a.get("uses_spot")) != bool(b.get("uses_spot"))
 

@@ -305,9 +305,7 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
 
 def job_world_size(job: Job) -> int:
     """Training processes of the job: torchrun starts ``gpus_per_node`` ranks on every node."""
-    return sum(
-        int(g["count"]) * max(1, int(g.get("gpus_per_node") or 1)) for g in job.option.get("groups", [])
-    )
+    return job.plan_option.gpus
 
 
 class JobAgentView(APIView):

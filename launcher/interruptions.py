@@ -76,6 +76,7 @@ from django.utils.dateparse import parse_datetime
 from cloud import ec2
 from launcher import jobs, launch, spot_policy
 from launcher.models import Job, JobCheckpoint, JobEvent, JobInterruption, JobReport
+from planner.option import NodeGroup
 
 log = logging.getLogger(__name__)
 
@@ -95,11 +96,11 @@ def restart_h(job: Job) -> float:
     return float(value) if isinstance(value, (int, float)) and value >= 0 else 0.1
 
 
-def node_slots(job: Job) -> list[dict]:
+def node_slots(job: Job) -> list[NodeGroup]:
     """The option's group of each node rank (launch order)."""
-    out: list[dict] = []
-    for group in job.option.get("groups", []):
-        out += [group] * int(group["count"])
+    out: list[NodeGroup] = []
+    for group in job.plan_option.groups:
+        out += [group] * group.count
     return out
 
 
@@ -110,14 +111,14 @@ def node_market(job: Job, instance_id: str) -> str:
             return row.replacement_market
     slots = node_slots(job)
     if instance_id in job.instance_ids and job.instance_ids.index(instance_id) < len(slots):
-        return str(slots[job.instance_ids.index(instance_id)].get("market", ""))
+        return slots[job.instance_ids.index(instance_id)].market or ""
     return ""
 
 
 def node_type(job: Job, instance_id: str) -> str:
     slots = node_slots(job)
     if instance_id in job.instance_ids and job.instance_ids.index(instance_id) < len(slots):
-        return str(slots[job.instance_ids.index(instance_id)]["instance_type"])
+        return slots[job.instance_ids.index(instance_id)].instance_type
     return ""
 
 
@@ -132,7 +133,7 @@ def checkpoint_interval(job: Job) -> tuple[float, str]:
         task_min = spec.checkpoint.interval_min if spec.checkpoint is not None else None
     write_s = _request(job).get("checkpoint_write_s")
     return spot_policy.option_interval_min(
-        job.option.get("groups", []), float(write_s) if isinstance(write_s, (int, float)) else None, task_min
+        job.plan_option.groups, float(write_s) if isinstance(write_s, (int, float)) else None, task_min
     )
 
 
@@ -442,14 +443,7 @@ def _fallback_rate(job: Job, row: JobInterruption, was: str, now_on: str, now) -
             row, f"no catalog {now_on} price of {row.instance_type}: the job's rate stays ${job.hourly_usd}/h"
         )
         return
-    old = next(
-        (
-            Decimal(str(g["price_per_hour"]))
-            for g in job.option["groups"]
-            if g["instance_type"] == row.instance_type
-        ),
-        Decimal("0"),
-    )
+    old = Decimal(str(job.plan_option.price_of(row.instance_type)))
     rate = Decimal(str(job.hourly_usd)) + price - old
     _set_rate(job, rate, now, on_demand=False)
     jobs.add_event(
@@ -609,9 +603,7 @@ def move_to_on_demand(
             )
             continue
         moves.update(zip(old, ids, strict=False))
-        group_price = next(
-            (float(g["price_per_hour"]) for g in job.option["groups"] if g["instance_type"] == itype), 0.0
-        )
+        group_price = job.plan_option.price_of(itype)
         price = on_demand_price(itype, job.region)
         if price is not None:
             new_rate += (price - Decimal(str(group_price))) * len(old)

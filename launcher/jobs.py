@@ -41,6 +41,7 @@ from launcher.errors import JobError as JobError
 from launcher.errors import NotAllowed as NotAllowed
 from launcher.models import Job, JobEvent, JobReport, JobStatus
 from planner.app.models import PlanRecord, PlanStatus
+from planner.option import PlanOption
 from srifty_web import queue
 from srifty_web.live import send_on_commit
 from srifty_web.money import money
@@ -221,18 +222,26 @@ def plan_option(owner, plan: PlanRecord, rank) -> dict:
     option = plan.option(rank)
     if option is None:
         raise JobError("rank", f"the plan has no option {rank}")
-    if not option.get("groups"):
+    if not PlanOption.from_json(option).groups:
         raise JobError("rank", "this option has no node groups")
     return option
 
 
-def total_samples(plan: PlanRecord, option: dict) -> float:
+def total_samples(plan: PlanRecord, option: PlanOption | dict) -> float:
     request = plan.request or {}
     value = request.get("total_samples")
     if isinstance(value, (int, float)) and value > 0:
         return float(value)
     # No explicit size: what the option was sized for (throughput x time).
-    return float(option.get("throughput_sps") or 0) * float(option.get("time_h") or 0) * 3600.0
+    typed = PlanOption.read(option)
+    return (typed.throughput_sps or 0.0) * (typed.time_h or 0.0) * 3600.0
+
+
+def predicted_iter_s(option: PlanOption) -> float:
+    """The option's predicted seconds per iteration: a job is checked against it (a solved row has it)."""
+    if option.iter_time_s is None:
+        raise JobError("rank", "this option has no predicted iteration time")
+    return option.iter_time_s
 
 
 # --- lifecycle ----------------------------------------------------------------------------
@@ -289,15 +298,15 @@ def create_job(
         train_command = spec.run.strip()[:MAX_TRAIN_COMMAND]
         if spec.workdir is not None and spec.workdir.kind == "local" and not workdir_archive:
             raise JobError("task", "workdir: a local folder needs its archive (manage.py launch uploads it)")
-    option = plan_option(owner, plan, rank)
+    option = plan_option(owner, plan, rank)  # stored on the job as it is (Job.option)
+    typed = PlanOption.from_json(option)
     # The file's AMI, or its AMI for the option's region (``image_id: {us-east-1: ami-...}``)
-    image_id = clean_image_id(image_id) or (
-        spec.resources.image_for(option.get("region", "")) if spec else ""
-    )
-    limits = options.limits(option, spend, hours)
+    image_id = clean_image_id(image_id) or (spec.resources.image_for(typed.region) if spec else "")
+    limits = options.limits(typed, spend, hours)
     options.check_user_data(spec or options.task_spec("", train_command), "task" if spec else "train_command")
-    samples = total_samples(plan, option)
-    global_batch = max(1, int(option.get("global_batch") or 1))
+    samples = total_samples(plan, typed)
+    global_batch = max(1, typed.global_batch or 1)
+    iter_s = predicted_iter_s(typed)
     try:
         with transaction.atomic():
             job = Job.objects.create(
@@ -305,13 +314,13 @@ def create_job(
                 plan=plan,
                 plan_rank=int(rank),
                 option=option,
-                region=option["region"],
+                region=typed.region,
                 train_command=train_command,
                 hourly_usd=limits.hourly_usd,
                 max_spend_usd=limits.max_spend_usd,
                 max_hours=hours,
-                predicted_iter_s=float(option["iter_time_s"]),
-                predicted_iter_p90_s=float(option.get("iter_time_p90_s") or option["iter_time_s"]),
+                predicted_iter_s=iter_s,
+                predicted_iter_p90_s=typed.iter_time_p90_s or iter_s,
                 total_iterations=math.ceil(samples / global_batch) if samples > 0 else 0,
                 launch_token=f"job{secrets.token_hex(8)}",
                 task=task if spec is not None else "",

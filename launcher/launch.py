@@ -53,6 +53,7 @@ from fleet.rendezvous import Cluster, decide
 from launcher import jobs, options, prechecks, spot_policy, taskfile, workdirs
 from launcher.models import Job, JobInterruption, JobStatus
 from planner.app.models import PlanRecord
+from planner.option import PlanOption
 from srifty_web import queue
 from srifty_web.teams import visible_owner_q
 
@@ -233,7 +234,7 @@ def launch_nodes(job: Job, node: options.NodeLaunch, token: str, *, attempt: str
     Reusable for a running job (a replacement node: ``launch_replacement``): ``attempt`` makes
     the template name and client token new, so a retried call with the same ``attempt`` finds
     the instances it started instead of starting more."""
-    lim = options.limits(job.option, job.max_spend_usd, job.max_hours)
+    lim = options.limits(job.plan_option, job.max_spend_usd, job.max_hours)
     minutes = _minutes_to_cap(job, lim.cap_hours)
     spec = options.task_spec(job.task, job.train_command)
     archive = (
@@ -284,7 +285,9 @@ def launch_replacement(
     interruption): the first node group of that type is the template (zone, batch, GPUs),
     ``market`` may switch it (e.g. to on-demand). New ranks follow the existing ones; the nodes
     get their environment from the rendezvous like the others."""
-    group = next((n for n in options.node_launches(job.option) if n.instance_type == instance_type), None)
+    group = next(
+        (n for n in options.node_launches(job.plan_option) if n.instance_type == instance_type), None
+    )
     if group is None:
         raise jobs.JobError("instance_type", f"job {job.pk} has no {instance_type} nodes")
     node = replace(group, count=count, market=market or group.market)
@@ -331,7 +334,7 @@ def launch_job(job: Job) -> str:
     job = Job.objects.get(pk=job.pk)
     token = jobs.issue_token(job)
     try:
-        launches = options.node_launches(job.option)
+        launches = options.node_launches(job.plan_option)
         if (said := _stopped_meanwhile(job)) is not None:
             return said
         job = prepare_cluster(job, launches)
@@ -349,7 +352,7 @@ def launch_job(job: Job) -> str:
         return "failed to launch"
     job = Job.objects.get(pk=job.pk)  # launch_nodes recorded the instances on the row, not on job
     job = jobs.mark_running(
-        job, f"launched {len(job.instance_ids)} instances: {options.describe_option(job.option)}"
+        job, f"launched {len(job.instance_ids)} instances: {options.describe_option(job.plan_option)}"
     )
     return f"launched {len(job.instance_ids)} instances"
 
@@ -394,7 +397,7 @@ def job_cluster(job: Job) -> Cluster:
         launching=job.status == JobStatus.LAUNCHING,
         instance_ids=tuple(job.instance_ids),
         node_ips=dict(job.node_ips),
-        expected_nodes=sum(int(g["count"]) for g in job.option["groups"]),
+        expected_nodes=job.plan_option.nodes,
     )
 
 
@@ -406,14 +409,15 @@ def prepare_node_env(job: Job) -> dict[str, dict[str, str]]:
     per job, at launch or at its first rendezvous, as the option and the task never change."""
     spec = options.task_spec(job.task, job.train_command)
     shared = taskfile.task_env(spec)
+    groups = job.plan_option.groups
     if spec.checkpoint is not None:
         minutes, _why = spot_policy.option_interval_min(
-            job.option["groups"],
+            groups,
             (job.plan.request or {}).get("checkpoint_write_s"),
             spec.checkpoint.interval_min,
         )
         shared["SRIFTY_CHECKPOINT_INTERVAL_S"] = str(round(minutes * 60))
-    by_type = network.network_env(g["instance_type"] for g in job.option["groups"])
+    by_type = network.network_env(g.instance_type for g in groups)
     prepared = {name: {**env, **shared} for name, env in by_type.items()}
     Job.objects.filter(pk=job.pk).update(node_env=prepared)
     job.node_env = prepared
@@ -438,7 +442,7 @@ def rendezvous(job: Job, instance_id: str, now=None) -> tuple[int, dict]:
     if answer.rank is None:
         return answer.status, answer.body
     prepared = job.node_env or prepare_node_env(job)
-    env = taskfile.node_env(None, job.option, answer.rank, list(answer.ips), type_env=prepared)
+    env = taskfile.node_env(None, job.plan_option, answer.rank, list(answer.ips), type_env=prepared)
     _note_joined(job, instance_id, answer.rank, now)
     return answer.status, {**answer.body, "env": env}
 
@@ -665,7 +669,7 @@ def confirm_and_create(
     prechecks.require(option)  # again on submit: AWS may have changed since the preview
     stored = ""
     if archive is not None:
-        stored = workdirs.store(archive.data, option["region"])
+        stored = workdirs.store(archive.data, PlanOption.from_json(option).region)
     return jobs.create_job(
         user,
         plan,

@@ -13,6 +13,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from planner.option import PlanOption
 from srifty_web.teams import TeamQuerySet
 from srifty_web.tokens import ScopedTokenMixin
 
@@ -112,6 +113,11 @@ class Job(ScopedTokenMixin, models.Model):
 
     def __str__(self) -> str:
         return f"job {self.pk} ({self.status})"
+
+    @property
+    def plan_option(self) -> PlanOption:
+        """``option`` typed (read on each access: ``option`` may be updated in place)."""
+        return PlanOption.from_json(self.option)
 
     @property
     def finished(self) -> bool:

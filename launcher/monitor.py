@@ -52,6 +52,7 @@ from django.utils import timezone
 from cloud import ec2
 from launcher import interruptions, jobs, launch, options
 from launcher.models import Job, JobEvent, JobInterruption, JobReport, JobStatus
+from planner.option import PlanOption
 
 log = logging.getLogger(__name__)
 
@@ -124,13 +125,13 @@ def check_drift(job: Job, now=None) -> str | None:
 def progress(job: Job) -> dict:
     """Work done and left. Samples are the reported ones (every rank reports its own, so their
     sum is the cluster's); without samples, iterations x the global batch."""
-    global_batch = max(1, int(job.option.get("global_batch") or 1))
+    global_batch = max(1, job.plan_option.global_batch or 1)
     agg = JobReport.objects.filter(job=job).aggregate(
         sum_samples=Sum("samples"), with_samples=Count("samples"), iterations=Max("iteration")
     )
     iterations = int(agg["iterations"] or 0)
     done = float(agg["sum_samples"]) if agg["with_samples"] else float(iterations * global_batch)
-    total = jobs.total_samples(job.plan, job.option) or float(job.total_iterations * global_batch)
+    total = jobs.total_samples(job.plan, job.plan_option) or float(job.total_iterations * global_batch)
     remaining = max(0.0, total - done)
     return {
         "done_samples": done,
@@ -205,18 +206,18 @@ def offer_replan(job: Job, reason: str) -> JobEvent | None:
         return jobs.add_event(
             job, "replan_failed", f"re-plan found no option: {plan.error or plan.status}", {"plan": plan.pk}
         )
-    best = offered[0]
+    best = PlanOption.from_json(offered[0])
     return jobs.add_event(
         job,
         "replan_offer",
         f"{reason}; re-plan for the {left:,.0f} samples left: {options.describe_option(best)} at "
-        f"${best.get('hourly_usd', 0):.2f}/h, about {best.get('time_h', 0):.2f} h",
+        f"${best.hourly_usd or 0:.2f}/h, about {best.time_h or 0:.2f} h",
         {
             "plan": plan.pk,
-            "rank": best["rank"],
+            "rank": best.rank,
             "remaining_samples": left,
-            "hourly_usd": best.get("hourly_usd"),
-            "time_h": best.get("time_h"),
+            "hourly_usd": best.hourly_usd,
+            "time_h": best.time_h,
             "label": options.describe_option(best),
         },
     )

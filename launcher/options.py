@@ -10,14 +10,17 @@ AWS.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import ROUND_DOWN, Decimal
+from typing import Any
 
 from django.conf import settings
 
 from fleet.boot import task_user_data
 from launcher import taskfile
 from launcher.errors import JobError
+from planner.option import NodeGroup, PlanOption
 from srifty_web.money import money
 
 
@@ -26,7 +29,7 @@ class NodeLaunch:
     """One ``run_instances`` call: ``count`` nodes of one type/market/zone with one batch size."""
 
     index: int  # launch order; rank 0 is the first node of launch 0
-    group: int  # index into option["groups"]
+    group: int  # index into PlanOption.groups
     instance_type: str
     market: str
     zone: str | None
@@ -47,11 +50,11 @@ class Limits:
     cap_hours: float  # min(max hours, max spend / hourly)
 
 
-def node_launches(option: dict) -> list[NodeLaunch]:
+def node_launches(option: PlanOption | Mapping[str, Any]) -> list[NodeLaunch]:
     out: list[NodeLaunch] = []
-    for g, group in enumerate(option["groups"]):
-        count = int(group["count"])
-        batches = [int(b) for b in (group.get("batch_per_node") or [])] or [0] * count
+    for g, group in enumerate(PlanOption.read(option).groups):
+        count = group.count
+        batches = list(group.batch_per_node) or [0] * count
         if len(batches) != count:
             raise JobError("rank", f"group {g} has {count} nodes but {len(batches)} batch sizes")
         runs: list[tuple[int, int]] = []  # (batch, nodes) in node order
@@ -60,31 +63,39 @@ def node_launches(option: dict) -> list[NodeLaunch]:
                 runs[-1] = (b, runs[-1][1] + 1)
             else:
                 runs.append((b, 1))
+        market, price = _launchable(g, group) if runs else ("", 0.0)
         for batch, n in runs:
             out.append(
                 NodeLaunch(
                     index=len(out),
                     group=g,
-                    instance_type=group["instance_type"],
-                    market=group["market"],
-                    zone=group.get("zone"),
+                    instance_type=group.instance_type,
+                    market=market,
+                    zone=group.zone,
                     count=n,
-                    gpus_per_node=max(1, int(group.get("gpus_per_node") or 1)),
+                    gpus_per_node=group.gpus_per_node,
                     batch_per_node=batch,
-                    price_per_hour=float(group["price_per_hour"]),
+                    price_per_hour=price,
                 )
             )
     return out
 
 
-def option_hourly(option: dict) -> float:
-    value = option.get("hourly_usd")
-    if isinstance(value, (int, float)) and value > 0:
-        return float(value)
-    return sum(int(g["count"]) * float(g["price_per_hour"]) for g in option["groups"])
+def _launchable(g: int, group: NodeGroup) -> tuple[str, float]:
+    """The group's market and price: a launch needs both (a solved row has both)."""
+    if group.market is None or group.price_per_hour is None:
+        raise JobError("rank", f"group {g} has no market or price")
+    return group.market, group.price_per_hour
 
 
-def limits(option: dict, max_spend_usd: Decimal, max_hours: float) -> Limits:
+def option_hourly(option: PlanOption | Mapping[str, Any]) -> float:
+    typed = PlanOption.read(option)
+    if typed.hourly_usd is not None and typed.hourly_usd > 0:
+        return typed.hourly_usd
+    return sum(g.count * (g.price_per_hour or 0.0) for g in typed.groups)
+
+
+def limits(option: PlanOption | Mapping[str, Any], max_spend_usd: Decimal, max_hours: float) -> Limits:
     hourly = Decimal(str(round(option_hourly(option), 4)))
     if hourly <= 0:
         raise JobError("rank", "this option has no price")
@@ -95,20 +106,21 @@ def limits(option: dict, max_spend_usd: Decimal, max_hours: float) -> Limits:
     return Limits(hourly_usd=hourly, max_spend_usd=spend, cap_hours=min(max_hours, float(spend / hourly)))
 
 
-def describe_option(option: dict) -> str:
+def describe_option(option: PlanOption | Mapping[str, Any]) -> str:
+    typed = PlanOption.read(option)
     parts = [
-        f"{g['count']}x {g['instance_type']} ({g['market']}{', ' + g['zone'] if g.get('zone') else ''})"
-        for g in option["groups"]
+        f"{g.count}x {g.instance_type} ({g.market}{', ' + g.zone if g.zone else ''})" for g in typed.groups
     ]
-    return " + ".join(parts) + f" in {option['region']}"
+    return " + ".join(parts) + f" in {typed.region}"
 
 
-def preview(option: dict, max_spend_usd: Decimal, max_hours: float) -> dict:
+def preview(option: PlanOption | Mapping[str, Any], max_spend_usd: Decimal, max_hours: float) -> dict:
     """Exactly what a launch starts and what it may cost."""
-    lim = limits(option, max_spend_usd, max_hours)
-    launches = node_launches(option)
+    typed = PlanOption.read(option)
+    lim = limits(typed, max_spend_usd, max_hours)
+    launches = node_launches(typed)
     return {
-        "region": option["region"],
+        "region": typed.region,
         "instances": [
             {
                 "instance_type": n.instance_type,
@@ -116,7 +128,7 @@ def preview(option: dict, max_spend_usd: Decimal, max_hours: float) -> dict:
                 "market": n.market,
                 "zone": n.zone,
                 "gpus_per_node": n.gpus_per_node,
-                "gpu_model": option["groups"][n.group].get("gpu_model", ""),
+                "gpu_model": typed.groups[n.group].gpu_model,
                 "batch_per_node": n.batch_per_node,
                 # decimal strings, as the schema says (LaunchInstanceSerializer, srifty_web.money);
                 # count x the price's exact decimal, not a float product
@@ -130,12 +142,12 @@ def preview(option: dict, max_spend_usd: Decimal, max_hours: float) -> dict:
         "hourly_usd": format(lim.hourly_usd.normalize(), "f"),
         "max_spend_usd": str(lim.max_spend_usd),
         "cap_hours": round(lim.cap_hours, 4),
-        "predicted_iter_s": option.get("iter_time_s"),
-        "predicted_iter_p90_s": option.get("iter_time_p90_s"),
-        "predicted_time_h": option.get("time_h"),
-        "global_batch": option.get("global_batch"),
+        "predicted_iter_s": typed.iter_time_s,
+        "predicted_iter_p90_s": typed.iter_time_p90_s,
+        "predicted_time_h": typed.time_h,
+        "global_batch": typed.global_batch,
         "placement_group": "cluster",
-        "label": describe_option(option),
+        "label": describe_option(typed),
     }
 
 

@@ -16,11 +16,17 @@ no AWS at all; ``manage.py launch --no-prechecks`` does the same for one launch.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from fleet import network
 from fleet import prechecks as fleet
 from fleet.prechecks import CREDENTIALS_FIX as CREDENTIALS_FIX
 from fleet.prechecks import Check as Check
 from launcher import jobs, options
+from planner.option import PlanOption
+
+Option = PlanOption | Mapping[str, Any]  # typed, or as stored (PlanRecord.option, Job.option)
 
 
 def enabled() -> bool:
@@ -33,22 +39,23 @@ def _catalog_vcpus(names: set[str]) -> dict[str, int]:
     return dict(InstanceType.objects.filter(name__in=names).values_list("name", "vcpus"))
 
 
-def node_groups(option: dict) -> list[fleet.NodeGroup]:
+def node_groups(option: Option) -> list[fleet.NodeGroup]:
     """What launching ``option`` starts, as typed node groups (one per ``run_instances``)."""
+    typed = PlanOption.read(option)
     return [
         fleet.NodeGroup(
             instance_type=n.instance_type,
             count=n.count,
-            region=option["region"],
+            region=typed.region,
             zone=n.zone,
             market=n.market,
             addresses_per_node=max(1, network.efa_interfaces_of(n.instance_type)),
         )
-        for n in options.node_launches(option)
+        for n in options.node_launches(typed)
     ]
 
 
-def run(option: dict) -> list[Check]:
+def run(option: Option) -> list[Check]:
     """Every pre-check of launching ``option`` (``fleet.prechecks.run``)."""
     return fleet.run(
         node_groups(option),
@@ -57,11 +64,12 @@ def run(option: dict) -> list[Check]:
     )
 
 
-def summary(option: dict) -> dict:
-    return fleet.summary(option["region"], run(option))
+def summary(option: Option) -> dict:
+    typed = PlanOption.read(option)
+    return fleet.summary(typed.region, run(typed))
 
 
-def require(option: dict) -> list[Check]:
+def require(option: Option) -> list[Check]:
     """The checks of ``option`` when none failed (none when ``AWS_PRECHECKS`` is off), else
     ``JobError("prechecks")`` carrying every check, failed or not, with its fix."""
     if not enabled():

@@ -257,7 +257,7 @@ class JobSerializer(ModelSerializer):
         return money(jobs.spend_usd(job))  # as the job page says it: 0 when nothing started
 
     def get_nodes(self, job: Job) -> int:
-        return sum(int(g["count"]) for g in job.option.get("groups", []))
+        return job.plan_option.nodes
 
 
 class JobDetailSerializer(JobSerializer):

@@ -47,9 +47,11 @@ No Django import: the monitor, the launch code and the tests share it.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
+from planner.option import NodeGroup
 from planner.spot import job_hazard
 
 MIN_INTERVAL_MIN = 5.0
@@ -79,7 +81,9 @@ DEFAULT_CHECKPOINT_COST_MIN = 1.0  # writing a checkpoint, when the plan does no
 
 
 def option_interval_min(
-    groups: Iterable[dict], checkpoint_write_s: float | None = None, task_interval_min: float | None = None
+    groups: Iterable[NodeGroup | Mapping[str, Any]],
+    checkpoint_write_s: float | None = None,
+    task_interval_min: float | None = None,
 ) -> tuple[float, str]:
     """Minutes between checkpoints for a plan option's node ``groups`` and why: the task file's
     interval when it gives one, else ``auto``: Young/Daly from the cluster's interruption rate
@@ -88,9 +92,8 @@ def option_interval_min(
         return float(task_interval_min), "the task file's checkpoint.interval"
     cost = checkpoint_write_s / 60.0 if checkpoint_write_s and checkpoint_write_s > 0 else None
     w = cost if cost is not None else DEFAULT_CHECKPOINT_COST_MIN
-    mtbf = cluster_mtbf_h(
-        (int(g["count"]), int(g.get("interruption_bucket") or 0), g.get("market") == "spot") for g in groups
-    )
+    typed = [NodeGroup.read(g) for g in groups]
+    mtbf = cluster_mtbf_h((g.count, g.interruption_bucket, g.is_spot) for g in typed)
     minutes = checkpoint_interval_min(w, mtbf)
     if math.isinf(mtbf):
         return minutes, "auto: no spot nodes, so the longest interval (against node failures)"

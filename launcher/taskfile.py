@@ -63,6 +63,8 @@ from typing import Any
 
 import yaml
 
+from planner.option import NodeGroup, PlanOption
+
 MAX_TASK_BYTES = 256 * 1024
 # Values (scalars, lists, mappings) in one task file with its aliases expanded: a real task file
 # has tens; 10,000 reads in milliseconds, while an alias bomb stands for billions.
@@ -1064,15 +1066,16 @@ def check_workdir(spec: TaskSpec, base: Path) -> Path | None:
     return folder
 
 
-def plan_conflicts(spec: TaskSpec, option: dict[str, Any]) -> list[str]:
+def plan_conflicts(spec: TaskSpec, option: PlanOption | Mapping[str, Any]) -> list[str]:
     """Where a SkyPilot file's resource request disagrees with the plan option (warnings).
 
     With alternatives (``{A100: 8, H100: 8}``, ``any_of``) a value disagrees when no alternative
     asks for it; an alternative that leaves a key free accepts any value."""
     notes = []
-    groups = option.get("groups", [])
-    types = {g["instance_type"] for g in groups}
-    nodes = sum(int(g["count"]) for g in groups)
+    typed = PlanOption.read(option)
+    groups = typed.groups
+    types = set(typed.instance_types)
+    nodes = typed.nodes
     choices = spec.resources.choices
     if spec.num_nodes is not None and spec.num_nodes != nodes:
         notes.append(f"the file asks for num_nodes {spec.num_nodes}; the plan runs {nodes}")
@@ -1083,13 +1086,13 @@ def plan_conflicts(spec: TaskSpec, option: dict[str, Any]) -> list[str]:
         )
     asked_gpus = _asked(g for c in choices for g, _ in (c.accelerators or (("", 0),)))
     if asked_gpus and groups:
-        models = {str(g.get("gpu_model", "")).upper() for g in groups}
+        models = {g.gpu_model.upper() for g in groups}
         wanted = [a.upper() for a in asked_gpus]
         if not all(any(w in m or m in w for w in wanted) for m in models if m):
             notes.append(
                 f"the file asks for {' or '.join(asked_gpus)}; the plan uses {', '.join(sorted(models))}"
             )
-    markets = {g.get("market") for g in groups}
+    markets = {g.market or "" for g in groups}
     asked_spot = {c.use_spot for c in choices}
     if (
         None not in asked_spot
@@ -1099,10 +1102,8 @@ def plan_conflicts(spec: TaskSpec, option: dict[str, Any]) -> list[str]:
         said = " or ".join(sorted(str(s) for s in asked_spot))
         notes.append(f"the file asks for use_spot {said}; the plan uses {' and '.join(sorted(markets))}")
     asked_regions = _asked(c.region for c in choices)
-    if asked_regions and option.get("region") and option["region"] not in asked_regions:
-        notes.append(
-            f"the file asks for region {' or '.join(asked_regions)}; the plan is in {option['region']}"
-        )
+    if asked_regions and typed.region and typed.region not in asked_regions:
+        notes.append(f"the file asks for region {' or '.join(asked_regions)}; the plan is in {typed.region}")
     return notes
 
 
@@ -1204,7 +1205,7 @@ def task_env(spec: TaskSpec) -> dict[str, str]:
 
 def node_env(
     spec: TaskSpec | None,
-    option: dict[str, Any],
+    option: PlanOption | Mapping[str, Any],
     node_rank: int,
     node_ips: list[str],
     *,
@@ -1220,15 +1221,16 @@ def node_env(
     override them. ``spec`` None: ``type_env`` already holds the task's part (a job's prepared
     ``Job.node_env``, ``launcher.launch.prepare_node_env``).
     """
-    counts: list[tuple[dict[str, Any], int]] = []
-    for g in option["groups"]:
-        counts += [(g, i) for i in range(int(g["count"]))]
+    typed = PlanOption.read(option)
+    counts: list[tuple[NodeGroup, int]] = []
+    for g in typed.groups:
+        counts += [(g, i) for i in range(g.count)]
     if not 0 <= node_rank < len(counts):
         raise ValueError(f"node_rank {node_rank} outside 0..{len(counts) - 1}")
     group, index = counts[node_rank]
-    batches = group.get("batch_per_node") or []
+    batches = group.batch_per_node
     batch = batches[index] if index < len(batches) else (batches[0] if batches else 0)
-    env = dict((type_env or {}).get(group["instance_type"], {}))
+    env = dict((type_env or {}).get(group.instance_type, {}))
     if spec is not None:
         env.update(task_env(spec))
     env.update(
@@ -1236,18 +1238,23 @@ def node_env(
         MASTER_PORT=str(master_port),
         NODE_RANK=str(node_rank),
         NNODES=str(len(counts)),
-        NPROC_PER_NODE=str(group["gpus_per_node"]),
+        NPROC_PER_NODE=str(group.gpus_per_node),
         SRIFTY_BATCH_PER_NODE=str(batch),
         SRIFTY_PER_NODE_BATCH=str(batch),  # the name scripts written for train_command jobs read
         SRIFTY_NNODES=str(len(counts)),
         SRIFTY_NODE_RANK=str(node_rank),
-        SRIFTY_GLOBAL_BATCH=str(option.get("global_batch", "")),
+        SRIFTY_GLOBAL_BATCH=_global_batch(typed),
         SKYPILOT_NODE_RANK=str(node_rank),
         SKYPILOT_NODE_IPS="\n".join(node_ips),
         SKYPILOT_NUM_NODES=str(len(counts)),
-        SKYPILOT_NUM_GPUS_PER_NODE=str(group["gpus_per_node"]),
+        SKYPILOT_NUM_GPUS_PER_NODE=str(group.gpus_per_node),
     )
     return env
+
+
+def _global_batch(option: PlanOption) -> str:
+    """``SRIFTY_GLOBAL_BATCH``'s value: the option's global batch, empty when it has none."""
+    return "" if option.global_batch is None else str(option.global_batch)
 
 
 # ------------------------------------------------------------------------------ sky export
@@ -1298,7 +1305,7 @@ def sky_accelerator(instance_type: str, gpu_model: str) -> str:
 
 
 def to_skypilot(
-    option: dict[str, Any],
+    option: PlanOption | Mapping[str, Any],
     spec: TaskSpec | None = None,
     *,
     checkpoint_interval_s: float | None = None,
@@ -1318,26 +1325,27 @@ def to_skypilot(
     SkyPilot launches one instance type per cluster, so a mixed plan becomes one file per type
     with a note at the top; the per-node batch of each type is in ``SRIFTY_BATCH_PER_NODE``.
     """
-    by_type: dict[str, list[dict[str, Any]]] = {}
-    for g in option["groups"]:
-        by_type.setdefault(g["instance_type"], []).append(g)
-    base = spec.name if spec else f"srifty-plan-option-{option.get('rank', 1)}"
+    typed = PlanOption.read(option)
+    by_type: dict[str, list[NodeGroup]] = {}
+    for g in typed.groups:
+        by_type.setdefault(g.instance_type, []).append(g)
+    base = spec.name if spec else f"srifty-plan-option-{1 if typed.rank is None else typed.rank}"
     files = []
     for itype, gs in by_type.items():
         name = base if len(by_type) == 1 else f"{base}-{itype.replace('.', '-')}"
         zone, zone_note = _sky_zone(gs, zone_names or {})
-        doc = _sky_doc(option, spec, name, itype, gs, zone, checkpoint_interval_s)
-        header = _sky_header(option, itype, gs, by_type, zone_note)
+        doc = _sky_doc(typed, spec, name, itype, gs, zone, checkpoint_interval_s)
+        header = _sky_header(typed, itype, gs, by_type, zone_note)
         files.append((f"{name}.sky.yaml", header + _dump_blocks(doc)))
     return files
 
 
 def _sky_doc(
-    option: dict[str, Any],
+    option: PlanOption,
     spec: TaskSpec | None,
     name: str,
     itype: str,
-    gs: list[dict[str, Any]],
+    gs: list[NodeGroup],
     zone: str,
     checkpoint_interval_s: float | None,
 ) -> dict[str, Any]:
@@ -1347,15 +1355,16 @@ def _sky_doc(
         doc["workdir"] = spec.workdir.path
     elif spec and spec.workdir:  # SkyPilot 0.14 clones a repository given as {url, ref}
         doc["workdir"] = {"url": spec.workdir.url, **({"ref": spec.workdir.ref} if spec.workdir.ref else {})}
-    doc["num_nodes"] = sum(int(g["count"]) for g in gs)
-    infra = "/".join(p for p in ("aws", option.get("region", ""), zone) if p)
+    doc["num_nodes"] = sum(g.count for g in gs)
+    infra = "/".join(p for p in ("aws", option.region, zone) if p)
     resources: dict[str, Any] = {
         "infra": infra,
         "instance_type": itype,
-        "accelerators": f"{sky_accelerator(itype, gs[0].get('gpu_model', 'GPU'))}:{gs[0]['gpus_per_node']}",
-        "use_spot": any(g.get("market") == "spot" for g in gs),
+        # a row without a GPU name: SkyPilot's generic "GPU" (NodeGroup.gpu_model is "" then)
+        "accelerators": f"{sky_accelerator(itype, gs[0].gpu_model or 'GPU')}:{gs[0].gpus_per_node}",
+        "use_spot": any(g.is_spot for g in gs),
     }
-    if spec and (image := _sky_image(spec.resources, option.get("region", ""))):
+    if spec and (image := _sky_image(spec.resources, option.region)):
         resources["image_id"] = image
     doc["resources"] = resources
     doc["envs"] = _sky_envs(option, spec, gs, checkpoint_interval_s)
@@ -1372,7 +1381,7 @@ def _sky_doc(
     if spec and spec.setup:
         doc["setup"] = spec.setup
     if spec is None or spec.run.strip():  # a file without run exports none (SkyPilot: provision only)
-        doc["run"] = with_sky_preamble(spec.run if spec else DEFAULT_SKY_RUN, int(gs[0]["gpus_per_node"]))
+        doc["run"] = with_sky_preamble(spec.run if spec else DEFAULT_SKY_RUN, gs[0].gpus_per_node)
     return doc
 
 
@@ -1384,7 +1393,7 @@ def _sky_image(resources: Resources, region: str) -> str:
 
 
 def _sky_envs(
-    option: dict[str, Any], spec: TaskSpec | None, gs: list[dict[str, Any]], interval_s: float | None
+    option: PlanOption, spec: TaskSpec | None, gs: list[NodeGroup], interval_s: float | None
 ) -> dict[str, str | None]:
     """The file's envs, its launch-time names as ``null``, the plan's batch and the checkpoint's values."""
     envs: dict[str, str | None] = dict(spec.envs) if spec else {}
@@ -1395,9 +1404,9 @@ def _sky_envs(
     # Nor a credential-like env's: a plan keeps its file redacted, and "<redacted>" exported as
     # HF_TOKEN's value would reach the job under sky launch; null makes SkyPilot ask (--env).
     envs.update({n: None for n, v in envs.items() if v == REDACTED or SECRET_ENV_RE.search(n)})
-    batch = str((gs[0].get("batch_per_node") or [0])[0])
+    batch = str((gs[0].batch_per_node or (0,))[0])
     envs.update(SRIFTY_BATCH_PER_NODE=batch, SRIFTY_PER_NODE_BATCH=batch)
-    envs["SRIFTY_GLOBAL_BATCH"] = str(option.get("global_batch", ""))
+    envs["SRIFTY_GLOBAL_BATCH"] = _global_batch(option)
     if spec and spec.checkpoint is not None:
         envs.update(SRIFTY_CHECKPOINT_DIR=CHECKPOINT_DIR, SRIFTY_CHECKPOINT_S3=spec.checkpoint.s3_prefix)
         minutes = spec.checkpoint.interval_min
@@ -1415,13 +1424,13 @@ def with_sky_preamble(run: str, gpus_per_node: int) -> str:
     return preamble + (run if run.endswith("\n") else run + "\n")
 
 
-def _sky_zone(gs: list[dict[str, Any]], zone_names: Mapping[str, str]) -> tuple[str, str]:
+def _sky_zone(gs: list[NodeGroup], zone_names: Mapping[str, str]) -> tuple[str, str]:
     """(zone name to pin, note for the header): the one zone the option's price is in.
 
     The plan names zones by ID (``use1-az1``: the same place in every account); SkyPilot reads
     a zone *name*, which each account maps to IDs its own way, so an ID is pinned only through
     ``zone_names``; otherwise the header says which zone won and how to pin it."""
-    zones = {str(g.get("zone") or "") for g in gs}
+    zones = {g.zone or "" for g in gs}
     if len(zones) != 1 or not (zone := zones.pop()):
         return "", ""
     name = zone if ZONE_NAME_RE.match(zone) else zone_names.get(zone, "")
@@ -1434,18 +1443,19 @@ def _sky_zone(gs: list[dict[str, Any]], zone_names: Mapping[str, str]) -> tuple[
 
 
 def _sky_header(
-    option: dict[str, Any],
+    option: PlanOption,
     itype: str,
-    gs: list[dict[str, Any]],
-    by_type: dict[str, list[dict[str, Any]]],
+    gs: list[NodeGroup],
+    by_type: dict[str, list[NodeGroup]],
     zone_note: str,
 ) -> str:
-    nodes = sum(int(g["count"]) for g in gs)
-    spot = any(g.get("market") == "spot" for g in gs)
-    header = f"# Srifty plan option {option.get('rank', '?')}: {nodes} x {itype} ({'spot' if spot else 'on-demand'})"
-    header += f" in {option.get('region', '?')}.\n" + zone_note
+    nodes = sum(g.count for g in gs)
+    spot = any(g.is_spot for g in gs)
+    rank = "?" if option.rank is None else option.rank
+    header = f"# Srifty plan option {rank}: {nodes} x {itype} ({'spot' if spot else 'on-demand'})"
+    header += f" in {option.region or '?'}.\n" + zone_note
     if len(by_type) > 1:
-        total = sum(int(g["count"]) for g in option["groups"])
+        total = option.nodes
         header += (
             f"# NOTE: this plan mixes {len(by_type)} instance types ({', '.join(by_type)}; {total} nodes in all).\n"
             "# SkyPilot runs one type per cluster: launch these files as separate clusters only if your\n"

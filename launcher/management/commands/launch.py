@@ -28,6 +28,7 @@ from django.core.management.base import BaseCommand, CommandError
 from launcher import envvalues, jobs, launch, options, prechecks, taskfile, workdirs
 from launcher.models import Job
 from planner.app.models import PlanRecord
+from planner.option import PlanOption
 from srifty_web.commands import owner_for_command
 
 
@@ -105,7 +106,7 @@ class Command(BaseCommand):
         archive = ""
         if folder is not None:
             data = workdirs.pack(folder)
-            archive = workdirs.store(data, option["region"])
+            archive = workdirs.store(data, PlanOption.from_json(option).region)
             self.stdout.write(f"workdir: {folder} -> {archive} ({len(data)} bytes)")
         try:
             job = jobs.create_job(
@@ -165,9 +166,8 @@ def _with_env(text: str, words: list[str], path: Path) -> str:
 
 
 def _caps(option: dict, max_spend, max_hours) -> tuple[Decimal, float]:
-    hours = max_hours or max(
-        0.5, round(float(option.get("time_p90_h") or option.get("time_h") or 1) * 1.5, 1)
-    )
+    typed = PlanOption.from_json(option)
+    hours = max_hours or max(0.5, round((typed.time_p90_h or typed.time_h or 1.0) * 1.5, 1))
     spend = max_spend or f"{options.option_hourly(option) * hours:.2f}"
     try:
         _, checked_spend, checked_hours = jobs.clean_params("task", spend, hours)
