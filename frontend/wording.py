@@ -39,6 +39,9 @@ FIELD_LABELS = {
     "profile_run": "profiling run",
     "max_miss_risk": "max risk of missing the deadline",
     "top_k": "plans shown",
+    "task": "task file",
+    "task_filename": "task file name",
+    "accumulation_steps": "gradient accumulation steps",
 }
 OBJECTIVE_WORDS = {
     "cost": "cheapest by a deadline",
