@@ -133,7 +133,7 @@ def supervisor(tmp_path):
         proc.wait(timeout=10)
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(180)
 def test_two_workers_share_the_socket_and_a_dead_one_is_replaced(supervisor):
     proc, port = supervisor
     workers = wait_for(lambda: len(children(proc.pid)) == 2 and children(proc.pid), 30, "two workers")
@@ -149,7 +149,10 @@ def test_two_workers_share_the_socket_and_a_dead_one_is_replaced(supervisor):
         "a replacement worker",
     )
     assert workers[1] in replaced
-    assert all(get(port) == 200 for _ in range(10))
+    # connections the kernel hashes to the replacement's socket wait there until it has loaded
+    # Django (by design: queued, not refused); on a loaded 2-core host that can outlast get()'s
+    # 10 s, so the check is that every request is answered once the replacement is up
+    wait_for(lambda: all(get(port) == 200 for _ in range(10)), 60, "ten answers from both workers")
 
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=20) == 0
