@@ -7,29 +7,10 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from planner.app.models import PlanRecord
+from tests.support.plans import PLAN_FORM as FORM
 
 pytestmark = pytest.mark.django_db
 
-FORM = {
-    "model_source": "spec",
-    "spec": "torchvision:squeezenet1_1",
-    "input_shape": "3,32,32",
-    "precision": "amp",
-    "samples_per_epoch": "100000",
-    "epochs": "5",
-    "objective": "cost",
-    "deadline_hours": "12",
-    "regions": ["us-east-1"],
-    "spot": "on",
-    "on_demand": "on",
-    "max_nodes": "4",
-    "max_types": "1",
-    "global_batch_min": "256",
-    "global_batch_max": "512",
-    "checkpoint_interval_h": "0.5",
-    "restart_overhead_h": "0.1",
-    "baseline_gpu": "A100",
-}
 TASK = "resources:\n  accelerators: {A100: 8, H100: 8}\n  cpus: 32+\n  use_spot: true\nrun: python train.py\n"
 
 

@@ -38,3 +38,27 @@ def plan_command(**options: object) -> list[str]:
     for name, value in {**request, **options}.items():
         args += [f"--{name.replace('_', '-')}", str(value)]
     return args
+
+
+#: The same plan asked through the web form (``POST /plans/``): 100,000 samples x 5 epochs,
+#: the cheapest within 12 h in us-east-1 on up to 4 nodes, global batch 256..512.
+PLAN_FORM: dict[str, Any] = {
+    "model_source": "spec",
+    "spec": "torchvision:squeezenet1_1",
+    "input_shape": "3,32,32",
+    "precision": "amp",
+    "samples_per_epoch": "100000",
+    "epochs": "5",
+    "objective": "cost",
+    "deadline_hours": "12",
+    "regions": ["us-east-1"],
+    "spot": "on",
+    "on_demand": "on",
+    "max_nodes": "4",
+    "max_types": "1",
+    "global_batch_min": "256",
+    "global_batch_max": "512",
+    "checkpoint_interval_h": "0.5",
+    "restart_overhead_h": "0.1",
+    "baseline_gpu": "A100",
+}
