@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from decimal import Decimal
+from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -59,7 +60,8 @@ def job_new(request: HttpRequest) -> HttpResponse:
     plan = PlanRecord.objects.visible_to(request.user).filter(pk=plan_id).first()
     if plan is None:
         raise Http404("no such plan")
-    context = {"plan": plan, "rank": rank, "errors": {}, "preview": None, "confirmation": ""}
+    # The template's values, of many kinds.
+    context: dict[str, Any] = {"plan": plan, "rank": rank, "errors": {}, "preview": None, "confirmation": ""}
     if not jobs.can_launch(request.user):
         context["forbidden"] = True
         return render(request, "frontend/job_new.html", context, status=403)

@@ -12,7 +12,7 @@ change its state (stop, cancel): its owner, or a holder of the given permission.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
@@ -70,5 +70,5 @@ class ChangeRule:
 class TeamQuerySet(models.QuerySet):
     """Querysets of owned objects (``owner`` foreign key) with the team rule."""
 
-    def visible_to(self, user):
+    def visible_to(self, user: Any) -> Self:
         return self.filter(visible_owner_q(user))
