@@ -8,6 +8,8 @@ answers with ``answer`` (``fleet.rendezvous.decide`` over its job or run).
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -18,7 +20,7 @@ class RendezvousView(APIView):
     """Master discovery for a cluster's nodes (Bearer token of the job or run): 200 go (rank 0's
     private IP, this node's rank; a job's node also gets its environment), 202 wait, 4xx stop."""
 
-    def answer(self, request: Request, pk: int, instance_id: str) -> tuple[int, dict]:
+    def answer(self, request: Request, pk: int, instance_id: str) -> tuple[int, dict[str, Any]]:
         """(HTTP status, body) for ``instance_id``'s poll; each endpoint says it."""
         raise NotImplementedError
 

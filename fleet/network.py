@@ -119,7 +119,7 @@ def subnet_for(region: str, instance_type: str) -> str | None:
 
     configured = list(getattr(settings, "JOB_SUBNET_IDS", []) or [])
     if configured:
-        return configured[0]
+        return str(configured[0])
     subnets = ec2.default_subnets(region)
     offered = InstanceOffering.objects.filter(
         instance_type__name=instance_type, zone__region__code=region

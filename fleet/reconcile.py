@@ -32,7 +32,8 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import asdict, dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db.models import Q
@@ -73,7 +74,7 @@ class Report:
     # Why nothing was looked at ("no AWS credentials"): the report then claims no count at all.
     skipped: str = ""
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def lines(self) -> list[str]:
@@ -93,7 +94,7 @@ class Report:
         return out
 
 
-def regions_to_scan(now=None) -> list[str]:
+def regions_to_scan(now: datetime | None = None) -> list[str]:
     now = now or timezone.now()
     since = now - timedelta(days=float(jobs.setting("RECONCILE_RECENT_DAYS", 7)))
     found = set(
@@ -117,7 +118,7 @@ def _int(value: str | None) -> int | None:
         return None
 
 
-def verdict(state: ec2.InstanceState, now) -> tuple[str, str, Job | None]:
+def verdict(state: ec2.InstanceState, now: datetime) -> tuple[str, str, Job | None]:
     """("terminate" | "keep", reason, a job to stop) for one managed instance."""
     grace = timedelta(minutes=float(jobs.setting("RECONCILE_GRACE_MINUTES", 5)))
     job_tag, run_tag = state.tags.get("srifty:job-id"), state.tags.get("srifty:run-id")
@@ -148,7 +149,7 @@ def verdict(state: ec2.InstanceState, now) -> tuple[str, str, Job | None]:
     return "keep", "no srifty:job-id or srifty:run-id tag", None
 
 
-def reconcile(regions: list[str] | None = None, dry_run: bool = False, now=None) -> Report:
+def reconcile(regions: list[str] | None = None, dry_run: bool = False, now: datetime | None = None) -> Report:
     now = now or timezone.now()
     report = Report(regions=sorted(set(regions)) if regions else regions_to_scan(now), dry_run=dry_run)
     for region in report.regions:

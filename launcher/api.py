@@ -21,15 +21,21 @@ that folder as a multipart ``workdir_archive`` (.tar.gz/.tgz or .zip, ``launcher
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import wraps
+from typing import Any, ParamSpec
 
 from django.conf import settings
 from django.core.cache import cache
-from django.http import FileResponse, HttpResponse
+from django.db.models import QuerySet
+from django.http import FileResponse, HttpResponse, HttpResponseBase
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import permissions, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied
+from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import APIView
@@ -67,7 +73,7 @@ class JobAgent:
 
     is_authenticated = True
 
-    def __init__(self, job: Job):
+    def __init__(self, job: Job) -> None:
         self.job = job
         self.pk = f"agent-job-{job.pk}"
 
@@ -84,18 +90,19 @@ class JobTokenAuthentication(BearerTokenAuthentication):
         return JobAgent(job)
 
 
-class JobTokenScheme(OpenApiAuthenticationExtension):
+# drf-spectacular's registering __init_subclass__ is unannotated.
+class JobTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call, unused-ignore]
     target_class = "launcher.api.JobTokenAuthentication"
     name = "jobToken"
 
-    def get_security_definition(self, auto_schema):
+    def get_security_definition(self, auto_schema: AutoSchema) -> dict[str, str]:
         return {"type": "http", "scheme": "bearer", "description": "The job's node token (in its user-data)"}
 
 
 class IsAgentForThisJob(permissions.BasePermission):
     message = "this token belongs to another job"
 
-    def has_permission(self, request, view) -> bool:
+    def has_permission(self, request: Request, view: APIView) -> bool:
         principal = request.user
         return isinstance(principal, JobAgent) and str(principal.job.pk) == str(view.kwargs.get("pk"))
 
@@ -106,21 +113,31 @@ class JobAgentThrottle(SimpleRateThrottle):
     scope = "job-agent"
 
     def get_rate(self) -> str:
-        return getattr(settings, "JOB_AGENT_THROTTLE_RATE", "20000/min")
+        return str(getattr(settings, "JOB_AGENT_THROTTLE_RATE", "20000/min"))
 
-    def get_cache_key(self, request, view):
+    def get_cache_key(self, request: Request, view: APIView) -> str:
         return self.cache_format % {"scope": self.scope, "ident": request.user.pk}
 
+
+def _agent_job(request: Request) -> Job:
+    """The job of a node's request (``IsAgentForThisJob`` lets only its own agent through)."""
+    principal = request.user
+    if not isinstance(principal, JobAgent):
+        raise PermissionDenied(IsAgentForThisJob.message)
+    return principal.job
+
+
+P = ParamSpec("P")
 
 USED = OpenApiResponse(description='the confirmation already launched a job: {"detail", "job": its id}')
 
 
-def _job_errors(view):
+def _job_errors(view: Callable[P, HttpResponseBase]) -> Callable[P, HttpResponseBase]:
     """JobError -> 400 naming the field, NotAllowed -> 403, a used confirmation -> 409 naming
     the job it launched (``{"detail", "job"}``)."""
 
     @wraps(view)
-    def wrapped(*args, **kwargs):
+    def wrapped(*args: P.args, **kwargs: P.kwargs) -> HttpResponseBase:
         try:
             return view(*args, **kwargs)
         except jobs.NotAllowed as exc:
@@ -137,7 +154,7 @@ def _job_errors(view):
 # --- users --------------------------------------------------------------------------------
 
 
-def _archive(v: dict) -> workdirs.Upload | None:
+def _archive(v: dict[str, Any]) -> workdirs.Upload | None:
     """The checked ``workdir_archive`` upload of a launch request (None without one)."""
     upload = v.get("workdir_archive")
     if upload is None:
@@ -148,19 +165,19 @@ def _archive(v: dict) -> workdirs.Upload | None:
         raise jobs.JobError("workdir_archive", str(exc)) from exc
 
 
-class JobViewSet(viewsets.ReadOnlyModelViewSet):
+class JobViewSet(viewsets.ReadOnlyModelViewSet[Job]):
     """Launch training jobs from plan options and follow them (your team's jobs only)."""
 
-    def get_queryset(self):
+    def get_queryset(self) -> QuerySet[Job]:
         return jobs.visible_jobs(self.request.user)
 
-    def get_serializer_class(self):
+    def get_serializer_class(self) -> type[JobSerializer]:
         return JobDetailSerializer if self.action == "retrieve" else JobSerializer
 
     @extend_schema(request=LaunchParamsSerializer, responses={200: PreviewSerializer, 400: None, 403: None})
     @action(detail=False, methods=["post"])
     @_job_errors
-    def preview(self, request, *args, **kwargs):
+    def preview(self, request: Request, *args: Any, **kwargs: Any) -> HttpResponseBase:
         """The exact instances, $/h, maximum spend and cap time of a launch, the AWS pre-checks
         it passed (``prechecks``), and the short-lived confirmation id that ``POST /jobs/`` needs
         to launch exactly that. A failed pre-check: 400 ``{"prechecks": [...]}`` with each fix."""
@@ -198,7 +215,7 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
     )
     @action(detail=False, methods=["get"], url_path="sky-export")
     @_job_errors
-    def sky_export(self, request, *args, **kwargs):
+    def sky_export(self, request: Request, *args: Any, **kwargs: Any) -> HttpResponseBase:
         """A plan option as a SkyPilot task file, for ``sky launch`` (a mixed-type option: a zip
         with one file per instance type and a note)."""
         params = PrecheckParamsSerializer(data=request.query_params)
@@ -216,7 +233,7 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
     )
     @action(detail=False, methods=["post"])
     @_job_errors
-    def precheck(self, request, *args, **kwargs):
+    def precheck(self, request: Request, *args: Any, **kwargs: Any) -> HttpResponseBase:
         """Ask AWS what it would refuse before the confirmation: credentials (STS), the vCPU
         quota of each type class and market, the type's offering in the region and zone, and a
         subnet with room. ``ok`` false: a check failed; each says how to fix it."""
@@ -232,7 +249,7 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
         request=CreateJobSerializer, responses={201: JobDetailSerializer, 400: None, 403: None, 409: USED}
     )
     @_job_errors
-    def create(self, request, *args, **kwargs):
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> HttpResponseBase:
         """Launch a previewed job; ``confirmation`` must match the preview's parameters and the
         AWS pre-checks must still pass (else 400 ``{"prechecks": [...]}``, no job). Each
         confirmation launches one job: a second use gets 409 with that job's id."""
@@ -258,7 +275,7 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
     @extend_schema(request=None, responses={200: JobSerializer, 403: None})
     @action(detail=True, methods=["post"])
     @_job_errors
-    def stop(self, request, pk=None, **kwargs):
+    def stop(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
         job = self.get_object()
         if not jobs.can_stop(request.user, job):
             raise jobs.NotAllowed("only the owner (or launcher.change_job) may stop this job")
@@ -268,7 +285,7 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
     @extend_schema(request=ReplanRequestSerializer, responses={200: PreviewSerializer, 400: None, 403: None})
     @action(detail=True, methods=["post"])
     @_job_errors
-    def replan(self, request, pk=None, **kwargs):
+    def replan(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
         """The re-plan for the remaining work (solved now if none was offered yet) as a launch
         preview; apply it with ``POST /jobs/{id}/replan/apply/``."""
         job = self.get_object()
@@ -285,7 +302,7 @@ class JobViewSet(viewsets.ReadOnlyModelViewSet):
     )
     @action(detail=True, methods=["post"], url_path="replan/apply")
     @_job_errors
-    def apply(self, request, pk=None, **kwargs):
+    def apply(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
         """Stop this job's cluster and launch the confirmed re-plan option instead (a confirmation
         already applied: 409 with the job it launched)."""
         job = self.get_object()
@@ -318,13 +335,13 @@ class JobReportsView(JobAgentView):
     """Where training processes post iteration times (``profiler.agent.report.Reporter``)."""
 
     @extend_schema(request=ReportBatchSerializer, responses={201: None, 200: None, 409: None, 413: None})
-    def post(self, request, pk: int):
+    def post(self, request: Request, pk: int) -> Response:
         if (refused := refuse_size(request, MAX_REPORT_BYTES, "post")) is not None:
             return refused
         batch = ReportBatchSerializer(data=request.data)
         batch.is_valid(raise_exception=True)
         data = batch.validated_data
-        job = request.user.job
+        job = _agent_job(request)
         # Rows are unique per (job, rank, seq): ranks far outside the job would let one token store
         # without end. A few processes per GPU stay allowed (CPU-only training, e.g. gloo on a
         # 1-GPU node, runs several ranks per node).
@@ -349,15 +366,15 @@ class JobReportsView(JobAgentView):
 class RendezvousView(JobAgentView, fleet_api.RendezvousView):
     """A job's node asks for its environment (``launcher.launch.rendezvous``)."""
 
-    def answer(self, request, pk: int, instance_id: str) -> tuple[int, dict]:
-        return launch.rendezvous(Job.objects.get(pk=request.user.job.pk), instance_id)
+    def answer(self, request: Request, pk: int, instance_id: str) -> tuple[int, dict[str, Any]]:
+        return launch.rendezvous(Job.objects.get(pk=_agent_job(request).pk), instance_id)
 
 
 class JobAgentTarballView(JobAgentView):
     """The profiler package for a node (so the training script can ``import profiler.agent.report``)."""
 
     @extend_schema(responses={200: OpenApiResponse(description="gzip tarball of profiler/agent")})
-    def get(self, request, pk: int):
+    def get(self, request: Request, pk: int) -> HttpResponse:
         from fleet.bundle import agent_tarball
 
         return HttpResponse(agent_tarball(), content_type="application/gzip")
@@ -367,8 +384,8 @@ class JobWorkdirView(JobAgentView):
     """The task's uploaded workdir (``manage.py launch`` packs the local folder) for a node."""
 
     @extend_schema(responses={200: OpenApiResponse(description="gzip tarball of the workdir"), 404: None})
-    def get(self, request, pk: int):
-        job = request.user.job
+    def get(self, request: Request, pk: int) -> HttpResponseBase:
+        job = _agent_job(request)
         path = workdirs.archive_path(job.workdir_archive) if job.workdir_archive else None
         if path is None or not path.is_file():
             return Response({"detail": "this job has no uploaded workdir"}, status=status.HTTP_404_NOT_FOUND)
@@ -380,13 +397,13 @@ class JobCheckpointsView(JobAgentView):
     node resumes from the last one, and the job page lists them."""
 
     @extend_schema(request=CheckpointSerializer, responses={201: None, 200: None, 409: None})
-    def post(self, request, pk: int):
+    def post(self, request: Request, pk: int) -> Response:
         data = CheckpointSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         v = data.validated_data
         try:
             stored = interruptions.record_checkpoint(
-                request.user.job, v["iteration"], samples=v.get("samples"), path=v["path"], rank=v["rank"]
+                _agent_job(request), v["iteration"], samples=v.get("samples"), path=v["path"], rank=v["rank"]
             )
         except jobs.JobClosed as exc:
             return Response({"detail": str(exc)}, status=status.HTTP_409_CONFLICT)
@@ -401,11 +418,11 @@ class JobSpotNoticeView(JobAgentView):
     replaces the node (``launcher.interruptions``)."""
 
     @extend_schema(request=SpotNoticeSerializer, responses={201: None, 200: None, 403: None})
-    def post(self, request, pk: int):
+    def post(self, request: Request, pk: int) -> Response:
         data = SpotNoticeSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         v = data.validated_data
-        job = Job.objects.get(pk=request.user.job.pk)
+        job = Job.objects.get(pk=_agent_job(request).pk)
         when = v.get("time")
         stored, why = interruptions.record_notice(
             job, v["instance_id"], v["action"], when.isoformat() if when else ""

@@ -9,6 +9,8 @@ predicted p50/p90, the recent reports and the events); then small messages as th
 
 from __future__ import annotations
 
+from typing import Any
+
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from launcher.jobs import event_message, status_message, visible_jobs
@@ -19,12 +21,13 @@ REPLAY_REPORTS = 2000
 REPLAY_EVENTS = 200
 
 
-class JobConsumer(ViewerConsumer, AsyncJsonWebsocketConsumer):
+# channels ships no types (its names are Any): the subclass cannot be checked against it.
+class JobConsumer(ViewerConsumer, AsyncJsonWebsocketConsumer):  # type: ignore[misc, unused-ignore]
     url_kwarg = "job_id"
     group_prefix = "job"
     live_handler = "job.message"
 
-    def snapshot(self, user, job_id: int) -> dict | None:
+    def snapshot(self, user: Any, job_id: int) -> dict[str, Any] | None:
         job = visible_jobs(user).filter(pk=job_id).first()
         if job is None:
             return None

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class JobError(ValueError):
     """A request that cannot become a job; ``field`` names the offending field (API: 400)."""
 
-    def __init__(self, field: str, message: str, details: list[dict] | None = None) -> None:
+    def __init__(self, field: str, message: str, details: list[dict[str, Any]] | None = None) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message

@@ -68,6 +68,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
@@ -87,7 +88,7 @@ ON_DEMAND_MARKET = "on-demand"
 # --- reading the plan ---------------------------------------------------------------------
 
 
-def _request(job: Job) -> dict:
+def _request(job: Job) -> dict[str, Any]:
     return job.plan.request or {}
 
 
@@ -109,17 +110,22 @@ def node_market(job: Job, instance_id: str) -> str:
     for row in JobInterruption.objects.filter(job=job).order_by("-at", "-pk"):
         if instance_id in row.replacement_ids:
             return row.replacement_market
-    slots = node_slots(job)
-    if instance_id in job.instance_ids and job.instance_ids.index(instance_id) < len(slots):
-        return slots[job.instance_ids.index(instance_id)].market or ""
-    return ""
+    slot = _slot(job, instance_id)
+    return (slot.market or "") if slot is not None else ""
 
 
 def node_type(job: Job, instance_id: str) -> str:
+    slot = _slot(job, instance_id)
+    return slot.instance_type if slot is not None else ""
+
+
+def _slot(job: Job, instance_id: str) -> NodeGroup | None:
+    """The option's group of one of the job's launched nodes (None: not one of them)."""
     slots = node_slots(job)
-    if instance_id in job.instance_ids and job.instance_ids.index(instance_id) < len(slots):
-        return slots[job.instance_ids.index(instance_id)].instance_type
-    return ""
+    ids: list[str] = job.instance_ids
+    if instance_id in ids and ids.index(instance_id) < len(slots):
+        return slots[ids.index(instance_id)]
+    return None
 
 
 def checkpoint_interval(job: Job) -> tuple[float, str]:
@@ -141,7 +147,13 @@ def checkpoint_interval(job: Job) -> tuple[float, str]:
 
 
 def record_checkpoint(
-    job: Job, iteration: int, *, samples: int | None = None, path: str = "", rank: int = 0, at=None
+    job: Job,
+    iteration: int,
+    *,
+    samples: int | None = None,
+    path: str = "",
+    rank: int = 0,
+    at: datetime | None = None,
 ) -> JobCheckpoint | None:
     """Store a checkpoint the training reported (once per iteration: a retried post stores
     nothing twice). Raises JobClosed on a finished job."""
@@ -168,7 +180,7 @@ def record_checkpoint(
     return ckpt
 
 
-def last_checkpoint(job: Job, before=None) -> JobCheckpoint | None:
+def last_checkpoint(job: Job, before: datetime | None = None) -> JobCheckpoint | None:
     rows = JobCheckpoint.objects.filter(job=job)
     if before is not None:
         rows = rows.filter(reported_at__lte=before)
@@ -206,7 +218,9 @@ def reported_notices(job: Job) -> dict[str, datetime | None]:
 # --- losing a node ------------------------------------------------------------------------
 
 
-def handle_loss(job: Job, instance_id: str, cause: str, at=None, now=None) -> JobInterruption | None:
+def handle_loss(
+    job: Job, instance_id: str, cause: str, at: datetime | None = None, now: datetime | None = None
+) -> JobInterruption | None:
     """Record a lost node, ask the guard where its replacement goes, launch it in the lost
     node's slot (see the module doc). A node handled before whose replacement never started
     (no capacity, or a pass that failed half-way) is tried again (``_retry``); else None."""
@@ -233,7 +247,9 @@ def handle_loss(job: Job, instance_id: str, cause: str, at=None, now=None) -> Jo
                 log.warning("job %s: terminating lost node %s failed", job.pk, instance_id, exc_info=True)
 
 
-def _record_and_replace(job: Job, instance_id: str, cause: str, at, now) -> JobInterruption:
+def _record_and_replace(
+    job: Job, instance_id: str, cause: str, at: datetime, now: datetime
+) -> JobInterruption:
     ckpt = last_checkpoint(job, before=at)
     start = job.started_at or job.created_at
     since = ckpt.reported_at if ckpt else start
@@ -278,7 +294,7 @@ def _record_and_replace(job: Job, instance_id: str, cause: str, at, now) -> JobI
     return JobInterruption.objects.get(pk=row.pk)
 
 
-def _place(job: Job, row: JobInterruption, now) -> None:
+def _place(job: Job, row: JobInterruption, now: datetime) -> None:
     """Launch the replacement of ``row``'s node: the deadline guard may move the whole job to
     on-demand instead; a node restarting with its peer keeps its market."""
     decision = (
@@ -296,7 +312,7 @@ def _place(job: Job, row: JobInterruption, now) -> None:
     _replace(job, row, row.market or ON_DEMAND_MARKET, now)
 
 
-def _retry(job: Job, row: JobInterruption, now) -> JobInterruption | None:
+def _retry(job: Job, row: JobInterruption, now: datetime) -> JobInterruption | None:
     """Launch the replacement of a lost node again when no earlier pass did: spot and on-demand
     had no capacity, or a pass failed between recording the loss and launching (the attempt's
     client token makes a launch that did happen be found, not repeated). At most
@@ -356,7 +372,7 @@ def pending_restart(job: Job) -> JobInterruption | None:
     )
 
 
-def _replace_peer(job: Job, instance_id: str, at) -> JobInterruption | None:
+def _replace_peer(job: Job, instance_id: str, at: datetime) -> JobInterruption | None:
     """A surviving node whose ``run`` ended (its peer was lost, so NCCL failed and the node
     powered off) while the cluster waits for a replacement: it is replaced too, so the whole
     cluster restarts from the checkpoint. Its time is already the interruption's cost (0 here)."""
@@ -402,7 +418,7 @@ def _annotate(row: JobInterruption, text: str, *, failed: bool = False) -> None:
     jobs.add_event(row.job, "replacement", f"{row.instance_id}: {text}", data)
 
 
-def _replace(job: Job, row: JobInterruption, market: str, now=None) -> list[str]:
+def _replace(job: Job, row: JobInterruption, market: str, now: datetime | None = None) -> list[str]:
     """Launch one node of the lost node's type (spot, else on-demand when spot has no capacity)."""
     attempt = f"-r{JobInterruption.objects.filter(job=job, pk__lte=row.pk).count()}"
     tried = [market] + ([ON_DEMAND_MARKET] if market == SPOT_MARKET else [])
@@ -432,7 +448,7 @@ def _replace(job: Job, row: JobInterruption, market: str, now=None) -> list[str]
     return []
 
 
-def _fallback_rate(job: Job, row: JobInterruption, was: str, now_on: str, now) -> None:
+def _fallback_rate(job: Job, row: JobInterruption, was: str, now_on: str, now: datetime) -> None:
     """A spot node replaced on-demand (spot had no capacity): the job's rate, and so its spend
     and cap, follow the on-demand price from now on (the job itself stays "on spot": the deadline
     guard still watches its other spot nodes)."""
@@ -469,7 +485,7 @@ def put_in_slots(job: Job, moves: dict[str, str]) -> Job:
 
 def joined_at(job: Job, instance_ids: list[str]) -> datetime | None:
     """When the last of ``instance_ids`` got its first rendezvous answer; None until all did."""
-    joined = dict(
+    joined: dict[str, datetime] = dict(
         JobEvent.objects.filter(job=job, kind="node_joined", data__about__in=instance_ids).values_list(
             "data__about", "at"
         )
@@ -523,7 +539,9 @@ def _latest_iteration(job: Job) -> int:
     return int(last.iteration) if last else 0
 
 
-def guard_decision(job: Job, now=None, current: str | None = None) -> spot_policy.Decision | None:
+def guard_decision(
+    job: Job, now: datetime | None = None, current: str | None = None
+) -> spot_policy.Decision | None:
     """``spot_policy.decide`` for the job now; None when there is nothing to guard (no
     deadline, no size, already on on-demand, not started)."""
     now = now or timezone.now()
@@ -554,7 +572,7 @@ def guard_decision(job: Job, now=None, current: str | None = None) -> spot_polic
     )
 
 
-def guard(job: Job, now=None) -> spot_policy.Decision | None:
+def guard(job: Job, now: datetime | None = None) -> spot_policy.Decision | None:
     """One watch pass of the deadline guard: move to on-demand when the job falls behind."""
     now = now or timezone.now()
     decision = guard_decision(job, now)
@@ -579,7 +597,7 @@ def on_demand_price(instance_type: str, region: str) -> Decimal | None:
 
 
 def move_to_on_demand(
-    job: Job, decision: spot_policy.Decision, now=None, lost: JobInterruption | None = None
+    job: Job, decision: spot_policy.Decision, now: datetime | None = None, lost: JobInterruption | None = None
 ) -> list[str]:
     """Replace every spot node by an on-demand node of its type, in its slot; the job's rate
     becomes the on-demand one. ``lost``: the interruption that led here (its node is replaced
@@ -646,7 +664,7 @@ def move_to_on_demand(
     return list(moves.values())
 
 
-def _set_rate(job: Job, rate: Decimal, now, *, on_demand: bool = True) -> Job:
+def _set_rate(job: Job, rate: Decimal, now: datetime, *, on_demand: bool = True) -> Job:
     """The cluster's rate changes at ``now``: what was billed so far is kept apart.
     ``on_demand``: the whole job moved to on-demand (the deadline guard stops watching it)."""
     with transaction.atomic():
@@ -666,7 +684,7 @@ def _set_rate(job: Job, rate: Decimal, now, *, on_demand: bool = True) -> Job:
 # --- for the page and the API -------------------------------------------------------------
 
 
-def summary(job: Job) -> dict:
+def summary(job: Job) -> dict[str, Any]:
     """Checkpoints, interruptions and what they cost, the guard's state and the interval
     (datetimes as such: the page formats them, the API's JSON encoder writes ISO 8601)."""
     interval, why = checkpoint_interval(job)
@@ -716,7 +734,7 @@ def _guard_text(job: Job) -> str:
     return decision.why if decision.market == spot_policy.SPOT else f"would move to on-demand: {decision.why}"
 
 
-def recent_replacements(job: Job, since) -> set[str]:
+def recent_replacements(job: Job, since: datetime) -> set[str]:
     """Replacement nodes launched after ``since`` (EC2 may not describe them yet)."""
     out: set[str] = set()
     for row in JobInterruption.objects.filter(job=job, at__gte=since):

@@ -26,11 +26,14 @@ import math
 import re
 import secrets
 import shlex
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from decimal import ROUND_DOWN, Decimal, InvalidOperation
+from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
@@ -56,26 +59,30 @@ MAX_SPEND_USD = Decimal("1000000")
 MAX_HOURS = 24 * 30
 BROADCAST_REPORTS = 200  # per post: a websocket message each, the rest only lands in the database
 IMAGE_ID_RE = re.compile(r"^ami-[0-9a-f]{8,17}$")
+# What a request may send as a number (a form's text, JSON); float() and int() take each.
+NUMBER_TYPES = (int, float, str, Decimal)
 TOKEN_GRACE = timedelta(minutes=15)  # the job token outlives the cap a little; ending the job revokes it
 
 
-def setting(name: str, default):
+def setting(name: str, default: Any) -> Any:
     """A Srifty job setting (``settings.JOB_*`` / ``settings.RECONCILE_*``) or its default."""
     return getattr(settings, name, default)
 
 
 # --- permissions --------------------------------------------------------------------------
+# ``user``: whoever the request is for: a User, AnonymousUser or a token principal (the checks
+# below and ``srifty_web.teams`` tell them apart), hence ``Any``.
 
 
-def can_launch(user) -> bool:
+def can_launch(user: Any) -> bool:
     return bool(user and user.is_authenticated and user.is_active and user.has_perm(LAUNCH_PERMISSION))
 
 
-def can_stop(user, job: Job) -> bool:
+def can_stop(user: Any, job: Job) -> bool:
     return acts_for_owner(user, job, STOP_PERMISSION)
 
 
-def visible_jobs(user):
+def visible_jobs(user: Any) -> QuerySet[Job]:
     return Job.objects.visible_to(user).select_related("owner", "plan")
 
 
@@ -92,7 +99,7 @@ def never_started(job: Job) -> bool:
     return not job.events.filter(kind="terminated").exists()
 
 
-def never_started_ids(listed) -> set[int]:
+def never_started_ids(listed: Iterable[Job]) -> set[int]:
     """The ids of the jobs in ``listed`` that ``never_started``, in one query (the job list)."""
     candidates = [j.pk for j in listed if j.finished and not j.instance_ids and j.started_at is None]
     ran = set(
@@ -109,12 +116,12 @@ def spend_usd(job: Job) -> float:
 # --- websocket fan-out --------------------------------------------------------------------
 
 
-def broadcast(job: Job, message: dict) -> None:
+def broadcast(job: Job, message: dict[str, Any]) -> None:
     """Send ``message`` to the job's websocket group once the current transaction commits."""
     send_on_commit(job.group_name, "job.message", message)
 
 
-def status_message(job: Job) -> dict:
+def status_message(job: Job) -> dict[str, Any]:
     return {
         "type": "status",
         "job": job.pk,
@@ -129,15 +136,17 @@ def status_message(job: Job) -> dict:
     }
 
 
-def event_message(event: JobEvent) -> dict:
+def event_message(event: JobEvent) -> dict[str, Any]:
     return {"type": "event", "kind": event.kind, "message": event.message, "at": event.at.isoformat()}
 
 
 # --- parameters ---------------------------------------------------------------------------
 
 
-def clean_params(train_command, max_spend_usd, max_hours) -> tuple[str, Decimal, float]:
-    """Checked launch parameters, or JobError naming the field."""
+def clean_params(
+    train_command: object, max_spend_usd: object, max_hours: object
+) -> tuple[str, Decimal, float]:
+    """Checked launch parameters (as a request sent them), or JobError naming the field."""
     if not isinstance(train_command, str) or not train_command.strip():
         raise JobError("train_command", "the training command is required, e.g. train.py --epochs 3")
     if len(train_command) > MAX_TRAIN_COMMAND or "\x00" in train_command:
@@ -154,6 +163,8 @@ def clean_params(train_command, max_spend_usd, max_hours) -> tuple[str, Decimal,
     if not spend.is_finite() or spend <= 0 or spend > MAX_SPEND_USD:
         raise JobError("max_spend_usd", f"more than 0 and at most {MAX_SPEND_USD}")
     try:
+        if not isinstance(max_hours, NUMBER_TYPES):
+            raise TypeError(type(max_hours).__name__)
         hours = float(max_hours)
     except (ValueError, TypeError) as exc:
         raise JobError("max_hours", "a number of hours, e.g. 12") from exc
@@ -162,7 +173,7 @@ def clean_params(train_command, max_spend_usd, max_hours) -> tuple[str, Decimal,
     return train_command.strip(), spend, round(hours, 4)
 
 
-def clean_task(task) -> taskfile.TaskSpec | None:
+def clean_task(task: object) -> taskfile.TaskSpec | None:
     """The task file of a launch (None: none given), or JobError("task") listing every problem
     with its line and field. A local workdir is uploaded by ``manage.py launch``; the API and
     the dialog send text only, so there it must be ``git:`` (or absent)."""
@@ -201,7 +212,7 @@ def missing_envs(spec: taskfile.TaskSpec) -> JobError:
     return JobError("task", "; ".join(str(i) for i in issues), details)
 
 
-def clean_image_id(image_id) -> str:
+def clean_image_id(image_id: object) -> str:
     if not image_id:
         return ""
     if not isinstance(image_id, str) or not IMAGE_ID_RE.match(image_id):
@@ -209,25 +220,32 @@ def clean_image_id(image_id) -> str:
     return image_id
 
 
-def plan_option(owner, plan: PlanRecord, rank) -> dict:
+def option_rank(rank: object) -> int:
+    """A requested option number (a form's text, a JSON number), or JobError("rank")."""
+    try:
+        if not isinstance(rank, NUMBER_TYPES):
+            raise TypeError(type(rank).__name__)
+        return int(rank)
+    except (TypeError, ValueError) as exc:
+        raise JobError("rank", "an option number of the plan") from exc
+
+
+def plan_option(owner: Any, plan: PlanRecord, rank: object) -> dict[str, Any]:
     """The option ``rank`` of a solved plan the owner may see, or JobError."""
     if not PlanRecord.objects.visible_to(owner).filter(pk=plan.pk).exists():
         raise JobError("plan", "no such plan")
     if plan.status != PlanStatus.SOLVED:
         raise JobError("plan", f"the plan is {plan.status}, not solved")
-    try:
-        rank = int(rank)
-    except (TypeError, ValueError) as exc:
-        raise JobError("rank", "an option number of the plan") from exc
-    option = plan.option(rank)
+    number = option_rank(rank)
+    option = plan.option(number)
     if option is None:
-        raise JobError("rank", f"the plan has no option {rank}")
+        raise JobError("rank", f"the plan has no option {number}")
     if not PlanOption.from_json(option).groups:
         raise JobError("rank", "this option has no node groups")
     return option
 
 
-def total_samples(plan: PlanRecord, option: PlanOption | dict) -> float:
+def total_samples(plan: PlanRecord, option: PlanOption | dict[str, Any]) -> float:
     request = plan.request or {}
     value = request.get("total_samples")
     if isinstance(value, (int, float)) and value > 0:
@@ -255,12 +273,12 @@ def confirmation_used(digest: str) -> int | None:
 
 
 def create_job(
-    owner,
+    owner: Any,
     plan: PlanRecord,
-    rank,
-    train_command,
-    max_spend_usd,
-    max_hours,
+    rank: object,
+    train_command: object,
+    max_spend_usd: object,
+    max_hours: object,
     confirm: bool,
     *,
     replaces: Job | None = None,
@@ -312,7 +330,7 @@ def create_job(
             job = Job.objects.create(
                 owner=owner,
                 plan=plan,
-                plan_rank=int(rank),
+                plan_rank=option_rank(rank),
                 option=option,
                 region=typed.region,
                 train_command=train_command,
@@ -437,7 +455,7 @@ def transition(
     reason: str,
     *,
     kind: str | None = None,
-    data: dict | None = None,
+    data: dict[str, Any] | None = None,
     only_from: tuple[str, ...] | None = None,
 ) -> Job:
     """The one function that changes a job's status, and it always writes the event saying so
@@ -477,7 +495,7 @@ def add_event(
     job: Job,
     kind: str,
     message: str,
-    data: dict | None = None,
+    data: dict[str, Any] | None = None,
     *,
     once_for: str | None = None,
     at: datetime | None = None,
@@ -496,7 +514,7 @@ def add_event(
     return event
 
 
-def record_reports(job: Job, rank: int, seq: int, reports: list[dict]) -> int:
+def record_reports(job: Job, rank: int, seq: int, reports: list[dict[str, Any]]) -> int:
     """Store a batch of iteration reports of one rank; report ``i`` has seq ``seq + i``.
 
     Returns how many were new (0 for a retried post). Raises JobClosed when the job has
@@ -543,7 +561,7 @@ def record_reports(job: Job, rank: int, seq: int, reports: list[dict]) -> int:
     return len(fresh)
 
 
-def set_drift(job: Job, message: str, data: dict) -> bool:
+def set_drift(job: Job, message: str, data: dict[str, Any]) -> bool:
     """Flag drift (once per episode). Returns True when it was newly flagged."""
     with transaction.atomic():
         locked = Job.objects.select_for_update().get(pk=job.pk)
@@ -556,7 +574,7 @@ def set_drift(job: Job, message: str, data: dict) -> bool:
     return True
 
 
-def clear_drift(job: Job, message: str, data: dict) -> bool:
+def clear_drift(job: Job, message: str, data: dict[str, Any]) -> bool:
     with transaction.atomic():
         locked = Job.objects.select_for_update().get(pk=job.pk)
         if locked.drift_since is None:
@@ -589,11 +607,11 @@ def _finish(job: Job, status: str, reason: str) -> Job:
 
 def apply_replan(
     job: Job,
-    user,
+    user: Any,
     plan: PlanRecord,
-    rank,
-    max_spend_usd,
-    max_hours,
+    rank: object,
+    max_spend_usd: object,
+    max_hours: object,
     confirm: bool,
     *,
     confirmation: str = "",
@@ -624,6 +642,6 @@ def apply_replan(
             job,
             "replan_applied",
             f"re-plan applied: job {new.pk} launches option {rank} of plan {plan.pk}",
-            {"job": new.pk, "plan": plan.pk, "rank": int(rank)},
+            {"job": new.pk, "plan": plan.pk, "rank": option_rank(rank)},
         )
     return new

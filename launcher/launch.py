@@ -40,8 +40,9 @@ import logging
 import math
 import secrets
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import TYPE_CHECKING, Any
 
 from django.core import signing
 from django.db import transaction
@@ -57,6 +58,9 @@ from planner.option import PlanOption
 from srifty_web import queue
 from srifty_web.teams import visible_owner_q
 
+if TYPE_CHECKING:
+    from catalog.models import InstanceType
+
 log = logging.getLogger(__name__)
 
 CONFIRM_SALT = "srifty.jobs.confirm"
@@ -67,14 +71,14 @@ CLEANUP_ATTEMPTS = 10
 
 
 def _binding(
-    user,
+    user: Any,
     plan_id: int,
     rank: int,
     train_command: str,
     max_spend_usd: Decimal,
     max_hours: float,
     replaces: int | None,
-) -> dict:
+) -> dict[str, Any]:
     return {
         "u": user.pk,
         "p": int(plan_id),
@@ -87,7 +91,7 @@ def _binding(
 
 
 def confirmation_for(
-    user,
+    user: Any,
     plan_id: int,
     rank: int,
     train_command: str,
@@ -109,8 +113,8 @@ def confirmation_for(
 
 
 def check_confirmation(
-    token,
-    user,
+    token: object,
+    user: Any,
     plan_id: int,
     rank: int,
     train_command: str,
@@ -170,7 +174,7 @@ def zone_subnets(region: str, zone: str | None) -> list[str | None]:
     return list(subnets) or [None]
 
 
-def _type_row(instance_type: str):
+def _type_row(instance_type: str) -> InstanceType | None:
     from catalog.models import InstanceType
 
     return InstanceType.objects.filter(name=instance_type).first()
@@ -297,7 +301,7 @@ def launch_replacement(
 LAUNCH_CLAIM = "launch_started"
 
 
-def claim_launch(job: Job, now=None) -> str | None:
+def claim_launch(job: Job, now: datetime | None = None) -> str | None:
     """Claim the launch of ``job`` (None), or say why this caller must not launch it: the job is
     no longer launching, or another caller claimed it less than ``JOB_LAUNCH_CLAIM_S`` (600 s)
     ago. ``create_job`` queues the launch task and ``manage.py launch`` launches too, so with a
@@ -424,7 +428,7 @@ def prepare_node_env(job: Job) -> dict[str, dict[str, str]]:
     return prepared
 
 
-def rendezvous(job: Job, instance_id: str, now=None) -> tuple[int, dict]:
+def rendezvous(job: Job, instance_id: str, now: datetime | None = None) -> tuple[int, dict[str, Any]]:
     """The server side of the nodes' discovery (``fleet.boot.task_user_data``;
     ``fleet.rendezvous.decide``): 200 ``{"master_addr", "node_rank", "nnodes", "env"}`` go, 202
     wait, 4xx give up.
@@ -447,7 +451,7 @@ def rendezvous(job: Job, instance_id: str, now=None) -> tuple[int, dict]:
     return answer.status, {**answer.body, "env": env}
 
 
-def _note_joined(job: Job, instance_id: str, rank: int, now=None) -> None:
+def _note_joined(job: Job, instance_id: str, rank: int, now: datetime | None = None) -> None:
     replaced = JobInterruption.objects.filter(job=job).values_list("instance_id", "replacement_ids")
     took = next((old for old, ids in replaced if instance_id in ids), None)
     if took is not None:
@@ -513,8 +517,10 @@ def _security_groups(job: Job) -> list[str]:
 # --- the two-step launch (API and pages) --------------------------------------------------
 
 
-def _plan(user, plan_id):
-    plan = PlanRecord.objects.filter(visible_owner_q(user)).filter(pk=plan_id).first()
+def _plan(user: Any, plan_id: int | str | None) -> PlanRecord:
+    plan = None
+    if plan_id is not None:  # a form without one
+        plan = PlanRecord.objects.filter(visible_owner_q(user)).filter(pk=plan_id).first()
     if plan is None:
         raise jobs.JobError("plan", "no such plan")
     return plan
@@ -529,15 +535,15 @@ def _launched_what(train_command: str, task: str, image_id: str, archive_sha256:
 
 
 def _clean(
-    train_command,
-    max_spend_usd,
-    max_hours,
-    task,
-    image_id,
+    train_command: str,
+    max_spend_usd: object,
+    max_hours: object,
+    task: str,
+    image_id: object,
     *,
     uploaded: bool = False,
     archive: workdirs.Upload | None = None,
-):
+) -> tuple[str, str, Decimal, float, str]:
     """(command, task text, spend, hours, image id) of a launch request, or JobError.
     ``uploaded``: a re-plan whose job already has its workdir archive; ``archive``: the one
     uploaded with this request (web dialog, API)."""
@@ -565,7 +571,7 @@ def _clean(
     return command, (task if spec is not None else ""), spend, hours, jobs.clean_image_id(image_id)
 
 
-def task_notes(task: str, option: dict) -> list[str]:
+def task_notes(task: str, option: dict[str, Any]) -> list[str]:
     """What the launch preview notes about a task file: where its resources disagree with the
     option, then what it asks that Srifty reads but does not act on (with its line)."""
     if not task:
@@ -582,18 +588,18 @@ def _key_line(text: str, key: str) -> int | None:
 
 
 def prepare(
-    user,
-    plan_id,
-    rank,
-    train_command,
-    max_spend_usd,
-    max_hours,
+    user: Any,
+    plan_id: int | str | None,
+    rank: object,
+    train_command: str,
+    max_spend_usd: object,
+    max_hours: object,
     *,
     replaces: int | None = None,
     task: str = "",
     image_id: str = "",
     archive: workdirs.Upload | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Step 1: the exact launch (``preview``) plus a confirmation id bound to it, once the
     pre-checks passed (``prechecks.require``: else JobError("prechecks") with each check and its
     fix, and no confirmation id). ``task``: a
@@ -626,7 +632,7 @@ def prepare(
     out.update(
         {
             "plan": plan.pk,
-            "rank": int(rank),
+            "rank": jobs.option_rank(rank),
             "train_command": train_command if not task else "",
             "task": task,
             "image_id": image_id,
@@ -634,7 +640,9 @@ def prepare(
             "prechecks": [c.as_dict() for c in checks],
             "workdir_archive": archive.summary() if archive else None,
             "requested": {"max_spend_usd": str(spend), "max_hours": hours},  # send these back with the id
-            "confirmation": confirmation_for(user, plan.pk, int(rank), what, spend, hours, replaces),
+            "confirmation": confirmation_for(
+                user, plan.pk, jobs.option_rank(rank), what, spend, hours, replaces
+            ),
             "confirmation_expires_s": int(jobs.setting("JOB_CONFIRM_MAX_AGE_S", 600)),
         }
     )
@@ -642,13 +650,13 @@ def prepare(
 
 
 def confirm_and_create(
-    user,
-    plan_id,
-    rank,
-    train_command,
-    max_spend_usd,
-    max_hours,
-    confirmation,
+    user: Any,
+    plan_id: int | str | None,
+    rank: object,
+    train_command: str,
+    max_spend_usd: object,
+    max_hours: object,
+    confirmation: object,
     *,
     task: str = "",
     image_id: str = "",
@@ -664,7 +672,7 @@ def confirm_and_create(
     )
     plan = _plan(user, plan_id)
     what = _launched_what(train_command, task, image_id, archive.sha256 if archive else "")
-    digest = check_confirmation(confirmation, user, plan.pk, int(rank), what, spend, hours)
+    digest = check_confirmation(confirmation, user, plan.pk, jobs.option_rank(rank), what, spend, hours)
     option = jobs.plan_option(user, plan, rank)
     prechecks.require(option)  # again on submit: AWS may have changed since the preview
     stored = ""
@@ -696,7 +704,15 @@ def _replaced(job_id: int, train_command: str) -> tuple[str, str, str, bool]:
     return "", old.task, image, bool(old.workdir_archive)
 
 
-def apply_replan(user, job: Job, plan_id, rank, max_spend_usd, max_hours, confirmation) -> Job:
+def apply_replan(
+    user: Any,
+    job: Job,
+    plan_id: int | str | None,
+    rank: object,
+    max_spend_usd: object,
+    max_hours: object,
+    confirmation: object,
+) -> Job:
     if not jobs.can_launch(user):
         raise jobs.NotAllowed("launching a job needs the launcher.add_job permission")
     command, task, image_id, uploaded = _replaced(job.pk, job.train_command)
@@ -705,5 +721,7 @@ def apply_replan(user, job: Job, plan_id, rank, max_spend_usd, max_hours, confir
     )
     plan = _plan(user, plan_id)
     what = _launched_what(command, task, image_id)
-    digest = check_confirmation(confirmation, user, plan.pk, int(rank), what, spend, hours, replaces=job.pk)
+    digest = check_confirmation(
+        confirmation, user, plan.pk, jobs.option_rank(rank), what, spend, hours, replaces=job.pk
+    )
     return jobs.apply_replan(job, user, plan, rank, spend, hours, confirm=True, confirmation=digest)

@@ -7,7 +7,7 @@ the database: the tables keep their names (``plans_job``, ...); see ``launcher/m
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import models
@@ -136,7 +136,7 @@ class Job(ScopedTokenMixin, models.Model):
         return f"job-{self.pk}"
 
     @property
-    def cap_at(self):
+    def cap_at(self) -> datetime:
         """When the time or spend cap is reached, whichever is first."""
         start = self.started_at or self.created_at
         by_time = start + timedelta(hours=self.max_hours)
@@ -146,14 +146,14 @@ class Job(ScopedTokenMixin, models.Model):
         left = float(self.max_spend_usd - self.spend_before_usd) / float(self.hourly_usd)
         return min(by_time, since + timedelta(hours=max(0.0, left)))
 
-    def spend_so_far(self, now=None) -> float:
+    def spend_so_far(self, now: datetime | None = None) -> float:
         now = now or timezone.now()
         start = self.rate_since or self.started_at or self.created_at
         end = self.finished_at or now
         hours = max(0.0, (end - start).total_seconds() / 3600.0)
         return float(self.spend_before_usd) + hours * float(self.hourly_usd)
 
-    def token_expiry(self):
+    def token_expiry(self) -> datetime:
         """Node tokens die at the job's cap (or earlier, when the job ends)."""
         return self.cap_at
 

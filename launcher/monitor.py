@@ -43,8 +43,9 @@ from __future__ import annotations
 import copy
 import logging
 import statistics
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import ROUND_DOWN, Decimal
+from typing import Any
 
 from django.db.models import Count, Max, Sum
 from django.utils import timezone
@@ -72,7 +73,7 @@ def _drift_settings() -> tuple[float, float, int, int]:
     )
 
 
-def window_times(job: Job, now=None) -> dict[int, list[float]]:
+def window_times(job: Job, now: datetime | None = None) -> dict[int, list[float]]:
     """Iteration times per rank over the drift window (warm-up iterations left out)."""
     now = now or timezone.now()
     minutes, _, _, warmup = _drift_settings()
@@ -89,7 +90,7 @@ def window_times(job: Job, now=None) -> dict[int, list[float]]:
     return per_rank
 
 
-def check_drift(job: Job, now=None) -> str | None:
+def check_drift(job: Job, now: datetime | None = None) -> str | None:
     """Apply the drift rule (module doc). Returns "flagged", "cleared" or None (no change)."""
     job = Job.objects.get(pk=job.pk)
     if job.finished or job.predicted_iter_s <= 0:
@@ -122,7 +123,7 @@ def check_drift(job: Job, now=None) -> str | None:
     return None
 
 
-def progress(job: Job) -> dict:
+def progress(job: Job) -> dict[str, Any]:
     """Work done and left. Samples are the reported ones (every rank reports its own, so their
     sum is the cluster's); without samples, iterations x the global batch."""
     global_batch = max(1, job.plan_option.global_batch or 1)
@@ -143,7 +144,7 @@ def progress(job: Job) -> dict:
     }
 
 
-def observed(job: Job, limit: int = 2000) -> dict:
+def observed(job: Job, limit: int = 2000) -> dict[str, Any]:
     """Observed vs predicted, for the API and the page."""
     recent = list(
         JobReport.objects.filter(job=job)
@@ -167,7 +168,7 @@ def observed(job: Job, limit: int = 2000) -> dict:
 # --- re-plan ------------------------------------------------------------------------------
 
 
-def replan_request(job: Job, remaining_samples: float, now=None) -> dict:
+def replan_request(job: Job, remaining_samples: float, now: datetime | None = None) -> dict[str, Any]:
     """The job's plan request for the work that is left: ``total_samples`` = remaining, and the
     deadline/budget reduced by what has already passed/been spent (dropped when used up)."""
     now = now or timezone.now()
@@ -231,7 +232,7 @@ def latest_offer(job: Job) -> JobEvent | None:
     return None if applied else offer
 
 
-def replan_budget(job: Job, now=None) -> tuple[Decimal, float]:
+def replan_budget(job: Job, now: datetime | None = None) -> tuple[Decimal, float]:
     """What is left of the job's caps, for the job that replaces it."""
     now = now or timezone.now()
     spend_left = (job.max_spend_usd - Decimal(str(job.spend_so_far(now)))).quantize(
@@ -242,7 +243,13 @@ def replan_budget(job: Job, now=None) -> tuple[Decimal, float]:
     return spend_left, hours_left
 
 
-def prepare_replan(user, job: Job, max_spend_usd=None, max_hours=None, refresh: bool = False) -> dict:
+def prepare_replan(
+    user: Any,
+    job: Job,
+    max_spend_usd: Decimal | None = None,
+    max_hours: float | None = None,
+    refresh: bool = False,
+) -> dict[str, Any]:
     """The re-plan offer for ``job`` (solved now if there is none, or on ``refresh``) as a
     launch preview with a confirmation id that also names the job it replaces."""
     if not jobs.can_stop(user, job):
@@ -283,7 +290,7 @@ def cap_reason(job: Job) -> str:
     return f"stopped at its time cap ({job.max_hours:g} h)"
 
 
-def watch_job(job: Job, now=None) -> str:
+def watch_job(job: Job, now: datetime | None = None) -> str:
     """One look at a job; returns "watching" while it should be looked at again."""
     now = now or timezone.now()
     job = Job.objects.get(pk=job.pk)
@@ -308,7 +315,7 @@ def watch_job(job: Job, now=None) -> str:
     # so its nodes shutting down now finished the work (not peers of a lost node).
     interruptions.note_resumes(job)
     restarting = interruptions.pending_restart(job)
-    losses: list[tuple[str, str, object]] = []  # (instance, cause, when it stopped training)
+    losses: list[tuple[str, str, datetime | None]] = []  # (instance, cause, when it stopped training)
     new, exited = 0, []
     for instance_id in job.instance_ids:
         state = states.get(instance_id)

@@ -114,7 +114,9 @@ def describe_option(option: PlanOption | Mapping[str, Any]) -> str:
     return " + ".join(parts) + f" in {typed.region}"
 
 
-def preview(option: PlanOption | Mapping[str, Any], max_spend_usd: Decimal, max_hours: float) -> dict:
+def preview(
+    option: PlanOption | Mapping[str, Any], max_spend_usd: Decimal, max_hours: float
+) -> dict[str, Any]:
     """Exactly what a launch starts and what it may cost."""
     typed = PlanOption.read(option)
     lim = limits(typed, max_spend_usd, max_hours)
@@ -151,11 +153,11 @@ def preview(option: PlanOption | Mapping[str, Any], max_spend_usd: Decimal, max_
     }
 
 
-def agent_url(job_id) -> str:
+def agent_url(job_id: int) -> str:
     return f"{settings.SITE_URL.rstrip('/')}/api/v1/jobs/{job_id}/agent.tar.gz"
 
 
-def workdir_url(job_id) -> str:
+def workdir_url(job_id: int) -> str:
     """Where the nodes download the job's uploaded workdir (with the job token)."""
     return f"{settings.SITE_URL.rstrip('/')}/api/v1/jobs/{job_id}/workdir.tar.gz"
 
@@ -168,7 +170,7 @@ def task_spec(task: str, train_command: str) -> taskfile.TaskSpec:
 
 
 def user_data(
-    job_id, spec: taskfile.TaskSpec, token: str, max_minutes: int, *, archive_url: str | None = None
+    job_id: int, spec: taskfile.TaskSpec, token: str, max_minutes: int, *, archive_url: str | None = None
 ) -> str:
     """The node script (``fleet.boot.task_user_data``), the same on every node: fetch the
     workdir, ask the server for the node's environment (``taskfile.node_env``), run ``setup``

@@ -64,7 +64,7 @@ def run(option: Option) -> list[Check]:
     )
 
 
-def summary(option: Option) -> dict:
+def summary(option: Option) -> dict[str, Any]:
     typed = PlanOption.read(option)
     return fleet.summary(typed.region, run(typed))
 

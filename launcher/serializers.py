@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
+from django.contrib.auth.models import User
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -21,17 +23,17 @@ class EnvValuesField(serializers.DictField):
     """``{NAME: value}``: strings only (a number or a boolean is refused, not turned into text),
     checked by ``envvalues.check_values``."""
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(child=serializers.CharField(allow_blank=True, trim_whitespace=False), **kwargs)
 
-    def to_internal_value(self, data) -> dict[str, str]:
+    def to_internal_value(self, data: Any) -> dict[str, str]:
         try:
             return envvalues.check_values(data)
         except envvalues.EnvValueError as exc:
             raise serializers.ValidationError(exc.problems) from exc
 
 
-class LaunchParamsSerializer(serializers.Serializer):
+class LaunchParamsSerializer(serializers.Serializer[dict[str, Any]]):
     """What a launch needs: the plan option, the training command and the caps."""
 
     plan = serializers.IntegerField(min_value=1, max_value=MAX_ID, help_text="PlanRecord id")
@@ -89,7 +91,7 @@ class LaunchParamsSerializer(serializers.Serializer):
         # normalization); the task file is the same file either way, and the job keeps it as such.
         return value.replace("\r\n", "\n")
 
-    def validate(self, attrs: dict) -> dict:
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         """The task with the values given at launch written in (``envvalues.with_values``): what
         the confirmation binds and the job keeps. A task with errors is left as sent: the launch
         reports them with their lines."""
@@ -115,19 +117,19 @@ class LaunchParamsSerializer(serializers.Serializer):
         return value
 
 
-class PrecheckParamsSerializer(serializers.Serializer):
+class PrecheckParamsSerializer(serializers.Serializer[dict[str, Any]]):
     plan = serializers.IntegerField(min_value=1, max_value=MAX_ID, help_text="PlanRecord id")
     rank = serializers.IntegerField(min_value=1, max_value=10_000, help_text="Option of the plan (its rank)")
 
 
-class PrecheckSerializer(serializers.Serializer):
+class PrecheckSerializer(serializers.Serializer[dict[str, Any]]):
     name = serializers.CharField(help_text="credentials, quota, offering or subnet")
     status = serializers.ChoiceField(choices=["ok", "warning", "error"])
     message = serializers.CharField()
     fix = serializers.CharField(allow_blank=True)
 
 
-class PrechecksSerializer(serializers.Serializer):
+class PrechecksSerializer(serializers.Serializer[dict[str, Any]]):
     ok = serializers.BooleanField(help_text="false: an error below stops the launch")
     region = serializers.CharField()
     checks = PrecheckSerializer(many=True)
@@ -137,7 +139,7 @@ class CreateJobSerializer(LaunchParamsSerializer):
     confirmation = serializers.CharField(max_length=2000, help_text="The id POST /jobs/preview/ returned")
 
 
-class LaunchInstanceSerializer(serializers.Serializer):
+class LaunchInstanceSerializer(serializers.Serializer[dict[str, Any]]):
     instance_type = serializers.CharField()
     count = serializers.IntegerField()
     market = serializers.CharField()
@@ -149,14 +151,14 @@ class LaunchInstanceSerializer(serializers.Serializer):
     hourly_usd = MoneyField(decimal_places=4, help_text="USD per hour of these instances (count x price)")
 
 
-class WorkdirArchiveSerializer(serializers.Serializer):
+class WorkdirArchiveSerializer(serializers.Serializer[dict[str, Any]]):
     name = serializers.CharField()
     bytes = serializers.IntegerField(help_text="As uploaded")
     sha256 = serializers.CharField(help_text="Of the uploaded bytes (the confirmation binds it)")
     files = serializers.IntegerField(help_text="Regular files in it")
 
 
-class PreviewSerializer(serializers.Serializer):
+class PreviewSerializer(serializers.Serializer[dict[str, Any]]):
     """The exact launch a confirmation id stands for."""
 
     plan = serializers.IntegerField()
@@ -236,7 +238,9 @@ JOB_FIELDS = [
 
 
 class JobSerializer(ModelSerializer):
-    owner: serializers.SlugRelatedField = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    owner: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
     spend_usd = serializers.SerializerMethodField(
         help_text=money_help("Spend so far ($/h x hours since launch; 0 for a job that never started)")
     )
@@ -302,19 +306,19 @@ class JobDetailSerializer(JobSerializer):
             "option": {"help_text": f"The plan row launched (a copy of result.plans[i]); {MONEY_TREE_NOTE}"}
         }
 
-    def to_representation(self, instance: Job) -> dict:
+    def to_representation(self, instance: Job) -> dict[str, Any]:
         """The stored option (the plan's row, numbers) with its money as decimal strings."""
         data = super().to_representation(instance)
         data["option"] = money_tree(data.get("option"))
         return data
 
-    def get_observed(self, job: Job) -> dict:
+    def get_observed(self, job: Job) -> dict[str, Any]:
         return monitor.observed(job)
 
-    def get_progress(self, job: Job) -> dict:
+    def get_progress(self, job: Job) -> dict[str, Any]:
         return monitor.progress(job)
 
-    def get_replan_offer(self, job: Job) -> dict | None:
+    def get_replan_offer(self, job: Job) -> dict[str, Any] | None:
         offer = monitor.latest_offer(job)
         if offer is None:
             return None
@@ -323,7 +327,7 @@ class JobDetailSerializer(JobSerializer):
             out["hourly_usd"] = money(out["hourly_usd"])
         return out
 
-    def get_resilience(self, job: Job) -> dict:
+    def get_resilience(self, job: Job) -> dict[str, Any]:
         summary = interruptions.summary(job)  # numbers, as the job page formats them
         for row in summary["interruptions"]:
             row["cost_usd"] = money(row["cost_usd"])
@@ -331,7 +335,7 @@ class JobDetailSerializer(JobSerializer):
         return summary
 
 
-class CheckpointSerializer(serializers.Serializer):
+class CheckpointSerializer(serializers.Serializer[dict[str, Any]]):
     """A checkpoint the training wrote (``Reporter.checkpoint``)."""
 
     iteration = serializers.IntegerField(min_value=0, max_value=MAX_SEQ)
@@ -340,7 +344,7 @@ class CheckpointSerializer(serializers.Serializer):
     rank = serializers.IntegerField(min_value=0, max_value=1_000_000, default=0)
 
 
-class SpotNoticeSerializer(serializers.Serializer):
+class SpotNoticeSerializer(serializers.Serializer[dict[str, Any]]):
     """A node's spot interruption notice, as IMDS gave it (``profiler.agent.spotwatch``)."""
 
     instance_id = serializers.RegexField(r"^i-[0-9a-f]{8,17}$", max_length=19)
@@ -348,13 +352,13 @@ class SpotNoticeSerializer(serializers.Serializer):
     time = serializers.DateTimeField(required=False, allow_null=True, help_text="The notice's action time")
 
 
-class ReportItemSerializer(serializers.Serializer):
+class ReportItemSerializer(serializers.Serializer[dict[str, Any]]):
     iteration = serializers.IntegerField(min_value=0, max_value=MAX_SEQ)
     iter_time_s = serializers.FloatField(min_value=0, max_value=3600)
     samples = serializers.IntegerField(min_value=0, max_value=10**9, required=False, allow_null=True)
 
 
-class ReportBatchSerializer(serializers.Serializer):
+class ReportBatchSerializer(serializers.Serializer[dict[str, Any]]):
     """``{"seq", "rank", "reports": [...]}``; report ``i`` has seq ``seq + i``."""
 
     seq = serializers.IntegerField(min_value=1, max_value=MAX_SEQ)
@@ -363,7 +367,7 @@ class ReportBatchSerializer(serializers.Serializer):
     reports = ReportItemSerializer(many=True, allow_empty=False, max_length=MAX_REPORTS_PER_POST)  # type: ignore[call-arg]
 
 
-class ReplanRequestSerializer(serializers.Serializer):
+class ReplanRequestSerializer(serializers.Serializer[dict[str, Any]]):
     refresh = serializers.BooleanField(default=False, help_text="Solve again even if an offer exists")
     max_spend_usd = serializers.DecimalField(
         max_digits=12,
@@ -375,7 +379,7 @@ class ReplanRequestSerializer(serializers.Serializer):
     max_hours = serializers.FloatField(min_value=0.01, max_value=jobs.MAX_HOURS, required=False)
 
 
-class ApplyReplanSerializer(serializers.Serializer):
+class ApplyReplanSerializer(serializers.Serializer[dict[str, Any]]):
     plan = serializers.IntegerField(min_value=1, max_value=MAX_ID)
     rank = serializers.IntegerField(min_value=1, max_value=10_000)
     max_spend_usd = serializers.DecimalField(

@@ -356,7 +356,8 @@ class _BoundedLoader(yaml.SafeLoader):
         self._reach = max(self._reach, level)
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
-        event = self.peek_event()
+        # types-PyYAML leaves the parser's methods untyped.
+        event = self.peek_event()  # type: ignore[no-untyped-call, unused-ignore]
         if isinstance(event, yaml.AliasEvent):
             self._alias(event)
             return super().compose_node(parent, index)

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import logging
 from datetime import timedelta
+from typing import Any
 
 from django.utils import timezone
 from django_tasks import default_task_backend, task
 
+from cloud.ec2 import CloudError
 from fleet import reconcile
 from launcher import jobs, launch, monitor
 from launcher.models import Job
@@ -26,7 +28,8 @@ from srifty_web import queue
 log = logging.getLogger(__name__)
 
 
-def _later(task_obj, delay_s: float, *args) -> bool:
+def _later(task_obj: Any, delay_s: float, *args: object) -> bool:
+    """Queue ``task_obj`` (a django-tasks task: untyped, hence Any) ``delay_s`` from now."""
     if not default_task_backend.supports_defer:
         return False
     task_obj.using(run_after=timezone.now() + timedelta(seconds=delay_s)).enqueue(*args)
@@ -56,7 +59,7 @@ def watch_job_task(job_id: int, errors: int = 0) -> str:
     try:
         state = monitor.watch_job(job)
         errors = 0
-    except launch.ec2.CloudError as exc:
+    except CloudError as exc:
         log.warning("watching job %s: %s", job_id, exc)
         state = "watching"
     except Exception as exc:
@@ -96,7 +99,9 @@ def cleanup_job_task(job_id: int, attempt: int = 1) -> str:
 
 
 @task()
-def reconcile_task(regions: list[str] | None = None, dry_run: bool = False, repeat: bool = True) -> dict:
+def reconcile_task(
+    regions: list[str] | None = None, dry_run: bool = False, repeat: bool = True
+) -> dict[str, Any]:
     report = reconcile.reconcile(regions=regions, dry_run=dry_run)
     if repeat:
         _later(reconcile_task, float(jobs.setting("RECONCILE_EVERY_S", 600)), regions, dry_run, True)

@@ -32,7 +32,7 @@ import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from django.conf import settings
 
@@ -97,7 +97,7 @@ class Upload:
     data: bytes
     files: int
 
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         return {"name": self.name, "bytes": self.size, "sha256": self.sha256, "files": self.files}
 
 
@@ -141,7 +141,7 @@ def _spool(stream: IO[bytes], path: Path, limit: int) -> tuple[int, str]:
     return size, digest.hexdigest()
 
 
-def _repack_in_child(job: unpack.Job, name: str) -> dict:
+def _repack_in_child(job: unpack.Job, name: str) -> dict[str, Any]:
     """Run ``launcher/unpack.py`` on ``job`` in a fresh interpreter (``-I``: no project or
     Django import, no environment), bounded by its own rlimits and by our wall clock. The web
     process only waits: it grows by the result, not by the archive."""
@@ -156,7 +156,8 @@ def _repack_in_child(job: unpack.Job, name: str) -> dict:
         ) from exc
     lines = done.stdout.decode(errors="replace").strip().splitlines()
     if done.returncode == 0 and lines:
-        return json.loads(lines[-1])
+        result: dict[str, Any] = json.loads(lines[-1])  # unpack.py prints one JSON object last
+        return result
     err = done.stderr.decode(errors="replace")
     if "MemoryError" in err:
         return {"limit": "memory"}

@@ -22,8 +22,9 @@ import os
 import sys
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from launcher import envvalues, jobs, launch, options, prechecks, taskfile, workdirs
 from launcher.models import Job
@@ -35,7 +36,7 @@ from srifty_web.commands import owner_for_command
 class Command(BaseCommand):
     help = "Launch a plan option with a task file (setup + run on every node)."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--plan", type=int, required=True, help="a solved plan's id")
         parser.add_argument("--option", type=int, default=1, help="the option's rank in the plan (default 1)")
         parser.add_argument("--task", required=True, help="task file (Srifty or SkyPilot YAML)")
@@ -55,7 +56,7 @@ class Command(BaseCommand):
         parser.add_argument("--yes", action="store_true", help="launch without asking")
         parser.add_argument("--no-prechecks", action="store_true", help="do not ask AWS before launching")
 
-    def handle(self, *args, **o):
+    def handle(self, *args: Any, **o: Any) -> None:
         path = Path(o["task"])
         try:
             text = path.read_bytes()
@@ -129,7 +130,7 @@ class Command(BaseCommand):
         if job.status == "failed":
             raise CommandError(f"job {job.pk} failed: {job.status_reason}")
 
-    def _prechecks(self, option: dict, *, quiet: bool = False) -> None:
+    def _prechecks(self, option: dict[str, Any], *, quiet: bool = False) -> None:
         """Every check with its fix (``quiet``: only the failed ones); a failure stops the
         command before anything is created."""
         checks = prechecks.run(option)
@@ -165,7 +166,7 @@ def _with_env(text: str, words: list[str], path: Path) -> str:
         raise CommandError(f"{path}: {exc}") from exc
 
 
-def _caps(option: dict, max_spend, max_hours) -> tuple[Decimal, float]:
+def _caps(option: dict[str, Any], max_spend: str | None, max_hours: float | None) -> tuple[Decimal, float]:
     typed = PlanOption.from_json(option)
     hours = max_hours or max(0.5, round((typed.time_p90_h or typed.time_h or 1.0) * 1.5, 1))
     spend = max_spend or f"{options.option_hourly(option) * hours:.2f}"

@@ -9,8 +9,9 @@ when a region could not be scanned or an instance could not be terminated.
 from __future__ import annotations
 
 import json
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from fleet import reconcile
 
@@ -18,7 +19,7 @@ from fleet import reconcile
 class Command(BaseCommand):
     help = "Terminate Srifty-managed EC2 instances whose job or run is gone, finished or past its cap."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--region",
             action="append",
@@ -33,7 +34,7 @@ class Command(BaseCommand):
             "--schedule", action="store_true", help="Queue the periodic reconciler task and exit"
         )
 
-    def handle(self, *args, **o):
+    def handle(self, *args: Any, **o: Any) -> None:
         if o["schedule"]:
             from django_tasks import TaskResultStatus
 
@@ -56,11 +57,11 @@ class Command(BaseCommand):
             raise CommandError(f"{len(report.errors)} error(s); see above")
 
 
-def _queued(task_path: str, statuses) -> bool:
+def _queued(task_path: str, statuses: tuple[str, ...]) -> bool:
     from django.conf import settings
 
     if "django_tasks_db" not in settings.TASKS["default"]["BACKEND"]:
         return False
     from django_tasks_db.models import DBTaskResult
 
-    return DBTaskResult.objects.filter(task_path=task_path, status__in=statuses).exists()
+    return bool(DBTaskResult.objects.filter(task_path=task_path, status__in=statuses).exists())
