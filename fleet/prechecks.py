@@ -2,7 +2,7 @@
 
 Every paid action (a job launch from the plan row, the task-file dialog, the API or
 ``manage.py launch``; an EC2 profiling run) describes what it would start as
-:class:`NodeGroup` s and asks :func:`run`. One :class:`Check` per question, each with its fix
+:class:`LaunchGroup` s and asks :func:`run`. One :class:`Check` per question, each with its fix
 when it fails:
 
 * **credentials**: STS ``GetCallerIdentity`` answers (nothing else is asked without them);
@@ -16,7 +16,7 @@ when it fails:
 
 An ``error`` stops the action; a ``warning`` (a quota AWS did not state) does not. Nothing
 here changes anything in AWS, and nothing here reads the database: the callers turn their own
-records into node groups (``launcher.prechecks``, ``profiler.actions``). AWS is asked only
+records into launch groups (``launcher.prechecks``, ``profiler.actions``). AWS is asked only
 through ``cloud``.
 """
 
@@ -41,9 +41,10 @@ VcpuLookup = Callable[[set[str]], dict[str, int]]
 
 
 @dataclass(frozen=True)
-class NodeGroup:
+class LaunchGroup:
     """``count`` nodes of one type and market in one region (and zone, when the plan names
-    one): what one ``run_instances`` would start."""
+    one): what one ``run_instances`` would start. (A plan's group of nodes, which a launch
+    turns into these, is ``planner.option.NodeGroup``.)"""
 
     instance_type: str
     count: int
@@ -69,7 +70,7 @@ class Check:
 
 
 def run(
-    groups: Sequence[NodeGroup], *, subnet_ids: Sequence[str] = (), vcpus: VcpuLookup | None = None
+    groups: Sequence[LaunchGroup], *, subnet_ids: Sequence[str] = (), vcpus: VcpuLookup | None = None
 ) -> list[Check]:
     """Every pre-check of starting ``groups`` (see the module doc), region by region; the
     credentials are asked once, in the first region, and nothing else is asked without them."""
@@ -135,7 +136,7 @@ def _vcpus(names: set[str], region: str, known: VcpuLookup | None) -> dict[str, 
     return out
 
 
-def quotas(region: str, groups: Sequence[NodeGroup], known: VcpuLookup | None = None) -> list[Check]:
+def quotas(region: str, groups: Sequence[LaunchGroup], known: VcpuLookup | None = None) -> list[Check]:
     """One check per (market, quota class) the groups use."""
     live = ec2.live_instance_types(region)
     vcpus = _vcpus({g.instance_type for g in groups} | {t for t, _ in live}, region, known)
@@ -177,7 +178,7 @@ def _quota(region: str, market: str, cls: str, need: int, used: int) -> Check:
     )
 
 
-def offerings(region: str, groups: Sequence[NodeGroup]) -> list[Check]:
+def offerings(region: str, groups: Sequence[LaunchGroup]) -> list[Check]:
     types = {g.instance_type for g in groups}
     in_region = ec2.instance_type_offerings(region, types)
     out = [
@@ -207,7 +208,7 @@ def offerings(region: str, groups: Sequence[NodeGroup]) -> list[Check]:
     return out or [Check("offering", "ok", f"{', '.join(sorted(types))} offered in {region}")]
 
 
-def subnets(region: str, groups: Sequence[NodeGroup], subnet_ids: Sequence[str] = ()) -> list[Check]:
+def subnets(region: str, groups: Sequence[LaunchGroup], subnet_ids: Sequence[str] = ()) -> list[Check]:
     """A subnet with room in every zone of the groups (EFA types: an address per interface)."""
     need: dict[str | None, int] = defaultdict(int)
     for g in groups:

@@ -2,7 +2,7 @@
 
 The checks themselves (credentials, vCPU quotas, offerings, subnets; each failure with its fix)
 live in ``fleet.prechecks``; this module only says what an option would start: one
-``fleet.prechecks.NodeGroup`` per ``options.node_launches`` entry, with the catalog's vCPUs and
+``fleet.prechecks.LaunchGroup`` per ``options.node_launches`` entry, with the catalog's vCPUs and
 one private address per EFA interface, and the configured ``JOB_SUBNET_IDS``.
 
 Every launch path asks twice: before the confirmation (``launch.prepare``, the precheck
@@ -39,11 +39,11 @@ def _catalog_vcpus(names: set[str]) -> dict[str, int]:
     return dict(InstanceType.objects.filter(name__in=names).values_list("name", "vcpus"))
 
 
-def node_groups(option: Option) -> list[fleet.NodeGroup]:
-    """What launching ``option`` starts, as typed node groups (one per ``run_instances``)."""
+def launch_groups(option: Option) -> list[fleet.LaunchGroup]:
+    """What launching ``option`` starts, as launch groups (one per ``run_instances``)."""
     typed = PlanOption.read(option)
     return [
-        fleet.NodeGroup(
+        fleet.LaunchGroup(
             instance_type=n.instance_type,
             count=n.count,
             region=typed.region,
@@ -58,7 +58,7 @@ def node_groups(option: Option) -> list[fleet.NodeGroup]:
 def run(option: Option) -> list[Check]:
     """Every pre-check of launching ``option`` (``fleet.prechecks.run``)."""
     return fleet.run(
-        node_groups(option),
+        launch_groups(option),
         subnet_ids=list(jobs.setting("JOB_SUBNET_IDS", []) or []),
         vcpus=_catalog_vcpus,
     )

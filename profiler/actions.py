@@ -94,14 +94,14 @@ class PrecheckFailed(PermissionDenied):
         self.message = message
 
 
-def ec2_node_group(fields: dict[str, Any]) -> prechecks.NodeGroup:
+def ec2_launch_group(fields: dict[str, Any]) -> prechecks.LaunchGroup:
     """What an EC2 run starts: ``nodes`` VMs (one when empty) of its type and market; EC2
     picks the zone. A cluster's nodes take one address per EFA interface."""
     from catalog.models import InstanceType
 
     itype = InstanceType.objects.filter(name=fields.get("instance_type", "")).first()
     nodes = int(fields.get("nodes") or 1)
-    return prechecks.NodeGroup(
+    return prechecks.LaunchGroup(
         instance_type=str(fields.get("instance_type", "")),
         count=nodes,
         region=str(fields.get("region", "")),
@@ -126,7 +126,7 @@ def check_ec2_run(fields: dict[str, Any]) -> list[prechecks.Check]:
     subnets = list(getattr(settings, "JOB_SUBNET_IDS", []) or [])
     if (fields.get("nodes") or 1) <= 1:
         subnets = []  # one VM goes where EC2 puts it (profiler.providers.EC2Provider.start)
-    checks = prechecks.run([ec2_node_group(fields)], subnet_ids=subnets[:1], vcpus=_catalog_vcpus)
+    checks = prechecks.run([ec2_launch_group(fields)], subnet_ids=subnets[:1], vcpus=_catalog_vcpus)
     if prechecks.failed(checks):
         raise PrecheckFailed([c.as_dict() for c in checks], prechecks.refusal(checks))
     return checks

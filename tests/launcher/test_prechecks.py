@@ -137,7 +137,7 @@ def test_the_precheck_endpoint_answers_the_dialog(fake, user):
 def test_an_option_becomes_one_typed_node_group_per_run_instances_with_an_address_per_efa_interface(
     catalog,
 ):
-    groups = prechecks.node_groups(option(group(count=2), group("g5.xlarge", count=1, market="spot")))
+    groups = prechecks.launch_groups(option(group(count=2), group("g5.xlarge", count=1, market="spot")))
     assert [(g.instance_type, g.count, g.region, g.zone, g.market) for g in groups] == [
         ("p4d.24xlarge", 2, "us-east-1", "use1-az1", "on-demand"),
         ("g5.xlarge", 1, "us-east-1", "use1-az1", "spot"),
@@ -205,12 +205,12 @@ def test_the_shared_checks_import_no_django_and_ask_aws_only_through_cloud():
 
 
 def test_typed_node_groups_are_checked_region_by_region_with_the_credentials_asked_once(fake):
-    from fleet.prechecks import NodeGroup, run
+    from fleet.prechecks import LaunchGroup, run
 
     checks = run(
         [
-            NodeGroup("g5.xlarge", 1, "us-west-2", market="spot"),
-            NodeGroup("g5.xlarge", 2, "us-east-1", zone="use1-az1"),
+            LaunchGroup("g5.xlarge", 1, "us-west-2", market="spot"),
+            LaunchGroup("g5.xlarge", 2, "us-east-1", zone="use1-az1"),
         ]
     )
     names = ["credentials", "quota", "offering", "subnet", "quota", "offering", "subnet"]

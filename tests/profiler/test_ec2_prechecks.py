@@ -50,7 +50,7 @@ def test_an_ec2_run_aws_accepts_is_created_after_its_checks(staff_api, catalog, 
 
 
 def test_a_cluster_run_is_one_node_group_with_an_address_per_efa_interface(catalog):
-    group = actions.ec2_node_group(
+    group = actions.ec2_launch_group(
         {"instance_type": "p4d.24xlarge", "region": "us-east-1", "nodes": 2, "market": "spot"}
     )
     assert (group.instance_type, group.count, group.region, group.zone, group.market) == (
@@ -61,5 +61,5 @@ def test_a_cluster_run_is_one_node_group_with_an_address_per_efa_interface(catal
         "spot",
     )
     assert group.addresses_per_node == 4
-    one = actions.ec2_node_group({"instance_type": "p4d.24xlarge", "region": "us-east-1", "nodes": None})
+    one = actions.ec2_launch_group({"instance_type": "p4d.24xlarge", "region": "us-east-1", "nodes": None})
     assert (one.count, one.market, one.addresses_per_node) == (1, "on-demand", 1)
