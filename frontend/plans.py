@@ -19,7 +19,7 @@ from planner.app import permissions, profile_first, service, solving
 from planner.app.models import PlanRecord
 from planner.app.serializers import PlanRequestSerializer
 from planner.defaults import LR_SCALING_NOTE, MIN_BATCH_PER_GPU, PLAN_DEFAULTS
-from planner.option import PlanOption
+from planner.plan_result import PlanResult, PlanRow
 from planner.solver.explain import saves_or_costs, sooner_or_longer
 from profiler import actions
 from profiler.models import ProfilingRun, RunKind, RunStatus
@@ -205,24 +205,25 @@ def plan_cancel(request: HttpRequest, plan_id: int) -> HttpResponse:
     return redirect("plan-page", plan_id=plan_id)
 
 
-def ranked_rows(result: dict) -> list[dict]:
+def ranked_rows(result: PlanResult | dict) -> list[dict]:
     """The ranked plans, each with its why-a-mix sentence (``result["mix_reasons"]``, by rank) and
     ``twin_of``: the rank of the first plan above it that is the same cluster (types and counts)
     in the other market, as its *why* says ("same cluster as #N on spot"); the table groups the
     two when they are adjacent (``twin_adjacent``), which the ranking makes them whenever no plan
     between them is at least as fast and cheaper (planner.solver.rank, rule 4)."""
-    reasons = result.get("mix_reasons") or {}
+    typed = PlanResult.read(result)
     rows: list[dict] = []
-    for i, p in enumerate(result.get("plans", [])):
-        twin = next((j for j, q in enumerate(rows) if _are_twins(p, q)), None)
+    for i, p in enumerate(typed.plans):
+        twin = next((j for j, q in enumerate(typed.plans[:i]) if _are_twins(p, q)), None)
+        doc = p.to_json()
         rows.append(
             {
-                **p,
-                "why_mix": reasons.get(str(p.get("rank"))),
-                "twin_of": None if twin is None else rows[twin].get("rank"),
+                **doc,
+                "why_mix": typed.mix_reason(p),
+                "twin_of": None if twin is None else typed.plans[twin].rank,
                 "twin_adjacent": twin == i - 1,
                 # spot groups priced by one zone far below the region's others (catalog.zone_prices)
-                "lone_zone_prices": lone_zone_prices(p),
+                "lone_zone_prices": lone_zone_prices(doc),
             }
         )
     return rows
@@ -259,36 +260,42 @@ def shared_prediction(rows: list[dict], model_source: str | None = None) -> dict
     }
 
 
-def configuration_count(result: dict) -> dict:
+def configuration_count(result: PlanResult | dict) -> dict:
     """One count of configurations for the chart and the footer: every (offer, node count,
     batch) the search evaluated -- an offer is an instance type in one region and market --
     before the chart's thinning (``stats.points_seen``; older results: the points stored), and
     how many the chart draws."""
-    drawn = len(result.get("points") or [])
-    seen = int((result.get("stats") or {}).get("points_seen") or 0) or drawn
+    typed = PlanResult.read(result)
+    drawn = len(typed.points)
+    seen = typed.points_seen or drawn
     return {"evaluated": seen, "drawn": drawn}
 
 
-def _are_twins(a: dict, b: dict) -> bool:
-    def cluster(p: dict) -> list[tuple[str, int]]:
-        return sorted((g.instance_type, g.count) for g in PlanOption.from_json(p).groups)
+def _are_twins(a: PlanRow, b: PlanRow) -> bool:
+    def cluster(p: PlanRow) -> list[tuple[str, int]]:
+        return sorted((g.instance_type, g.count) for g in p.option.groups)
 
-    return cluster(a) == cluster(b) and bool(a.get("uses_spot")) != bool(b.get("uses_spot"))
+    return cluster(a) == cluster(b) and a.uses_spot != b.uses_spot
 
 
-def baseline_rows(result: dict) -> list[dict]:
+def baseline_rows(result: PlanResult | dict) -> list[dict]:
     """The baselines, each with plan #1 against it in words ("saves $120 (45%)", "costs $30.00
     more (12%)"): computed from the stored totals, so older results read the same way."""
-    plans = result.get("plans") or []
-    best = plans[0] if plans else None
+    typed = PlanResult.read(result)
+    best = typed.best
     rows = []
-    for b in result.get("baselines", []):
-        row = dict(b)
-        if b.get("plan") and best is not None:
-            row["cost_words"] = saves_or_costs(best["total_usd"], b["plan"]["total_usd"])
-            row["time_words"] = sooner_or_longer(best["time_h"], b["plan"]["time_h"])
+    for b in typed.baselines:
+        row = b.to_json()
+        if b.plan and best is not None:
+            row["cost_words"] = saves_or_costs(_number(best.total_usd), _number(b.plan.total_usd))
+            row["time_words"] = sooner_or_longer(_number(best.time_h), _number(b.plan.time_h))
         rows.append(row)
     return rows
+
+
+def _number(value: float | None) -> float:
+    """A stored total as a number (nan where a row has none: the words then say nan, not $0)."""
+    return float("nan") if value is None else value
 
 
 @login_required
@@ -297,47 +304,43 @@ def plan_detail(request: HttpRequest, plan_id: int) -> HttpResponse:
     if record is None:
         raise Http404("no such plan")
     result = record.result or {}
+    typed = PlanResult.read(result)
     req = record.request
     chart = {
-        "points": result.get("points", []),
-        "pareto": result.get("pareto", []),
+        "points": [dict(p) for p in typed.points],
+        "pareto": [dict(p) for p in typed.pareto],
         "plans": [
-            {"rank": p["rank"], "label": p["label"], "total_usd": p["total_usd"], "time_h": p["time_h"]}
-            for p in result.get("plans", [])
+            {"rank": p.rank, "label": p.label, "total_usd": p.total_usd, "time_h": p.time_h}
+            for p in typed.plans
         ],
         "baselines": [
-            {
-                "name": b["name"],
-                "label": b["plan"]["label"],
-                "total_usd": b["plan"]["total_usd"],
-                "time_h": b["plan"]["time_h"],
-            }
-            for b in result.get("baselines", [])
-            if b.get("plan")
+            {"name": b.name, "label": b.plan.label, "total_usd": b.plan.total_usd, "time_h": b.plan.time_h}
+            for b in typed.baselines
+            if b.plan
         ],
         "deadline_hours": req.get("deadline_hours"),
         "budget_usd": req.get("budget_usd"),
     }
-    ranked = ranked_rows(result)
+    ranked = ranked_rows(typed)
     return render(
         request,
         "frontend/plan_detail.html",
         {
             "plan": record,
-            "shared_prediction": shared_prediction(ranked, (result.get("model") or {}).get("source")),
-            "configs": configuration_count(result),
-            "batch": result.get("batch"),
+            "shared_prediction": shared_prediction(ranked, typed.model.source),
+            "configs": configuration_count(typed),
+            "batch": typed.batch.to_json() if typed.batch else None,
             "live": solving.status_message(record),
             "can_cancel": not record.finished and permissions.can_cancel(request.user, record),
             "result": result,
             "ranked": ranked,
-            "baselines": baseline_rows(result),
-            "assumptions": result.get("assumptions"),
+            "baselines": baseline_rows(typed),
+            "assumptions": typed.assumptions,
             "req": req,
             "chart": chart,
             "can_launch": request.user.has_perm("launcher.add_job"),
             "workdir_max_mb": workdirs.max_bytes() // (1024 * 1024),
-            "profile_offers": profile_first.offers(result, req, settings.PROFILER_MAX_RUN_MINUTES),
+            "profile_offers": profile_first.offers(typed, req, settings.PROFILER_MAX_RUN_MINUTES),
             "can_profile_ec2": request.user.has_perm(actions.EC2_PERMISSION),
             "ec2_permission": actions.EC2_PERMISSION,
         },

@@ -8,7 +8,8 @@ rewrites each API field name in a message into the label its input has on the pa
 from __future__ import annotations
 
 import re
-from typing import Any
+
+from planner.plan_result import PlanResult
 
 # API field -> how the plan form (frontend/templates/frontend/plans.html) labels it, in words.
 FIELD_LABELS = {
@@ -70,15 +71,15 @@ def humanize_errors(errors: dict[str, str]) -> dict[str, str]:
     return {field: humanize(message) for field, message in errors.items()}
 
 
-def best_words(status: str, result: dict | None, binding_constraint: str = "") -> str:
+def best_words(status: str, result: PlanResult | dict | None, binding_constraint: str = "") -> str:
     """The plans list's "Best" cell: the top plan and its cost, or why there is none.
 
     ``"2x p4d.24xlarge (spot) in us-east-1"`` is the label; an infeasible plan says which
     constraint bound it in form words ("no plan fits the deadline (hours)").
     """
-    plans: list[dict[str, Any]] = (result or {}).get("plans") or []
-    if plans:
-        return str(plans[0].get("label") or "")
+    best = PlanResult.read(result).best
+    if best is not None:
+        return best.label
     if status == "infeasible":
         bound = FIELD_LABELS.get(binding_constraint, binding_constraint.replace("_", " "))
         return f"no plan fits the {bound}" if bound else "no plan fits"

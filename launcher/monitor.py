@@ -53,7 +53,7 @@ from django.utils import timezone
 from cloud import ec2
 from launcher import interruptions, jobs, launch, options
 from launcher.models import Job, JobEvent, JobInterruption, JobReport, JobStatus
-from planner.option import PlanOption
+from planner.plan_result import PlanResult
 
 log = logging.getLogger(__name__)
 
@@ -202,12 +202,12 @@ def offer_replan(job: Job, reason: str) -> JobEvent | None:
     except Exception as exc:  # an infeasible or failed solve is a message for the user, not a crash
         log.warning("re-plan of job %s failed", job.pk, exc_info=True)
         return jobs.add_event(job, "replan_failed", f"re-plan failed: {exc}")
-    offered = (plan.result or {}).get("plans") or []
-    if not offered:
+    offered = PlanResult.read(plan.result).best
+    if offered is None:
         return jobs.add_event(
             job, "replan_failed", f"re-plan found no option: {plan.error or plan.status}", {"plan": plan.pk}
         )
-    best = PlanOption.from_json(offered[0])
+    best = offered.option
     return jobs.add_event(
         job,
         "replan_offer",

@@ -1,7 +1,7 @@
 """A plan option as the launcher, the pages and the profiler read it: typed, read in one place.
 
 The solver returns :class:`planner.solver.Plan` rows; the plan service stores each one as JSON
-(``dataclasses.asdict(plan)`` plus the service's fields, ``planner.app.service._plan_json``, the
+(``dataclasses.asdict(plan)`` plus the service's fields, ``planner.app.service._plan_row``, the
 one writer), and the launcher keeps a copy of the chosen row (``launcher.models.Job.option``).
 Every consumer reads that JSON through :meth:`PlanOption.from_json`, so a renamed key fails here
 and mypy checks the rest. The stored format does not change: this is a reader, not a writer.

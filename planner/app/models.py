@@ -73,7 +73,10 @@ class PlanRecord(models.Model):
         return self.status in PLAN_FINISHED
 
     def option(self, rank: int) -> dict | None:
-        for plan in (self.result or {}).get("plans", []):
-            if plan["rank"] == rank:
-                return plan
+        """The stored JSON of the plan ranked ``rank`` (None: no such rank)."""
+        from planner.plan_result import PlanResult
+
+        for row in PlanResult.read(self.result).plans:
+            if row.rank == rank:
+                return row.to_json()
         return None

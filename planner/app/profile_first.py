@@ -12,9 +12,12 @@ precision). Whether the user may start it is the page's business (``profiler.add
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
+from planner.plan_result import PlanResult
 from workload.runs import DEVICE_DEFAULTS as AGENT_DEFAULTS
 from workload.runs import ladder
 
@@ -69,13 +72,13 @@ class Offer:
         return self.on_demand_usd * self.max_minutes / 60
 
 
-def needs_profile(result: dict) -> bool:
+def needs_profile(result: PlanResult | Mapping[str, Any]) -> bool:
     """True when no ranked row of the plan is *measured* (its GPUs have no profile of their own)."""
-    plans = result.get("plans") or []
-    if not plans:
+    typed = PlanResult.read(result)
+    if not typed.plans:
         return False
-    fallback = (result.get("model") or {}).get("source", "analytical")
-    return all(p.get("prediction_source", fallback) != "measured" for p in plans)
+    fallback = typed.model.source
+    return all((p.prediction_source or fallback) != "measured" for p in typed.plans)
 
 
 def _same_gpu(accelerator: str, measured_on: str | None) -> bool:
@@ -84,26 +87,27 @@ def _same_gpu(accelerator: str, measured_on: str | None) -> bool:
     return accelerator.lower() in measured_on.lower()
 
 
-def offers(result: dict, request: dict, max_minutes: int) -> list[Offer]:
+def offers(result: PlanResult | Mapping[str, Any], request: dict, max_minutes: int) -> list[Offer]:
     """What to offer on a stored plan's page (``[]`` when a row is measured, or nothing is priced).
 
     ``max_minutes``: the run's hard limit (``settings.PROFILER_MAX_RUN_MINUTES``), the most it
     can cost. A type whose GPU the plan's profile was already taken on is not offered again."""
     from catalog.models import InstanceType, OnDemandPrice
 
-    if not needs_profile(result):
+    typed = PlanResult.read(result)
+    if not needs_profile(typed):
         return []
-    model = result.get("model") or {}
-    spec, shape = model.get("spec"), model.get("input_shape")
+    model = typed.model
+    spec, shape = model.spec, model.input_shape
     if not spec or not shape:
         return []
-    precision = (request.get("model") or {}).get("precision") or model.get("precision") or "fp32"
+    precision = (request.get("model") or {}).get("precision") or model.precision or "fp32"
     minutes = profiling_minutes()
     out = []
     types = InstanceType.objects.filter(name__in=CHEAP_TYPES).select_related("accelerator")
     for itype in sorted(types, key=lambda t: CHEAP_TYPES.index(t.name)):
         gpu = itype.accelerator.name if itype.accelerator else ""
-        if _same_gpu(gpu, model.get("measured_on")):
+        if _same_gpu(gpu, model.measured_on):
             continue
         price = (
             OnDemandPrice.objects.current()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Collection
+from typing import TYPE_CHECKING
 
 from drf_spectacular.utils import (
     OpenApiExample,
@@ -26,9 +28,15 @@ from planner.defaults import (
     batch_grid_size,
     default_batch_range,
 )
+from planner.plan_result import PlanResult, PlanRow
 from profiler.serializers import MAX_SAMPLE_ELEMENTS, InputShapeField, largest_gpu_bytes, shape_of
 from srifty_web.money import MONEY_TREE_NOTE, MONEY_TREE_PLACES, MoneyField, money_tree
 from srifty_web.serializers import ModelSerializer
+
+if TYPE_CHECKING:
+    from django.db.models import QuerySet
+
+    from catalog.models import InstanceOffering
 
 
 def warm_model_registries() -> None:
@@ -151,25 +159,55 @@ QUOTA_KEY_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}\Z")
 MAX_MIXED_SEARCH = 30_000_000  # "time"/"throughput": sum over regions of k-subsets x count vectors x batches
 
 
-def offers_per_region(attrs: dict) -> list[int]:
-    """Candidate offers (CUDA instance type x allowed market) of each region the request allows."""
-    from django.db.models import Count
-
+def allowed_offers(
+    gpu_models: Collection[str] | None, task_constraints: dict | None, regions: Collection[str] | None
+) -> QuerySet[InstanceOffering]:
+    """The offers (CUDA instance type x zone) of the GPU models, task file and regions a request
+    allows (None: any)."""
     from catalog.models import InstanceOffering, InstanceType
     from planner.app.task_constraints import allowed_type_ids
 
     types = InstanceType.objects.ddp_capable()
-    if attrs.get("gpu_models"):
-        types = types.filter(accelerator__name__in=attrs["gpu_models"])
-    allowed = allowed_type_ids(attrs.get("task_constraints"))
+    if gpu_models:
+        types = types.filter(accelerator__name__in=gpu_models)
+    allowed = allowed_type_ids(task_constraints)
     if allowed is not None:  # the task file's machines (its markets are in spot/on_demand)
         types = types.filter(pk__in=allowed)
     offers = InstanceOffering.objects.filter(instance_type__in=types)
-    if attrs.get("regions"):
-        offers = offers.filter(zone__region__code__in=attrs["regions"])
-    markets = int(bool(attrs.get("spot", True))) + int(bool(attrs.get("on_demand", True)))
-    counts = offers.values("zone__region__code").annotate(n=Count("instance_type", distinct=True))
+    if regions:
+        offers = offers.filter(zone__region__code__in=regions)
+    return offers
+
+
+def region_offer_counts(
+    gpu_models: Collection[str] | None,
+    task_constraints: dict | None,
+    regions: Collection[str] | None,
+    spot: bool,
+    on_demand: bool,
+) -> list[int]:
+    """Candidate offers (CUDA instance type x allowed market) of each region allowed."""
+    from django.db.models import Count
+
+    markets = int(spot) + int(on_demand)
+    counts = (
+        allowed_offers(gpu_models, task_constraints, regions)
+        .values("zone__region__code")
+        .annotate(n=Count("instance_type", distinct=True))
+    )
     return [row["n"] * markets for row in counts]
+
+
+def offers_per_region(attrs: dict) -> list[int]:
+    """Candidate offers (CUDA instance type x allowed market) of each region the request
+    (its validated attributes) allows."""
+    return region_offer_counts(
+        attrs.get("gpu_models"),
+        attrs.get("task_constraints"),
+        attrs.get("regions"),
+        bool(attrs.get("spot", True)),
+        bool(attrs.get("on_demand", True)),
+    )
 
 
 def fit_default_batch_range(attrs: dict) -> None:
@@ -586,6 +624,11 @@ class PlanBandSerializer(serializers.Serializer):
 BAND_FIELDS = tuple(PlanBandSerializer().fields)
 
 
+def _band(row: PlanRow) -> dict:
+    """A plan row's :class:`PlanBandSerializer` fields (None where an older row has none)."""
+    return {"rank": row.rank, "label": row.label, **row.band, "model_error": row.model_error}
+
+
 class PlanSerializer(ModelSerializer):
     owner: serializers.SlugRelatedField = serializers.SlugRelatedField(slug_field="username", read_only=True)
     warnings = serializers.SerializerMethodField(
@@ -650,8 +693,7 @@ class PlanSerializer(ModelSerializer):
 
     @extend_schema_field(PlanBandSerializer(many=True))
     def get_bands(self, obj: PlanRecord) -> list[dict]:
-        plans = (obj.result or {}).get("plans") or []
-        return money_tree([{k: p.get(k) for k in BAND_FIELDS} for p in plans])
+        return money_tree([_band(row) for row in PlanResult.read(obj.result).plans])
 
     @extend_schema_field(serializers.ListField(child=serializers.DictField()))
     def get_constraints_from_task(self, obj: PlanRecord) -> list[dict]:
@@ -659,15 +701,16 @@ class PlanSerializer(ModelSerializer):
 
     @extend_schema_field(PlanWarningSerializer(many=True))
     def get_warnings(self, obj: PlanRecord) -> list[dict]:
-        return list((obj.result or {}).get("warnings") or [])
+        return [w.to_json() for w in PlanResult.read(obj.result).warnings]
 
     @extend_schema_field(PlanAssumptionsSerializer(allow_null=True))
     def get_assumptions(self, obj: PlanRecord) -> dict | None:
-        return (obj.result or {}).get("assumptions")
+        assumptions = PlanResult.read(obj.result).assumptions
+        return dict(assumptions) if assumptions is not None else None
 
     @extend_schema_field(serializers.DictField(child=serializers.CharField()))
     def get_mix_reasons(self, obj: PlanRecord) -> dict:
-        return dict((obj.result or {}).get("mix_reasons") or {})
+        return dict(PlanResult.read(obj.result).mix_reasons)
 
 
 class PlanSummarySerializer(ModelSerializer):
@@ -695,18 +738,17 @@ class PlanSummarySerializer(ModelSerializer):
         read_only_fields = fields
 
     def get_best(self, obj: PlanRecord) -> dict | None:
-        plans = (obj.result or {}).get("plans") or []
-        if not plans:
+        best = PlanResult.read(obj.result).best
+        if best is None:
             return None
-        p = plans[0]
         return money_tree(
             {
-                "label": p["label"],
-                "total_usd": p["total_usd"],
-                "time_h": p["time_h"],
-                "hourly_usd": p["hourly_usd"],
+                "label": best.label,
+                "total_usd": best.total_usd,
+                "time_h": best.time_h,
+                "hourly_usd": best.hourly_usd,
                 **{
-                    k: p.get(k)
+                    k: best.band[k]
                     for k in (
                         "time_p10_h",
                         "time_p50_h",

@@ -19,22 +19,19 @@ import json
 import math
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 
 from planner.app import feed
-from planner.defaults import LR_SCALING_NOTE, MIN_BATCH_PER_GPU, PLAN_DEFAULTS
+from planner.app.plan_input import PlanInput, PlanInputError, plan_request
+from planner.defaults import LR_SCALING_NOTE, MIN_BATCH_PER_GPU
+from planner.plan_result import Alternative, Baseline, BatchInfo, ModelInfo, PlanResult, PlanRow, PlanWarning
 
-
-class PlanInputError(ValueError):
-    """A field of the request is wrong or contradictory; ``field`` names it."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
+# The request's parse (planner.app.plan_input) is read through this module too.
+__all__ = ["PlanInput", "PlanInputError", "plan_request"]
 
 
 # --- caches (per process; both are pure functions of their inputs) ------------------------
@@ -156,22 +153,21 @@ def _profile_workload(run, profile, precision: str, measured, measured_on, allow
         ) from exc
 
 
-def _model_inputs(req: dict, owner, allow_code: bool = False):
+def _model_inputs(inp: PlanInput, owner, allow_code: bool = False):
     """(Workload, profile run or None, parsed profile or None) for the request's model.
 
     A profiling run is looked up through the team rule (``visible_owner_q``): another team's
     run is "not found", exactly like one that does not exist."""
     from planner.perf.compute import fit_compute_model
 
-    model = req["model"]
-    precision = model.get("precision", "fp32")
-    if model.get("profile_run"):
-        run, profile = _profile_run(req, owner, allow_code)
+    model = inp.model
+    precision = model.planned_precision
+    if model.profile_run is not None:
+        run, profile = _profile_run(model.profile_run, owner, allow_code)
         measured = fit_compute_model(profile)
         device = profile.device.name if profile.device.type == "cuda" else None
         return _profile_workload(run, profile, precision, measured, device, allow_code), run, profile
-    shape = tuple(int(x) for x in str(model["input_shape"]).split(","))
-    return workload(model["spec"], shape, precision, allow_code=allow_code), None, None
+    return workload(model.spec, model.input_shape, precision, allow_code=allow_code), None, None
 
 
 _VENDOR_PREFIXES = ("NVIDIA ", "Tesla ")
@@ -195,7 +191,7 @@ def datasheet_gpu_name(device_name: str, transfer) -> str:
     return device_name
 
 
-def plan_warnings(req: dict, wl, run, profile) -> list[dict]:
+def plan_warnings(inp: PlanInput, wl, run, profile) -> list[PlanWarning]:
     """What a user must know about how the plan was predicted: ``[{"code", "message"}]``.
 
     ``precision_mismatch``: the request names a precision the profile did not run (e.g. amp from
@@ -205,7 +201,7 @@ def plan_warnings(req: dict, wl, run, profile) -> list[dict]:
     out = []
     if profile is not None:
         message = precision_warning(
-            req["model"].get("precision"),
+            inp.model.precision,
             profile.device.precision,
             run_id=run.pk,
             device_type=profile.device.type,
@@ -213,11 +209,13 @@ def plan_warnings(req: dict, wl, run, profile) -> list[dict]:
             planned=wl.precision,
         )
         if message:
-            out.append({"code": "precision_mismatch", "message": message})
+            out.append(PlanWarning(code="precision_mismatch", message=message))
     return out
 
 
-def plan_assumptions(plans, pr, req: dict, wl, profile, oracle, warnings: list[dict], cands=()) -> dict:
+def plan_assumptions(
+    plans, pr, inp: PlanInput, wl, profile, oracle, warnings: list[PlanWarning], cands=()
+) -> dict:
     """What the plans assume (``planner.assumptions``): each GPU type's prediction source and
     validated error, the precision the profile ran, the data-loader assumption, what p90 includes,
     and the offers' GPUs that nothing predicts (with why)."""
@@ -243,10 +241,10 @@ def plan_assumptions(plans, pr, req: dict, wl, profile, oracle, warnings: list[d
         source_of=source_of,
         errors=validated_errors(),
         measured_on=wl.measured_on,
-        requested_precision=req["model"].get("precision"),
+        requested_precision=inp.model.precision,
         profile_precision=profile.device.precision if profile else None,
         planned_precision=wl.precision,
-        precision_warning=next((w["message"] for w in warnings if w["code"] == "precision_mismatch"), None),
+        precision_warning=next((w.message for w in warnings if w.code == "precision_mismatch"), None),
         pipeline=oracle.pipeline,
         model_errors=oracle.model_errors,
         support_of=support_of,
@@ -274,44 +272,20 @@ def why_unpredicted(model, gpu: str, precision: str) -> str | None:
     return None
 
 
-def plan_request(req: dict):
-    """The pure :class:`planner.solver.PlanRequest` for a validated request dict."""
-    from planner.solver import PlanRequest, RequestError
-
-    try:
-        pr = PlanRequest(
-            objective=req["objective"],
-            total_samples=float(req["total_samples"]),
-            deadline_hours=req.get("deadline_hours"),
-            budget_usd=req.get("budget_usd"),
-            max_hourly_usd=req.get("max_hourly_usd"),
-            quotas_on_demand=req.get("quotas_on_demand") or {},
-            quotas_spot=req.get("quotas_spot") or {},
-            regions=tuple(req["regions"]) if req.get("regions") else None,
-            max_miss_risk=req.get("max_miss_risk"),
-            **{k: req.get(k, v) for k, v in PLAN_DEFAULTS.items()},
-        )
-        pr.validate()
-    except RequestError as exc:
-        raise PlanInputError(exc.field, str(exc).split(": ", 1)[-1]) from exc
-    return pr
-
-
-def candidates(req: dict):
+def candidates(inp: PlanInput):
     """The catalog's offers the request allows; a task file's resources (``task_constraints``,
     :mod:`planner.app.task_constraints`) keep only the offers that satisfy one of its choices."""
     from planner.app.task_constraints import filter_candidates
     from planner.offers import load_candidates
 
-    rows = feed.candidate_rows(req.get("regions") or None)
     cands = load_candidates(
-        rows,
-        regions=req.get("regions") or None,
-        allow_spot=req.get("spot", True),
-        allow_on_demand=req.get("on_demand", True),
-        gpu_models=req.get("gpu_models") or None,
+        feed.candidate_rows(inp.regions),
+        regions=inp.regions,
+        allow_spot=inp.spot,
+        allow_on_demand=inp.on_demand,
+        gpu_models=inp.gpu_models,
     )
-    return filter_candidates(req.get("task_constraints"), cands)
+    return filter_candidates(inp.task_constraints, cands)
 
 
 # --- the per-GPU batch ----------------------------------------------------------------------
@@ -329,12 +303,12 @@ def profile_knee(profile) -> int | None:
     return math.ceil(max(knees)) if knees else None
 
 
-def min_batch_per_gpu(req: dict, profile=None) -> dict:
+def min_batch_per_gpu(requested: int | None, profile=None) -> dict:
     """The smallest per-GPU batch the solver ranks: ``{"value", "source"}`` with source
     ``"request"`` (the user's), ``"profile knee"`` (:func:`profile_knee`) or ``"default"``
     (:data:`planner.defaults.MIN_BATCH_PER_GPU`)."""
-    if req.get("min_batch_per_gpu"):
-        return {"value": int(req["min_batch_per_gpu"]), "source": "request"}
+    if requested:
+        return {"value": int(requested), "source": "request"}
     knee = profile_knee(profile)
     if knee is not None and knee > 1:
         return {"value": knee, "source": "profile knee"}
@@ -355,29 +329,31 @@ NO_TASK_CANDIDATES = (
 )
 
 
-def no_candidates(req: dict) -> PlanInputError:
+def no_candidates(inp: PlanInput) -> PlanInputError:
     """Nothing to plan on: the task file's resources when it has some (they are what narrowed
     the offers to none), else the regions and markets."""
-    said = "; ".join(f"{c['field']} {c['value']}" for c in req.get("constraints_from_task") or [])
+    said = "; ".join(f"{c['field']} {c['value']}" for c in inp.constraints_from_task)
     if said:
         return PlanInputError("task", f"{NO_TASK_CANDIDATES} ({said})")
     return PlanInputError("regions", NO_CANDIDATES)
 
 
-def check_request(req: dict, owner, *, allow_code: bool = False) -> None:
+def check_request(req: Mapping[str, Any], owner, *, allow_code: bool = False) -> None:
     """The quick checks of a request, before it is stored and queued: the pure request's
     validation, the profiling run (team rule, finished, usable) and that some offer matches.
     Raises :class:`PlanInputError` naming the field. Building the model and solving are the
     worker's (:func:`solve_request` checks all of this again)."""
-    from planner.app.serializers import offers_per_region
+    from planner.app.serializers import region_offer_counts
 
-    pr = plan_request(req)
-    if req["model"].get("profile_run"):
-        _profile_run(req, owner, allow_code)
-    offers = sum(offers_per_region(req))
+    inp = PlanInput.from_request(req)
+    if inp.model.profile_run is not None:
+        _profile_run(inp.model.profile_run, owner, allow_code)
+    offers = sum(
+        region_offer_counts(inp.gpu_models, inp.task_constraints, inp.regions, inp.spot, inp.on_demand)
+    )
     if not offers:
-        raise no_candidates(req)
-    _check_memory(pr, _instance_types(req), offers)
+        raise no_candidates(inp)
+    _check_memory(inp.request, _instance_types(inp), offers)
 
 
 def memory_limit_mb() -> float:
@@ -387,20 +363,11 @@ def memory_limit_mb() -> float:
     return float(getattr(settings, "PLAN_MAX_MEMORY_MB", DEFAULT_MAX_MEMORY_MB))
 
 
-def _instance_types(req: dict) -> int:
+def _instance_types(inp: PlanInput) -> int:
     """Distinct CUDA instance types with an offer in the regions the request allows."""
-    from catalog.models import InstanceOffering, InstanceType
-    from planner.app.task_constraints import allowed_type_ids
+    from planner.app.serializers import allowed_offers
 
-    types = InstanceType.objects.ddp_capable()
-    if req.get("gpu_models"):
-        types = types.filter(accelerator__name__in=req["gpu_models"])
-    allowed = allowed_type_ids(req.get("task_constraints"))
-    if allowed is not None:
-        types = types.filter(pk__in=allowed)
-    offers = InstanceOffering.objects.filter(instance_type__in=types)
-    if req.get("regions"):
-        offers = offers.filter(zone__region__code__in=req["regions"])
+    offers = allowed_offers(inp.gpu_models, inp.task_constraints, inp.regions)
     return offers.values("instance_type").distinct().count()
 
 
@@ -435,16 +402,15 @@ def _solve(pr, cands, oracle, progress=None, min_per_gpu: int | None = None):
         raise PlanInputError(exc.field, str(exc).split(": ", 1)[-1]) from exc
 
 
-def _profile_run(req: dict, owner, allow_code: bool):
+def _profile_run(run_id: int, owner, allow_code: bool):
     """(run, parsed profile) of the request's profiling run, through the team rule."""
     from planner.profiles import ProfileError, parse_compute_profile
     from profiler.models import ProfilingRun, RunKind, RunStatus
     from workload.specs import SpecError, check_library_spec
 
-    model = req["model"]
-    run = ProfilingRun.objects.visible_to(owner).filter(pk=model["profile_run"]).first()
+    run = ProfilingRun.objects.visible_to(owner).filter(pk=run_id).first()
     if run is None:
-        raise PlanInputError("profile_run", f"profiling run {model['profile_run']} not found")
+        raise PlanInputError("profile_run", f"profiling run {run_id} not found")
     if run.kind != RunKind.COMPUTE or run.status != RunStatus.SUCCEEDED or run.profile is None:
         raise PlanInputError("profile_run", f"profiling run {run.pk} is not a finished compute profile")
     try:
@@ -486,8 +452,11 @@ class _Stages:
             self.report(self.phase, None, None)
 
 
-def solve_request(req: dict, owner, *, allow_code: bool = False, progress=None) -> dict:
-    """Solve and return the result as JSON-able dict; raises PlanInputError or Infeasible.
+def solve_request(
+    req: Mapping[str, Any] | PlanInput, owner, *, allow_code: bool = False, progress=None
+) -> PlanResult:
+    """Solve the request (a validated request dict, parsed here, or its :class:`PlanInput`) and
+    return the result (its JSON: :meth:`PlanResult.to_json`); raises PlanInputError or Infeasible.
 
     ``owner``: whose team rule applies to referenced profiling runs; ``allow_code``: see
     :func:`workload`. ``progress(phase, evaluated, total)``, when given, is called as the work
@@ -501,14 +470,15 @@ def solve_request(req: dict, owner, *, allow_code: bool = False, progress=None) 
     stages = _Stages(progress)
     started = time.perf_counter()
     stages.enter("model")
-    pr = plan_request(req)
-    wl, run, profile = _model_inputs(req, owner, allow_code)
+    inp = req if isinstance(req, PlanInput) else PlanInput.from_request(req)
+    pr = inp.request
+    wl, run, profile = _model_inputs(inp, owner, allow_code)
     # gradient accumulation is the request's, not the cached trace's (Workload.accumulation_steps)
-    wl = dataclasses.replace(wl, accumulation_steps=int(req.get("accumulation_steps") or 1))
+    wl = dataclasses.replace(wl, accumulation_steps=inp.accumulation_steps)
     stages.enter("candidates")
-    cands = candidates(req)
+    cands = candidates(inp)
     if not cands:
-        raise no_candidates(req)
+        raise no_candidates(inp)
     transfer = transfer_model()
     if wl.measured_on is not None:
         wl = dataclasses.replace(wl, measured_on=datasheet_gpu_name(wl.measured_on, transfer))
@@ -521,9 +491,9 @@ def solve_request(req: dict, owner, *, allow_code: bool = False, progress=None) 
         model_errors=model_errors(),  # each row's p10/p50/p90 carries its source's model error
     )
     stages.enter("search")
-    minimum = min_batch_per_gpu(req, profile)
+    minimum = min_batch_per_gpu(inp.min_batch_per_gpu, profile)
     # a task file's num_nodes: only clusters of exactly that many nodes are ranked
-    searched = with_node_count(oracle, req.get("task_constraints"))
+    searched = with_node_count(oracle, inp.task_constraints)
     result = _solve(
         pr, cands, searched, progress=stages.counts if progress else None, min_per_gpu=minimum["value"]
     )
@@ -533,70 +503,69 @@ def solve_request(req: dict, owner, *, allow_code: bool = False, progress=None) 
     stages.enter("alternatives")
     alternatives = (
         _market_alternatives(pr, cands, searched, rows, progress=stages.ping if progress else None)
-        if req.get("spot", True) and req.get("on_demand", True)
+        if inp.spot and inp.on_demand
         else {}
     )
     stages.enter("baselines")
-    warnings = plan_warnings(req, wl, run, profile)
+    warnings = plan_warnings(inp, wl, run, profile)
     baselines = evaluate_baselines(
         pr,
         cands,
         oracle,
         result,
-        requested_gpu=req.get("baseline_gpu"),
-        skypilot_use_spot=bool(req.get("spot", True)),
-        skypilot_nodes=(req.get("task_constraints") or {}).get("num_nodes"),  # as SkyPilot sizes it
+        requested_gpu=inp.baseline_gpu,
+        skypilot_use_spot=inp.spot,
+        skypilot_nodes=inp.task_nodes,  # as SkyPilot sizes it
     )
-    doc = {
-        "plans": [_plan_json(p, verified.get(p.rank), rows) for p in result.plans],
-        "pareto": [p._asdict() for p in result.pareto],
-        "points": [p._asdict() for p in _thin(result.points)],
-        "baselines": [_baseline_json(b, rows) for b in baselines],
-        "alternatives": alternatives,
-        "stats": dataclasses.asdict(result.stats),
-        "solve_time_s": result.solve_time_s,
-        "total_time_s": time.perf_counter() - started,
-        "model": {
-            "spec": wl.model_spec,
-            "input_shape": list(wl.input_shape),
-            "precision": wl.precision,
-            "profile_run": run.pk if run else None,
-            "measured_on": wl.measured_on,
-            "source": _source_of(result.plans, oracle),
-            "precision_requested": req["model"].get("precision"),
-            "profile_precision": profile.device.precision if profile else None,
-            "accumulation_steps": wl.accumulation_steps,
-        },
-        "request": {"total_samples": pr.total_samples},
-        "batch": _batch_json(pr, minimum, result.plans),
-        "warnings": warnings,
-        "assumptions": plan_assumptions(result.plans, pr, req, wl, profile, oracle, warnings, cands),
-        "mix_reasons": mix_reasons(result.plans, pr, cands, oracle),
-    }
-    if req.get("task_constraints"):  # only then: a plan without a task file reads as before
-        doc["constraints_from_task"] = list(req.get("constraints_from_task") or [])
-    return doc
+    return PlanResult(
+        plans=tuple(_plan_row(p, verified.get(p.rank), rows) for p in result.plans),
+        pareto=tuple(p._asdict() for p in result.pareto),
+        points=tuple(p._asdict() for p in _thin(result.points)),
+        baselines=tuple(_baseline(b, rows) for b in baselines),
+        alternatives=alternatives,
+        stats=dataclasses.asdict(result.stats),
+        solve_time_s=result.solve_time_s,
+        total_time_s=time.perf_counter() - started,
+        model=ModelInfo(
+            spec=wl.model_spec,
+            input_shape=tuple(wl.input_shape),
+            precision=wl.precision,
+            profile_run=run.pk if run else None,
+            measured_on=wl.measured_on,
+            source=_source_of(result.plans, oracle),
+            precision_requested=inp.model.precision,
+            profile_precision=profile.device.precision if profile else None,
+            accumulation_steps=wl.accumulation_steps,
+        ),
+        total_samples=pr.total_samples,
+        batch=_batch_info(pr, minimum, result.plans),
+        warnings=tuple(warnings),
+        assumptions=plan_assumptions(result.plans, pr, inp, wl, profile, oracle, warnings, cands),
+        mix_reasons=mix_reasons(result.plans, pr, cands, oracle),
+        # only with a task file: a plan without one reads as before (no key)
+        constraints_from_task=inp.constraints_from_task if inp.task_constraints else None,
+    )
 
 
-def _market_alternatives(pr, cands, oracle, rows: RowSource, progress=None) -> dict[str, dict]:
+def _market_alternatives(pr, cands, oracle, rows: RowSource, progress=None) -> dict[str, Alternative]:
     """The best spot-only and on-demand-only plan, side by side (same request, same oracle)."""
     from dataclasses import replace
 
     from planner.solver import Infeasible
 
-    out: dict[str, dict] = {}
+    out: dict[str, Alternative] = {}
     for market in ("spot", "on-demand"):
         pool = [c for c in cands if c.market == market]
         if not pool:
-            out[market] = {"plan": None, "reason": f"no {market} offers in the allowed regions"}
+            out[market] = Alternative(plan=None, reason=f"no {market} offers in the allowed regions")
             continue
         try:
             best = _solve(
                 replace(pr, top_k=1), pool, oracle, progress=progress, min_per_gpu=rows.min_batch_per_gpu
             ).best
-            out[market] = {"plan": _plan_json(best, None, rows), "reason": None}
+            out[market] = Alternative(plan=_plan_row(best, None, rows), reason=None)
         except Infeasible as exc:
-            out[market] = {"plan": None, "reason": str(exc)}
+            out[market] = Alternative(plan=None, reason=str(exc))
     return out
 
 
@@ -732,37 +701,39 @@ def _thin(points, limit: int = 4000):
     return feasible[:limit] + rest[::stride][:room]
 
 
-def _batch_json(pr, minimum: dict, plans) -> dict:
+def _batch_info(pr, minimum: dict, plans) -> BatchInfo:
     """The result's batch settings: the range searched, the per-GPU minimum and where it came
     from, the learning-rate note, and the ranks below the minimum (nothing at it fitted)."""
     below = [p.rank for p in plans if min(batch_per_gpu(p), default=0) < minimum["value"]]
-    return {
-        "global_batch_min": int(pr.global_batch_min),
-        "global_batch_max": int(pr.global_batch_max),
-        "min_per_gpu": minimum["value"],
-        "min_per_gpu_source": minimum["source"],
-        "below_min_ranks": below,
-        "note": LR_SCALING_NOTE,
-    }
+    return BatchInfo(
+        global_batch_min=int(pr.global_batch_min),
+        global_batch_max=int(pr.global_batch_max),
+        min_per_gpu=minimum["value"],
+        min_per_gpu_source=minimum["source"],
+        below_min_ranks=tuple(below),
+        note=LR_SCALING_NOTE,
+    )
 
 
-def _plan_json(plan, verified: dict | None, rows: RowSource) -> dict:
+def _plan_row(plan, verified: dict | None, rows: RowSource) -> PlanRow:
+    """The stored row of a solver plan: ``dataclasses.asdict(plan)`` and the service's fields
+    (the one writer of a plan row; planner.option reads it)."""
     doc = dataclasses.asdict(plan)
     doc["label"] = plan.label
     doc["uses_spot"] = plan.uses_spot
     doc["verified"] = verified
     doc.update(rows.fields(plan))
-    return doc
+    return PlanRow.from_json(doc)
 
 
-def _baseline_json(b, rows: RowSource) -> dict:
-    return {
-        "name": b.name,
-        "description": b.description,
-        "candidate": b.candidate.label if b.candidate else None,
-        "plan": _plan_json(b.plan, None, rows) if b.plan else None,
-        "infeasible_reason": b.infeasible_reason,
-        "throughput_gain_pct": b.throughput_gain_pct,
-        "cost_gain_pct": b.cost_gain_pct,
-        "time_gain_pct": b.time_gain_pct,
-    }
+def _baseline(b, rows: RowSource) -> Baseline:
+    return Baseline(
+        name=b.name,
+        description=b.description,
+        candidate=b.candidate.label if b.candidate else None,
+        plan=_plan_row(b.plan, None, rows) if b.plan else None,
+        infeasible_reason=b.infeasible_reason,
+        throughput_gain_pct=b.throughput_gain_pct,
+        cost_gain_pct=b.cost_gain_pct,
+        time_gain_pct=b.time_gain_pct,
+    )

@@ -55,6 +55,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from planner.app.models import PLAN_ACTIVE, PLAN_FINISHED, PlanRecord, PlanStatus
+from planner.plan_result import PlanResult
 from srifty_web import bounded, queue
 from srifty_web.live import send_on_commit
 
@@ -403,8 +404,8 @@ def run_plan(plan_id: int, *, allow_code: bool = False, echo=None) -> str:
     else:
         fields = {
             "status": PlanStatus.SOLVED,
-            "result": result,
-            "solve_time_s": result["solve_time_s"],
+            "result": result.to_json(),
+            "solve_time_s": result.solve_time_s,
             "error": "",
             "progress_evaluated": reporter.evaluated,
             "progress_total": reporter.evaluated,
@@ -447,7 +448,7 @@ def limit_message(exc: bounded.BoundedError, phase: str = "") -> str:
     return f"the solve's process stopped without an answer{where}: {exc}"
 
 
-def _solve(record: PlanRecord, attempt: int, reporter: _Reporter, allow_code: bool) -> dict:
+def _solve(record: PlanRecord, attempt: int, reporter: _Reporter, allow_code: bool) -> PlanResult:
     """``service.solve_request`` for the claimed plan, in a child process of this worker bounded
     by ``PLAN_CHILD_MAX_MEMORY_MB`` and ``PLAN_MAX_SOLVE_S`` (``srifty_web.bounded``): its progress
     comes back to ``reporter`` here, where the heartbeat and the cancel checks run too, and a

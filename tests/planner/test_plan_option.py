@@ -1,7 +1,7 @@
 """A plan option read back from its stored JSON (``planner.option``) is the option the solver chose.
 
 The plan service stores each solver ``Plan`` as ``dataclasses.asdict(plan)`` plus its own fields
-(``planner.app.service._plan_json``); the launcher, the pages and the monitor read that JSON only
+(``planner.app.service._plan_row``); the launcher, the pages and the monitor read that JSON only
 through ``PlanOption.from_json``. Two golden requests (a mix of two types with per-node batches,
 and on-demand rows without a zone) are solved again and every option is read back.
 """

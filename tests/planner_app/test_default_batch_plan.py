@@ -23,7 +23,7 @@ def _request(**fields) -> dict:
 
 @pytest.fixture
 def default_plan(catalog, user) -> dict:
-    return service.solve_request(_request(), user)
+    return service.solve_request(_request(), user).to_json()
 
 
 def test_the_default_fastest_plan_keeps_every_gpu_at_16_images_or_more(default_plan):
@@ -53,8 +53,8 @@ def test_in_the_default_fastest_plan_h100_h200_and_b200_no_longer_tie(default_pl
 
 
 def test_a_profile_without_a_knee_and_a_request_without_a_minimum_get_the_default():
-    assert service.min_batch_per_gpu({}, None) == {"value": MIN_BATCH_PER_GPU, "source": "default"}
-    assert service.min_batch_per_gpu({"min_batch_per_gpu": 8}, None) == {"value": 8, "source": "request"}
+    assert service.min_batch_per_gpu(None, None) == {"value": MIN_BATCH_PER_GPU, "source": "default"}
+    assert service.min_batch_per_gpu(8, None) == {"value": 8, "source": "request"}
 
 
 def _kneed_profile(compute_profile: dict) -> dict:
@@ -84,8 +84,8 @@ def test_a_profile_with_a_knee_sets_the_minimum_to_it(compute_profile):
 
     profile = parse_compute_profile(_kneed_profile(compute_profile))
     assert service.profile_knee(profile) == 16
-    assert service.min_batch_per_gpu({}, profile) == {"value": 16, "source": "profile knee"}
-    assert service.min_batch_per_gpu({"min_batch_per_gpu": 64}, profile)["source"] == "request"
+    assert service.min_batch_per_gpu(None, profile) == {"value": 16, "source": "profile knee"}
+    assert service.min_batch_per_gpu(64, profile)["source"] == "request"
     assert service.profile_knee(parse_compute_profile(compute_profile)) is None  # two sizes: no knee
 
 

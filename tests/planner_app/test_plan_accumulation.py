@@ -48,8 +48,8 @@ def test_it_defaults_to_one_micro_step_and_refuses_zero_or_too_many(catalog):
 def test_accumulating_makes_a_multi_node_tcp_cluster_faster(catalog, user):
     plain, accumulated = (_checked(accumulation_steps=k) for k in (1, 16))
     assert plain.is_valid() and accumulated.is_valid()
-    once = service.solve_request(dict(plain.validated_data), user)
-    every16 = service.solve_request(dict(accumulated.validated_data), user)
+    once = service.solve_request(dict(plain.validated_data), user).to_json()
+    every16 = service.solve_request(dict(accumulated.validated_data), user).to_json()
     # the same multi-node T4 cluster: 15 of 16 micro-steps skip the all-reduce over TCP
     many_plain, many_acc = _fastest(once, 4), _fastest(every16, 4)
     assert many_acc["time_h"] < many_plain["time_h"], (many_plain["label"], many_acc["label"])

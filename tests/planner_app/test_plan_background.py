@@ -19,6 +19,7 @@ from django.utils import timezone
 from planner.app import service, solving
 from planner.app.models import PlanRecord, PlanStatus
 from planner.app.tasks import recover_stale_plans_task, solve_plan_task
+from planner.plan_result import PlanResult
 from tests.support.plans import TINY, plan_body, plan_command
 
 BODY = plan_body(max_nodes=8)
@@ -157,7 +158,7 @@ def test_a_result_that_arrives_after_a_cancel_is_dropped(user, monkeypatch):
 
     def solve_then_get_cancelled(req, owner, *, allow_code=False, progress=None):
         solving.cancel_plan(PlanRecord.objects.get(pk=plan.pk))  # e.g. during the baselines
-        return {"solve_time_s": 0.1, "plans": []}
+        return PlanResult(solve_time_s=0.1)
 
     monkeypatch.setattr(service, "solve_request", solve_then_get_cancelled)
     assert "result dropped" in solving.run_plan(plan.pk)
@@ -321,12 +322,12 @@ def test_the_heartbeat_keeps_a_long_phase_alive(user, settings, monkeypatch):
                 PlanRecord.objects.values_list("heartbeat_at", flat=True).get(pk=plan.pk).isoformat()
             )
             assert solving.recover_stale_plans() == []  # never taken for dead
-        return {"solve_time_s": 1.0, "plans": [], "beats": beats}
+        return PlanResult(solve_time_s=1.0, stats={"beats": beats})  # the beats come back in it
 
     monkeypatch.setattr(service, "solve_request", slow)
     assert solving.run_plan(plan.pk) == f"plan {plan.pk} solved"
     plan.refresh_from_db()
-    assert len(set(plan.result["beats"])) >= 5  # renewed while the phase ran
+    assert len(set(plan.result["stats"]["beats"])) >= 5  # renewed while the phase ran
     assert not [t for t in threading.enumerate() if t.name == f"plan-{plan.pk}-heartbeat"]
 
 
@@ -436,7 +437,7 @@ async def test_a_viewer_gets_the_snapshot_then_live_progress_and_the_end(
     def fake_solve(req, owner, *, allow_code=False, progress=None):
         progress("search", 10, 40)
         progress("search", 40, 40)
-        return {"solve_time_s": 0.2, "plans": []}
+        return PlanResult(solve_time_s=0.2)
 
     monkeypatch.setattr(service, "solve_request", fake_solve)
     comm, connected, _ = await _connect(plan.pk, await sync_to_async(_cookie)(user))

@@ -197,7 +197,7 @@ def test_num_nodes_above_the_requests_max_nodes_is_a_400_naming_max_nodes(catalo
 def test_a_request_field_that_agrees_narrows_the_plan_to_both(catalog, user_api):
     resp = user_api.post("/api/v1/plans/", _request(task=SKY_TASK, gpu_models=["H100", "L4"]), format="json")
     assert resp.status_code == 202, resp.json()
-    offers = service.candidates(PlanRecord.objects.get().request)
+    offers = service.candidates(service.PlanInput.from_request(PlanRecord.objects.get().request))
     assert offers and {(c.gpu_model, c.gpus_per_node, c.market) for c in offers} == {("H100", 8, "spot")}
 
 
@@ -242,7 +242,7 @@ def test_skypilots_own_gpu_names_match_the_types_it_gives_them(catalog, user_api
     task = "resources:\n  accelerators: rtxpro6000:8\nrun: python train.py\n"
     resp = user_api.post("/api/v1/plans/", _request(task=task, regions=[]), format="json")
     assert resp.status_code == 202, resp.json()
-    offers = service.candidates(PlanRecord.objects.get().request)
+    offers = service.candidates(service.PlanInput.from_request(PlanRecord.objects.get().request))
     assert offers and {c.instance_type for c in offers} == {"g7e.48xlarge"}
 
 

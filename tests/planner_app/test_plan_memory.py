@@ -26,9 +26,9 @@ def _room_for_the_upfront_state_only() -> float:
     from planner.app.serializers import offers_per_region
     from planner.solver import preflight
 
-    pr = service.plan_request({**BODY, "total_samples": 1e6})
+    inp = service.PlanInput.from_request({**BODY, "total_samples": 1e6})
     offers = sum(offers_per_region(BODY))
-    budget = preflight(pr, service._instance_types(BODY), offers, 1e9)
+    budget = preflight(inp.request, service._instance_types(inp), offers, 1e9)
     return budget.fixed / (1 << 20) + 1.0
 
 

@@ -238,42 +238,47 @@ def _quotas(items: list[str], flag: str) -> dict[str, float]:
 
 
 def render(record) -> str:
+    from planner.plan_result import PlanResult
     from planner.solver.explain import saves_or_costs, sooner_or_longer
 
-    r = record.result
+    r = PlanResult.read(record.result)
+
+    def num(value: float | None) -> float:
+        return float("nan") if value is None else value  # a row without it says nan, not 0
+
     lines = [
-        f"plan {record.pk}: {r['model']['spec']} ({r['model']['source']}), solved in {r['solve_time_s']:.2f} s "
-        f"over {r['stats']['candidates_in']} candidates ({r['stats']['candidates_kept']} after pruning)"
+        f"plan {record.pk}: {r.model.spec} ({r.model.source}), solved in {r.solve_time_s or 0:.2f} s "
+        f"over {r.stats.get('candidates_in')} candidates ({r.stats.get('candidates_kept')} after pruning)"
     ]
     lines.append(
         f"{'#':>2} {'configuration':<48} {'$/h':>9} {'total $':>10} {'hours':>7} {'p90 h':>7} "
         f"{'samples/s':>10}  bottleneck / why"
     )
-    for p in r["plans"]:
+    for p in r.plans:
+        o = p.option
         lines.append(
-            f"{p['rank']:>2} {p['label'][:48]:<48} {p['hourly_usd']:>9.2f} {p['total_usd']:>10.2f} "
-            f"{p['time_h']:>7.2f} {p['time_p90_h']:>7.2f} {p['throughput_sps']:>10.0f}  "
-            f"{p['bottleneck']}; {p['why']}"
+            f"{o.rank:>2} {p.label[:48]:<48} {num(o.hourly_usd):>9.2f} {num(p.total_usd):>10.2f} "
+            f"{num(o.time_h):>7.2f} {num(o.time_p90_h):>7.2f} {num(o.throughput_sps):>10.0f}  "
+            f"{p.bottleneck}; {p.why}"
         )
-    best = r["plans"][0] if r["plans"] else None
-    for b in r["baselines"]:
-        if b["plan"]:
+    best = r.best
+    for b in r.baselines:
+        if b.plan:
             versus = (
-                f" — plan #1 {saves_or_costs(best['total_usd'], b['plan']['total_usd'])}, "
-                f"{sooner_or_longer(best['time_h'], b['plan']['time_h'])}"
+                f" — plan #1 {saves_or_costs(num(best.total_usd), num(b.plan.total_usd))}, "
+                f"{sooner_or_longer(num(best.time_h), num(b.plan.time_h))}"
                 if best
                 else ""
             )
             lines.append(
-                f"baseline {b['name']}: {b['plan']['label']} ${b['plan']['total_usd']:.2f} "
-                f"{b['plan']['time_h']:.2f} h{versus}"
+                f"baseline {b.name}: {b.plan.label} ${num(b.plan.total_usd):.2f} {num(b.plan.time_h):.2f} h{versus}"
             )
         else:
-            lines.append(f"baseline {b['name']}: {b['infeasible_reason']}")
+            lines.append(f"baseline {b.name}: {b.infeasible_reason}")
     lines += [
         f"from the task file: {c['field']} {c['value']}"
         + (f" (line {c['line']})" if c.get("line") else "")
         + f": {c['means']}"
-        for c in r.get("constraints_from_task") or []
+        for c in r.constraints_from_task or ()
     ]
     return "\n".join(lines)
