@@ -79,17 +79,23 @@ fi
 echo "srifty: using $PY"
 """
 
-_FETCH_REPO = """\
-if [ -n "$SRIFTY_REPO_URL" ]; then
+# ``srifty_fetch URL FILE``: download a gzip tarball to FILE and unpack it into the work
+# directory; what the repo (or agent package) and the task's workdir archive both do.
+_FETCH_FUNCTION = """\
+srifty_fetch() {
   # Send the token only to the Srifty server: a presigned S3 URL rejects a second auth method.
   # ${A[@]+"${A[@]}"}: bash < 4.4 (Amazon Linux 2) calls an empty array unbound under set -u.
-  REPO_AUTH=()
-  case "$SRIFTY_REPO_URL" in
-    "$SRIFTY_SERVER"/*) REPO_AUTH=(-H "Authorization: Bearer $SRIFTY_TOKEN") ;;
+  local auth=()
+  case "$1" in
+    "$SRIFTY_SERVER"/*) auth=(-H "Authorization: Bearer $SRIFTY_TOKEN") ;;
   esac
-  curl -fsSL --retry 5 --retry-connrefused --retry-delay 5 ${REPO_AUTH[@]+"${REPO_AUTH[@]}"} "$SRIFTY_REPO_URL" -o /opt/srifty/repo.tgz
-  tar -xzf /opt/srifty/repo.tgz -C /opt/srifty/work
-fi
+  curl -fsSL --retry 5 --retry-connrefused --retry-delay 5 ${auth[@]+"${auth[@]}"} "$1" -o "$2"
+  tar -xzf "$2" -C /opt/srifty/work
+}
+"""
+
+_FETCH_REPO = """\
+if [ -n "$SRIFTY_REPO_URL" ]; then srifty_fetch "$SRIFTY_REPO_URL" /opt/srifty/repo.tgz; fi
 """
 
 
@@ -168,6 +174,7 @@ def profiling_user_data(
         'curl -fsSL --retry 5 --retry-connrefused --retry-delay 5 -H "Authorization: Bearer $SRIFTY_TOKEN" \\',
         '  "$SRIFTY_SERVER/api/v1/agent.tar.gz" -o /opt/srifty/agent.tgz',
         "tar -xzf /opt/srifty/agent.tgz -C /opt/srifty/agent",
+        _FETCH_FUNCTION,
         _FETCH_REPO,
         "cd /opt/srifty/work",
         'export PYTHONPATH="/opt/srifty/agent:/opt/srifty/work${PYTHONPATH:+:$PYTHONPATH}"',
@@ -349,12 +356,7 @@ _FETCH_WORKDIR = """\
 # The task's workdir: an archive (served by Srifty with the job token, or a presigned S3 URL)
 # or a git repository at a ref.
 if [ -n "$SRIFTY_WORKDIR_URL" ]; then
-  WD_AUTH=()
-  case "$SRIFTY_WORKDIR_URL" in
-    "$SRIFTY_SERVER"/*) WD_AUTH=(-H "Authorization: Bearer $SRIFTY_TOKEN") ;;
-  esac
-  curl -fsSL --retry 5 --retry-connrefused --retry-delay 5 ${WD_AUTH[@]+"${WD_AUTH[@]}"} "$SRIFTY_WORKDIR_URL" -o /opt/srifty/workdir.tgz
-  tar -xzf /opt/srifty/workdir.tgz -C /opt/srifty/work
+  srifty_fetch "$SRIFTY_WORKDIR_URL" /opt/srifty/workdir.tgz
 elif [ -n "$SRIFTY_GIT_URL" ]; then
   command -v git >/dev/null 2>&1 || { apt-get -o DPkg::Lock::Timeout=600 install -yq git || dnf install -yq git; }
   git clone --quiet "$SRIFTY_GIT_URL" /opt/srifty/work/.clone
@@ -423,6 +425,7 @@ def task_user_data(
         "",
         _FIND_PYTHON.format(candidates=" ".join(_TORCH_PYTHONS)),
         'export PATH="$(dirname "$PY"):$PATH"  # torchrun and python of the torch environment',
+        _FETCH_FUNCTION,
         _FETCH_REPO,
         _START_SPOTWATCH,
         _FETCH_WORKDIR,

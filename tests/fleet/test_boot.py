@@ -206,7 +206,7 @@ elif url.endswith("/meta-data/instance-id"):
     print("i-0abc", end="")
 elif url.endswith("/agent.tar.gz"):
     shutil.copy(os.environ["FAKE_AGENT_TGZ"], out)
-elif "/repo.tgz" in url or url.endswith("/workdir.tar.gz"):
+elif "/repo.tgz" in url or "/workdir.tar.gz" in url:
     shutil.copy(os.environ["FAKE_REPO_TGZ"], out)
 elif "/rendezvous/" in url:
     answers = json.loads(os.environ["FAKE_RDZV"])
@@ -363,6 +363,21 @@ def test_a_cluster_node_ignores_an_injected_master_address(sandbox):
     assert sandbox.shutdowns() == ["-h +30", "-h now"]
 
 
+def test_a_presigned_workdir_archive_is_fetched_without_the_job_token(sandbox):
+    """The workdir and the agent package share one fetch: only Srifty's own URLs get the token."""
+    url = "https://b.s3.amazonaws.com/workdir.tar.gz?X-Amz-Signature=abc"
+    answers = [[200, json.dumps({"env": {"MASTER_ADDR": "10.0.1.23", "NODE_RANK": "0", "NNODES": "1"}})]]
+    result = sandbox.run(
+        task(run='cat model.py >> "$FAKE_LOG/steps"', workdir_url=url), FAKE_RDZV=json.dumps(answers)
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (sandbox.log / "steps").read_text().splitlines() == ["setup", "MODEL = 1"]
+    (fetch,) = [c for c in sandbox.curls() if url in c]
+    assert not any("Authorization" in a for a in fetch)
+    (agent,) = [c for c in sandbox.curls() if any(a.endswith("/agent.tar.gz") for a in c)]
+    assert "Authorization: Bearer tok-7" in agent
+
+
 def test_a_task_node_fetches_its_workdir_gets_its_environment_runs_setup_then_run(sandbox):
     """``task_user_data`` (every task job's node): the workdir archive comes from Srifty with the
     job token, the node's environment from the rendezvous answer (exported as given, values
@@ -411,7 +426,7 @@ def test_a_task_script_passes_bash_syntax_check_and_starts_the_spot_watcher_befo
         assert result.returncode == 0, result.stderr
     script = task()
     start = script.index("-m profiler.agent.spotwatch")
-    assert script.index("tar -xzf /opt/srifty/repo.tgz") < start < script.index('echo "srifty: setup"')
+    assert script.index('srifty_fetch "$SRIFTY_REPO_URL"') < start < script.index('echo "srifty: setup"')
     assert ">> /opt/srifty/spotwatch.log 2>&1 &)" in script
 
 
