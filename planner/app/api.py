@@ -3,11 +3,16 @@ download an option as a SkyPilot task file."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.db.models import QuerySet
 from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.serializers import BaseSerializer
 
 from launcher import jobs, skyexport
 from launcher.taskfile import TaskFileError
@@ -22,19 +27,19 @@ from planner.app.serializers import (
 )
 
 
-class PlanViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+class PlanViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet[PlanRecord]):
     """Plans are stored with their inputs and solved in the background (``manage.py db_worker``);
     ``POST`` answers 202 with the plan's URL, which shows its status and progress until the
     result is there."""
 
-    def get_queryset(self):
+    def get_queryset(self) -> QuerySet[PlanRecord]:
         # Reads write nothing: a plan whose worker died is shown as it is (``stale`` in its
         # progress); the workers' recovery heartbeat requeues it (planner.app.tasks).
         qs = PlanRecord.objects.visible_to(self.request.user).select_related("owner")
         # The result (every evaluated point) is the big part of a plan; lists never show it.
         return qs.defer("result") if self.action in ("progress", "cancel") else qs
 
-    def get_serializer_class(self):
+    def get_serializer_class(self) -> type[BaseSerializer[Any]]:
         if self.action == "create":
             return PlanRequestSerializer
         if self.action in ("progress", "cancel"):
@@ -48,7 +53,7 @@ class PlanViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
             400: OpenApiResponse(description="field name -> messages"),
         },
     )
-    def create(self, request, *args, **kwargs):
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         req = PlanRequestSerializer(data=request.data)
         req.is_valid(raise_exception=True)
         try:
@@ -67,7 +72,7 @@ class PlanViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
 
     @extend_schema(responses=PlanProgressSerializer)
     @action(detail=True, methods=["get"])
-    def progress(self, request, pk=None, **kwargs):
+    def progress(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
         """The plan's status and progress, without its result (what the plan page polls)."""
         return Response(solving.status_message(self.get_object()))
 
@@ -79,7 +84,7 @@ class PlanViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         },
     )
     @action(detail=True, methods=["post"])
-    def cancel(self, request, pk=None, **kwargs):
+    def cancel(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
         """Cancel a queued or running plan (202); a finished one is a 409."""
         record = self.get_object()
         permissions.check_cancel(request.user, record)
@@ -101,7 +106,9 @@ class PlanViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         },
     )
     @action(detail=True, methods=["get"], url_path=r"options/(?P<rank>[0-9]+)/skypilot")
-    def skypilot(self, request, pk=None, rank=None, **kwargs):
+    def skypilot(
+        self, request: Request, pk: str | None = None, rank: str | None = None, **kwargs: Any
+    ) -> Response | HttpResponse:
         """Option ``rank`` as a SkyPilot task file for ``sky launch`` (a mixed-type option: a zip
         with one file per instance type and a note), running the plan's task file when it was
         made from one. Whoever may read the plan may download it (``/api/v1/jobs/sky-export/``'s

@@ -20,6 +20,7 @@ import logging
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 
@@ -46,7 +47,7 @@ def sweep_id(run_id: int, instance_type: str, nodes: int) -> str:
     return f"{nccl_corpus.USER_SWEEP_PREFIX}run-{run_id}|{instance_type}|{nodes}"
 
 
-def _spec(gpu: str, specs: dict[str, GpuSpec], accelerators: dict) -> GpuSpec | None:
+def _spec(gpu: str, specs: dict[str, GpuSpec], accelerators: dict[str, Any]) -> GpuSpec | None:
     """The datasheet row; the catalog's accelerator (architecture, NVLink) where the bundled
     datasheets lack the GPU."""
     spec = nccl_corpus.spec_for(gpu, specs)

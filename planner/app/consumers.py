@@ -3,6 +3,8 @@ viewer only reads: a plan whose worker died shows ``stale`` until the workers re
 
 from __future__ import annotations
 
+from typing import Any
+
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from planner.app import solving
@@ -10,12 +12,12 @@ from planner.app.models import PlanRecord
 from srifty_web.live import ViewerConsumer
 
 
-class PlanConsumer(ViewerConsumer, AsyncJsonWebsocketConsumer):
+class PlanConsumer(ViewerConsumer, AsyncJsonWebsocketConsumer):  # type: ignore[misc, unused-ignore]
     url_kwarg = "plan_id"
     group_prefix = "plan"
     live_handler = solving.LIVE_HANDLER
 
-    def snapshot(self, user, plan_id: int) -> dict | None:
+    def snapshot(self, user: Any, plan_id: int) -> dict[str, Any] | None:
         record = PlanRecord.objects.visible_to(user).filter(pk=plan_id).first()
         if record is None:
             return None

@@ -8,6 +8,7 @@ from AWS changes the next plan without any other step.
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import Any
 
 from catalog.models import (
     DEFAULT_INTERRUPTION_BUCKET,
@@ -20,7 +21,7 @@ from catalog.models import (
 )
 
 
-def candidate_rows(regions: Collection[str] | None = None) -> list[dict]:
+def candidate_rows(regions: Collection[str] | None = None) -> list[dict[str, Any]]:
     """One row per (DDP-capable instance type, zone) with its current on-demand and spot price."""
     types = {t.pk: t for t in InstanceType.objects.ddp_capable().select_related("accelerator")}
     offerings = InstanceOffering.objects.filter(instance_type_id__in=types).select_related("zone__region")
@@ -65,7 +66,7 @@ def candidate_rows(regions: Collection[str] | None = None) -> list[dict]:
     return rows
 
 
-def gpu_spec_rows() -> list[dict]:
+def gpu_spec_rows() -> list[dict[str, Any]]:
     """Datasheet rows in ``gpu_specs.csv`` shape, for ``planner.hardware.specs_from_rows``."""
     return [
         {

@@ -6,6 +6,8 @@ dataclasses, calls the pure code, and stores the dataclasses' JSON form.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
@@ -72,7 +74,7 @@ class PlanRecord(models.Model):
     def finished(self) -> bool:
         return self.status in PLAN_FINISHED
 
-    def option(self, rank: int) -> dict | None:
+    def option(self, rank: int) -> dict[str, Any] | None:
         """The stored JSON of the plan ranked ``rank`` (None: no such rank)."""
         from planner.plan_result import PlanResult
 

@@ -87,7 +87,9 @@ def _same_gpu(accelerator: str, measured_on: str | None) -> bool:
     return accelerator.lower() in measured_on.lower()
 
 
-def offers(result: PlanResult | Mapping[str, Any], request: dict, max_minutes: int) -> list[Offer]:
+def offers(
+    result: PlanResult | Mapping[str, Any], request: Mapping[str, Any], max_minutes: int
+) -> list[Offer]:
     """What to offer on a stored plan's page (``[]`` when a row is measured, or nothing is priced).
 
     ``max_minutes``: the run's hard limit (``settings.PROFILER_MAX_RUN_MINUTES``), the most it

@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Collection
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from django.contrib.auth.models import User
 from drf_spectacular.utils import (
     OpenApiExample,
     PolymorphicProxySerializer,
@@ -72,7 +73,7 @@ PRECISION_HELP = (
 )
 
 
-class PlanSpecModelSerializer(serializers.Serializer):
+class PlanSpecModelSerializer(serializers.Serializer[dict[str, Any]]):
     """``model`` as a library model predicted from its operator counts (schema only)."""
 
     spec = SpecField(max_length=200)
@@ -82,7 +83,7 @@ class PlanSpecModelSerializer(serializers.Serializer):
     )
 
 
-class PlanProfileModelSerializer(serializers.Serializer):
+class PlanProfileModelSerializer(serializers.Serializer[dict[str, Any]]):
     """``model`` as a finished compute profiling run of the team (schema only)."""
 
     profile_run = serializers.IntegerField(min_value=1, help_text="id of a succeeded compute profiling run")
@@ -99,7 +100,7 @@ class PlanProfileModelSerializer(serializers.Serializer):
         resource_type_field_name=None,
     )
 )
-class ModelChoiceSerializer(serializers.Serializer):
+class ModelChoiceSerializer(serializers.Serializer[dict[str, Any]]):
     """Either a finished compute profiling run, or a library model to predict analytically.
 
     ``spec`` names a model in a library's registry (``torchvision:NAME``, ``timm:NAME``,
@@ -114,7 +115,7 @@ class ModelChoiceSerializer(serializers.Serializer):
         choices=["fp32", "tf32", "amp", "fp16", "bf16"], required=False, help_text=PRECISION_HELP
     )
 
-    def validate(self, attrs: dict) -> dict:
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         from workload.specs import SpecError, check_library_spec, parse_spec
 
         if attrs.get("profile_run"):
@@ -160,7 +161,9 @@ MAX_MIXED_SEARCH = 30_000_000  # "time"/"throughput": sum over regions of k-subs
 
 
 def allowed_offers(
-    gpu_models: Collection[str] | None, task_constraints: dict | None, regions: Collection[str] | None
+    gpu_models: Collection[str] | None,
+    task_constraints: dict[str, Any] | None,
+    regions: Collection[str] | None,
 ) -> QuerySet[InstanceOffering]:
     """The offers (CUDA instance type x zone) of the GPU models, task file and regions a request
     allows (None: any)."""
@@ -181,7 +184,7 @@ def allowed_offers(
 
 def region_offer_counts(
     gpu_models: Collection[str] | None,
-    task_constraints: dict | None,
+    task_constraints: dict[str, Any] | None,
     regions: Collection[str] | None,
     spot: bool,
     on_demand: bool,
@@ -198,7 +201,7 @@ def region_offer_counts(
     return [row["n"] * markets for row in counts]
 
 
-def offers_per_region(attrs: dict) -> list[int]:
+def offers_per_region(attrs: dict[str, Any]) -> list[int]:
     """Candidate offers (CUDA instance type x allowed market) of each region the request
     (its validated attributes) allows."""
     return region_offer_counts(
@@ -210,7 +213,7 @@ def offers_per_region(attrs: dict) -> list[int]:
     )
 
 
-def fit_default_batch_range(attrs: dict) -> None:
+def fit_default_batch_range(attrs: dict[str, Any]) -> None:
     """Narrow the *default* global batch range (the request named neither end) from below until
     ``max_nodes`` x its batch sizes fits :data:`MAX_NODE_BATCH_POINTS`: a large cluster drops the
     small global batches first (at 512 nodes, 256..4,096 becomes 512..4,096), which would leave
@@ -223,7 +226,7 @@ def fit_default_batch_range(attrs: dict) -> None:
     )
 
 
-def search_size_problems(attrs: dict) -> dict[str, str]:
+def search_size_problems(attrs: dict[str, Any]) -> dict[str, str]:
     """Field -> why the request would make the solver run for minutes or take gigabytes."""
     nodes, types = (
         attrs.get("max_nodes", PLAN_DEFAULTS["max_nodes"]),
@@ -290,7 +293,7 @@ MONEY_INPUT_HELP = (
         ),
     ]
 )
-class PlanRequestSerializer(serializers.Serializer):
+class PlanRequestSerializer(serializers.Serializer[dict[str, Any]]):
     name = serializers.CharField(required=False, allow_blank=True, max_length=120)
     model = ModelChoiceSerializer()
     samples_per_epoch = serializers.IntegerField(required=False, min_value=1, max_value=10**13)
@@ -375,7 +378,7 @@ class PlanRequestSerializer(serializers.Serializer):
         help_text="the task file's name (a file without name: is named after its stem)",
     )
 
-    def _quotas(self, value: dict) -> dict:
+    def _quotas(self, value: dict[str, Any]) -> dict[str, Any]:
         if len(value) > MAX_LIST:
             raise serializers.ValidationError(f"at most {MAX_LIST} quota classes")
         bad = [k for k in value if not QUOTA_KEY_RE.match(str(k))]
@@ -388,10 +391,10 @@ class PlanRequestSerializer(serializers.Serializer):
             raise serializers.ValidationError(f"{big[0]}: at most {MAX_QUOTA_VCPUS} vCPUs")
         return value
 
-    def validate_quotas_on_demand(self, value: dict) -> dict:
+    def validate_quotas_on_demand(self, value: dict[str, Any]) -> dict[str, Any]:
         return self._quotas(value)
 
-    def validate_quotas_spot(self, value: dict) -> dict:
+    def validate_quotas_spot(self, value: dict[str, Any]) -> dict[str, Any]:
         return self._quotas(value)
 
     def validate_regions(self, value: list[str]) -> list[str]:
@@ -422,7 +425,7 @@ class PlanRequestSerializer(serializers.Serializer):
                 .values_list("accelerator__name", flat=True)
             )
         )
-        match = next((k for k in known if k.lower() == name.lower()), None)
+        match: str | None = next((str(k) for k in known if k.lower() == name.lower()), None)
         if match is None:
             raise serializers.ValidationError(
                 f"unknown GPU {name[:64]!r}; the catalog has: {', '.join(known) or 'no GPUs (import_catalog)'}"
@@ -433,7 +436,7 @@ class PlanRequestSerializer(serializers.Serializer):
         # a browser's form sends CRLF line breaks; the file is the same file either way
         return value.replace("\r\n", "\n")
 
-    def _apply_task(self, attrs: dict) -> dict[str, str]:
+    def _apply_task(self, attrs: dict[str, Any]) -> dict[str, str]:
         """Read ``task`` and narrow the request to its resources (planner.app.task_constraints);
         a file that cannot be read is a 400 under ``task`` with each problem's line."""
         from catalog.models import InstanceType
@@ -463,7 +466,7 @@ class PlanRequestSerializer(serializers.Serializer):
         attrs["constraints_from_task"] = tc.from_task(choices, spec.num_nodes, lines)
         return errors
 
-    def validate(self, attrs: dict) -> dict:
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         errors = self._apply_task(attrs)
         if errors:
             raise serializers.ValidationError(errors)
@@ -502,12 +505,12 @@ class PlanRequestSerializer(serializers.Serializer):
         return attrs
 
 
-class PlanWarningSerializer(serializers.Serializer):
+class PlanWarningSerializer(serializers.Serializer[dict[str, Any]]):
     code = serializers.CharField(help_text="e.g. precision_mismatch")
     message = serializers.CharField()
 
 
-class PlanTypeAssumptionSerializer(serializers.Serializer):
+class PlanTypeAssumptionSerializer(serializers.Serializer[dict[str, Any]]):
     gpu_model = serializers.CharField()
     instance_types = serializers.ListField(child=serializers.CharField())
     # the JSON key; DRF's metaclass takes it as a declared field, not as Field.source
@@ -523,7 +526,7 @@ class PlanTypeAssumptionSerializer(serializers.Serializer):
     )
 
 
-class PlanPrecisionAssumptionSerializer(serializers.Serializer):
+class PlanPrecisionAssumptionSerializer(serializers.Serializer[dict[str, Any]]):
     requested = serializers.CharField(allow_null=True)
     profile_ran = serializers.CharField(allow_null=True, help_text="null: no profile")
     planned = serializers.CharField(help_text="the precision predictions are made at")
@@ -533,7 +536,7 @@ class PlanPrecisionAssumptionSerializer(serializers.Serializer):
     text = serializers.CharField()
 
 
-class PlanAssumptionsSerializer(serializers.Serializer):
+class PlanAssumptionsSerializer(serializers.Serializer[dict[str, Any]]):
     """What the plans assume (planner.assumptions); also in result.assumptions."""
 
     types = PlanTypeAssumptionSerializer(many=True)
@@ -554,7 +557,7 @@ class PlanAssumptionsSerializer(serializers.Serializer):
     )
 
 
-class PlanQueuedSerializer(serializers.Serializer):
+class PlanQueuedSerializer(serializers.Serializer[dict[str, Any]]):
     id = serializers.IntegerField()
     url = serializers.URLField(help_text="the plan (also the Location header)")
     status = serializers.CharField(help_text="queued")
@@ -562,7 +565,7 @@ class PlanQueuedSerializer(serializers.Serializer):
     page = serializers.URLField(help_text="the plan's web page")
 
 
-class PlanProgressSerializer(serializers.Serializer):
+class PlanProgressSerializer(serializers.Serializer[dict[str, Any]]):
     """A plan's state (``planner.app.solving.status_message``): also what ``ws/plans/<id>/``
     sends."""
 
@@ -596,7 +599,7 @@ class PlanProgressSerializer(serializers.Serializer):
     detail = serializers.CharField(required=False, help_text="why a cancel was refused")
 
 
-class PlanBandSerializer(serializers.Serializer):
+class PlanBandSerializer(serializers.Serializer[dict[str, Any]]):
     """A ranked plan's p10/p50/p90 time and cost (also in result.plans[i]): the simulator's spread
     with the validated model error of its prediction source (planner.validated); null for plans
     solved before the bands existed."""
@@ -624,13 +627,15 @@ class PlanBandSerializer(serializers.Serializer):
 BAND_FIELDS = tuple(PlanBandSerializer().fields)
 
 
-def _band(row: PlanRow) -> dict:
+def _band(row: PlanRow) -> dict[str, Any]:
     """A plan row's :class:`PlanBandSerializer` fields (None where an older row has none)."""
     return {"rank": row.rank, "label": row.label, **row.band, "model_error": row.model_error}
 
 
 class PlanSerializer(ModelSerializer):
-    owner: serializers.SlugRelatedField = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    owner: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
     warnings = serializers.SerializerMethodField(
         help_text="What to know about how the plan was predicted "
         "(also in result.warnings); empty for older plans"
@@ -683,7 +688,7 @@ class PlanSerializer(ModelSerializer):
         ]
         read_only_fields = fields
 
-    def to_representation(self, instance: PlanRecord) -> dict:
+    def to_representation(self, instance: PlanRecord) -> dict[str, Any]:
         """The stored request and result with their money as decimal strings (the API's rule;
         the stored JSON and the pages keep numbers)."""
         data = super().to_representation(instance)
@@ -692,29 +697,32 @@ class PlanSerializer(ModelSerializer):
         return data
 
     @extend_schema_field(PlanBandSerializer(many=True))
-    def get_bands(self, obj: PlanRecord) -> list[dict]:
-        return money_tree([_band(row) for row in PlanResult.read(obj.result).plans])
+    def get_bands(self, obj: PlanRecord) -> list[dict[str, Any]]:
+        bands: list[dict[str, Any]] = money_tree([_band(row) for row in PlanResult.read(obj.result).plans])
+        return bands
 
     @extend_schema_field(serializers.ListField(child=serializers.DictField()))
-    def get_constraints_from_task(self, obj: PlanRecord) -> list[dict]:
+    def get_constraints_from_task(self, obj: PlanRecord) -> list[dict[str, Any]]:
         return list((obj.request or {}).get("constraints_from_task") or [])
 
     @extend_schema_field(PlanWarningSerializer(many=True))
-    def get_warnings(self, obj: PlanRecord) -> list[dict]:
+    def get_warnings(self, obj: PlanRecord) -> list[dict[str, Any]]:
         return [w.to_json() for w in PlanResult.read(obj.result).warnings]
 
     @extend_schema_field(PlanAssumptionsSerializer(allow_null=True))
-    def get_assumptions(self, obj: PlanRecord) -> dict | None:
+    def get_assumptions(self, obj: PlanRecord) -> dict[str, Any] | None:
         assumptions = PlanResult.read(obj.result).assumptions
         return dict(assumptions) if assumptions is not None else None
 
     @extend_schema_field(serializers.DictField(child=serializers.CharField()))
-    def get_mix_reasons(self, obj: PlanRecord) -> dict:
+    def get_mix_reasons(self, obj: PlanRecord) -> dict[str, Any]:
         return dict(PlanResult.read(obj.result).mix_reasons)
 
 
 class PlanSummarySerializer(ModelSerializer):
-    owner: serializers.SlugRelatedField = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    owner: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
     best = serializers.SerializerMethodField(
         help_text="The first ranked plan: label, total_usd, time_h, hourly_usd and its p10/p50/p90 "
         f"time and cost (null: none); {MONEY_TREE_NOTE}"
@@ -737,11 +745,11 @@ class PlanSummarySerializer(ModelSerializer):
         ]
         read_only_fields = fields
 
-    def get_best(self, obj: PlanRecord) -> dict | None:
+    def get_best(self, obj: PlanRecord) -> dict[str, Any] | None:
         best = PlanResult.read(obj.result).best
         if best is None:
             return None
-        return money_tree(
+        shown: dict[str, Any] = money_tree(
             {
                 "label": best.label,
                 "total_usd": best.total_usd,
@@ -760,3 +768,4 @@ class PlanSummarySerializer(ModelSerializer):
                 },
             }
         )
+        return shown

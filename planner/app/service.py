@@ -19,9 +19,9 @@ import json
 import math
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
@@ -30,17 +30,34 @@ from planner.app.plan_input import PlanInput, PlanInputError, plan_request
 from planner.defaults import LR_SCALING_NOTE, MIN_BATCH_PER_GPU
 from planner.plan_result import Alternative, Baseline, BatchInfo, ModelInfo, PlanResult, PlanRow, PlanWarning
 
+if TYPE_CHECKING:
+    from planner.baselines import BaselineResult
+    from planner.hardware import GpuSpec
+    from planner.offers import Candidate
+    from planner.oracle import Oracle, Workload
+    from planner.perf.compute import ComputeModel
+    from planner.perf.nccl import LearnedComm
+    from planner.perf.transfer import TransferModel
+    from planner.profiles import ComputeProfile
+    from planner.solver import PerfOracle, Plan, PlanRequest, Point, ProgressCallback
+    from planner.solver import PlanResult as SearchResult
+    from planner.validated import ModelError, SourceError
+    from profiler.models import ProfilingRun
+
+#: ``progress(phase, evaluated, total)`` of a plan's work (:func:`solve_request`).
+PhaseProgress = Callable[[str, int | None, int | None], None]
+
 # The request's parse (planner.app.plan_input) is read through this module too.
 __all__ = ["PlanInput", "PlanInputError", "plan_request"]
 
 
 # --- caches (per process; both are pure functions of their inputs) ------------------------
 
-_specs_cache: dict[str, Any] = {}
-_transfer_cache: dict[str, Any] = {}
+_specs_cache: dict[str, dict[str, GpuSpec]] = {}
+_transfer_cache: dict[str, TransferModel] = {}
 
 
-def gpu_specs() -> dict:
+def gpu_specs() -> dict[str, GpuSpec]:
     from planner.hardware import specs_from_rows
 
     rows = feed.gpu_spec_rows()
@@ -51,7 +68,7 @@ def gpu_specs() -> dict:
     return _specs_cache[key]
 
 
-def transfer_model():
+def transfer_model() -> TransferModel:
     """The compute model plans use: the operator-class model shipped in
     ``planner/data/compute-model.json`` (``manage.py calibrate_compute``; plain JSON, no
     xgboost import). Without that file, the previous ResNet-50 roofline (calibrated and cached
@@ -74,11 +91,11 @@ def workload(
     spec: str,
     input_shape: tuple[int, ...],
     precision: str,
-    measured=None,
-    measured_on=None,
+    measured: ComputeModel | None = None,
+    measured_on: str | None = None,
     *,
     allow_code: bool = False,
-):
+) -> Workload:
     """The model's workload, counted once and cached on disk (a meta-device trace takes seconds).
 
     Library specs only (``check_library_spec``), unless ``allow_code`` (the operator's own
@@ -118,7 +135,14 @@ def workload(
 # --- request -> pure inputs ---------------------------------------------------------------
 
 
-def _profile_workload(run, profile, precision: str, measured, measured_on, allow_code: bool):
+def _profile_workload(
+    run: ProfilingRun,
+    profile: ComputeProfile,
+    precision: str,
+    measured: ComputeModel | None,
+    measured_on: str | None,
+    allow_code: bool,
+) -> Workload:
     """The workload the agent traced with the profile; without one (older agents), a library
     spec is counted here, and model code is refused: the server never imports it."""
     from planner.oracle import Workload
@@ -153,7 +177,9 @@ def _profile_workload(run, profile, precision: str, measured, measured_on, allow
         ) from exc
 
 
-def _model_inputs(inp: PlanInput, owner, allow_code: bool = False):
+def _model_inputs(
+    inp: PlanInput, owner: Any, allow_code: bool = False
+) -> tuple[Workload, ProfilingRun | None, ComputeProfile | None]:
     """(Workload, profile run or None, parsed profile or None) for the request's model.
 
     A profiling run is looked up through the team rule (``visible_owner_q``): another team's
@@ -173,7 +199,7 @@ def _model_inputs(inp: PlanInput, owner, allow_code: bool = False):
 _VENDOR_PREFIXES = ("NVIDIA ", "Tesla ")
 
 
-def datasheet_gpu_name(device_name: str, transfer) -> str:
+def datasheet_gpu_name(device_name: str, transfer: TransferModel) -> str:
     """The GPU name the transfer model knows for a profile's CUDA device name.
 
     torch names devices ``NVIDIA A10G``, ``Tesla T4`` or ``NVIDIA A100-SXM4-40GB``; the datasheet
@@ -191,7 +217,9 @@ def datasheet_gpu_name(device_name: str, transfer) -> str:
     return device_name
 
 
-def plan_warnings(inp: PlanInput, wl, run, profile) -> list[PlanWarning]:
+def plan_warnings(
+    inp: PlanInput, wl: Workload, run: ProfilingRun | None, profile: ComputeProfile | None
+) -> list[PlanWarning]:
     """What a user must know about how the plan was predicted: ``[{"code", "message"}]``.
 
     ``precision_mismatch``: the request names a precision the profile did not run (e.g. amp from
@@ -199,7 +227,7 @@ def plan_warnings(inp: PlanInput, wl, run, profile) -> list[PlanWarning]:
     from planner.precision import precision_warning
 
     out = []
-    if profile is not None:
+    if profile is not None and run is not None:  # a profile is always its run's
         message = precision_warning(
             inp.model.precision,
             profile.device.precision,
@@ -214,8 +242,15 @@ def plan_warnings(inp: PlanInput, wl, run, profile) -> list[PlanWarning]:
 
 
 def plan_assumptions(
-    plans, pr, inp: PlanInput, wl, profile, oracle, warnings: list[PlanWarning], cands=()
-) -> dict:
+    plans: Sequence[Plan],
+    pr: PlanRequest,
+    inp: PlanInput,
+    wl: Workload,
+    profile: ComputeProfile | None,
+    oracle: Oracle,
+    warnings: list[PlanWarning],
+    cands: Sequence[Candidate] = (),
+) -> dict[str, Any]:
     """What the plans assume (``planner.assumptions``): each GPU type's prediction source and
     validated error, the precision the profile ran, the data-loader assumption, what p90 includes,
     and the offers' GPUs that nothing predicts (with why)."""
@@ -252,7 +287,7 @@ def plan_assumptions(
     )
 
 
-def why_unpredicted(model, gpu: str, precision: str) -> str | None:
+def why_unpredicted(model: TransferModel, gpu: str, precision: str) -> str | None:
     """Why the compute model cannot predict ``gpu`` at ``precision`` (None when it can): the
     datasheet figures a roofline needs are missing from the catalog."""
     try:
@@ -272,7 +307,7 @@ def why_unpredicted(model, gpu: str, precision: str) -> str | None:
     return None
 
 
-def candidates(inp: PlanInput):
+def candidates(inp: PlanInput) -> list[Candidate]:
     """The catalog's offers the request allows; a task file's resources (``task_constraints``,
     :mod:`planner.app.task_constraints`) keep only the offers that satisfy one of its choices."""
     from planner.app.task_constraints import filter_candidates
@@ -291,7 +326,7 @@ def candidates(inp: PlanInput):
 # --- the per-GPU batch ----------------------------------------------------------------------
 
 
-def profile_knee(profile) -> int | None:
+def profile_knee(profile: ComputeProfile | None) -> int | None:
     """The per-GPU batch below which the profiled GPU is under-occupied: the largest knee of the
     profile's fitted phases (:mod:`planner.perf.compute`: time flat up to the knee, then
     linear), rounded up; None when no phase has one (a straight line fits best)."""
@@ -303,7 +338,7 @@ def profile_knee(profile) -> int | None:
     return math.ceil(max(knees)) if knees else None
 
 
-def min_batch_per_gpu(requested: int | None, profile=None) -> dict:
+def min_batch_per_gpu(requested: int | None, profile: ComputeProfile | None = None) -> dict[str, Any]:
     """The smallest per-GPU batch the solver ranks: ``{"value", "source"}`` with source
     ``"request"`` (the user's), ``"profile knee"`` (:func:`profile_knee`) or ``"default"``
     (:data:`planner.defaults.MIN_BATCH_PER_GPU`)."""
@@ -315,7 +350,7 @@ def min_batch_per_gpu(requested: int | None, profile=None) -> dict:
     return {"value": MIN_BATCH_PER_GPU, "source": "default"}
 
 
-def batch_per_gpu(plan) -> list[int]:
+def batch_per_gpu(plan: Plan) -> list[int]:
     """Each group's smallest per-GPU batch: its nodes' batches split over their GPUs."""
     return [min(b // max(1, g.gpus_per_node) for b in g.batch_per_node or (0,)) for g in plan.groups]
 
@@ -338,7 +373,7 @@ def no_candidates(inp: PlanInput) -> PlanInputError:
     return PlanInputError("regions", NO_CANDIDATES)
 
 
-def check_request(req: Mapping[str, Any], owner, *, allow_code: bool = False) -> None:
+def check_request(req: Mapping[str, Any], owner: Any, *, allow_code: bool = False) -> None:
     """The quick checks of a request, before it is stored and queued: the pure request's
     validation, the profiling run (team rule, finished, usable) and that some offer matches.
     Raises :class:`PlanInputError` naming the field. Building the model and solving are the
@@ -371,7 +406,7 @@ def _instance_types(inp: PlanInput) -> int:
     return offers.values("instance_type").distinct().count()
 
 
-def _check_memory(pr, types: int, offers: int) -> None:
+def _check_memory(pr: PlanRequest, types: int, offers: int) -> None:
     """A request whose up-front search state cannot fit the memory limit is refused now, naming
     the field and the limit (:func:`planner.solver.preflight`); what only the search finds out
     fails the plan instead (:func:`_solve`)."""
@@ -383,7 +418,13 @@ def _check_memory(pr, types: int, offers: int) -> None:
         raise PlanInputError(exc.field, str(exc).split(": ", 1)[-1]) from exc
 
 
-def _solve(pr, cands, oracle, progress=None, min_per_gpu: int | None = None):
+def _solve(
+    pr: PlanRequest,
+    cands: Sequence[Candidate],
+    oracle: PerfOracle,
+    progress: ProgressCallback | None = None,
+    min_per_gpu: int | None = None,
+) -> SearchResult:
     """``planner.solver.solve`` under the memory limit and the per-GPU batch minimum; its
     request errors (a search that would outgrow the limit names max_nodes or max_types) become
     :class:`PlanInputError`."""
@@ -402,7 +443,7 @@ def _solve(pr, cands, oracle, progress=None, min_per_gpu: int | None = None):
         raise PlanInputError(exc.field, str(exc).split(": ", 1)[-1]) from exc
 
 
-def _profile_run(run_id: int, owner, allow_code: bool):
+def _profile_run(run_id: int, owner: Any, allow_code: bool) -> tuple[ProfilingRun, ComputeProfile]:
     """(run, parsed profile) of the request's profiling run, through the team rule."""
     from planner.profiles import ProfileError, parse_compute_profile
     from profiler.models import ProfilingRun, RunKind, RunStatus
@@ -434,7 +475,7 @@ class _Stages:
     configurations evaluated out of its estimated total; the other phases report their name
     only (each report is also where a cancel is noticed)."""
 
-    def __init__(self, report):
+    def __init__(self, report: PhaseProgress | None):
         self.report = report
         self.phase = ""
 
@@ -453,7 +494,11 @@ class _Stages:
 
 
 def solve_request(
-    req: Mapping[str, Any] | PlanInput, owner, *, allow_code: bool = False, progress=None
+    req: Mapping[str, Any] | PlanInput,
+    owner: Any,
+    *,
+    allow_code: bool = False,
+    progress: PhaseProgress | None = None,
 ) -> PlanResult:
     """Solve the request (a validated request dict, parsed here, or its :class:`PlanInput`) and
     return the result (its JSON: :meth:`PlanResult.to_json`); raises PlanInputError or Infeasible.
@@ -547,7 +592,13 @@ def solve_request(
     )
 
 
-def _market_alternatives(pr, cands, oracle, rows: RowSource, progress=None) -> dict[str, Alternative]:
+def _market_alternatives(
+    pr: PlanRequest,
+    cands: Sequence[Candidate],
+    oracle: PerfOracle,
+    rows: RowSource,
+    progress: ProgressCallback | None = None,
+) -> dict[str, Alternative]:
     """The best spot-only and on-demand-only plan, side by side (same request, same oracle)."""
     from dataclasses import replace
 
@@ -569,7 +620,7 @@ def _market_alternatives(pr, cands, oracle, rows: RowSource, progress=None) -> d
     return out
 
 
-def input_rate(profile, wl) -> float | None:
+def input_rate(profile: ComputeProfile | None, wl: Workload) -> float | None:
     """The data-loader rate per vCPU the plan uses: the profile's measured one when it was
     measured for the plan's input kind, else None (the kind's default, planner.input_pipeline)."""
     from planner.input_pipeline import measured_rate
@@ -580,7 +631,9 @@ def input_rate(profile, wl) -> float | None:
     return measured_rate(wl.input_shape, (measured.kind, measured.samples_per_s_per_vcpu))
 
 
-def _verify(plans, pr, oracle, by_key: dict) -> dict[int, dict]:
+def _verify(
+    plans: Sequence[Plan], pr: PlanRequest, oracle: Oracle, by_key: Mapping[tuple[str, str, str], Candidate]
+) -> dict[int, dict[str, float]]:
     """Re-simulate each chosen plan with a 2,000-draw Monte-Carlo (the search used one
     deterministic timeline per configuration) of the same oracle: same workload, models and
     input rate."""
@@ -599,7 +652,7 @@ def _verify(plans, pr, oracle, by_key: dict) -> dict[int, dict]:
     return out
 
 
-def _source_of(plans, oracle) -> str:
+def _source_of(plans: Sequence[Plan], oracle: Oracle) -> str:
     for p in plans[:1]:
         for g in p.groups:
             b = g.batch_per_node[0] // max(1, g.gpus_per_node) if g.batch_per_node else 1
@@ -613,7 +666,7 @@ def _source_of(plans, oracle) -> str:
 SOURCE_ORDER = ("measured", "transferred", "analytical")
 
 
-def comm_model():
+def comm_model() -> LearnedComm:
     """The NCCL all-reduce model plans use: the one refit with this install's EC2 comm sweeps
     when there is one (``planner.app.comm_training``), else the shipped one."""
     from planner.app.comm_training import current_model_path
@@ -622,14 +675,14 @@ def comm_model():
     return load_model(current_model_path())
 
 
-def validated_errors() -> dict:
+def validated_errors() -> dict[str, SourceError]:
     """The benches' validated error per prediction source (``planner.validated``; may be empty)."""
     from planner.validated import load_validated_errors
 
     return load_validated_errors(Path(settings.VALIDATED_ERRORS_PATH))
 
 
-def model_errors() -> dict:
+def model_errors() -> dict[str, ModelError]:
     """The LOPO model error (q10/q50/q90 of ln(measured/predicted)) per prediction source
     (``planner.validated.load_model_errors``; may be empty: no band beyond the simulator's)."""
     from planner.validated import load_model_errors
@@ -641,12 +694,12 @@ def model_errors() -> dict:
 class RowSource:
     """Each plan row's prediction source (``PhaseTimes.source`` of its groups) and its validated error."""
 
-    oracle: Any
-    errors: dict
-    candidates: dict = dataclasses.field(default_factory=dict)  # Candidate.key -> Candidate
+    oracle: Oracle
+    errors: Mapping[str, SourceError]
+    candidates: Mapping[tuple[str, str, str], Candidate] = dataclasses.field(default_factory=dict)  # by key
     min_batch_per_gpu: int | None = None  # the solver's minimum (min_batch_per_gpu), None: none
 
-    def source(self, plan) -> str:
+    def source(self, plan: Plan) -> str:
         found = []
         for g in plan.groups:
             b = g.batch_per_node[0] // max(1, g.gpus_per_node) if g.batch_per_node else 1
@@ -655,7 +708,7 @@ class RowSource:
         rank = {s: i for i, s in enumerate(SOURCE_ORDER)}
         return max(found or ["analytical"], key=lambda s: rank.get(s, len(SOURCE_ORDER)))
 
-    def fields(self, plan) -> dict:
+    def fields(self, plan: Plan) -> dict[str, Any]:
         from planner.validated import error_of
 
         source = self.source(plan)
@@ -669,7 +722,7 @@ class RowSource:
             **self.batch(plan),
         }
 
-    def batch(self, plan) -> dict:
+    def batch(self, plan: Plan) -> dict[str, Any]:
         """The row's per-GPU batch (smallest over its groups) and whether it is below the
         solver's minimum (ranked only because nothing at the minimum fits)."""
         per_gpu = batch_per_gpu(plan)
@@ -680,7 +733,7 @@ class RowSource:
             "below_min_batch_per_gpu": bool(self.min_batch_per_gpu and low < self.min_batch_per_gpu),
         }
 
-    def comm(self, plan) -> dict:
+    def comm(self, plan: Plan) -> dict[str, Any]:
         """The comm model that timed the row's all-reduces and its train points near this cluster."""
         try:
             config = tuple(
@@ -692,7 +745,7 @@ class RowSource:
         return {"comm_source": c.source, "comm_near_points": c.near_points, "comm_detail": c.detail}
 
 
-def _thin(points, limit: int = 4000):
+def _thin(points: Sequence[Point], limit: int = 4000) -> list[Point]:
     """At most ``limit`` points for the chart: all feasible ones first, then a stride of the rest."""
     feasible = [p for p in points if p.feasible]
     rest = [p for p in points if not p.feasible]
@@ -701,7 +754,7 @@ def _thin(points, limit: int = 4000):
     return feasible[:limit] + rest[::stride][:room]
 
 
-def _batch_info(pr, minimum: dict, plans) -> BatchInfo:
+def _batch_info(pr: PlanRequest, minimum: Mapping[str, Any], plans: Sequence[Plan]) -> BatchInfo:
     """The result's batch settings: the range searched, the per-GPU minimum and where it came
     from, the learning-rate note, and the ranks below the minimum (nothing at it fitted)."""
     below = [p.rank for p in plans if min(batch_per_gpu(p), default=0) < minimum["value"]]
@@ -715,7 +768,7 @@ def _batch_info(pr, minimum: dict, plans) -> BatchInfo:
     )
 
 
-def _plan_row(plan, verified: dict | None, rows: RowSource) -> PlanRow:
+def _plan_row(plan: Plan, verified: dict[str, float] | None, rows: RowSource) -> PlanRow:
     """The stored row of a solver plan: ``dataclasses.asdict(plan)`` and the service's fields
     (the one writer of a plan row; planner.option reads it)."""
     doc = dataclasses.asdict(plan)
@@ -726,7 +779,7 @@ def _plan_row(plan, verified: dict | None, rows: RowSource) -> PlanRow:
     return PlanRow.from_json(doc)
 
 
-def _baseline(b, rows: RowSource) -> Baseline:
+def _baseline(b: BaselineResult, rows: RowSource) -> Baseline:
     return Baseline(
         name=b.name,
         description=b.description,

@@ -45,7 +45,8 @@ import logging
 import os
 import sys
 import time
-from datetime import timedelta
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
@@ -61,6 +62,9 @@ from srifty_web.live import send_on_commit
 
 log = logging.getLogger(__name__)
 
+#: ``echo(phase, evaluated, total)``: called on every progress report (``manage.py plan``'s bar).
+Echo = Callable[[str, int, int], None]
+
 LIVE_HANDLER = "plan.message"
 
 
@@ -73,7 +77,7 @@ def lease_s() -> float:
     return float(setting("PLAN_LEASE_S", 60))
 
 
-def _dead_q(cutoff) -> Q:
+def _dead_q(cutoff: datetime) -> Q:
     """Running plans whose worker last answered before ``cutoff`` (no heartbeat yet: since it
     started)."""
     return Q(status=PlanStatus.RUNNING) & (
@@ -81,12 +85,12 @@ def _dead_q(cutoff) -> Q:
     )
 
 
-def last_answer(record: PlanRecord):
+def last_answer(record: PlanRecord) -> datetime | None:
     """When the plan's worker last answered: its heartbeat, else the start of the solve."""
     return record.heartbeat_at or record.started_at
 
 
-def is_stale(record: PlanRecord, now=None) -> bool:
+def is_stale(record: PlanRecord, now: datetime | None = None) -> bool:
     """A running plan whose worker has not answered for longer than the lease (the rows
     :func:`recover_stale_plans` takes); read from the row alone, no query."""
     beat = last_answer(record)
@@ -95,12 +99,13 @@ def is_stale(record: PlanRecord, now=None) -> bool:
     return beat < (now or timezone.now()) - timedelta(seconds=lease_s())
 
 
-def stale_notice(record: PlanRecord, now=None) -> str:
+def stale_notice(record: PlanRecord, now: datetime | None = None) -> str:
     """What a reader is told about a stale plan ("" for any other): what the workers' recovery
     will do with it (queue it again, or fail it after ``PLAN_MAX_ATTEMPTS`` tries)."""
-    if not is_stale(record, now):
+    beat = last_answer(record)
+    if beat is None or not is_stale(record, now):
         return ""
-    age = ((now or timezone.now()) - last_answer(record)).total_seconds()
+    age = ((now or timezone.now()) - beat).total_seconds()
     fate = (
         "it will be queued again"
         if record.attempts < int(setting("PLAN_MAX_ATTEMPTS", 2))
@@ -120,11 +125,11 @@ def group_name(plan_id: int) -> str:
     return f"plan-{plan_id}"
 
 
-def _iso(dt) -> str | None:
+def _iso(dt: datetime | None) -> str | None:
     return dt.isoformat() if dt else None
 
 
-def status_message(record: PlanRecord) -> dict:
+def status_message(record: PlanRecord) -> dict[str, Any]:
     """The plan's state as the websocket, the progress endpoint and the page script see it."""
     total = max(record.progress_total or 0, record.progress_evaluated or 0)
     return {
@@ -163,7 +168,7 @@ def _push(plan_id: int) -> None:
     transaction.on_commit(send)
 
 
-def _update(plan_id: int, only: Q, **fields) -> bool:
+def _update(plan_id: int, only: Q, **fields: Any) -> bool:
     """One conditional transition; pushes the new state when it happened."""
     with transaction.atomic():
         changed = PlanRecord.objects.filter(Q(pk=plan_id) & only).update(**fields)
@@ -175,7 +180,7 @@ def _update(plan_id: int, only: Q, **fields) -> bool:
 # --- queue ------------------------------------------------------------------------------------
 
 
-def store_plan(owner, request: dict, *, name: str = "") -> PlanRecord:
+def store_plan(owner: Any, request: dict[str, Any], *, name: str = "") -> PlanRecord:
     record = PlanRecord(
         owner=owner, request=request, name=name or request.get("name", ""), status=PlanStatus.QUEUED
     )
@@ -185,7 +190,7 @@ def store_plan(owner, request: dict, *, name: str = "") -> PlanRecord:
     return record
 
 
-def queue_plan(owner, request: dict, *, name: str = "") -> PlanRecord:
+def queue_plan(owner: Any, request: dict[str, Any], *, name: str = "") -> PlanRecord:
     """Check ``request`` (validated by ``PlanRequestSerializer``), store it ``queued`` and queue
     its solve. Raises :class:`planner.app.service.PlanInputError` (nothing stored)."""
     from planner.app import service
@@ -214,7 +219,7 @@ def enqueue(plan_id: int) -> None:
         )
 
 
-def cancel_plan(record: PlanRecord, by=None) -> bool:
+def cancel_plan(record: PlanRecord, by: Any = None) -> bool:
     """Cancel a queued or running plan; False when it had already finished. A running worker
     notices within :data:`POLL_S` and kills the plan's child process (in-process, at its next
     progress write); its result, if any, is dropped."""
@@ -228,7 +233,7 @@ def cancel_plan(record: PlanRecord, by=None) -> bool:
     )
 
 
-def recover_stale_plans(now=None) -> list[tuple[int, str]]:
+def recover_stale_plans(now: datetime | None = None) -> list[tuple[int, str]]:
     """Running plans whose heartbeat is older than the lease: their worker is gone. Each is
     queued again (a new task), or failed after ``PLAN_MAX_ATTEMPTS`` tries. Returns
     ``[(plan id, new status)]``. Cheap when nothing is stale (one indexed query). Run by the
@@ -307,7 +312,7 @@ class _Reporter:
     most every ``PLAN_PROGRESS_EVERY_S``, and at each new phase), pushes them to viewers, and
     raises :class:`PlanStopped` once the plan is no longer this worker's."""
 
-    def __init__(self, plan_id: int, attempt: int, echo=None):
+    def __init__(self, plan_id: int, attempt: int, echo: Echo | None = None):
         self.plan_id, self.attempt, self.echo = plan_id, attempt, echo
         self.every = float(setting("PLAN_PROGRESS_EVERY_S", 0.5))
         self.phase, self.evaluated, self.total = "", 0, 0
@@ -356,7 +361,7 @@ def _claim(plan_id: int) -> int | None:
         return PlanRecord.objects.values_list("attempts", flat=True).get(pk=plan_id)
 
 
-def run_plan(plan_id: int, *, allow_code: bool = False, echo=None) -> str:
+def run_plan(plan_id: int, *, allow_code: bool = False, echo: Echo | None = None) -> str:
     """Solve a queued plan here and now; returns what became of it.
 
     ``allow_code``: the operator's ``manage.py plan`` may plan a factory (``service.workload``);
@@ -481,7 +486,8 @@ def _solve(record: PlanRecord, attempt: int, reporter: _Reporter, allow_code: bo
         done.elapsed_s,
         done.peak_rss_mb,
     )
-    return done.value
+    result: PlanResult = done.value  # solve_request's, from the child
+    return result
 
 
 #: What every model build of a spec kind imports (beyond torch): seconds each (transformers'
@@ -494,7 +500,7 @@ WARM_MODULES = {
 }
 
 
-def _warm(request: dict) -> None:
+def _warm(request: Mapping[str, Any]) -> None:
     """Import here, once per worker, what each child would otherwise import again (torch and the
     spec kind's :data:`WARM_MODULES`) and fill the service's per-process caches (GPU specs, the
     compute model): the fork shares them with every child, so a child's time and memory limits
@@ -516,7 +522,9 @@ def _warm(request: dict) -> None:
         log.debug("warming the worker for a plan failed", exc_info=True)
 
 
-def create_plan(owner, request: dict, *, name: str = "", allow_code: bool = False, echo=None) -> PlanRecord:
+def create_plan(
+    owner: Any, request: dict[str, Any], *, name: str = "", allow_code: bool = False, echo: Echo | None = None
+) -> PlanRecord:
     """Store ``request`` (already validated by ``PlanRequestSerializer``) and solve it here, in
     the foreground, on the same path as the background worker (``run_plan``).
 

@@ -232,7 +232,9 @@ def _amount_text(a: tuple[float, bool] | None) -> str:
     return "" if a is None else f"{a[0]:g}{'+' if a[1] else ''}"
 
 
-def from_task(choices: Sequence[Choice], num_nodes: int | None, lines: dict[str, int]) -> list[dict]:
+def from_task(
+    choices: Sequence[Choice], num_nodes: int | None, lines: dict[str, int]
+) -> list[dict[str, Any]]:
     """``[{"field", "value", "line", "means"}]``: each constraint the file set, for the stored
     plan (``field`` is the file's key; a key some choice leaves free reads "... or any")."""
 
@@ -241,7 +243,7 @@ def from_task(choices: Sequence[Choice], num_nodes: int | None, lines: dict[str,
     def line(key: str) -> int | None:
         return _line(lines, *places.get(key, (key,)))
 
-    def entry(key: str, texts: list[str], means: str) -> dict | None:
+    def entry(key: str, texts: list[str], means: str) -> dict[str, Any] | None:
         if not any(texts):
             return None
         value = _either([t or "any" for t in texts])
@@ -293,7 +295,7 @@ def _all_set(values: list[Any]) -> bool:
 
 
 def merge(
-    attrs: dict,
+    attrs: dict[str, Any],
     choices: Sequence[Choice],
     num_nodes: int | None,
     given: set[str],
@@ -350,7 +352,9 @@ def _max_nodes_limit() -> int:
     return MAX_NODES
 
 
-def _narrow(attrs: dict, field: str, wanted: list[str], given: set[str], key: str) -> dict[str, str]:
+def _narrow(
+    attrs: dict[str, Any], field: str, wanted: list[str], given: set[str], key: str
+) -> dict[str, str]:
     asked = list(dict.fromkeys(wanted))
     if field in given and attrs.get(field):
         both = [v for v in asked if v in attrs[field]]
@@ -366,19 +370,19 @@ def _narrow(attrs: dict, field: str, wanted: list[str], given: set[str], key: st
 
 
 # ----------------------------------------------------------------------- the candidates
-def constraints_json(choices: Sequence[Choice], num_nodes: int | None) -> dict:
+def constraints_json(choices: Sequence[Choice], num_nodes: int | None) -> dict[str, Any]:
     """What the stored request carries (``task_constraints``)."""
     return {"choices": [c.to_json() for c in choices], "num_nodes": num_nodes}
 
 
-def parsed(doc: dict | None) -> tuple[tuple[Choice, ...], int | None]:
+def parsed(doc: dict[str, Any] | None) -> tuple[tuple[Choice, ...], int | None]:
     if not doc:
         return (), None
     nodes = doc.get("num_nodes")
     return tuple(Choice.from_json(c) for c in doc.get("choices") or ()), int(nodes) if nodes else None
 
 
-def filter_candidates(doc: dict | None, cands: Sequence[Any]) -> list[Any]:
+def filter_candidates(doc: dict[str, Any] | None, cands: Sequence[Any]) -> list[Any]:
     """The candidates that satisfy some choice of the request's ``task_constraints``."""
     choices, _ = parsed(doc)
     if not choices:
@@ -386,7 +390,7 @@ def filter_candidates(doc: dict | None, cands: Sequence[Any]) -> list[Any]:
     return [c for c in cands if any(ch.fits(c) for ch in choices)]
 
 
-def allowed_type_ids(doc: dict | None) -> list[int] | None:
+def allowed_type_ids(doc: dict[str, Any] | None) -> list[int] | None:
     """Primary keys of the DDP-capable instance types some choice's machine part allows
     (the offer counts of the request checks); None: no constraint."""
     from catalog.models import InstanceType
@@ -442,7 +446,7 @@ class _FixedNoBound(FixedNodeCount):
     throughput_curve = None  # type: ignore[assignment]
 
 
-def with_node_count(perf: Any, doc: dict | None) -> Any:
+def with_node_count(perf: Any, doc: dict[str, Any] | None) -> Any:
     """``perf`` under the file's ``num_nodes`` (:class:`FixedNodeCount`); unchanged without one."""
     _, nodes = parsed(doc)
     if nodes is None:

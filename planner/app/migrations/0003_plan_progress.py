@@ -9,9 +9,11 @@ creation and solve time and, for a solved plan, its oracle calls as the progress
 from datetime import timedelta
 
 from django.db import migrations, models
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
+from django.db.migrations.state import StateApps
 
 
-def forwards(apps, schema_editor):
+def forwards(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     PlanRecord = apps.get_model("plans", "PlanRecord")
     PlanRecord.objects.filter(status="pending").update(
         status="failed", error="stored before plans were queued, and never solved; solve it again"
@@ -30,7 +32,7 @@ def forwards(apps, schema_editor):
         )
 
 
-def backwards(apps, schema_editor):
+def backwards(apps: StateApps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     PlanRecord = apps.get_model("plans", "PlanRecord")
     PlanRecord.objects.filter(status__in=["queued", "running"]).update(status="pending")
     PlanRecord.objects.filter(status="cancelled").update(status="failed")

@@ -6,8 +6,9 @@ and the split in ``planner/data/nccl_split.json``.
 
 import json
 from pathlib import Path
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from planner import nccl_corpus
 
@@ -15,12 +16,12 @@ from planner import nccl_corpus
 class Command(BaseCommand):
     help = "Fit the NCCL all-reduce correction on the train sweeps; write planner/data/nccl-model.json."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--output", default=str(nccl_corpus.NCCL_MODEL_FILE), help="where to write the model"
         )
 
-    def handle(self, *args, **opts):
+    def handle(self, *args: Any, **opts: Any) -> None:
         out = Path(opts["output"])
         if not out.parent.is_dir():
             raise CommandError(f"--output: directory {out.parent} does not exist")

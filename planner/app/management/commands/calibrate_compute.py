@@ -9,9 +9,10 @@ that ``bench/accuracy_public.py`` repeats once per publisher without that publis
 """
 
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from planner import calibration
 from planner.hardware import load_gpu_specs
@@ -20,7 +21,7 @@ from planner.hardware import load_gpu_specs
 class Command(BaseCommand):
     help = "Calibrate the operator-class compute model on every non-frozen publisher; write planner/data/."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--jobs", type=int, default=1, help="processes for tracing models (default 1)")
         parser.add_argument(
             "--output",
@@ -36,7 +37,7 @@ class Command(BaseCommand):
             help="comma-separated corpus families to fit on (a quick check; default: every train family)",
         )
 
-    def handle(self, *args, **opts):
+    def handle(self, *args: Any, **opts: Any) -> None:
         if opts["jobs"] < 1:
             raise CommandError("--jobs must be at least 1")
         out = Path(opts["output"])

@@ -2,6 +2,7 @@
 
 import json
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
@@ -13,7 +14,7 @@ from planner.app import service
 class Command(BaseCommand):
     help = "Calibrate the roofline transfer model on the published ResNet-50 figures; write planner/data/."
 
-    def handle(self, *args, **opts):
+    def handle(self, *args: Any, **opts: Any) -> None:
         specs = service.gpu_specs()
         csv = Path(settings.CATALOG_FIXTURES_DIR) / "calibration_resnet50_single_gpu.csv"
         model = calibration.calibrate_from_csv(csv, specs)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from typing import TYPE_CHECKING, Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
 
 from planner.app import service, solving
 from planner.app.models import PlanStatus
@@ -14,11 +15,14 @@ from planner.app.serializers import PlanRequestSerializer
 from planner.defaults import MARKET_DEFAULTS, PLAN_DEFAULTS
 from srifty_web.commands import owner_for_command
 
+if TYPE_CHECKING:
+    from planner.app.models import PlanRecord
+
 
 class Command(BaseCommand):
     help = "Plan a DDP training job over the catalog: cheapest by a deadline, fastest within a budget, ..."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         src = parser.add_mutually_exclusive_group(required=True)
         src.add_argument(
             "--model",
@@ -93,7 +97,7 @@ class Command(BaseCommand):
         )
         parser.add_argument("--export-option", type=int, default=1, metavar="K")
 
-    def handle(self, *args, **o):
+    def handle(self, *args: Any, **o: Any) -> None:
         data = {
             "model": (
                 {"profile_run": o["profile_run"]}
@@ -177,7 +181,7 @@ class ProgressBar:
 
     WIDTH = 30
 
-    def __init__(self, out):
+    def __init__(self, out: OutputWrapper) -> None:
         self.out = out
         self._last = 0.0
         self._len = 0
@@ -203,7 +207,7 @@ class ProgressBar:
             self.out.flush()
 
 
-def _export_sky(cmd, record, rank: int, folder: str) -> None:
+def _export_sky(cmd: BaseCommand, record: PlanRecord, rank: int, folder: str) -> None:
     """Option ``rank`` as SkyPilot task files (``launcher.taskfile.to_skypilot``: one per type,
     a mixed plan's files say so at the top), for teams who launch with ``sky launch``."""
     from pathlib import Path
@@ -237,7 +241,7 @@ def _quotas(items: list[str], flag: str) -> dict[str, float]:
     return out
 
 
-def render(record) -> str:
+def render(record: PlanRecord) -> str:
     from planner.plan_result import PlanResult
     from planner.solver.explain import saves_or_costs, sooner_or_longer
 

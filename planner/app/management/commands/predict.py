@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 
 class Command(BaseCommand):
     help = "Predict DDP iteration time (p50/p90), throughput and the breakdown."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--profile",
             action="append",
@@ -53,7 +54,7 @@ class Command(BaseCommand):
         parser.add_argument("--samples", type=int, default=2000, help="Monte-Carlo draws")
         parser.add_argument("--json", action="store_true")
 
-    def handle(self, *args, **o):
+    def handle(self, *args: Any, **o: Any) -> None:
         if o["profile"] and o["model"]:
             raise CommandError(
                 "give --profile (local workers) or --model with --instance (catalog), not both"
@@ -75,7 +76,7 @@ class Command(BaseCommand):
             if out.get("support"):
                 self.stdout.write(f"  {out['support']}")
 
-    def _local(self, o) -> dict:
+    def _local(self, o: dict[str, Any]) -> dict[str, Any]:
         from planner.hardware import Cluster
         from planner.perf.comm import CommModel, fit_link_from_profile, observations_from_profile
         from planner.perf.compute import ComputeRangeError, fit_compute_model, run_spread
@@ -150,7 +151,7 @@ class Command(BaseCommand):
             **dataclasses.asdict(sim),
         }
 
-    def _catalog(self, o) -> dict:
+    def _catalog(self, o: dict[str, Any]) -> dict[str, Any]:
         from catalog.models import InstanceType
         from planner.app import service
         from planner.offers import Candidate, family_of
