@@ -91,7 +91,7 @@ class JobTokenAuthentication(BearerTokenAuthentication):
 
 
 # drf-spectacular's registering __init_subclass__ is unannotated.
-class JobTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call, unused-ignore]
+class JobTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
     target_class = "launcher.api.JobTokenAuthentication"
     name = "jobToken"
 

@@ -22,7 +22,7 @@ REPLAY_EVENTS = 200
 
 
 # channels ships no types (its names are Any): the subclass cannot be checked against it.
-class JobConsumer(ViewerConsumer, AsyncJsonWebsocketConsumer):  # type: ignore[misc, unused-ignore]
+class JobConsumer(ViewerConsumer, AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     url_kwarg = "job_id"
     group_prefix = "job"
     live_handler = "job.message"

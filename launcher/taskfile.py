@@ -357,7 +357,7 @@ class _BoundedLoader(yaml.SafeLoader):
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
         # types-PyYAML leaves the parser's methods untyped.
-        event = self.peek_event()  # type: ignore[no-untyped-call, unused-ignore]
+        event = self.peek_event()  # type: ignore[no-untyped-call]
         if isinstance(event, yaml.AliasEvent):
             self._alias(event)
             return super().compose_node(parent, index)

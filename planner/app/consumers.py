@@ -12,7 +12,7 @@ from planner.app.models import PlanRecord
 from srifty_web.live import ViewerConsumer
 
 
-class PlanConsumer(ViewerConsumer, AsyncJsonWebsocketConsumer):  # type: ignore[misc, unused-ignore]
+class PlanConsumer(ViewerConsumer, AsyncJsonWebsocketConsumer):  # type: ignore[misc]
     url_kwarg = "plan_id"
     group_prefix = "plan"
     live_handler = solving.LIVE_HANDLER
