@@ -33,6 +33,7 @@ from catalog.serializers import (
     InstanceTypeSerializer,
     PriceSerializer,
 )
+from srifty_web.fields import FloatField
 from srifty_web.pagination import BoundedPagination
 
 
@@ -44,7 +45,7 @@ def _validated(serializer_class: type[serializers.Serializer], request: Request)
 
 class InstanceTypeFilters(serializers.Serializer):
     gpu = serializers.CharField(required=False, help_text="Accelerator name, e.g. A100 (case-insensitive)")
-    min_gpus = serializers.FloatField(required=False, min_value=0)
+    min_gpus = FloatField(required=False, min_value=0)
     region = serializers.CharField(required=False, help_text="Offered in this region; prices shown for it")
     spot = serializers.BooleanField(
         required=False,

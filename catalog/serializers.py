@@ -3,6 +3,7 @@
 from rest_framework import serializers
 
 from catalog.models import Accelerator, InstanceType, OnDemandPrice, SpotPrice
+from srifty_web.fields import FloatField
 from srifty_web.money import MoneyField
 from srifty_web.serializers import ModelSerializer
 
@@ -130,9 +131,7 @@ class GpuSearchParams(serializers.Serializer):
             "min_value": "must be a positive whole number of GPUs (1 or more)",
         },
     )
-    min_memory_gib = serializers.FloatField(
-        required=False, min_value=0, help_text="Memory per GPU, GiB, at least"
-    )
+    min_memory_gib = FloatField(required=False, min_value=0, help_text="Memory per GPU, GiB, at least")
     efa = serializers.BooleanField(
         required=False,
         allow_null=True,
@@ -166,12 +165,12 @@ class GpuOfferSerializer(serializers.Serializer):
 
     instance_type = serializers.CharField()
     gpu = serializers.CharField()
-    gpu_count = serializers.FloatField(help_text="GPUs per instance (fractional for GPU-partitioned types)")
-    gpu_memory_gib = serializers.FloatField(allow_null=True, help_text="Per GPU")
+    gpu_count = FloatField(help_text="GPUs per instance (fractional for GPU-partitioned types)")
+    gpu_memory_gib = FloatField(allow_null=True, help_text="Per GPU")
     vcpus = serializers.IntegerField()
-    memory_gib = serializers.FloatField()
+    memory_gib = FloatField()
     efa = serializers.BooleanField()
-    network_gbps = serializers.FloatField(allow_null=True, help_text="Sustained (baseline) Gbit/s")
+    network_gbps = FloatField(allow_null=True, help_text="Sustained (baseline) Gbit/s")
     region = serializers.CharField()
     zone = serializers.CharField(allow_null=True, help_text="Zone ID of a spot price; null on-demand")
     market = serializers.ChoiceField(choices=["spot", "on-demand"])

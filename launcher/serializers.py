@@ -11,6 +11,7 @@ from rest_framework import serializers
 
 from launcher import envvalues, interruptions, jobs, monitor, taskfile
 from launcher.models import Job, JobEvent
+from srifty_web.fields import FloatField
 from srifty_web.money import MONEY_NOTE, MONEY_TREE_NOTE, MoneyField, money, money_help, money_tree
 from srifty_web.serializers import ModelSerializer
 
@@ -65,7 +66,7 @@ class LaunchParamsSerializer(serializers.Serializer[dict[str, Any]]):
     max_spend_usd = serializers.DecimalField(
         max_digits=12, decimal_places=2, min_value=Decimal("0.01"), max_value=jobs.MAX_SPEND_USD
     )
-    max_hours = serializers.FloatField(min_value=0.01, max_value=jobs.MAX_HOURS)
+    max_hours = FloatField(min_value=0.01, max_value=jobs.MAX_HOURS)
     workdir_archive = serializers.FileField(
         required=False,
         allow_null=True,
@@ -170,10 +171,10 @@ class PreviewSerializer(serializers.Serializer[dict[str, Any]]):
     gpus = serializers.IntegerField()
     hourly_usd = MoneyField(decimal_places=4, help_text="USD per hour of the whole cluster")
     max_spend_usd = MoneyField(decimal_places=2, help_text="min(max spend, $/h x max hours)")
-    cap_hours = serializers.FloatField(help_text="When the cluster is stopped at the latest")
-    predicted_iter_s = serializers.FloatField()
-    predicted_iter_p90_s = serializers.FloatField()
-    predicted_time_h = serializers.FloatField(allow_null=True)
+    cap_hours = FloatField(help_text="When the cluster is stopped at the latest")
+    predicted_iter_s = FloatField()
+    predicted_iter_p90_s = FloatField()
+    predicted_time_h = FloatField(allow_null=True)
     global_batch = serializers.IntegerField(allow_null=True)
     placement_group = serializers.CharField()
     train_command = serializers.CharField(allow_blank=True)
@@ -203,7 +204,7 @@ class PreviewSerializer(serializers.Serializer[dict[str, Any]]):
     confirmation = serializers.CharField()
     confirmation_expires_s = serializers.IntegerField()
     replaces = serializers.IntegerField(required=False, help_text="Re-plans: the job this one replaces")
-    remaining_samples = serializers.FloatField(required=False, help_text="Re-plans: the work that is left")
+    remaining_samples = FloatField(required=False, help_text="Re-plans: the work that is left")
     offer = serializers.CharField(required=False, help_text="Re-plans: why and what was offered")
 
 
@@ -354,7 +355,7 @@ class SpotNoticeSerializer(serializers.Serializer[dict[str, Any]]):
 
 class ReportItemSerializer(serializers.Serializer[dict[str, Any]]):
     iteration = serializers.IntegerField(min_value=0, max_value=MAX_SEQ)
-    iter_time_s = serializers.FloatField(min_value=0, max_value=3600)
+    iter_time_s = FloatField(min_value=0, max_value=3600)
     samples = serializers.IntegerField(min_value=0, max_value=10**9, required=False, allow_null=True)
 
 
@@ -376,7 +377,7 @@ class ReplanRequestSerializer(serializers.Serializer[dict[str, Any]]):
         max_value=jobs.MAX_SPEND_USD,
         required=False,
     )
-    max_hours = serializers.FloatField(min_value=0.01, max_value=jobs.MAX_HOURS, required=False)
+    max_hours = FloatField(min_value=0.01, max_value=jobs.MAX_HOURS, required=False)
 
 
 class ApplyReplanSerializer(serializers.Serializer[dict[str, Any]]):
@@ -385,5 +386,5 @@ class ApplyReplanSerializer(serializers.Serializer[dict[str, Any]]):
     max_spend_usd = serializers.DecimalField(
         max_digits=12, decimal_places=2, min_value=Decimal("0.01"), max_value=jobs.MAX_SPEND_USD
     )
-    max_hours = serializers.FloatField(min_value=0.01, max_value=jobs.MAX_HOURS)
+    max_hours = FloatField(min_value=0.01, max_value=jobs.MAX_HOURS)
     confirmation = serializers.CharField(max_length=2000)

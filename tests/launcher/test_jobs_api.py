@@ -387,3 +387,10 @@ def test_rendezvous_gives_no_checkpoint_interval_without_a_checkpoint(running):
     job, token = running
     env = agent(token).get(f"/api/v1/jobs/{job.pk}/rendezvous/", {"instance_id": "i-0aaa"}).json()["env"]
     assert "SRIFTY_CHECKPOINT_INTERVAL_S" not in env
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_a_boolean_is_not_a_number_of_hours(launcher_api, plan, flag):
+    for url in ("/api/v1/jobs/preview/", "/api/v1/jobs/"):
+        resp = launcher_api.post(url, body(plan, max_hours=flag, confirmation="x"), format="json")
+        assert resp.status_code == 400 and "max_hours" in resp.json(), (url, resp.content[:200])
