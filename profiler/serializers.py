@@ -9,7 +9,8 @@ from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from catalog.models import Accelerator, AcceleratorKind, InstanceType
+from catalog.gpu_memory import largest_gpu_bytes
+from catalog.models import InstanceType
 from catalog.regions import AWS_REGIONS
 from profiler.models import (
     BucketSample,
@@ -20,30 +21,13 @@ from profiler.models import (
     Provider,
     RunKind,
 )
+from srifty_web.input_shape import MAX_SAMPLE_ELEMENTS, SHAPE_RE, InputShapeField, shape_of
 from srifty_web.serializers import ModelSerializer
 
-# \Z, not $: "$" also matches before a trailing newline, so "3,224,224\n" would pass.
-SHAPE_RE = re.compile(r"^\d{1,5}(,\d{1,5}){0,4}\Z")
+# \Z, not $: "$" also matches before a trailing newline, so "8,16\n" would pass.
 BATCHES_RE = re.compile(r"^(auto|\d{1,6}(,\d{1,6}){0,31})\Z")
 SIZES_RE = re.compile(r"^\d{1,12}(\.\d{1,6})?[KMG]?B?\.\.\d{1,12}(\.\d{1,6})?[KMG]?B?\Z", re.IGNORECASE)
 MEMORY_RE = re.compile(r"^\d{1,12}(\.\d{1,6})?[KMG]B\Z", re.IGNORECASE)
-
-
-def largest_gpu_bytes() -> int:
-    """Memory of the catalog's largest CUDA GPU: a model must train in it (DDP keeps one whole
-    replica per GPU). The agent's constant (``config_bounds.LARGEST_GPU_BYTES``) while the
-    catalog has no GPU with a known memory."""
-    from django.db.models import Max
-
-    from workload.config_bounds import LARGEST_GPU_BYTES
-
-    most = Accelerator.objects.filter(kind=AcceleratorKind.NVIDIA_GPU).aggregate(m=Max("memory_mib"))["m"]
-    return int(most) * 2**20 if most else LARGEST_GPU_BYTES
-
-
-def shape_of(text: str) -> tuple[int, ...] | None:
-    """``input_shape`` as integers, or ``None`` when it is not well formed (its own error)."""
-    return tuple(int(d) for d in text.split(",")) if SHAPE_RE.match(text or "") else None
 
 
 def model_spec_problem(spec: str, provider: str, allow_local_code: bool, input_shape: str = "") -> str | None:
@@ -160,7 +144,6 @@ READ_ONLY = [
 ]
 
 # What one profiling run may ask of the machine it runs on (this server, for local runs).
-MAX_SAMPLE_ELEMENTS = 2**26  # one input sample: 3x224x224 is 150k, 3x16x224x224 video 2.4M
 MAX_BATCH = 65_536  # an explicit batch size
 MAX_BATCH_ELEMENTS = 2**31  # largest explicit batch x sample elements: 8 GiB of fp32 input alone
 MAX_WORLD_SIZE = {Provider.LOCAL: 16, Provider.EC2: 256}  # ranks, all on one host
@@ -333,18 +316,6 @@ class ProfilingRunSerializer(ModelSerializer):
         if errors:
             raise serializers.ValidationError(errors)
         return attrs
-
-
-@extend_schema_field(
-    {
-        "type": "string",
-        "maxLength": 64,
-        "example": "3,224,224",
-        "description": "one sample's shape, comma-separated: 3,224,224 (C,H,W image) or 512 (tokens)",
-    }
-)
-class InputShapeField(serializers.CharField):
-    """A sample's input shape (checked against ``SHAPE_RE`` by the serializer that uses it)."""
 
 
 # --- request schemas (OpenAPI only): what validate() requires of each kind of run -------------

@@ -238,11 +238,24 @@ def arrows(sources: tuple[str, ...], targets: tuple[str, ...], skip: tuple[str, 
     return out
 
 
-def test_the_pure_planner_imports_nothing_of_the_profiler():
-    """The planner reads models through ``workload`` (specs, tracing, the schema of a workload),
-    never through the GPU agent's package; only its Django app (planner.app) reads the profiler
-    app's records."""
-    assert not arrows(("planner",), ("profiler",), skip=("planner.app",))
+def test_nothing_under_planner_imports_the_profiler():
+    """The profiler imports the planner (its charts draw the planner's models, its refit task
+    calls ``planner.app.comm_training``), so the planner never imports the profiler back, not
+    even its Django app: the pure planner reads models through ``workload`` (specs, tracing,
+    the schema of a workload); ``planner.app`` reads the profiler's records through its own
+    port (``planner.app.ports.ProfileStore``, served by ``profiler.planning``) and takes the
+    input-shape helpers both apps share from ``srifty_web.input_shape`` and
+    ``catalog.gpu_memory``. Function-level and type-only imports count."""
+    assert not arrows(("planner",), ("profiler",))
+
+
+def test_the_planner_apps_profile_port_is_served_by_the_profilers_adapter_once_django_is_set_up():
+    """``ProfilerConfig.ready`` registers the adapter (pytest-django has set Django up)."""
+    from planner.app.ports import ProfileStore, profile_store
+    from profiler.planning import ProfilerStore
+
+    store: ProfileStore = profile_store()
+    assert isinstance(store, ProfilerStore)
 
 
 def test_nothing_under_planner_imports_the_gpu_agent():

@@ -1,8 +1,9 @@
 """Users' NCCL curves as training data of the comm model, and its refit.
 
-Every all-reduce curve an EC2 comm-profiling run measured (``profiler.models.CommCurvePoint``)
-becomes corpus points (:func:`user_points`) with the topology the published curves get
-(``planner.nccl_corpus.topology_for``: the catalog's GPU and network of the type). :func:`refit`
+Every all-reduce curve an EC2 comm-profiling run measured (the profiler's records, read as
+``planner.app.ports.CommPoint`` rows) becomes corpus points (:func:`user_points`) with the
+topology the published curves get (``planner.nccl_corpus.topology_for``: the catalog's GPU and
+network of the type). :func:`refit`
 fits the correction on the published train sweeps plus these points and writes
 ``{SRIFTY_DATA_DIR}/nccl-model.json``; the repository's ``planner/data/nccl-model.json`` (the
 published sweeps only, ``manage.py calibrate_comm``) is never overwritten. Planning reads
@@ -25,6 +26,7 @@ from typing import Any
 from django.conf import settings
 
 from planner import nccl_corpus
+from planner.app.ports import profile_store
 from planner.hardware import GpuSpec, load_gpu_specs
 
 log = logging.getLogger(__name__)
@@ -62,9 +64,8 @@ def _spec(gpu: str, specs: dict[str, GpuSpec], accelerators: dict[str, Any]) -> 
 def user_points() -> list[nccl_corpus.Point]:
     """Every stored user curve point whose GPU and type are known, as a corpus point."""
     from catalog.models import Accelerator, InstanceType
-    from profiler.models import CommCurvePoint
 
-    rows = list(CommCurvePoint.objects.order_by("run_id", "size_bytes"))
+    rows = profile_store().comm_points()
     types = {t.name: t for t in InstanceType.objects.filter(name__in={r.instance_type for r in rows})}
     accelerators = {a.name: a for a in Accelerator.objects.filter(name__in={r.gpu for r in rows})}
     specs = load_gpu_specs(nccl_corpus.SPECS_CSV)
@@ -80,7 +81,7 @@ def user_points() -> list[nccl_corpus.Point]:
         )
         out.append(
             nccl_corpus.Point(
-                row_id=-r.pk,
+                row_id=-r.point_id,
                 sweep=sweep_id(r.run_id, r.instance_type, r.nodes),
                 instance_type=r.instance_type,
                 size_bytes=float(r.size_bytes),

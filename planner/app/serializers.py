@@ -16,6 +16,7 @@ from drf_spectacular.utils import (
 )
 from rest_framework import serializers
 
+from catalog.gpu_memory import largest_gpu_bytes
 from catalog.models import Accelerator
 from catalog.regions import AWS_REGIONS
 from launcher.taskfile import MAX_TASK_BYTES, TaskFileError, redacted
@@ -30,7 +31,7 @@ from planner.defaults import (
     default_batch_range,
 )
 from planner.plan_result import PlanResult, PlanRow
-from profiler.serializers import MAX_SAMPLE_ELEMENTS, InputShapeField, largest_gpu_bytes, shape_of
+from srifty_web.input_shape import MAX_SAMPLE_ELEMENTS, InputShapeField, shape_of
 from srifty_web.money import MONEY_TREE_NOTE, MONEY_TREE_PLACES, MoneyField, money_tree
 from srifty_web.serializers import ModelSerializer
 

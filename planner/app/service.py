@@ -27,6 +27,7 @@ from django.conf import settings
 
 from planner.app import feed
 from planner.app.plan_input import PlanInput, PlanInputError, plan_request
+from planner.app.ports import ProfileUnavailable, StoredProfile, profile_store
 from planner.defaults import LR_SCALING_NOTE, MIN_BATCH_PER_GPU
 from planner.plan_result import Alternative, Baseline, BatchInfo, ModelInfo, PlanResult, PlanRow, PlanWarning
 
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
     from planner.solver import PerfOracle, Plan, PlanRequest, Point, ProgressCallback
     from planner.solver import PlanResult as SearchResult
     from planner.validated import ModelError, SourceError
-    from profiler.models import ProfilingRun
 
 #: ``progress(phase, evaluated, total)`` of a plan's work (:func:`solve_request`).
 PhaseProgress = Callable[[str, int | None, int | None], None]
@@ -136,7 +136,7 @@ def workload(
 
 
 def _profile_workload(
-    run: ProfilingRun,
+    run: StoredProfile,
     profile: ComputeProfile,
     precision: str,
     measured: ComputeModel | None,
@@ -147,13 +147,13 @@ def _profile_workload(
     spec is counted here, and model code is refused: the server never imports it."""
     from planner.oracle import Workload
 
-    trace = (run.profile or {}).get("workload")
+    trace = run.profile.get("workload")
     if trace is not None:
         try:
             base = Workload.from_dict(trace)
         except (ValueError, KeyError, TypeError) as exc:
             raise PlanInputError(
-                "profile_run", f"the workload trace of run {run.pk} is malformed: {exc}"
+                "profile_run", f"the workload trace of run {run.run_id} is malformed: {exc}"
             ) from exc
         # Not cached by spec: the trace is the run's own (its agent may have posted anything).
         return dataclasses.replace(base, measured=measured, measured_on=measured_on)
@@ -172,14 +172,14 @@ def _profile_workload(
             raise
         raise PlanInputError(
             "profile_run",
-            f"run {run.pk} carries no workload trace and names model code, which "
+            f"run {run.run_id} carries no workload trace and names model code, which "
             "the server does not run; profile it again with this version's agent",
         ) from exc
 
 
 def _model_inputs(
     inp: PlanInput, owner: Any, allow_code: bool = False
-) -> tuple[Workload, ProfilingRun | None, ComputeProfile | None]:
+) -> tuple[Workload, StoredProfile | None, ComputeProfile | None]:
     """(Workload, profile run or None, parsed profile or None) for the request's model.
 
     A profiling run is looked up through the team rule (``visible_owner_q``): another team's
@@ -218,7 +218,7 @@ def datasheet_gpu_name(device_name: str, transfer: TransferModel) -> str:
 
 
 def plan_warnings(
-    inp: PlanInput, wl: Workload, run: ProfilingRun | None, profile: ComputeProfile | None
+    inp: PlanInput, wl: Workload, run: StoredProfile | None, profile: ComputeProfile | None
 ) -> list[PlanWarning]:
     """What a user must know about how the plan was predicted: ``[{"code", "message"}]``.
 
@@ -231,7 +231,7 @@ def plan_warnings(
         message = precision_warning(
             inp.model.precision,
             profile.device.precision,
-            run_id=run.pk,
+            run_id=run.run_id,
             device_type=profile.device.type,
             device_name=profile.device.name,
             planned=wl.precision,
@@ -443,28 +443,31 @@ def _solve(
         raise PlanInputError(exc.field, str(exc).split(": ", 1)[-1]) from exc
 
 
-def _profile_run(run_id: int, owner: Any, allow_code: bool) -> tuple[ProfilingRun, ComputeProfile]:
-    """(run, parsed profile) of the request's profiling run, through the team rule."""
+def _profile_run(run_id: int, owner: Any, allow_code: bool) -> tuple[StoredProfile, ComputeProfile]:
+    """(run, parsed profile) of the request's profiling run, through the team rule (the
+    profiler's records, read through ``planner.app.ports``)."""
     from planner.profiles import ProfileError, parse_compute_profile
-    from profiler.models import ProfilingRun, RunKind, RunStatus
     from workload.specs import SpecError, check_library_spec
 
-    run = ProfilingRun.objects.visible_to(owner).filter(pk=run_id).first()
-    if run is None:
-        raise PlanInputError("profile_run", f"profiling run {run_id} not found")
-    if run.kind != RunKind.COMPUTE or run.status != RunStatus.SUCCEEDED or run.profile is None:
-        raise PlanInputError("profile_run", f"profiling run {run.pk} is not a finished compute profile")
+    try:
+        run = profile_store().compute_profile(run_id, owner)
+    except ProfileUnavailable as exc:
+        if exc.reason == "not_found":
+            raise PlanInputError("profile_run", f"profiling run {run_id} not found") from exc
+        raise PlanInputError(
+            "profile_run", f"profiling run {exc.run_id} is not a finished compute profile"
+        ) from exc
     try:
         profile = parse_compute_profile(run.profile)
     except ProfileError as exc:
-        raise PlanInputError("model", f"profile of run {run.pk} cannot be used: {exc}") from exc
-    if (run.profile or {}).get("workload") is None and not allow_code:
+        raise PlanInputError("model", f"profile of run {run.run_id} cannot be used: {exc}") from exc
+    if run.profile.get("workload") is None and not allow_code:
         try:
             check_library_spec(profile.model.spec)
         except SpecError as exc:
             raise PlanInputError(
                 "profile_run",
-                f"run {run.pk} carries no workload trace and names model code, which "
+                f"run {run.run_id} carries no workload trace and names model code, which "
                 "the server does not run; profile it again with this version's agent",
             ) from exc
     return run, profile
@@ -575,7 +578,7 @@ def solve_request(
             spec=wl.model_spec,
             input_shape=tuple(wl.input_shape),
             precision=wl.precision,
-            profile_run=run.pk if run else None,
+            profile_run=run.run_id if run else None,
             measured_on=wl.measured_on,
             source=_source_of(result.plans, oracle),
             precision_requested=inp.model.precision,

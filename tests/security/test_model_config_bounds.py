@@ -245,8 +245,8 @@ def test_the_parameter_estimate_is_within_a_tenth_of_published_counts(spec, publ
 
 
 def test_a_config_just_over_the_gpu_budget_is_a_400_naming_the_budget_and_one_under_passes(client, catalog):
+    from catalog.gpu_memory import largest_gpu_bytes
     from catalog.models import Accelerator, AcceleratorKind
-    from profiler.serializers import largest_gpu_bytes
     from workload.config_bounds import LARGEST_GPU_BYTES
 
     gpus = Accelerator.objects.filter(kind=AcceleratorKind.NVIDIA_GPU).exclude(memory_mib=None)

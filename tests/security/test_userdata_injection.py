@@ -290,7 +290,8 @@ def test_comm_fields_with_shell_payloads_are_refused_by_the_api(user_api, field,
 def test_the_field_patterns_do_not_accept_a_trailing_newline(value):
     """Python's ``$`` matches before a final newline; the API trims whitespace first, but the
     patterns are shared (plan requests, pages) and must hold on their own."""
-    from profiler.serializers import BATCHES_RE, MEMORY_RE, SHAPE_RE, SIZES_RE
+    from profiler.serializers import BATCHES_RE, MEMORY_RE, SIZES_RE
+    from srifty_web.input_shape import SHAPE_RE
 
     assert not any(p.match(value) for p in (SHAPE_RE, BATCHES_RE, MEMORY_RE, SIZES_RE))
     assert any(p.match(value.strip()) for p in (SHAPE_RE, BATCHES_RE, MEMORY_RE, SIZES_RE))
