@@ -33,6 +33,8 @@ BAND_KEYS = (
     "iter_time_p50_s",
     "iter_time_p90_s",
 )
+#: The time and cost part of it (what a plan's summary shows beside its best row).
+TIME_COST_BAND_KEYS = BAND_KEYS[:6]
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from profiler.models import (
     Provider,
     RunKind,
 )
+from srifty_web.fields import FloatField
 from srifty_web.input_shape import MAX_SAMPLE_ELEMENTS, SHAPE_RE, InputShapeField, shape_of
 from srifty_web.serializers import ModelSerializer
 
@@ -391,8 +392,8 @@ class AgentEventSerializer(serializers.Serializer):
     seq = serializers.IntegerField(min_value=1, max_value=MAX_AGENT_SEQ)
     type = serializers.ChoiceField(choices=["progress", "sample", "result", "error"])
     phase = serializers.CharField(required=False, max_length=32)
-    fraction = serializers.FloatField(required=False, min_value=0, max_value=1)
-    time_ms = serializers.FloatField(required=False, min_value=0, max_value=3.6e6)
+    fraction = FloatField(required=False, min_value=0, max_value=1)
+    time_ms = FloatField(required=False, min_value=0, max_value=3.6e6)
     message = serializers.CharField(required=False, max_length=10_000)
     batch_size = serializers.IntegerField(required=False, min_value=0, max_value=MAX_AGENT_INT)
     size_bytes = serializers.IntegerField(required=False, min_value=0, max_value=MAX_AGENT_INT)

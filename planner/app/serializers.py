@@ -30,7 +30,8 @@ from planner.defaults import (
     batch_grid_size,
     default_batch_range,
 )
-from planner.plan_result import PlanResult, PlanRow
+from planner.plan_result import TIME_COST_BAND_KEYS, PlanResult, PlanRow
+from srifty_web.fields import FloatField
 from srifty_web.input_shape import MAX_SAMPLE_ELEMENTS, InputShapeField, shape_of
 from srifty_web.money import MONEY_TREE_NOTE, MONEY_TREE_PLACES, MoneyField, money_tree
 from srifty_web.serializers import ModelSerializer
@@ -147,7 +148,7 @@ class ModelChoiceSerializer(serializers.Serializer[dict[str, Any]]):
 
 
 class QuotaField(serializers.DictField):
-    child = serializers.FloatField(min_value=0)
+    child = FloatField(min_value=0)
 
 
 # --- how much a plan request may make the solver enumerate (in the worker, in memory) ---
@@ -298,16 +299,14 @@ class PlanRequestSerializer(serializers.Serializer[dict[str, Any]]):
     name = serializers.CharField(required=False, allow_blank=True, max_length=120)
     model = ModelChoiceSerializer()
     samples_per_epoch = serializers.IntegerField(required=False, min_value=1, max_value=10**13)
-    epochs = serializers.FloatField(required=False, min_value=0.001, max_value=100_000)
+    epochs = FloatField(required=False, min_value=0.001, max_value=100_000)
     iterations = serializers.IntegerField(required=False, min_value=1, max_value=10**12)
     objective = serializers.ChoiceField(choices=["cost", "time", "throughput"])
-    deadline_hours = serializers.FloatField(
-        required=False, allow_null=True, min_value=0.01, max_value=24 * 365
-    )
-    budget_usd = serializers.FloatField(
+    deadline_hours = FloatField(required=False, allow_null=True, min_value=0.01, max_value=24 * 365)
+    budget_usd = FloatField(
         required=False, allow_null=True, min_value=0.01, max_value=1e9, help_text=MONEY_INPUT_HELP
     )
-    max_hourly_usd = serializers.FloatField(
+    max_hourly_usd = FloatField(
         required=False, allow_null=True, min_value=0.01, max_value=1e7, help_text=MONEY_INPUT_HELP
     )
     regions = serializers.ListField(
@@ -346,13 +345,13 @@ class PlanRequestSerializer(serializers.Serializer[dict[str, Any]]):
         "last). The global batch is one micro-step's samples over all GPUs; the all-reduce and the "
         "optimizer step run once per this many micro-steps. 1: none",
     )
-    checkpoint_interval_h = serializers.FloatField(
+    checkpoint_interval_h = FloatField(
         default=PLAN_DEFAULTS["checkpoint_interval_h"], min_value=0.01, max_value=24 * 365
     )
-    restart_overhead_h = serializers.FloatField(
+    restart_overhead_h = FloatField(
         default=PLAN_DEFAULTS["restart_overhead_h"], min_value=0, max_value=24 * 30
     )
-    max_miss_risk = serializers.FloatField(required=False, allow_null=True, min_value=0.001, max_value=1)
+    max_miss_risk = FloatField(required=False, allow_null=True, min_value=0.001, max_value=1)
     gpu_models = serializers.ListField(
         child=serializers.CharField(max_length=64), required=False, allow_empty=True, max_length=MAX_LIST
     )
@@ -579,7 +578,7 @@ class PlanProgressSerializer(serializers.Serializer[dict[str, Any]]):
     estimated_total = serializers.IntegerField(
         help_text="estimated configurations in all (grows as the search goes)"
     )
-    fraction = serializers.FloatField()
+    fraction = FloatField()
     attempts = serializers.IntegerField(help_text="workers that took the plan (more than 1: one died)")
     created_at = serializers.DateTimeField()
     started_at = serializers.DateTimeField(allow_null=True)
@@ -607,17 +606,15 @@ class PlanBandSerializer(serializers.Serializer[dict[str, Any]]):
 
     rank = serializers.IntegerField()
     label = serializers.CharField()  # type: ignore[assignment]  # the JSON key, as source above
-    time_p10_h = serializers.FloatField(allow_null=True)
-    time_p50_h = serializers.FloatField(allow_null=True)
-    time_p90_h = serializers.FloatField(
-        allow_null=True, help_text="what the deadline-miss risk is checked on"
-    )
+    time_p10_h = FloatField(allow_null=True)
+    time_p50_h = FloatField(allow_null=True)
+    time_p90_h = FloatField(allow_null=True, help_text="what the deadline-miss risk is checked on")
     cost_p10_usd = MoneyField(decimal_places=MONEY_TREE_PLACES, allow_null=True)
     cost_p50_usd = MoneyField(decimal_places=MONEY_TREE_PLACES, allow_null=True)
     cost_p90_usd = MoneyField(decimal_places=MONEY_TREE_PLACES, allow_null=True)
-    iter_time_p10_s = serializers.FloatField(allow_null=True)
-    iter_time_p50_s = serializers.FloatField(allow_null=True)
-    iter_time_p90_s = serializers.FloatField(allow_null=True)
+    iter_time_p10_s = FloatField(allow_null=True)
+    iter_time_p50_s = FloatField(allow_null=True)
+    iter_time_p90_s = FloatField(allow_null=True)
     model_error = serializers.DictField(
         allow_null=True,
         help_text='{"validated": false, "source": ...} or the LOPO quantiles q10/q50/q90 of '
@@ -756,17 +753,7 @@ class PlanSummarySerializer(ModelSerializer):
                 "total_usd": best.total_usd,
                 "time_h": best.time_h,
                 "hourly_usd": best.hourly_usd,
-                **{
-                    k: best.band[k]
-                    for k in (
-                        "time_p10_h",
-                        "time_p50_h",
-                        "time_p90_h",
-                        "cost_p10_usd",
-                        "cost_p50_usd",
-                        "cost_p90_usd",
-                    )
-                },
+                **{k: best.band[k] for k in TIME_COST_BAND_KEYS},
             }
         )
         return shown

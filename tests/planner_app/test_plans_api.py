@@ -422,3 +422,20 @@ def test_rows_on_the_profiled_gpu_are_measured_and_others_transferred(
     assert {s for (gpu, n), s in sources.items() if gpu == "A10G" and n == 1} <= {"measured"}
     assert {s for (gpu, _), s in sources.items() if gpu != "A10G"} <= {"transferred", "analytical"}
     assert "measured" in sources.values() and "transferred" in sources.values()
+
+
+@pytest.mark.parametrize(
+    "over, field",
+    [
+        ({"deadline_hours": True}, "deadline_hours"),
+        ({"epochs": True}, "epochs"),
+        ({"budget_usd": False, "objective": "time", "deadline_hours": None}, "budget_usd"),
+        ({"quotas_on_demand": {"P": True}}, "quotas_on_demand"),
+        ({"max_miss_risk": True}, "max_miss_risk"),
+    ],
+)
+def test_a_boolean_is_not_a_number_in_a_plan_request(user_api, catalog, over, field):
+    body = {k: v for k, v in _request(**over).items() if v is not None}
+    resp = user_api.post("/api/v1/plans/", body, format="json")
+    assert resp.status_code == 400 and field in resp.json(), resp.json()
+    assert not PlanRecord.objects.exists()
