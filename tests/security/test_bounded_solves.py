@@ -211,11 +211,12 @@ def test_a_model_trace_past_PLAN_MAX_SOLVE_S_fails_naming_it_and_the_next_teams_
 
 
 @sqlite_only
-def test_a_model_trace_past_PLAN_CHILD_MAX_MEMORY_MB_fails_naming_it_within_seconds(
+def test_a_model_trace_past_PLAN_CHILD_MAX_MEMORY_MB_fails_naming_it_before_the_time_limit(
     user_api, bob_api, catalog, settings
 ):
-    """The 1,024-layer BERT grows past the limit while it is built and fails within seconds;
-    another team's small plan under the same limit solves. The worker grows < 200 MB."""
+    """The 1,024-layer BERT grows past the limit while it is built and fails on it, long before
+    the solve's time limit; another team's small plan under the same limit solves. The worker
+    grows < 200 MB."""
     settings.PLAN_CHILD_MAX_MEMORY_MB = 100
     settings.PLAN_MAX_SOLVE_S = 150  # if the memory bound failed, the test says so, not a timeout
     runaway, other = _post(user_api, RUNAWAY), _post(bob_api, PLAN["model"])
@@ -227,7 +228,9 @@ def test_a_model_trace_past_PLAN_CHILD_MAX_MEMORY_MB_fails_naming_it_within_seco
     failed = PlanRecord.objects.get(pk=runaway)
     assert "the solve needed more than PLAN_CHILD_MAX_MEMORY_MB = 100 MB (in its model phase)" in failed.error
     assert failed.error_field == "model"
-    assert probe.elapsed_s < 30 and probe.growth_mb < 200, (probe.elapsed_s, probe.growth_mb)
+    # Well before PLAN_MAX_SOLVE_S (the message above already says which bound stopped it): a
+    # loaded 2-core host took 42 s once (27 s alone), so no tighter wall-clock figure here.
+    assert probe.elapsed_s < 120 and probe.growth_mb < 200, (probe.elapsed_s, probe.growth_mb)
     assert solve_plan_task.call(other) == f"plan {other} solved", PlanRecord.objects.get(pk=other).error
     print(f"\nPROBE memory: failed after {probe.elapsed_s:.1f} s; worker +{probe.growth_mb:.0f} MB RSS")
 
