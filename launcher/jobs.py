@@ -29,7 +29,7 @@ import shlex
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from decimal import ROUND_DOWN, Decimal, InvalidOperation
-from typing import Any
+from typing import Any, TypeGuard
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -62,6 +62,11 @@ IMAGE_ID_RE = re.compile(r"^ami-[0-9a-f]{8,17}$")
 # What a request may send as a number (a form's text, JSON); float() and int() take each.
 NUMBER_TYPES = (int, float, str, Decimal)
 TOKEN_GRACE = timedelta(minutes=15)  # the job token outlives the cap a little; ending the job revokes it
+
+
+def _is_number(value: object) -> TypeGuard[int | float | str | Decimal]:
+    """A number or numeric text as a request sends it; never a boolean (``True`` is an int)."""
+    return isinstance(value, NUMBER_TYPES) and not isinstance(value, bool)
 
 
 def setting(name: str, default: Any) -> Any:
@@ -163,7 +168,7 @@ def clean_params(
     if not spend.is_finite() or spend <= 0 or spend > MAX_SPEND_USD:
         raise JobError("max_spend_usd", f"more than 0 and at most {MAX_SPEND_USD}")
     try:
-        if not isinstance(max_hours, NUMBER_TYPES):
+        if not _is_number(max_hours):
             raise TypeError(type(max_hours).__name__)
         hours = float(max_hours)
     except (ValueError, TypeError) as exc:
@@ -223,7 +228,7 @@ def clean_image_id(image_id: object) -> str:
 def option_rank(rank: object) -> int:
     """A requested option number (a form's text, a JSON number), or JobError("rank")."""
     try:
-        if not isinstance(rank, NUMBER_TYPES):
+        if not _is_number(rank):
             raise TypeError(type(rank).__name__)
         return int(rank)
     except (TypeError, ValueError) as exc:

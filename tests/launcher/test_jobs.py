@@ -148,3 +148,14 @@ def test_stopping_needs_the_owner_or_the_change_permission(owner, plan, django_u
         Permission.objects.get(codename="change_job", content_type__app_label="launcher")
     )
     assert jobs.can_stop(django_user_model.objects.get(pk=bob.pk), job)
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_a_boolean_is_neither_hours_nor_an_option_number(flag):
+    with pytest.raises(jobs.JobError) as hours:
+        jobs.clean_params("train.py", "10", flag)
+    assert hours.value.field == "max_hours"
+    with pytest.raises(jobs.JobError) as rank:
+        jobs.option_rank(flag)
+    assert rank.value.field == "rank"
+    assert jobs.option_rank("2") == 2 and jobs.clean_params("train.py", "10", "1.5")[2] == 1.5
