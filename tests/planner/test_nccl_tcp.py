@@ -171,3 +171,26 @@ def test_a_plan_without_efa_states_sockets_over_tcp_and_the_model_that_timed_it(
         estimate = oracle.comm.estimate(bucket.size_bytes, topo)
         assert estimate.transport == "sockets over TCP"
         assert time.p50_ms == pytest.approx(estimate.p50_us / 1e3)
+
+
+def test_the_socket_transport_is_fitted_where_train_sweeps_run_over_tcp_and_left_at_its_documented_values_elsewhere():
+    from planner.perf.nccl import DEFAULT_PARAMS, TCP_FRAME_EFF, fit_prior
+
+    tcp = [p for p in nccl_corpus.load_points(nccl_corpus.CSV_2) if p.topology.net == "tcp"]
+    efa = [p for p in nccl_corpus.load_points() if p.topology.net == "efa"]
+    as_tuples = [(p.size_bytes, p.topology, p.measured_us, p.sweep) for p in efa + tcp]
+    with_tcp = fit_prior(as_tuples)
+    without = fit_prior([t for t in as_tuples if t[1].net != "tcp"])
+    assert without.eps_tcp == pytest.approx(TCP_FRAME_EFF) and without.lat_tcp == pytest.approx(1.0)
+    # the p4d runs over sockets deliver well under the wire rate (8 GB/s and less of 12.4)
+    assert with_tcp.eps_tcp < 0.9 * DEFAULT_PARAMS.eps_tcp
+    big = max(tcp, key=lambda p: p.size_bytes)
+    assert prior_us(big.size_bytes, big.topology, with_tcp)[0] > prior_us(big.size_bytes, big.topology)[0]
+
+
+def test_the_tcp_hop_latency_scales_with_its_fitted_factor():
+    from planner.perf.nccl import DEFAULT_PARAMS
+
+    topo = Topology.from_cluster(_catalog_cluster("g4dn.12xlarge", 2))
+    slow = dataclasses.replace(DEFAULT_PARAMS, lat_tcp=3.0)
+    assert prior_us(8, topo, slow)[0] > 2 * prior_us(8, topo)[0]
