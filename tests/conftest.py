@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import timedelta
 from pathlib import Path
@@ -85,14 +86,33 @@ def live_next():
     return _live_next
 
 
+@functools.cache
+def _password_hash(password: str) -> str:
+    """``make_password(password)`` once per test process: the real hasher (PBKDF2, ~0.5 s a
+    hash on CI's cores) ran again for every test that made the same fixture user, ~900 of them."""
+    from django.contrib.auth.hashers import make_password
+
+    return make_password(password)
+
+
+def _with_password(user, password: str):
+    """``user`` (made without a usable password) with ``password`` set as ``set_password`` would
+    store it: the same hasher and format, the hash computed once per process."""
+    user.password = _password_hash(password)
+    user.save(update_fields=["password"])
+    return user
+
+
 @pytest.fixture
 def user(django_user_model):
-    return django_user_model.objects.create_user(username="alice", password="alice-pass-123")
+    made = django_user_model.objects.create_user(username="alice", password=None)
+    return _with_password(made, "alice-pass-123")
 
 
 @pytest.fixture
 def staff(django_user_model):
-    return django_user_model.objects.create_superuser(username="root", password="root-pass-123")
+    made = django_user_model.objects.create_superuser(username="root", password=None)
+    return _with_password(made, "root-pass-123")
 
 
 @pytest.fixture
