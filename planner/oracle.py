@@ -70,7 +70,16 @@ from planner.input_pipeline import InputPipeline
 from planner.mix_bound import ceiling, mix_bound
 from planner.perf.comm import CommModel, CommQuery
 from planner.perf.compute import BucketSpec, ComputeModel, ComputeRangeError, PhaseSpread, PhaseTimes
-from planner.perf.nccl import LearnedComm, Topology, least_correction, prior_us_nodes, shipped_model
+from planner.perf.nccl import (
+    LearnedComm,
+    Topology,
+    efa_interfaces,
+    gpudirect_rdma,
+    least_correction,
+    network_cards,
+    prior_us_nodes,
+    shipped_model,
+)
 from planner.perf.transfer import TransferModel, WorkloadCost
 from planner.simulator import (
     COMM_BOUND_SHARE,
@@ -102,6 +111,15 @@ def host_share(candidate: Candidate) -> float:
     if candidate.vcpus <= 0 or candidate.gpus_per_node <= 0:
         return 1.0
     return REF_THREADS_PER_GPU * candidate.gpus_per_node / candidate.vcpus
+
+
+def _net_key(cluster: Cluster) -> tuple[bool, int, int]:
+    """What the comm model reads of a cluster's instance type(s) beyond its link, EFA and GPU
+    (:meth:`planner.perf.nccl.Topology.from_cluster`): GPUDirect RDMA, network cards, EFA
+    interfaces.  Two clusters alike in the rest (a g5.48xlarge alone, host-staged, and a mix of it
+    with a p4d, counted GPUDirect) must not share a memoised all-reduce."""
+    it = cluster.instance_type or ""
+    return (gpudirect_rdma(it), network_cards(it), efa_interfaces(it) if cluster.efa else 0)
 
 
 @dataclass(frozen=True)
@@ -483,7 +501,7 @@ class Oracle:
     def _floor_at(self, base: Cluster, n: int, specs: Sequence[tuple[BucketSpec, ...]]) -> float:
         """The comm floor of ``base`` (a mix's cluster, several nodes) on ``n`` nodes, memoised
         by the fields the comm model keys on."""
-        key = (n, base.gpus_per_node, base.network_gbps, base.efa, base.device)
+        key = (n, base.gpus_per_node, base.network_gbps, base.efa, base.device, _net_key(base))
         hit = self._floor_cache.get(key)
         if hit is None:
             cluster = dataclasses.replace(base, nodes=n)
@@ -538,7 +556,8 @@ class Oracle:
                     total = total + prior_us_nodes(b.size_bytes, topo, chunk, self.comm.params)
                 lows = np.minimum(lows, total)
                 self._comm_fill(base, chunk, tuple(b.size_bytes for b in sp))
-            for n, low in zip(chunk, (factor * lows).tolist(), strict=True):
+            # (prior_us_nodes is in µs, the floors in ms)
+            for n, low in zip(chunk, (factor * lows / 1e3).tolist(), strict=True):
                 if low * (1 - 1e-12) >= best:
                     out[n:] = best  # the prior only grows from here: no later total goes below best
                     return out
@@ -594,6 +613,7 @@ class Oracle:
                 multi_base.network_gbps,
                 multi_base.efa,
                 multi_base.device,
+                _net_key(multi_base),
                 sizes,
             )
             comm[several] = [[c.p50_ms for c in self._comm_cache[(n, *fixed)]] for n in ns[several].tolist()]
@@ -843,6 +863,7 @@ class Oracle:
             cluster.network_gbps,
             cluster.efa,
             cluster.device,
+            _net_key(cluster),
             tuple(b.size_bytes for b in buckets),
         )
         if key not in self._comm_cache:
@@ -863,7 +884,7 @@ class Oracle:
         buckets of ``sizes``, the missing ones computed over all counts at once
         (:meth:`planner.perf.nccl.LearnedComm.estimate_nodes`: the same figures to the bit)."""
         assert isinstance(self.comm, LearnedComm)
-        fixed = (base.gpus_per_node, base.network_gbps, base.efa, base.device, sizes)
+        fixed = (base.gpus_per_node, base.network_gbps, base.efa, base.device, _net_key(base), sizes)
         missing = [n for n in nodes if (n, *fixed) not in self._comm_cache]
         if not missing or not sizes:
             return

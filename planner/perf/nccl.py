@@ -537,7 +537,7 @@ def _network_cards() -> dict[str, int]:
 def gpudirect_rdma(instance_type: str) -> bool:
     """Whether EFA on ``instance_type`` reads and writes GPU memory (``GDR_FAMILIES``); a type not
     named (a mix, or none) counts as GPUDirect, the datacentre case."""
-    if not instance_type:
+    if not instance_type or "+" in instance_type:  # (a mix is named "a.x+b.y", oracle.cluster)
         return True
     return instance_type.split(".")[0] in GDR_FAMILIES
 

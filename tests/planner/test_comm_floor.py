@@ -129,8 +129,8 @@ def test_the_subset_cap_prunes_subsets_and_keeps_the_optimum(monkeypatch):
 
 def test_the_prefix_minimum_of_the_floors_stops_early_and_equals_asking_every_total(monkeypatch):
     from planner.oracle import Oracle
+    from planner.perf.nccl import LearnedComm
 
-    oracle = _oracle()
     members = _members()
     asked = []
     real = Oracle._floor_at  # the floor at one total
@@ -139,10 +139,16 @@ def test_the_prefix_minimum_of_the_floors_stops_early_and_equals_asking_every_to
         asked.append(n)
         return real(self, base, n, specs)
 
+    # The early stop needs the least correction times the prior to reach the least floor found:
+    # with the prior alone (no trees: a least correction of 0) it does, soon.
+    prior_only = dataclasses.replace(_oracle(), comm=LearnedComm(params=_oracle().comm.params))
     with monkeypatch.context() as m:
         m.setattr(Oracle, "_floor_at", counting)
-        oracle.comm_floor_prefix_min(members[:2], 200)
+        prior_floors = prior_only.comm_floor_prefix_min(members[:2], 200)
     assert 1 <= len(asked) < 199 / 2  # far fewer totals than 2..200
+    every = dataclasses.replace(_oracle(), comm=prior_only.comm).comm_floor_ms(members[:2], np.arange(2, 201))
+    assert np.array_equal(prior_floors[2:], np.minimum.accumulate(every))
+    oracle = _oracle()
     for k in (2, 3):
         for subset in itertools.combinations(members, k):
             upto = 200

@@ -128,7 +128,8 @@ def test_the_shipped_model_floors_p90_by_its_regimes_held_out_logs():
     model = shipped_model()
     regimes = model.meta["regime_p90_ratio"]
     assert regimes and all(v >= 1.0 for v in regimes.values())
-    assert set(regimes) <= {regime_key(p.topology) for p in nccl_corpus.load_points()}
+    corpus = nccl_corpus.load_points() + nccl_corpus.load_points(nccl_corpus.CSV_2)
+    assert set(regimes) <= {regime_key(p.topology) for p in corpus}
     p5 = Topology(**H100_PAIR)
     e = model.estimate(1 << 26, p5)
     assert e.p90_us >= regimes[regime_key(p5)] * e.p50_us * 0.999
@@ -172,3 +173,11 @@ def test_a_plans_comm_source_states_how_nccl_moves_the_bytes(catalog, instance_t
     oracle, cand = _oracle_and_candidate(instance_type)
     source = oracle.comm_source(((cand, 2),))
     assert source.source == "learned" and source.detail.endswith(words)
+
+
+def test_a_mix_counts_as_gpudirect_whichever_of_its_types_sorts_first():
+    from planner.perf.nccl import gpudirect_rdma
+
+    # the oracle names a mix's cluster "a.x+b.y" (sorted): the first type's family must not decide
+    assert gpudirect_rdma("g6.48xlarge+p4de.24xlarge") and gpudirect_rdma("p4de.24xlarge+p5.48xlarge")
+    assert not gpudirect_rdma("g6.48xlarge") and gpudirect_rdma("p4de.24xlarge")
