@@ -422,6 +422,13 @@ def main() -> int:
     )
     for text in band_lines(split_cases, "shipped ", lambda c: c.learned_us):
         print(text)
+    print(line("shipped all sizes", [c.error(c.learned_us) for c in split_cases]))
+    print(
+        f"shipped p90 coverage: {100 * sum(c.point.measured_us <= c.p90_us for c in split_cases) / max(1, len(split_cases)):.0f} %"
+    )
+    # The Pollux traces are in no fit, the shipped model's included (it saw the p4d runs over TCP,
+    # not g4dn): the product's own figure on them, beside the no-TCP fit's above.
+    print(line("shipped ddp-slowdown (Pollux g4dn over TCP)", slowdown_errors(shipped, pollux_sync_rows())))
 
     print("\n-- by regime, leave one regime out (median |error| %, learned / prior; n)")
     by: dict[str, list[Case]] = defaultdict(list)
