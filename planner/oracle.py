@@ -519,7 +519,8 @@ class Oracle:
 
         Not every total is asked.  With the learned comm model each all-reduce is the NCCL prior
         times ``exp(r)``, ``r`` the correction clipped to ``±clip``, so at least the prior times
-        ``exp(r_min)`` (``r_min``: the trees' least output, :func:`planner.perf.nccl.least_correction`);
+        ``exp(r_min)`` (``r_min``: the trees' least output for that message size and topology at
+        any node count, :func:`planner.perf.nccl.least_correction`);
         and the prior never falls as the node count grows (``nodes >= 2``: every algorithm's
         latency grows with the nodes and its bandwidth does not, the per-node network does not
         depend on them; ``tests/planner/test_nccl.py`` checks it on the catalog's clusters).  So
@@ -535,13 +536,17 @@ class Oracle:
             out[k:] = np.minimum.accumulate(np.where(floors > 0, floors, -np.inf))
             return np.where(out == -np.inf, 0.0, out)
         specs = self._floor_specs()
-        factor = math.exp(least_correction(self.comm))
         try:
             base = self.cluster(tuple((c, 1) for c in members))  # on k nodes; only n changes
         except (KeyError, TypeError, ValueError):  # no datasheet, no network figure: cannot say
             out[k:] = 0.0
             return out
         topo = Topology.from_cluster(base)
+        comm = self.comm
+        # per bucket size, the least correction over every node count of this topology
+        factor = {
+            b.size_bytes: math.exp(least_correction(comm, b.size_bytes, topo)) for sp in specs for b in sp
+        }
         best = math.inf
         start, step = k, 8
         while start <= upto:
@@ -553,11 +558,12 @@ class Oracle:
             for sp in specs:
                 total: Any = 0
                 for b in sp:
-                    total = total + prior_us_nodes(b.size_bytes, topo, chunk, self.comm.params)
+                    prior = prior_us_nodes(b.size_bytes, topo, chunk, comm.params)
+                    total = total + factor[b.size_bytes] * prior
                 lows = np.minimum(lows, total)
                 self._comm_fill(base, chunk, tuple(b.size_bytes for b in sp))
             # (prior_us_nodes is in µs, the floors in ms)
-            for n, low in zip(chunk, (factor * lows / 1e3).tolist(), strict=True):
+            for n, low in zip(chunk, (lows / 1e3).tolist(), strict=True):
                 if low * (1 - 1e-12) >= best:
                     out[n:] = best  # the prior only grows from here: no later total goes below best
                     return out

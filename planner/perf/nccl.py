@@ -299,6 +299,7 @@ AWS_TUNER_GENERATIONS = ("Hopper", "Blackwell")
 GENERATIONS = ("Volta", "Turing", "Ampere", "Ada", "Hopper", "Blackwell")
 INTERCONNECTS = ("nvlink", "pcie", "efa", "tcp")
 FEATURES = ("log2_size", "nodes", "gpus_per_node", "interconnect", "generation", "nccl_band", "log_prior_ms")
+NODE_FEATURES = ("nodes", "log_prior_ms")  # the features that move with the node count
 P90_RATIO = 1.15  # p90/p50 of the bare prior (no correction fitted)
 
 
@@ -736,12 +737,21 @@ class CommEstimate:
     transport: str = ""  # Topology.transport: "sockets over TCP", "efa", "nvlink", "pcie"
 
 
-def least_correction(model: LearnedComm) -> float:
+def least_correction(
+    model: LearnedComm, size_bytes: float | None = None, topo: Topology | None = None
+) -> float:
     """The least ``r50`` :meth:`LearnedComm.estimate` can apply (its p50 is at least the prior
-    times ``exp`` of this): the trees' base plus each tree's least leaf, clipped; 0 without trees."""
+    times ``exp`` of this): the trees' base plus each tree's least leaf, clipped; 0 without trees.
+    Given a message size and a topology, the least over every node count and prior of that
+    topology (:meth:`Trees.least_where` with the features that do not move with the nodes fixed:
+    size, GPUs per node, interconnect, generation, NCCL version band), far tighter."""
     if not model.trees.trees:
         return 0.0
-    return max(-model.clip, min(model.clip, model.trees.least()))
+    if size_bytes is None or topo is None:
+        return max(-model.clip, min(model.clip, model.trees.least()))
+    x = features(size_bytes, topo, 1.0)
+    fixed = {i: x[i] for i, name in enumerate(FEATURES) if name not in NODE_FEATURES}
+    return max(-model.clip, min(model.clip, model.trees.least_where(fixed)))
 
 
 @dataclass

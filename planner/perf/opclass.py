@@ -340,6 +340,30 @@ class Trees:
             for left, _right, _feature, threshold, _default in self.trees
         )
 
+    def least_where(self, fixed: Mapping[int, float]) -> float:
+        """A value :meth:`__call__` never goes below on inputs whose feature ``i`` equals
+        ``fixed[i]`` (NaN: the default direction), every other feature free: the base plus, per
+        tree, the least leaf a path can reach (both branches of a split on a free feature).  At
+        least :meth:`least`, and as tight as the fixed features make it."""
+        xs = {i: _float32([v])[0] for i, v in fixed.items()}
+        total = self.base
+        for left, right, feature, threshold, default_left in self.trees:
+            least, stack = math.inf, [0]
+            while stack:
+                n = stack.pop()
+                if left[n] == -1:
+                    least = min(least, threshold[n])
+                    continue
+                f = feature[n]
+                if f not in xs:
+                    stack += (left[n], right[n])
+                elif xs[f] != xs[f]:  # NaN: xgboost's default direction
+                    stack.append(left[n] if default_left[n] else right[n])
+                else:
+                    stack.append(left[n] if xs[f] < threshold[n] else right[n])
+            total += least
+        return total
+
     @classmethod
     def from_xgboost_json(cls, doc: Mapping[str, Any]) -> Trees:
         learner = doc["learner"]

@@ -220,3 +220,23 @@ def test_the_shipped_model_times_sockets_over_tcp_with_the_fitted_socket_efficie
     assert set(model.meta["sweeps"]) >= {
         p.sweep for p in nccl_corpus.load_points(nccl_corpus.CSV_2) if p.topology.net == "tcp"
     }
+
+
+def test_the_least_correction_of_a_topology_bounds_the_shipped_trees_at_every_node_count_and_is_tighter():
+    import dataclasses as dc
+
+    from planner.perf.nccl import features, least_correction, prior_us
+
+    model = LearnedComm.from_dict(json.loads(nccl_corpus.NCCL_MODEL_FILE.read_text()))
+    loose = least_correction(model)
+    tighter = 0
+    for topo in (P4D_PAIR, dc.replace(P4D_PAIR, net="tcp"), dc.replace(P4D_PAIR, gpus_per_node=4)):
+        for size in (1 << 12, 1 << 22, 25 << 20, 1 << 28):
+            bound = least_correction(model, size, topo)
+            assert bound >= loose
+            tighter += bound > loose + 1e-9
+            for n in (2, 3, 5, 8, 16, 64, 512):
+                t = dc.replace(topo, nodes=n)
+                r = model.trees(features(size, t, prior_us(size, t, model.params)[0]))
+                assert max(-model.clip, min(model.clip, r)) >= bound - 1e-9
+    assert tighter > 0
