@@ -561,15 +561,40 @@ class Oracle:
                     prior = prior_us_nodes(b.size_bytes, topo, chunk, comm.params)
                     total = total + factor[b.size_bytes] * prior
                 lows = np.minimum(lows, total)
-                self._comm_fill(base, chunk, tuple(b.size_bytes for b in sp))
+            chunk_floors = self._chunk_floors(base, topo, chunk, specs)
             # (prior_us_nodes is in µs, the floors in ms)
             for n, low in zip(chunk, (lows / 1e3).tolist(), strict=True):
                 if low * (1 - 1e-12) >= best:
                     out[n:] = best  # the prior only grows from here: no later total goes below best
                     return out
-                best = min(best, self._floor_at(base, n, specs))
+                best = min(best, chunk_floors[n])
                 out[n] = best
         return out
+
+    def _chunk_floors(
+        self, base: Cluster, topo: Topology, chunk: Sequence[int], specs: Sequence[tuple[BucketSpec, ...]]
+    ) -> dict[int, float]:
+        """:meth:`_floor_at` of ``base`` on every count of ``chunk``, to the bit, the missing ones
+        from the p50s of all their all-reduces in one pass (:meth:`LearnedComm.estimate_nodes`
+        without p90: a floor needs the p50 only) or the memoised all-reduces a plan already asked."""
+        assert isinstance(self.comm, LearnedComm)
+        fixed = (base.gpus_per_node, base.network_gbps, base.efa, base.device, _net_key(base))
+        missing = [n for n in chunk if (n, *fixed) not in self._floor_cache]
+        if missing:
+            least = dict.fromkeys(missing, math.inf)
+            for sp in specs:
+                sizes = tuple(b.size_bytes for b in sp)
+                distinct = sorted(set(sizes))
+                p50, _ = self.comm.estimate_nodes(distinct, topo, missing, with_p90=False)
+                ms = (p50 / 1e3).tolist()  # µs → ms, as _comm divides
+                row = [distinct.index(s) for s in sizes]
+                for i, n in enumerate(missing):
+                    memo = self._comm_cache.get((n, *fixed, sizes))
+                    values = [c.p50_ms for c in memo] if memo is not None else [ms[r][i] for r in row]
+                    least[n] = min(least[n], sum(values))
+            for n in missing:
+                self._floor_cache[(n, *fixed)] = least[n]
+        return {n: self._floor_cache[(n, *fixed)] for n in chunk}
 
     def throughput_curve(
         self, candidate: Candidate, counts: Sequence[int], global_batch: int

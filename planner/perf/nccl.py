@@ -795,16 +795,23 @@ class LearnedComm:
             return float(regimes[key])
         return float(self.meta.get("far_p90_ratio", 1.0)) if near == 0 else 1.0
 
-    def estimate_nodes(self, size_bytes: Any, topo: Topology, nodes: Any) -> tuple[Any, Any]:
+    def estimate_nodes(
+        self, size_bytes: Any, topo: Topology, nodes: Any, with_p90: bool = True
+    ) -> tuple[Any, Any]:
         """``(p50 µs, p90 µs)`` arrays: :meth:`estimate` of ``topo`` on each node count of
         ``nodes`` (numpy, all at least 2), to the bit, for a whole curve in one pass (the plan
         search asks hundreds of counts of each instance type).  ``size_bytes`` may be an array
-        of message sizes: then ``(sizes, counts)`` arrays, every bucket of a model at once."""
+        of message sizes: then ``(sizes, counts)`` arrays, every bucket of a model at once.
+        Without ``with_p90`` the second array is the first (p90 is not computed: the comm
+        floors need p50 only)."""
         import numpy as np
 
         nodes = np.asarray(nodes, dtype=np.int64)
         sizes = np.atleast_1d(np.asarray(size_bytes, dtype=float))
         prior = prior_us_nodes(sizes, topo, nodes, self.params)  # (sizes, counts)
+        if not with_p90:
+            p50 = self._p50_nodes(sizes, topo, nodes, prior)
+            return (p50[0], p50[0]) if np.ndim(size_bytes) == 0 else (p50, p50)
         multi = dataclasses.replace(topo, nodes=2)
         near_of = self.meta.get("near", {})
         # the node counts with train points near (near_key: interconnect|nodes|GPUs per node)
@@ -822,18 +829,8 @@ class LearnedComm:
         if not self.trees.trees:
             p50, p90 = prior, prior * np.maximum(P90_RATIO, far)
         else:
-            rows = prior.size
-            x = np.empty((rows, len(FEATURES)))
-            x[:, 0] = np.repeat([math.log2(max(v, 1.0)) for v in sizes.tolist()], len(nodes))
-            x[:, 1] = np.tile(nodes, len(sizes))
-            x[:, 2] = float(topo.gpus_per_node)
-            x[:, 3] = float(INTERCONNECTS.index(multi.interconnect))
-            x[:, 4] = (
-                float(GENERATIONS.index(topo.generation)) if topo.generation in GENERATIONS else math.nan
-            )
-            x[:, 5] = nccl_band(topo.nccl_version)
+            x = self._x_nodes(sizes, topo, nodes, prior)
             flat = prior.reshape(-1)
-            x[:, 6] = [math.log(max(p, 1e-3) / 1e3) for p in flat.tolist()]
             r50 = np.maximum(-self.clip, np.minimum(self.clip, self.trees.predict_many(x)))
             if self.trees_p90.trees:
                 r90 = np.maximum(-self.clip, np.minimum(self.clip, self.trees_p90.predict_many(x)))
@@ -849,6 +846,36 @@ class LearnedComm:
         if np.ndim(size_bytes) == 0:
             return p50[0], p90[0]
         return p50, p90
+
+    def _p50_nodes(self, sizes: Any, topo: Topology, nodes: Any, prior: Any) -> Any:
+        """The p50 of :meth:`estimate_nodes` alone (the same arithmetic, to the bit)."""
+        import numpy as np
+
+        if not self.trees.trees:
+            return prior
+        r50 = np.maximum(
+            -self.clip,
+            np.minimum(self.clip, self.trees.predict_many(self._x_nodes(sizes, topo, nodes, prior))),
+        )
+        flat = prior.reshape(-1)
+        e50 = np.array([math.exp(v) for v in r50.tolist()])
+        return np.where(flat > 0, flat * e50, flat).reshape(prior.shape)
+
+    @staticmethod
+    def _x_nodes(sizes: Any, topo: Topology, nodes: Any, prior: Any) -> Any:
+        """The feature rows (sizes x counts) of :meth:`estimate_nodes`, as :func:`features` makes them."""
+        import numpy as np
+
+        multi = dataclasses.replace(topo, nodes=2)
+        x = np.empty((prior.size, len(FEATURES)))
+        x[:, 0] = np.repeat([math.log2(max(v, 1.0)) for v in sizes.tolist()], len(nodes))
+        x[:, 1] = np.tile(nodes, len(sizes))
+        x[:, 2] = float(topo.gpus_per_node)
+        x[:, 3] = float(INTERCONNECTS.index(multi.interconnect))
+        x[:, 4] = float(GENERATIONS.index(topo.generation)) if topo.generation in GENERATIONS else math.nan
+        x[:, 5] = nccl_band(topo.nccl_version)
+        x[:, 6] = [math.log(max(p, 1e-3) / 1e3) for p in prior.reshape(-1).tolist()]
+        return x
 
     def predict_us(self, size_bytes: float, topo: Topology) -> tuple[float, float, str]:
         """``(p50 µs, p90 µs, source)`` with source ``"learned"`` or ``"prior"``."""

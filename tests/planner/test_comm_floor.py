@@ -133,17 +133,17 @@ def test_the_prefix_minimum_of_the_floors_stops_early_and_equals_asking_every_to
 
     members = _members()
     asked = []
-    real = Oracle._floor_at  # the floor at one total
+    real = Oracle._chunk_floors  # the floors at a run of totals
 
-    def counting(self, base, n, specs):
-        asked.append(n)
-        return real(self, base, n, specs)
+    def counting(self, base, topo, chunk, specs):
+        asked.extend(chunk)
+        return real(self, base, topo, chunk, specs)
 
     # The early stop needs the least correction times the prior to reach the least floor found:
     # with the prior alone (no trees: a least correction of 0) it does, soon.
     prior_only = dataclasses.replace(_oracle(), comm=LearnedComm(params=_oracle().comm.params))
     with monkeypatch.context() as m:
-        m.setattr(Oracle, "_floor_at", counting)
+        m.setattr(Oracle, "_chunk_floors", counting)
         prior_floors = prior_only.comm_floor_prefix_min(members[:2], 200)
     assert 1 <= len(asked) < 199 / 2  # far fewer totals than 2..200
     every = dataclasses.replace(_oracle(), comm=prior_only.comm).comm_floor_ms(members[:2], np.arange(2, 201))
