@@ -13,7 +13,9 @@ from tests.support import catalog_copy
 
 pytestmark = [
     pytest.mark.django_db,
-    pytest.mark.skipif(connection.vendor != "sqlite", reason="the copy is made on SQLite only"),
+    pytest.mark.skipif(
+        connection.vendor not in ("sqlite", "postgresql"), reason="the copy is made on SQLite and PostgreSQL"
+    ),
 ]
 
 STAMPS = {"updated_at", "changed_at"}  # the import sets them to its own time

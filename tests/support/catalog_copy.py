@@ -5,8 +5,9 @@ instances) and ~400 tests ask for it. The first import of a process into an empt
 real one; its rows are kept (a plain ``SELECT`` of every catalog table) with its report, and a
 later test whose catalog tables are empty gets the same rows back with plain ``INSERT``s (~20 ms):
 the same primary keys, values and revision number, the import's time stamps (``updated_at``,
-``changed_at``) set to now as the import sets them. Anything else (a catalog that is not empty, a
-database other than SQLite, other snapshot files) imports for real.
+``changed_at``) set to now as the import sets them, and (PostgreSQL) each table's key sequence
+moved past the copied keys. Anything else (a catalog that is not empty, a database other than
+SQLite or PostgreSQL, other snapshot files) imports for real.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from django.apps import apps
 from django.conf import settings
+from django.core.management.color import no_style
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -91,6 +93,9 @@ def write_rows(rows: dict[str, tuple[list[str], list[tuple]]]) -> None:
                     f"VALUES ({', '.join(['%s'] * len(columns))})",
                     values,
                 )
+        # Explicit keys do not move a PostgreSQL sequence (SQLite's AUTOINCREMENT follows them).
+        for sql in connection.ops.sequence_reset_sql(no_style(), catalog_models()):
+            cursor.execute(sql)
         now = timezone.now()
         # QuerySet.update sends no post_save: the copied revision number stays the import's.
         apps.get_model("catalog", "InstanceType").objects.update(updated_at=now)
@@ -99,7 +104,7 @@ def write_rows(rows: dict[str, tuple[list[str], list[tuple]]]) -> None:
 
 def load_snapshot() -> ImportReport:
     """The bundled snapshot in the test database, and the import's report."""
-    if connection.vendor != "sqlite" or not catalog_is_empty():
+    if connection.vendor not in ("sqlite", "postgresql") or not catalog_is_empty():
         return import_snapshot()
     key = snapshot_key()
     kept = _kept.get(key)
