@@ -7,8 +7,6 @@ split (:func:`make_split`, written once to ``planner/data/nccl_split.json``)::
     validation = every third shuffled sweep (positions 0, 3, 6, …); train = the rest
     amendment: the p3dn sweep, missing from the first split (its GPU had no spec row yet), is
                validation (see the split file's ``amendment``)
-    amendment 2: every sweep of the second corpus (``CSV_2``) is a train sweep
-               (``train_sweeps_2``, ``csv2_sha256``; the validation sweeps are unchanged)
 
 Each row becomes ``(size bytes, Topology, measured µs, sweep id)``: the measured time is
 ``time_us`` when published, else ``S / algbw``, else from ``busbw`` (``algbw = busbw·n/(2(n−1))``).
@@ -38,11 +36,9 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parents[1]
 CSV = ROOT / "catalog/fixtures/public_nccl_allreduce.csv"
-# The second corpus (issue 35: p4d over 4 EFA, 1 EFA and TCP; p5 at 2-32 nodes), added after the
-# split: every sweep of it is a train sweep of the shipped model (the split's ``train_sweeps_2``,
-# amendment 2), none a validation sweep; the benches' leave-one-regime-out reads it too.  Its sweep
-# ids carry the transport and a digest of the interconnect text (one source publishes five p4d
-# setups).
+# The second corpus (issue 35: p4d over 4 EFA, 1 EFA and TCP; p5 at 2-32 nodes): not in the split,
+# only for leave-one-regime-out checks (bench/accuracy_comm.py).  Its sweep ids carry the
+# transport and a digest of the interconnect text (one source publishes five p4d setups).
 CSV_2 = ROOT / "catalog/fixtures/public_nccl_allreduce_2.csv"
 NETWORK_CSV = ROOT / "catalog/fixtures/aws_instance_network.csv"
 SPECS_CSV = ROOT / "catalog/fixtures/gpu_specs.csv"
@@ -265,7 +261,7 @@ def load_split(path: Path = SPLIT_FILE) -> dict[str, Any]:
 def train_points(points: list[Point], split: dict[str, Any]) -> list[Point]:
     """The points a fit may see: train sweeps and users' curves (``user|…``); raises
     ``ValueError`` on a validation or unknown sweep."""
-    train = set(split["train_sweeps"]) | set(split.get("train_sweeps_2", ()))
+    train = set(split["train_sweeps"])
     bad = sorted(
         {p.sweep for p in points if p.sweep not in train and not p.sweep.startswith(USER_SWEEP_PREFIX)}
     )
@@ -285,16 +281,10 @@ def calibrate(split: dict[str, Any] | None = None, extra_points: Sequence[Point]
     split = split or load_split()
     if split["csv_sha256"] != digest():
         raise ValueError("the NCCL corpus changed since the split was written; re-split deliberately")
-    if split.get("train_sweeps_2") and split.get("csv2_sha256") != digest(CSV_2):
-        raise ValueError(
-            "the second NCCL corpus changed since its sweeps joined the split; amend it deliberately"
-        )
     extra = list(extra_points)
     if any(not p.sweep.startswith(USER_SWEEP_PREFIX) for p in extra):
         raise ValueError(f"extra points must be users' curves (sweep ids starting {USER_SWEEP_PREFIX!r})")
     published = [p for p in load_points() if p.sweep in set(split["train_sweeps"])]
-    if split.get("train_sweeps_2"):
-        published += [p for p in load_points(CSV_2) if p.sweep in set(split["train_sweeps_2"])]
     points = train_points(published + extra, split)
     model = nccl.fit([(p.size_bytes, p.topology, p.measured_us, p.sweep) for p in points])
     model.meta.update(

@@ -67,10 +67,7 @@ def test_the_shipped_correction_was_fitted_on_train_sweeps_only():
     doc = json.loads(nccl_corpus.NCCL_MODEL_FILE.read_text())
     model = LearnedComm.from_dict(doc)
     split = nccl_corpus.load_split()
-    assert model.trees.trees and set(model.meta["sweeps"]) <= set(split["train_sweeps"]) | set(
-        split["train_sweeps_2"]
-    )
-    assert not set(model.meta["sweeps"]) & set(split["validation_sweeps"])
+    assert model.trees.trees and set(model.meta["sweeps"]) <= set(split["train_sweeps"])
     p50, p90, source = model.predict_us(1 << 24, P4D_PAIR)
     assert source == "learned" and p90 > p50 > 0
 
@@ -203,23 +200,6 @@ def test_the_least_correction_is_below_every_estimate_over_the_prior():
         for size in (8, 1 << 20, 25 << 20, 1 << 30):
             prior, _ = prior_us(size, topo, model.params)
             assert model.estimate(size, topo).p50_us >= low * prior * (1 - 1e-12)
-
-
-def test_the_second_corpus_joins_the_train_sweeps_and_none_of_it_is_validation():
-    split = nccl_corpus.load_split()
-    second = {p.sweep for p in nccl_corpus.load_points(nccl_corpus.CSV_2)}
-    assert set(split["train_sweeps_2"]) == second and not second & set(split["validation_sweeps"])
-    assert split["csv2_sha256"] == nccl_corpus.digest(nccl_corpus.CSV_2)
-    assert nccl_corpus.train_points(nccl_corpus.load_points(nccl_corpus.CSV_2), split)
-
-
-def test_the_shipped_model_times_sockets_over_tcp_with_the_fitted_socket_efficiency():
-    model = LearnedComm.from_dict(json.loads(nccl_corpus.NCCL_MODEL_FILE.read_text()))
-    # fitted on the p4d runs over TCP (8 and 4 GB/s of a 12.4 GB/s wire): well under the frame efficiency
-    assert model.params.eps_tcp < 0.8
-    assert set(model.meta["sweeps"]) >= {
-        p.sweep for p in nccl_corpus.load_points(nccl_corpus.CSV_2) if p.topology.net == "tcp"
-    }
 
 
 def test_the_least_correction_of_a_topology_bounds_the_shipped_trees_at_every_node_count_and_is_tighter():
