@@ -113,6 +113,12 @@ def host_share(candidate: Candidate) -> float:
     return REF_THREADS_PER_GPU * candidate.gpus_per_node / candidate.vcpus
 
 
+def _cluster_key(cluster: Cluster) -> tuple[Any, ...]:
+    """Everything but the node count that the comm model reads of a cluster: the memo key of its
+    all-reduces and comm floors (with the node count, and the bucket sizes for the all-reduces)."""
+    return (cluster.gpus_per_node, cluster.network_gbps, cluster.efa, cluster.device, _net_key(cluster))
+
+
 def _net_key(cluster: Cluster) -> tuple[bool, int, int]:
     """What the comm model reads of a cluster's instance type(s) beyond its link, EFA and GPU
     (:meth:`planner.perf.nccl.Topology.from_cluster`): GPUDirect RDMA, network cards, EFA
@@ -501,7 +507,7 @@ class Oracle:
     def _floor_at(self, base: Cluster, n: int, specs: Sequence[tuple[BucketSpec, ...]]) -> float:
         """The comm floor of ``base`` (a mix's cluster, several nodes) on ``n`` nodes, memoised
         by the fields the comm model keys on."""
-        key = (n, base.gpus_per_node, base.network_gbps, base.efa, base.device, _net_key(base))
+        key = (n, *_cluster_key(base))
         hit = self._floor_cache.get(key)
         if hit is None:
             cluster = dataclasses.replace(base, nodes=n)
@@ -578,7 +584,7 @@ class Oracle:
         from the p50s of all their all-reduces in one pass (:meth:`LearnedComm.estimate_nodes`
         without p90: a floor needs the p50 only) or the memoised all-reduces a plan already asked."""
         assert isinstance(self.comm, LearnedComm)
-        fixed = (base.gpus_per_node, base.network_gbps, base.efa, base.device, _net_key(base))
+        fixed = _cluster_key(base)
         missing = [n for n in chunk if (n, *fixed) not in self._floor_cache]
         if missing:
             least = dict.fromkeys(missing, math.inf)
@@ -639,14 +645,7 @@ class Oracle:
         several = np.flatnonzero(ok & (ns >= 2))
         if len(several):
             self._comm_fill(multi_base, ns[several].tolist(), sizes)
-            fixed = (
-                multi_base.gpus_per_node,
-                multi_base.network_gbps,
-                multi_base.efa,
-                multi_base.device,
-                _net_key(multi_base),
-                sizes,
-            )
+            fixed = (*_cluster_key(multi_base), sizes)
             comm[several] = [[c.p50_ms for c in self._comm_cache[(n, *fixed)]] for n in ns[several].tolist()]
         starts = opt + fwd
         ends = starts + bwd
@@ -888,15 +887,7 @@ class Oracle:
     def _comm(self, cluster: Cluster, buckets: Sequence[BucketSpec]) -> list[CommTime]:
         if cluster.world_size <= 1:
             return [CommTime(0.0, 0.0) for _ in buckets]
-        key = (
-            cluster.nodes,
-            cluster.gpus_per_node,
-            cluster.network_gbps,
-            cluster.efa,
-            cluster.device,
-            _net_key(cluster),
-            tuple(b.size_bytes for b in buckets),
-        )
+        key = (cluster.nodes, *_cluster_key(cluster), tuple(b.size_bytes for b in buckets))
         if key not in self._comm_cache:
             if isinstance(self.comm, LearnedComm):
                 topo = Topology.from_cluster(cluster)
@@ -915,7 +906,7 @@ class Oracle:
         buckets of ``sizes``, the missing ones computed over all counts at once
         (:meth:`planner.perf.nccl.LearnedComm.estimate_nodes`: the same figures to the bit)."""
         assert isinstance(self.comm, LearnedComm)
-        fixed = (base.gpus_per_node, base.network_gbps, base.efa, base.device, _net_key(base), sizes)
+        fixed = (*_cluster_key(base), sizes)
         missing = [n for n in nodes if (n, *fixed) not in self._comm_cache]
         if not missing or not sizes:
             return

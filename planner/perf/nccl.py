@@ -831,17 +831,16 @@ class LearnedComm:
         else:
             x = self._x_nodes(sizes, topo, nodes, prior)
             flat = prior.reshape(-1)
-            r50 = np.maximum(-self.clip, np.minimum(self.clip, self.trees.predict_many(x)))
+            r50 = self._r50(x)
             if self.trees_p90.trees:
                 r90 = np.maximum(-self.clip, np.minimum(self.clip, self.trees_p90.predict_many(x)))
             else:
                 r90 = r50 + math.log(P90_RATIO)
             far_flat = far.reshape(-1)
             r90 = np.maximum(np.maximum(r50, r90), r50 + np.array([math.log(v) for v in far_flat.tolist()]))
-            e50 = np.array([math.exp(v) for v in r50.tolist()])
             e90 = np.array([math.exp(v) for v in r90.tolist()])
             learned = flat > 0  # prior 0: estimate gives the prior (no correction)
-            p50 = np.where(learned, flat * e50, flat).reshape(prior.shape)
+            p50 = self._apply(flat, r50).reshape(prior.shape)
             p90 = np.where(learned, flat * e90, flat * np.maximum(P90_RATIO, far_flat)).reshape(prior.shape)
         if np.ndim(size_bytes) == 0:
             return p50[0], p90[0]
@@ -849,17 +848,25 @@ class LearnedComm:
 
     def _p50_nodes(self, sizes: Any, topo: Topology, nodes: Any, prior: Any) -> Any:
         """The p50 of :meth:`estimate_nodes` alone (the same arithmetic, to the bit)."""
-        import numpy as np
 
         if not self.trees.trees:
             return prior
-        r50 = np.maximum(
-            -self.clip,
-            np.minimum(self.clip, self.trees.predict_many(self._x_nodes(sizes, topo, nodes, prior))),
-        )
-        flat = prior.reshape(-1)
-        e50 = np.array([math.exp(v) for v in r50.tolist()])
-        return np.where(flat > 0, flat * e50, flat).reshape(prior.shape)
+        r50 = self._r50(self._x_nodes(sizes, topo, nodes, prior))
+        return self._apply(prior.reshape(-1), r50).reshape(prior.shape)
+
+    def _r50(self, x: Any) -> Any:
+        """The clipped p50 correction of feature rows ``x``."""
+        import numpy as np
+
+        return np.maximum(-self.clip, np.minimum(self.clip, self.trees.predict_many(x)))
+
+    @staticmethod
+    def _apply(flat: Any, r: Any) -> Any:
+        """``prior · exp(r)`` per row, the prior itself where it is 0 (no correction)."""
+        import numpy as np
+
+        e = np.array([math.exp(v) for v in r.tolist()])
+        return np.where(flat > 0, flat * e, flat)
 
     @staticmethod
     def _x_nodes(sizes: Any, topo: Topology, nodes: Any, prior: Any) -> Any:
